@@ -1,0 +1,5 @@
+import sys
+
+from trainbudget.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,89 @@
+"""Argument parsing helpers: one-line errors, unit-aware numbers, shared option groups."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from trainbudget.core.errors import SpecError
+from trainbudget.core.units import parse_count, parse_int_count
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line on stderr and exit code 2 (no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"trainbudget {self.prog.split()[-1]}: error: {message} (see --help)\n")
+        sys.exit(2)
+
+
+def positive_int(field: str, text: str) -> int:
+    value = parse_int_count(text, field)
+    if value <= 0:
+        raise SpecError(field, text, "must be a positive integer")
+    return value
+
+
+def nonnegative_float(field: str, text: str) -> float:
+    return parse_count(text, field)
+
+
+def fraction(field: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(field, text, "must be a number in (0, 1]") from None
+    if not 0 < value <= 1:
+        raise SpecError(field, text, "must be a number in (0, 1]")
+    return value
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model",
+        required=True,
+        metavar="M",
+        help="a preset name (see `trainbudget models`), a Hugging Face config.json "
+        "path, or dense:N for a bare parameter count (e.g. dense:70e9)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a model field, e.g. --set bias=false (repeatable)",
+    )
+
+
+def add_training_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--precision",
+        default="bf16-mixed",
+        help="fp32 | bf16-mixed (fp32 master, default) | fp16-mixed | bf16",
+    )
+    p.add_argument(
+        "--optimizer",
+        default="adamw",
+        help="sgd | momentum | adagrad | rmsprop | adam | adamw (default) | adafactor | adamw-8bit",
+    )
+    p.add_argument("--seq-len", help="tokens per sequence (default: the model's max_seq_len)")
+    p.add_argument("--micro-batch", default="1", help="sequences per micro-batch (default 1)")
+    p.add_argument(
+        "--recompute",
+        default="none",
+        choices=("none", "selective", "full"),
+        help="activation recomputation policy (default none)",
+    )
+    p.add_argument(
+        "--flash-attention",
+        action="store_true",
+        help="FlashAttention: no s x s attention matrix stored",
+    )
+    p.add_argument(
+        "--causal",
+        action="store_true",
+        help="count only the causal half of attention FLOPs (default: non-causal, "
+        "as the seeds and PaLM count)",
+    )

@@ -1,0 +1,239 @@
+"""`trainbudget estimate`: one training run, as JSON, a summary, or the full derivation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from trainbudget.cli.args import (
+    add_model_args,
+    add_training_args,
+    fraction,
+    nonnegative_float,
+    positive_int,
+)
+from trainbudget.core.errors import SpecError
+from trainbudget.core.estimate import (
+    DEFAULT_MFU,
+    FLOPS_FORMULAS,
+    Estimate,
+    EstimateRequest,
+    estimate,
+    flops_formula_used,
+)
+from trainbudget.core.flops import hidden_state_bytes, inference_flops_per_token, kv_cache_bytes
+from trainbudget.core.hardware import get_hardware
+from trainbudget.core.memory import rule_of_thumb_6gb
+from trainbudget.core.model_arg import resolve_model
+from trainbudget.core.model_spec import ModelSpec
+from trainbudget.core.precision import get_precision
+from trainbudget.core.training_time import tokens_from_epochs
+from trainbudget.core.units import format_bytes, format_count, format_flops, format_seconds
+
+
+def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
+    add_model_args(p)
+    p.add_argument("--tokens", help="training tokens, e.g. 15T or 300e9 (or use --epochs)")
+    p.add_argument("--epochs", help="with --samples and --mean-length: tokens = E x S x L")
+    p.add_argument("--samples", help="number of training samples (documents)")
+    p.add_argument("--mean-length", help="mean tokens per sample")
+    p.add_argument("--gpus", default="1", help="number of GPUs (default 1)")
+    p.add_argument("--gpu", default="h100-sxm", help="accelerator (see `trainbudget hardware`)")
+    p.add_argument(
+        "--mfu",
+        default=str(DEFAULT_MFU),
+        help=f"model FLOPs utilisation, 0-1 (default {DEFAULT_MFU}: Llama 3 405B "
+        "reached 0.38-0.43)",
+    )
+    p.add_argument("--price-per-gpu-hour", help="price of one GPU-hour, for the cost")
+    p.add_argument(
+        "--flops-formula",
+        default="exact",
+        choices=FLOPS_FORMULAS,
+        help="exact per-part count (default), 6n, or palm (6N + 12LHQT)",
+    )
+    add_training_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--explain", action="store_true", help="print each formula, inputs and result")
+
+
+def _tokens(args: argparse.Namespace) -> float | None:
+    epoch_args = (args.epochs, args.samples, args.mean_length)
+    if args.tokens is not None:
+        if any(a is not None for a in epoch_args):
+            raise SpecError(
+                "--tokens",
+                args.tokens,
+                "give either --tokens or --epochs/--samples/--mean-length, not both",
+            )
+        return nonnegative_float("tokens", args.tokens)
+    if all(a is None for a in epoch_args):
+        return None
+    if any(a is None for a in epoch_args):
+        raise SpecError(
+            "--epochs", args.epochs, "--epochs, --samples and --mean-length must be given together"
+        )
+    return tokens_from_epochs(
+        epochs=nonnegative_float("epochs", args.epochs),
+        n_samples=nonnegative_float("samples", args.samples),
+        mean_tokens_per_sample=nonnegative_float("mean_length", args.mean_length),
+    )
+
+
+def request_from_args(args: argparse.Namespace) -> EstimateRequest:
+    price = None
+    if args.price_per_gpu_hour is not None:
+        price = nonnegative_float("price_per_gpu_hour", args.price_per_gpu_hour)
+    return EstimateRequest(
+        model=resolve_model(args.model, args.overrides),
+        hardware=get_hardware(args.gpu),
+        tokens=_tokens(args),
+        n_gpus=positive_int("gpus", args.gpus),
+        mfu=fraction("mfu", args.mfu),
+        precision=get_precision(args.precision).name,
+        optimizer=args.optimizer,
+        seq_len=positive_int("seq_len", args.seq_len) if args.seq_len else None,
+        micro_batch=positive_int("micro_batch", args.micro_batch),
+        recompute=args.recompute,
+        flash_attention=args.flash_attention,
+        causal=args.causal,
+        flops_formula=args.flops_formula,
+        price_per_gpu_hour=price,
+    )
+
+
+def to_json(e: Estimate) -> dict:
+    req, f, m = e.request, e.flops, e.memory
+    fwd = f.forward_per_sequence
+    out: dict = {
+        "model": req.model.name,
+        "params": e.n_params,
+        "params_breakdown": e.params.as_dict() if e.params else {},
+        "active_params": e.active_params,
+        "seq_len": e.seq_len,
+        "flops_formula": flops_formula_used(req),
+        "flops_per_token": e.flops_per_token,
+        "flops_per_token_detail": {
+            "exact_model": f.model_flops_per_token,
+            "hardware": f.hardware_flops_per_token,
+            "recompute": f.recompute_flops_per_token,
+            "approx_6n": f.approx_6n_per_token,
+            "palm": f.palm_per_token,
+            "causal": f.causal,
+        },
+        "forward_flops_breakdown": ({**fwd.as_dict(), "total": fwd.total} if fwd else {}),
+        "train_flops": e.train_flops,
+        "tokens": req.tokens,
+        "gpus": req.n_gpus,
+        "gpu": req.hardware.name,
+        "mfu": req.mfu,
+        "time_seconds": e.time.seconds if e.time else None,
+        "time_days": e.time.days if e.time else None,
+        "gpu_hours": e.time.gpu_hours if e.time else None,
+        "cost": e.time.cost if e.time else None,
+        "memory_bytes": {
+            "params": m.params_bytes,
+            "grads": m.grads_bytes,
+            "optimizer": m.optimizer_bytes,
+            "master_weights": m.master_bytes,
+            "optimizer_state": m.optimizer_state_bytes,
+            "activations": m.activations_bytes,
+            "total": m.total_bytes,
+        },
+        "activations_breakdown": _activations_json(e),
+        "fits_in_gpu_memory": m.total_bytes <= req.hardware.memory_bytes,
+        "gpu_memory_bytes": req.hardware.memory_bytes,
+        "checkpoint_bytes": e.checkpoint_bytes,
+        "inference": _inference_json(e),
+        "assumptions": list(e.assumptions),
+    }
+    return out
+
+
+def _activations_json(e: Estimate) -> dict:
+    a = e.memory.activations
+    if a is None:
+        return {}
+    return {
+        "per_layer": a.per_layer.total_bytes,
+        "layers": a.layers_bytes,
+        "head": a.head_bytes,
+        "logits_and_loss": a.logits_bytes,
+        "recompute": a.recompute,
+    }
+
+
+def _inference_json(e: Estimate) -> dict:
+    model = e.request.model
+    out = {
+        "flops_per_token_2n": 2 * e.active_params,
+        "flops_per_token": inference_flops_per_token(model, e.seq_len - 1),
+    }
+    if isinstance(model, ModelSpec):
+        weight_bytes = get_precision(e.request.precision).weight_bytes
+        tokens = e.request.micro_batch * e.seq_len
+        out["kv_cache_bytes_per_token"] = kv_cache_bytes(model, 1, weight_bytes)
+        out["kv_cache_bytes"] = kv_cache_bytes(model, tokens, weight_bytes)
+        out["hidden_state_bytes"] = hidden_state_bytes(model, tokens, weight_bytes)
+    return out
+
+
+def _summary(e: Estimate) -> str:
+    req, m = e.request, e.memory
+    lines = [
+        f"model        {req.model.name}: {e.n_params:,} parameters "
+        f"({format_count(e.n_params)})"
+        + (f", {format_count(e.active_params)} active" if e.active_params != e.n_params else "")
+    ]
+    lines.append(
+        f"FLOPs/token  {e.flops_per_token:,.0f} ({flops_formula_used(req)}; 6N = "
+        f"{e.flops.approx_6n_per_token:,.0f})"
+    )
+    if e.time is not None:
+        t = e.time
+        lines.append(
+            f"train FLOPs  {e.train_flops:.4g} ({format_flops(e.train_flops)}) for "
+            f"{req.tokens:.4g} tokens"
+        )
+        lines.append(
+            f"time         {t.days:.2f} days ({format_seconds(t.seconds)}) on {t.n_gpus} x "
+            f"{req.hardware.name} at MFU {t.mfu}; {t.gpu_hours:,.0f} GPU-hours"
+            + (f"; cost {t.cost:,.0f}" if t.cost is not None else "")
+        )
+    lines.append(
+        f"memory/GPU   weights {format_bytes(m.params_bytes)} + grads "
+        f"{format_bytes(m.grads_bytes)} + optimizer {format_bytes(m.optimizer_bytes)} "
+        f"+ activations {format_bytes(m.activations_bytes)} = "
+        f"{format_bytes(m.total_bytes)} "
+        f"({'fits' if m.total_bytes <= req.hardware.memory_bytes else 'does NOT fit'} "
+        f"in {format_bytes(req.hardware.memory_bytes)})"
+    )
+    lines.append(f"checkpoint   {format_bytes(e.checkpoint_bytes)}")
+    return "\n".join(lines)
+
+
+def _explain(e: Estimate) -> str:
+    width = max(len(s.quantity) for s in e.steps)
+    out = ["Derivation:"]
+    out += [f"  {s.quantity:<{width}} = {s.formula}\n  {'':<{width}} = {s.value}" for s in e.steps]
+    rule = rule_of_thumb_6gb(e.memory, e.n_params)
+    out.append(
+        f"\nRule of thumb '6 GB per 1B parameters at 16-bit' (seed 004): "
+        f"{format_bytes(rule.rule_bytes)} vs {format_bytes(rule.ours_bytes)} here.\n"
+        f"  It covers {rule.covers};\n  it leaves out {rule.leaves_out}."
+    )
+    out.append("\nAssumptions:")
+    out += [f"  - {a}" for a in e.assumptions]
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    e = estimate(request_from_args(args))
+    if args.json:
+        print(json.dumps(to_json(e), indent=2))
+        return 0
+    print(_summary(e))
+    if args.explain:
+        print()
+        print(_explain(e))
+    return 0

@@ -1,0 +1,69 @@
+"""`trainbudget intensity`: FLOPs per byte of an op against a chip's ridge point (seed 004)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from trainbudget.cli.args import positive_int
+from trainbudget.core.dtypes import bytes_per_element
+from trainbudget.core.errors import SpecError
+from trainbudget.core.hardware import get_hardware
+from trainbudget.core.intensity import dot_intensity, matmul_intensity, ridge_intensity
+
+
+def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
+    p.add_argument(
+        "--op",
+        required=True,
+        choices=("dot", "matmul"),
+        help="dot: x . y of length --n; matmul: (--b, --d) @ (--d, --f)",
+    )
+    p.add_argument("--n", help="dot length")
+    p.add_argument("--b", help="matmul rows (tokens in the batch)")
+    p.add_argument("--d", help="matmul inner dimension")
+    p.add_argument("--f", help="matmul output columns")
+    p.add_argument("--dtype", default="bf16", help="element type (default bf16)")
+    p.add_argument("--gpu", default="h100-sxm", help="chip whose ridge point to compare with")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _need(args: argparse.Namespace, *names: str) -> list[int]:
+    for name in names:
+        if getattr(args, name) is None:
+            raise SpecError(f"--{name}", None, f"is required for --op {args.op}")
+    return [positive_int(name, getattr(args, name)) for name in names]
+
+
+def run(args: argparse.Namespace) -> int:
+    hw = get_hardware(args.gpu)
+    size = bytes_per_element(args.dtype)
+    if args.op == "dot":
+        (n,) = _need(args, "n")
+        value = dot_intensity(n, size)
+    else:
+        b, d, f = _need(args, "b", "d", "f")
+        value = matmul_intensity(b, d, f, size)
+    compute_dtype = "bf16" if args.dtype in ("bf16", "bfloat16") else args.dtype
+    ridge = ridge_intensity(hw.peak_flops_per_second(compute_dtype), hw.hbm_bytes_per_second)
+    bound = "compute-bound" if value >= ridge else "memory-bound"
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "op": args.op,
+                    "intensity_flops_per_byte": value,
+                    "ridge_flops_per_byte": ridge,
+                    "bound": bound,
+                    "gpu": hw.name,
+                    "dtype": args.dtype,
+                },
+                indent=2,
+            )
+        )
+        return 0
+    print(
+        f"{args.op}: {value:.4g} FLOP/byte; {hw.name} {compute_dtype} ridge {ridge:.4g} "
+        f"FLOP/byte -> {bound}"
+    )
+    return 0

@@ -1,0 +1,61 @@
+"""`trainbudget` entry point. Subcommand modules are imported only when run, so --help is fast."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from trainbudget.cli.args import OneLineParser
+
+COMMANDS = {
+    "estimate": (
+        "trainbudget.cli.estimate_cmd",
+        "parameters, FLOPs, memory, time and cost of a training run",
+    ),
+    "fit": ("trainbudget.cli.fit_cmd", "the largest model a set of GPUs can train"),
+    "models": ("trainbudget.cli.catalog_cmd", "list model presets with parameter counts"),
+    "hardware": ("trainbudget.cli.catalog_cmd", "list accelerators with peaks and bandwidths"),
+    "dtypes": ("trainbudget.cli.catalog_cmd", "number formats: bits, range, epsilon"),
+    "intensity": (
+        "trainbudget.cli.intensity_cmd",
+        "arithmetic intensity of a dot product or matmul vs a chip's ridge point",
+    ),
+    "mfu": ("trainbudget.cli.mfu_cmd", "model FLOPs utilisation from a measured step time"),
+}
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(
+        prog="trainbudget",
+        description="How long, how much memory, which layout: exact accounting for transformer "
+        "training. Every command takes --json; estimate takes --explain.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        # each module adds its own options; importing it is cheap (no torch, no numpy)
+        importlib.import_module(module).add_arguments(p, name)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from trainbudget.core.errors import SpecError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    module = importlib.import_module(args._module)
+    try:
+        return module.run(args)
+    except SpecError as err:
+        sys.stderr.write(f"trainbudget {args.command}: error: {err}\n")
+        return 2
+    except BrokenPipeError:  # `trainbudget models | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""`trainbudget mfu`: utilisation from a measured step time (seed 003, T-mfu)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from trainbudget.cli.args import add_model_args, nonnegative_float, positive_int
+from trainbudget.core.flops import training_flops
+from trainbudget.core.hardware import get_hardware
+from trainbudget.core.model_arg import resolve_model
+from trainbudget.core.training_time import mfu_from_measurement
+
+
+def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
+    add_model_args(p)
+    p.add_argument("--step-seconds", required=True, help="measured seconds per optimizer step")
+    p.add_argument(
+        "--sequences",
+        required=True,
+        help="sequences per step (micro-batch x accumulation x data-parallel)",
+    )
+    p.add_argument("--seq-len", help="tokens per sequence (default: the model's max_seq_len)")
+    p.add_argument("--gpus", default="1", help="GPUs the step ran on (default 1)")
+    p.add_argument("--gpu", default="a100-80gb", help="accelerator")
+    p.add_argument("--dtype", default="bf16", help="whose peak to divide by (default bf16)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    model = resolve_model(args.model, args.overrides)
+    hw = get_hardware(args.gpu)
+    seq_len = (
+        positive_int("seq_len", args.seq_len)
+        if args.seq_len
+        else getattr(model, "max_seq_len", 2048)
+    )
+    flops = training_flops(model, seq_len)
+    per_step = flops.model_flops_per_token * seq_len * positive_int("sequences", args.sequences)
+    step_seconds = nonnegative_float("step_seconds", args.step_seconds)
+    n_gpus = positive_int("gpus", args.gpus)
+    peak = hw.peak_flops_per_second(args.dtype)
+    mfu = mfu_from_measurement(
+        flops_per_step=per_step,
+        step_seconds=step_seconds,
+        n_gpus=n_gpus,
+        peak_flops_per_second=peak,
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "mfu": mfu,
+                    "flops_per_step": per_step,
+                    "achieved_flops_per_second": per_step / step_seconds,
+                    "peak_flops_per_second": peak * n_gpus,
+                },
+                indent=2,
+            )
+        )
+        return 0
+    print(
+        f"{per_step:.4g} FLOPs/step / {step_seconds} s = {per_step / step_seconds:.4g} FLOP/s "
+        f"= {mfu * 100:.2f} % of {n_gpus} x {hw.name} {args.dtype} peak"
+    )
+    return 0

@@ -1,0 +1,257 @@
+"""Accelerator catalog: datasheet peaks, memory and link bandwidths, one row per chip.
+
+Every figure is per accelerator (per GPU, per TPU chip). FLOP/s peaks are dense unless the
+table is `sparse_flops_per_second` (2:4 structured sparsity, kept for reference only: no
+estimate uses it unless asked with `sparse=True`). Link bandwidths are ONE direction, so a
+vendor's "900 GB/s bidirectional" NVLink appears here as 450 GB/s. Where a vendor prints only
+sparse figures, dense = sparse / 2 and the row's `notes` say so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from trainbudget.core.errors import SpecError, unknown_key
+from trainbudget.core.units import GB, TB, GiB
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+_NDR_400G = 400 * GB / 8  # one 400 Gb/s NIC, bits -> bytes: 50 GB/s per direction
+_HDR_200G = 200 * GB / 8  # one 200 Gb/s NIC: 25 GB/s per direction
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hardware:
+    """One accelerator. Mappings are read-only; units are bytes, bytes/s and FLOP/s."""
+
+    name: str
+    description: str
+    memory_bytes: float
+    hbm_bytes_per_second: float
+    dense_flops_per_second: Mapping[str, float] = field(hash=False)
+    sparse_flops_per_second: Mapping[str, float] = field(hash=False)
+    intra_node_bytes_per_second: float
+    inter_node_bytes_per_second: float
+    gpus_per_node: int
+    intra_node_link: str
+    inter_node_link: str
+    source_urls: tuple[str, ...]
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        for attr in ("dense_flops_per_second", "sparse_flops_per_second"):
+            table = dict(getattr(self, attr))
+            for dtype, value in table.items():
+                if dtype not in DTYPES:
+                    raise SpecError(
+                        f"{self.name}.{attr}", dtype, "dtype must be one of " + ", ".join(DTYPES)
+                    )
+                _require_positive(f"{self.name}.{attr}[{dtype}]", value)
+            object.__setattr__(self, attr, MappingProxyType(table))
+        for attr in (
+            "memory_bytes",
+            "hbm_bytes_per_second",
+            "intra_node_bytes_per_second",
+            "inter_node_bytes_per_second",
+        ):
+            _require_positive(f"{self.name}.{attr}", getattr(self, attr))
+        if self.gpus_per_node < 1:
+            raise SpecError(f"{self.name}.gpus_per_node", self.gpus_per_node, "must be >= 1")
+        if not self.source_urls or not all(u.startswith("https://") for u in self.source_urls):
+            raise SpecError(f"{self.name}.source_urls", self.source_urls, "need >= 1 https:// URL")
+        for dtype, sparse in self.sparse_flops_per_second.items():
+            dense = self.dense_flops_per_second.get(dtype)
+            if dense is not None and sparse < dense:
+                raise SpecError(
+                    f"{self.name}.sparse_flops_per_second[{dtype}]",
+                    sparse,
+                    f"must be >= the dense peak {dense!r}",
+                )
+
+    def peak_flops_per_second(self, dtype: str, *, sparse: bool = False) -> float:
+        """Datasheet peak FLOP/s for `dtype` (dense unless `sparse=True`)."""
+        table = self.sparse_flops_per_second if sparse else self.dense_flops_per_second
+        if dtype not in table:
+            kind = "sparse" if sparse else "dense"
+            have = ", ".join(d for d in DTYPES if d in table) or "none"
+            raise SpecError(
+                "dtype", dtype, f"{self.name} has no {kind} peak for it; it has: {have}"
+            )
+        return table[dtype]
+
+
+def _require_positive(field_name: str, value: float) -> None:
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise SpecError(field_name, value, "must be a positive finite number")
+
+
+_A100_DATASHEET = (
+    "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+    "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+)
+_A100_DENSE = {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12}
+_A100_SPARSE = {"tf32": 312e12, "bf16": 624e12, "fp16": 624e12}
+_A100_NOTES = (
+    "No FP8 on Ampere. Datasheet prints dense and sparse tensor figures. NVLink 3 is 600 GB/s "
+    "bidirectional -> 300 GB/s one direction. Inter-node assumes DGX A100: one 200 Gb/s HDR "
+    "NIC per GPU."
+)
+# H100 SXM and H200 share the GH100 tensor cores: datasheet sparse figures, dense = sparse / 2.
+_HOPPER_SXM_SPARSE = {"tf32": 989e12, "bf16": 1979e12, "fp16": 1979e12, "fp8": 3958e12}
+
+# fmt: off
+_ROWS = (
+    Hardware(
+        name="a100-40gb", description="NVIDIA A100 SXM4 40GB",
+        memory_bytes=40 * GB, hbm_bytes_per_second=1555 * GB,
+        dense_flops_per_second=_A100_DENSE, sparse_flops_per_second=_A100_SPARSE,
+        intra_node_bytes_per_second=300 * GB, inter_node_bytes_per_second=_HDR_200G,
+        gpus_per_node=8, intra_node_link="NVLink 3", inter_node_link="InfiniBand HDR 200 Gb/s",
+        source_urls=(_A100_DATASHEET,), notes=_A100_NOTES,
+    ),
+    Hardware(
+        name="a100-80gb", description="NVIDIA A100 SXM4 80GB",
+        memory_bytes=80 * GB, hbm_bytes_per_second=2039 * GB,
+        dense_flops_per_second=_A100_DENSE, sparse_flops_per_second=_A100_SPARSE,
+        intra_node_bytes_per_second=300 * GB, inter_node_bytes_per_second=_HDR_200G,
+        gpus_per_node=8, intra_node_link="NVLink 3", inter_node_link="InfiniBand HDR 200 Gb/s",
+        source_urls=(_A100_DATASHEET,), notes=_A100_NOTES,
+    ),
+    Hardware(
+        name="h100-sxm", description="NVIDIA H100 SXM5 80GB",
+        memory_bytes=80 * GB, hbm_bytes_per_second=3.35 * TB,
+        dense_flops_per_second={"fp32": 67.5e12, "tf32": 494.5e12, "bf16": 989.5e12,
+                                "fp16": 989.5e12, "fp8": 1979e12},
+        sparse_flops_per_second=_HOPPER_SXM_SPARSE,
+        intra_node_bytes_per_second=450 * GB, inter_node_bytes_per_second=_NDR_400G,
+        gpus_per_node=8, intra_node_link="NVLink 4", inter_node_link="InfiniBand NDR 400 Gb/s",
+        source_urls=("https://www.nvidia.com/en-us/data-center/h100/",
+                     "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"),
+        notes="Datasheet tensor figures are with sparsity (bf16 1979 TFLOPS); dense = sparse / 2. "
+        "fp32 is 67.5e12 because the lecture this project follows uses 67.5e12; the datasheet "
+        "prints 67 TFLOPS. NVLink 4 is 900 GB/s bidirectional -> 450 GB/s one direction. "
+        "Inter-node assumes HGX/DGX H100: one 400 Gb/s NDR NIC per GPU.",
+    ),
+    Hardware(
+        name="h100-pcie", description="NVIDIA H100 PCIe 80GB",
+        memory_bytes=80 * GB, hbm_bytes_per_second=2 * TB,
+        dense_flops_per_second={"fp32": 51e12, "tf32": 378e12, "bf16": 756.5e12,
+                                "fp16": 756.5e12, "fp8": 1513e12},
+        sparse_flops_per_second={"tf32": 756e12, "bf16": 1513e12, "fp16": 1513e12, "fp8": 3026e12},
+        intra_node_bytes_per_second=64 * GB, inter_node_bytes_per_second=_NDR_400G,
+        gpus_per_node=8, intra_node_link="PCIe 5.0 x16", inter_node_link="InfiniBand NDR 400 Gb/s",
+        source_urls=("https://www.nvidia.com/content/dam/en-zz/Solutions/gtcs22/data-center/h100/"
+                     "PB-11133-001_v01.pdf",
+                     "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"),
+        notes="Tensor figures printed with sparsity; dense = sparse / 2. Memory bandwidth "
+        "2,000 GB/s (product brief). Intra-node assumes an 8-GPU PCIe server talking over PCIe "
+        "Gen5 (128 GB/s bidirectional -> 64 GB/s); the optional 600 GB/s NVLink bridge joins "
+        "only pairs of cards. Inter-node assumes one 400 Gb/s NIC per GPU.",
+    ),
+    Hardware(
+        name="h200", description="NVIDIA H200 SXM 141GB",
+        memory_bytes=141 * GB, hbm_bytes_per_second=4.8 * TB,
+        dense_flops_per_second={"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12,
+                                "fp16": 989.5e12, "fp8": 1979e12},
+        sparse_flops_per_second=_HOPPER_SXM_SPARSE,
+        intra_node_bytes_per_second=450 * GB, inter_node_bytes_per_second=_NDR_400G,
+        gpus_per_node=8, intra_node_link="NVLink 4", inter_node_link="InfiniBand NDR 400 Gb/s",
+        source_urls=("https://www.nvidia.com/en-us/data-center/h200/",),
+        notes="Same GH100 compute as H100 SXM; tensor figures printed with sparsity, dense = "
+        "sparse / 2. fp32 is the datasheet's 67 TFLOPS (the h100-sxm row keeps the lecture's "
+        "67.5). NVLink 900 GB/s bidirectional -> 450 GB/s. Inter-node: one 400 Gb/s NDR NIC "
+        "per GPU.",
+    ),
+    Hardware(
+        name="b200", description="NVIDIA B200 (HGX B200) 180GB",
+        memory_bytes=180 * GB, hbm_bytes_per_second=7.7 * TB,
+        dense_flops_per_second={"fp32": 75e12, "tf32": 1.1e15, "bf16": 2.25e15,
+                                "fp16": 2.25e15, "fp8": 4.5e15},
+        sparse_flops_per_second={"tf32": 2.2e15, "bf16": 4.5e15, "fp16": 4.5e15, "fp8": 9e15},
+        intra_node_bytes_per_second=900 * GB, inter_node_bytes_per_second=_NDR_400G,
+        gpus_per_node=8, intra_node_link="NVLink 5", inter_node_link="InfiniBand NDR 400 Gb/s",
+        source_urls=("https://www.nvidia.com/en-us/data-center/hgx/",
+                     "https://www.nvidia.com/en-us/data-center/dgx-b200/"),
+        notes="HGX B200 per-GPU column; tensor figures printed with sparsity, dense = sparse / 2. "
+        "HBM 7.7 TB/s per the HGX table (DGX B200 prints 64 TB/s per 8 GPUs = 8 TB/s); fp32 75 "
+        "TFLOPS per the HGX table (earlier Blackwell datasheets print 80). NVLink 5 is 1.8 TB/s "
+        "bidirectional -> 900 GB/s. Inter-node: one 400 Gb/s ConnectX-7 NIC per GPU (DGX B200).",
+    ),
+    Hardware(
+        name="mi300x", description="AMD Instinct MI300X 192GB",
+        memory_bytes=192 * GB, hbm_bytes_per_second=5.3 * TB,
+        dense_flops_per_second={"fp32": 163.4e12, "tf32": 653.7e12, "bf16": 1307.4e12,
+                                "fp16": 1307.4e12, "fp8": 2614.9e12},
+        sparse_flops_per_second={"tf32": 1307.4e12, "bf16": 2614.9e12, "fp16": 2614.9e12,
+                                 "fp8": 5229.8e12},
+        intra_node_bytes_per_second=448 * GB, inter_node_bytes_per_second=_NDR_400G,
+        gpus_per_node=8, intra_node_link="Infinity Fabric",
+        inter_node_link="400 Gb/s RoCE/InfiniBand",
+        source_urls=("https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/"
+                     "amd-instinct-mi300x-data-sheet.pdf",
+                     "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html"),
+        notes="Datasheet prints dense and sparse figures; fp32 is the matrix peak. 8-GPU platform, "
+        "each GPU has 7 Infinity Fabric links of 128 GB/s bidirectional (896 GB/s) -> 448 GB/s one "
+        "direction summed over all 7 peers (64 GB/s to any single peer). Inter-node assumes one "
+        "400 Gb/s NIC per GPU.",
+    ),
+    Hardware(
+        name="rtx-4090", description="NVIDIA GeForce RTX 4090 24GB",
+        memory_bytes=24 * GB, hbm_bytes_per_second=1008 * GB,
+        dense_flops_per_second={"fp32": 82.6e12, "tf32": 82.6e12, "bf16": 165.2e12,
+                                "fp16": 165.2e12, "fp8": 330.3e12},
+        sparse_flops_per_second={"tf32": 165.2e12, "bf16": 330.4e12, "fp16": 330.4e12,
+                                 "fp8": 660.6e12},
+        intra_node_bytes_per_second=32 * GB, inter_node_bytes_per_second=100 * GB / 8 / 8,
+        gpus_per_node=8, intra_node_link="PCIe 4.0 x16",
+        inter_node_link="Ethernet 100 Gb/s per node",
+        source_urls=("https://images.nvidia.com/aem-dam/Solutions/geforce/ada/"
+                     "nvidia-ada-gpu-architecture.pdf",
+                     "https://www.nvidia.com/en-us/geforce/graphics-cards/40-series/rtx-4090/"),
+        notes="Ada whitepaper (Appendix A). bf16/fp16/fp8 use the FP32-accumulate tensor figures "
+        "(what training uses); FP16-accumulate is 2x higher for fp16/fp8. fp32 is the non-tensor "
+        "peak. Memory is GDDR6X, not HBM. No NVLink: intra-node assumes an 8-card PCIe Gen4 "
+        "server (64 GB/s bidirectional -> 32 GB/s); inter-node assumes one 100 Gb/s NIC per node "
+        "shared by 8 GPUs.",
+    ),
+    Hardware(
+        name="tpu-v5e", description="Google Cloud TPU v5e",
+        memory_bytes=16 * GB, hbm_bytes_per_second=819 * GB,
+        dense_flops_per_second={"bf16": 197e12}, sparse_flops_per_second={},
+        intra_node_bytes_per_second=200 * GB, inter_node_bytes_per_second=2 * 100 * GB / 8 / 8,
+        gpus_per_node=8, intra_node_link="ICI", inter_node_link="Data-center network (DCN)",
+        source_urls=("https://cloud.google.com/tpu/docs/v5e",),
+        notes="Per chip. Google gives bf16 (and int8) only, so fp32/tf32/fp8 are omitted. HBM2 "
+        "819 GB/s as first published (a later page says 800 GiB/s). Node = one ct5lp-hightpu-8t "
+        "host with 8 chips. ICI 400 GB/s bidirectional per chip -> 200 GB/s one direction. DCN: "
+        "2 x 100 Gb/s NICs per host shared by 8 chips -> 25 Gb/s per chip.",
+    ),
+    Hardware(
+        name="tpu-v5p", description="Google Cloud TPU v5p",
+        memory_bytes=95 * GiB, hbm_bytes_per_second=2765 * GB,
+        dense_flops_per_second={"bf16": 459e12, "fp8": 459e12}, sparse_flops_per_second={},
+        intra_node_bytes_per_second=600 * GB, inter_node_bytes_per_second=50 * GB / 8,
+        gpus_per_node=4, intra_node_link="ICI", inter_node_link="Data-center network (DCN)",
+        source_urls=("https://cloud.google.com/tpu/docs/v5p",),
+        notes="Per chip. Google lists bf16 459 TFLOPS and FP8 459 TFLOPS (same rate); no "
+        "fp32/tf32. HBM 95 GiB usable (96 GiB physical), 2765 GB/s. Node = one 4-chip host. "
+        "ICI 1200 GB/s bidirectional per chip -> 600 GB/s one direction. DCN 50 Gb/s per chip.",
+    ),
+)
+
+# fmt: on
+
+HARDWARE: Mapping[str, Hardware] = MappingProxyType({row.name: row for row in _ROWS})
+if len(HARDWARE) != len(_ROWS):  # pragma: no cover - guards against a duplicated row name
+    raise RuntimeError("duplicate name in the hardware table")
+
+
+def get_hardware(name: str) -> Hardware:
+    """The catalog row for `name` (exact key such as "h100-sxm")."""
+    try:
+        return HARDWARE[name]
+    except (KeyError, TypeError):
+        raise unknown_key("gpu", name, list(HARDWARE)) from None

@@ -1,0 +1,91 @@
+"""Training time and cost: FLOPs / (GPUs x peak x MFU).
+
+Seed 000 (S-train-time) and seed 003 (T-days) derive training time this way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainbudget.core.errors import SpecError
+from trainbudget.core.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingTime:
+    train_flops: float
+    n_gpus: int
+    peak_flops_per_second: float
+    mfu: float
+    price_per_gpu_hour: float | None
+
+    @property
+    def achieved_flops_per_second(self) -> float:
+        """Useful model FLOP/s of the whole cluster."""
+        return self.n_gpus * self.peak_flops_per_second * self.mfu
+
+    @property
+    def seconds(self) -> float:
+        return self.train_flops / self.achieved_flops_per_second
+
+    @property
+    def days(self) -> float:
+        return self.seconds / SECONDS_PER_DAY
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.seconds * self.n_gpus / SECONDS_PER_HOUR
+
+    @property
+    def cost(self) -> float | None:
+        if self.price_per_gpu_hour is None:
+            return None
+        return self.gpu_hours * self.price_per_gpu_hour
+
+
+def training_time(
+    *,
+    train_flops: float,
+    n_gpus: int,
+    peak_flops_per_second: float,
+    mfu: float,
+    price_per_gpu_hour: float | None = None,
+) -> TrainingTime:
+    if n_gpus <= 0:
+        raise SpecError("gpus", n_gpus, "must be a positive integer")
+    if not 0 < mfu <= 1:
+        raise SpecError("mfu", mfu, "must be in (0, 1]: a fraction of the peak")
+    if train_flops < 0:
+        raise SpecError("train_flops", train_flops, "must not be negative")
+    if price_per_gpu_hour is not None and price_per_gpu_hour < 0:
+        raise SpecError("price_per_gpu_hour", price_per_gpu_hour, "must not be negative")
+    return TrainingTime(
+        train_flops=train_flops,
+        n_gpus=n_gpus,
+        peak_flops_per_second=peak_flops_per_second,
+        mfu=mfu,
+        price_per_gpu_hour=price_per_gpu_hour,
+    )
+
+
+def mfu_from_measurement(
+    *, flops_per_step: float, step_seconds: float, n_gpus: int, peak_flops_per_second: float
+) -> float:
+    """Achieved / promised FLOP/s (seed 000: MFU = actual FLOP/s / promised FLOP/s)."""
+    if step_seconds <= 0:
+        raise SpecError("step_seconds", step_seconds, "must be positive")
+    if n_gpus <= 0:
+        raise SpecError("gpus", n_gpus, "must be a positive integer")
+    return flops_per_step / step_seconds / (n_gpus * peak_flops_per_second)
+
+
+def tokens_from_epochs(*, epochs: float, n_samples: float, mean_tokens_per_sample: float) -> float:
+    """Tokens = epochs x samples x mean length (seed 004: Epoch * 数据条数 * 平均数据长度)."""
+    for field, value in (
+        ("epochs", epochs),
+        ("samples", n_samples),
+        ("mean_length", mean_tokens_per_sample),
+    ):
+        if value <= 0:
+            raise SpecError(field, value, "must be positive")
+    return epochs * n_samples * mean_tokens_per_sample

@@ -1,0 +1,201 @@
+"""Human quantities, both ways. Every decimal and binary unit of the project is defined here once.
+
+Counts:  "15T" = 15e12, "70B" = 70e9, "1.5e12", "124M", "4k".
+Bytes:   "80GB" = 80e9 (decimal), "80GiB" = 80 * 2**30 (binary), "512MB", "2TB".
+Rates:   "989.5TFLOPS" = 989.5e12 FLOP/s; "3.35TB/s" = 3.35e12 bytes/s.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from trainbudget.core.errors import SpecError
+
+KB = 10**3
+MB = 10**6
+GB = 10**9
+TB = 10**12
+PB = 10**15
+KiB = 2**10
+MiB = 2**20
+GiB = 2**30
+TiB = 2**40
+
+SECONDS_PER_HOUR = 3600
+SECONDS_PER_DAY = 86400
+
+# Count suffixes: SI prefixes and the finance-style ones people use for model sizes ("70B").
+_COUNT_SUFFIX = {
+    "": 1,
+    "k": 1e3,
+    "K": 1e3,
+    "M": 1e6,
+    "B": 1e9,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    "Z": 1e21,
+}
+_BYTE_UNIT = {
+    "B": 1,
+    "KB": KB,
+    "MB": MB,
+    "GB": GB,
+    "TB": TB,
+    "PB": PB,
+    "KIB": KiB,
+    "MIB": MiB,
+    "GIB": GiB,
+    "TIB": TiB,
+}
+_RATE_PREFIX = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+
+_NUMBER = r"([0-9][0-9_,]*\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?)"
+_COUNT_RE = re.compile(rf"^{_NUMBER}\s*([kKMBGTPEZ]?)$")
+_BYTES_RE = re.compile(rf"^{_NUMBER}\s*([KMGTP]?I?B)$", re.IGNORECASE)
+_FLOPS_RE = re.compile(rf"^{_NUMBER}\s*([KMGTPE]?)\s*FLOP(?:S|/S)?$", re.IGNORECASE)
+_BW_RE = re.compile(rf"^{_NUMBER}\s*([KMGTP]?I?B)\s*/\s*S$", re.IGNORECASE)
+
+
+def _number(text: str) -> float:
+    return float(text.replace("_", "").replace(",", ""))
+
+
+def _finite_nonnegative(field: str, text: str, value: float) -> float:
+    if not math.isfinite(value):
+        raise SpecError(field, text, "must be a finite number")
+    if value < 0:
+        raise SpecError(field, text, "must not be negative")
+    return value
+
+
+def parse_count(text: str | float | int, field: str = "count") -> float:
+    """'15T' -> 1.5e13; '70B' -> 7e10; '1.5e12' -> 1.5e12. Rejects negatives and units of bytes."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return _finite_nonnegative(field, str(text), float(text))
+    s = str(text).strip()
+    if s.startswith("-"):
+        raise SpecError(field, s, "must not be negative")
+    m = _COUNT_RE.match(s)
+    if not m:
+        raise SpecError(field, s, "expected a count such as 15T, 70B, 124M, 4k or 1.5e12")
+    return _finite_nonnegative(field, s, _number(m.group(1)) * _COUNT_SUFFIX[m.group(2)])
+
+
+def parse_int_count(text: str | int, field: str = "count") -> int:
+    """A count that must be a whole number ('124M' -> 124000000; '1.5' is an error)."""
+    value = parse_count(text, field)
+    if value != int(value):
+        raise SpecError(field, text, "must be a whole number")
+    return int(value)
+
+
+def parse_bytes(text: str | float | int, field: str = "bytes") -> float:
+    """'80GB' -> 8e10 (decimal); '80GiB' -> 85899345920 (binary); a bare number is bytes."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return _finite_nonnegative(field, str(text), float(text))
+    s = str(text).strip()
+    if s.startswith("-"):
+        raise SpecError(field, s, "must not be negative")
+    m = _BYTES_RE.match(s)
+    if m:
+        return _finite_nonnegative(field, s, _number(m.group(1)) * _BYTE_UNIT[m.group(2).upper()])
+    try:
+        return parse_count(s, field)
+    except SpecError:
+        raise SpecError(field, s, "expected bytes such as 80GB, 80GiB, 512MiB or 1.5e9") from None
+
+
+def parse_flops_rate(text: str | float | int, field: str = "flops_per_second") -> float:
+    """'989.5TFLOPS' -> 9.895e14 FLOP/s. A bare number is FLOP/s."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return _finite_nonnegative(field, str(text), float(text))
+    s = str(text).strip()
+    if s.startswith("-"):
+        raise SpecError(field, s, "must not be negative")
+    m = _FLOPS_RE.match(s)
+    if m:
+        return _finite_nonnegative(field, s, _number(m.group(1)) * _RATE_PREFIX[m.group(2).upper()])
+    try:
+        return parse_count(s, field)
+    except SpecError:
+        raise SpecError(field, s, "expected a rate such as 989.5TFLOPS or 3.12e14") from None
+
+
+def parse_bandwidth(text: str | float | int, field: str = "bytes_per_second") -> float:
+    """'3.35TB/s' -> 3.35e12 bytes/s; '900GiB/s' uses binary units. A bare number is bytes/s."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return _finite_nonnegative(field, str(text), float(text))
+    s = str(text).strip()
+    m = _BW_RE.match(s)
+    if m:
+        return _finite_nonnegative(field, s, _number(m.group(1)) * _BYTE_UNIT[m.group(2).upper()])
+    try:
+        return parse_count(s, field)
+    except SpecError:
+        raise SpecError(field, s, "expected a bandwidth such as 3.35TB/s or 900GB/s") from None
+
+
+def _scaled(value: float, steps: list[tuple[float, str]], digits: int) -> str:
+    for factor, suffix in steps:
+        if abs(value) >= factor:
+            return f"{value / factor:.{digits}g}{suffix}"
+    return f"{value:.{digits}g}{steps[-1][1] if steps[-1][0] == 1 else ''}"
+
+
+def format_count(n: float, digits: int = 4) -> str:
+    """1.5e13 -> '15T'; 124337664 -> '124.3M'."""
+    return _scaled(n, [(1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"), (1, "")], digits)
+
+
+def format_bytes(n: float, binary: bool = False, digits: int = 4) -> str:
+    """8e10 -> '80 GB'; with binary=True, 2**31 -> '2 GiB'."""
+    if binary:
+        steps = [(TiB, " TiB"), (GiB, " GiB"), (MiB, " MiB"), (KiB, " KiB"), (1, " B")]
+    else:
+        steps = [(PB, " PB"), (TB, " TB"), (GB, " GB"), (MB, " MB"), (KB, " kB"), (1, " B")]
+    return _scaled(n, steps, digits)
+
+
+def format_flops(n: float, digits: int = 4) -> str:
+    """3.14e23 -> '314 ZFLOP' (a quantity of work, not a rate)."""
+    steps = [
+        (1e24, " YFLOP"),
+        (1e21, " ZFLOP"),
+        (1e18, " EFLOP"),
+        (1e15, " PFLOP"),
+        (1e12, " TFLOP"),
+        (1e9, " GFLOP"),
+        (1e6, " MFLOP"),
+        (1e3, " kFLOP"),
+        (1, " FLOP"),
+    ]
+    return _scaled(n, steps, digits)
+
+
+def format_flops_rate(n: float, digits: int = 4) -> str:
+    """9.895e14 -> '989.5 TFLOP/s'."""
+    steps = [
+        (1e18, " EFLOP/s"),
+        (1e15, " PFLOP/s"),
+        (1e12, " TFLOP/s"),
+        (1e9, " GFLOP/s"),
+        (1e6, " MFLOP/s"),
+        (1, " FLOP/s"),
+    ]
+    return _scaled(n, steps, digits)
+
+
+def format_seconds(s: float) -> str:
+    """1.2435e7 -> '143.9 days'; 0.755 -> '755 ms'."""
+    if s >= SECONDS_PER_DAY:
+        return f"{s / SECONDS_PER_DAY:.4g} days"
+    if s >= SECONDS_PER_HOUR:
+        return f"{s / SECONDS_PER_HOUR:.4g} h"
+    if s >= 60:
+        return f"{s / 60:.4g} min"
+    if s >= 1:
+        return f"{s:.4g} s"
+    return f"{s * 1e3:.4g} ms"
