@@ -42,10 +42,15 @@ def test_missing_json_path_is_a_file_error(tmp_path):
 
 @pytest.mark.parametrize(
     ("arg", "n"),
-    [("dense:70e9", 70_000_000_000), ("dense:70B", 70_000_000_000),
-     ("dense:15T", 15_000_000_000_000), ("dense:124M", 124_000_000),
-     ("dense:1.5B", 1_500_000_000), ("dense:123456789012345678", 123456789012345678),
-     ("DENSE: 7e9", 7_000_000_000)],
+    [
+        ("dense:70e9", 70_000_000_000),
+        ("dense:70B", 70_000_000_000),
+        ("dense:15T", 15_000_000_000_000),
+        ("dense:124M", 124_000_000),
+        ("dense:1.5B", 1_500_000_000),
+        ("dense:123456789012345678", 123456789012345678),
+        ("DENSE: 7e9", 7_000_000_000),
+    ],
 )
 def test_dense(arg, n):
     model = resolve_model(arg)
@@ -61,8 +66,17 @@ def test_overrides_seed_003():
 
 
 def test_override_types_and_units():
-    spec = resolve_model("gpt2", ["n_layers=24", "max_seq_len=4k", "d_ff=32e2",
-                                  "tied_embeddings=No", "qkv_bias=1", "mlp=swiglu"])
+    spec = resolve_model(
+        "gpt2",
+        [
+            "n_layers=24",
+            "max_seq_len=4k",
+            "d_ff=32e2",
+            "tied_embeddings=No",
+            "qkv_bias=1",
+            "mlp=swiglu",
+        ],
+    )
     assert (spec.n_layers, spec.max_seq_len, spec.d_ff) == (24, 4000, 3200)
     assert spec.tied_embeddings is False and spec.qkv_bias is True and spec.mlp == "swiglu"
     assert resolve_model("gpt2", ["name = my gpt"]).name == "my gpt"
@@ -87,7 +101,10 @@ def test_overrides_on_a_config_path():
 
 def test_parse_overrides():
     assert parse_overrides(["n_layers=48", "bias=YES", "norm=rmsnorm"]) == {
-        "n_layers": 48, "bias": True, "norm": "rmsnorm"}
+        "n_layers": 48,
+        "bias": True,
+        "norm": "rmsnorm",
+    }
 
 
 def _err(arg: str, overrides: list[str] | None = None) -> SpecError:

@@ -33,11 +33,14 @@ EXPECTED = {
     "mixtral-8x7b": 46_702_792_704,  # KERAS_HUB mixtral/mixtral_presets.py mixtral_8_7b_en
 }
 
-EXPECTED_KEYS = (
-    "gpt2 gpt2-medium gpt2-large gpt2-xl gpt3-125m gpt3-350m gpt3-760m gpt3-1.3b gpt3-2.7b "
-    "gpt3-6.7b gpt3-13b gpt3-175b llama-2-7b llama-2-13b llama-2-70b llama-3-8b llama-3-70b "
-    "llama-3-405b mistral-7b mixtral-8x7b"
-).split()
+EXPECTED_KEYS = [
+    *("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"),
+    *("gpt3-125m", "gpt3-350m", "gpt3-760m", "gpt3-1.3b"),
+    *("gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b"),
+    *("llama-2-7b", "llama-2-13b", "llama-2-70b"),
+    *("llama-3-8b", "llama-3-70b", "llama-3-405b"),
+    *("mistral-7b", "mixtral-8x7b"),
+]
 
 
 def test_exact_keys():
@@ -73,8 +76,11 @@ def test_published_sources_cite_the_right_places():
 
 def test_llama2_safetensors_totals_differ_only_by_inv_freq_buffers():
     # HF API safetensors.total (7b/13b/70b) = parameters + n_layers * (d_head / 2) inv_freq values
-    safetensors = {"llama-2-7b": 6_738_417_664, "llama-2-13b": 13_015_866_880,
-                   "llama-2-70b": 68_976_653_312}
+    safetensors = {
+        "llama-2-7b": 6_738_417_664,
+        "llama-2-13b": 13_015_866_880,
+        "llama-2-70b": 68_976_653_312,
+    }
     for name, total in safetensors.items():
         spec = PRESETS[name]
         assert total - count_params(spec).total == spec.n_layers * spec.d_head // 2
@@ -111,8 +117,16 @@ def test_gpt3_known_deviations_from_the_printed_value(name):
 
 
 def test_gpt3_13b_printed_count_comes_from_d_model_5140():
-    spec_5140 = ModelSpec(name="gpt3-13b-as-printed", vocab_size=50257, d_model=5140,
-                          n_layers=40, n_heads=20, d_ff=4 * 5140, max_seq_len=2048, bias=True)
+    spec_5140 = ModelSpec(
+        name="gpt3-13b-as-printed",
+        vocab_size=50257,
+        d_model=5140,
+        n_layers=40,
+        n_heads=20,
+        d_ff=4 * 5140,
+        max_seq_len=2048,
+        bias=True,
+    )
     nominal, unit, _ = PAPER_ROUNDED_PARAMS["gpt3-13b"]
     assert abs(count_params(spec_5140).total - nominal) <= unit / 2
     assert PRESETS["gpt3-13b"].d_model == 5120
@@ -121,9 +135,14 @@ def test_gpt3_13b_printed_count_comes_from_d_model_5140():
 
 def test_gpt3_rows_follow_the_table():
     table = {  # name: (n_layers, d_model, d_head) from Table 2.1 (13B: 5120, see presets.py)
-        "gpt3-125m": (12, 768, 64), "gpt3-350m": (24, 1024, 64), "gpt3-760m": (24, 1536, 96),
-        "gpt3-1.3b": (24, 2048, 128), "gpt3-2.7b": (32, 2560, 80), "gpt3-6.7b": (32, 4096, 128),
-        "gpt3-13b": (40, 5120, 128), "gpt3-175b": (96, 12288, 128),
+        "gpt3-125m": (12, 768, 64),
+        "gpt3-350m": (24, 1024, 64),
+        "gpt3-760m": (24, 1536, 96),
+        "gpt3-1.3b": (24, 2048, 128),
+        "gpt3-2.7b": (32, 2560, 80),
+        "gpt3-6.7b": (32, 4096, 128),
+        "gpt3-13b": (40, 5120, 128),
+        "gpt3-175b": (96, 12288, 128),
     }
     for name, (n_layers, d_model, d_head) in table.items():
         spec = PRESETS[name]

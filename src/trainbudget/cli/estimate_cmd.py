@@ -47,6 +47,12 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     )
     p.add_argument("--price-per-gpu-hour", help="price of one GPU-hour, for the cost")
     p.add_argument(
+        "--grad-accum",
+        default="1",
+        help="micro-batches per optimizer step per GPU (default 1); a step is "
+        "micro-batch x grad-accum x gpus sequences",
+    )
+    p.add_argument(
         "--flops-formula",
         default="exact",
         choices=FLOPS_FORMULAS,
@@ -94,6 +100,7 @@ def request_from_args(args: argparse.Namespace) -> EstimateRequest:
         optimizer=args.optimizer,
         seq_len=positive_int("seq_len", args.seq_len) if args.seq_len else None,
         micro_batch=positive_int("micro_batch", args.micro_batch),
+        grad_accum=positive_int("grad_accum", args.grad_accum),
         recompute=args.recompute,
         flash_attention=args.flash_attention,
         causal=args.causal,
@@ -123,6 +130,8 @@ def to_json(e: Estimate) -> dict:
         },
         "forward_flops_breakdown": ({**fwd.as_dict(), "total": fwd.total} if fwd else {}),
         "train_flops": e.train_flops,
+        "tokens_per_step": e.tokens_per_step,
+        "flops_per_step": e.flops_per_step,
         "tokens": req.tokens,
         "gpus": req.n_gpus,
         "gpu": req.hardware.name,

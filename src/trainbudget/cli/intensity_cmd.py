@@ -6,7 +6,7 @@ import argparse
 import json
 
 from trainbudget.cli.args import positive_int
-from trainbudget.core.dtypes import bytes_per_element
+from trainbudget.core.dtypes import bytes_per_element, get_format
 from trainbudget.core.errors import SpecError
 from trainbudget.core.hardware import get_hardware
 from trainbudget.core.intensity import dot_intensity, matmul_intensity, ridge_intensity
@@ -44,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         b, d, f = _need(args, "b", "d", "f")
         value = matmul_intensity(b, d, f, size)
-    compute_dtype = "bf16" if args.dtype in ("bf16", "bfloat16") else args.dtype
+    # the chip's peak table is keyed by compute type; both fp8 encodings share the fp8 peak
+    fmt = get_format(args.dtype).name
+    compute_dtype = "fp8" if fmt.startswith("fp8") else fmt
     ridge = ridge_intensity(hw.peak_flops_per_second(compute_dtype), hw.hbm_bytes_per_second)
     bound = "compute-bound" if value >= ridge else "memory-bound"
     if args.json:

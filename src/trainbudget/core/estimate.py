@@ -37,6 +37,9 @@ class EstimateRequest:
     seq_len: int | None = None
     """None: the model's max_seq_len."""
     micro_batch: int = 1
+    grad_accum: int = 1
+    """Micro-batches per optimizer step on each GPU; a step covers
+    micro_batch x grad_accum x n_gpus sequences (every GPU a data-parallel replica)."""
     recompute: str = "none"
     flash_attention: bool = False
     causal: bool = False
@@ -64,6 +67,9 @@ class Estimate:
     flops_per_token: float
     """Training model FLOPs per token by the chosen formula."""
     train_flops: float | None
+    tokens_per_step: int
+    flops_per_step: float
+    """Model FLOPs of one optimizer step (all GPUs)."""
     memory: MemoryBreakdown
     checkpoint_bytes: float
     time: TrainingTime | None
@@ -99,8 +105,13 @@ def _flops_per_token(req: EstimateRequest, f: TrainingFlops) -> float:
 
 
 def estimate(req: EstimateRequest) -> Estimate:
-    if req.n_gpus <= 0:
-        raise SpecError("gpus", req.n_gpus, "must be a positive integer")
+    for name, value in (
+        ("gpus", req.n_gpus),
+        ("micro_batch", req.micro_batch),
+        ("grad_accum", req.grad_accum),
+    ):
+        if value <= 0:
+            raise SpecError(name, value, "must be a positive integer")
     if req.tokens is not None and req.tokens < 0:
         raise SpecError("tokens", req.tokens, "must not be negative")
     model = req.model
@@ -133,6 +144,7 @@ def estimate(req: EstimateRequest) -> Estimate:
         flash_attention=req.flash_attention,
     )
     prec = get_precision(req.precision)
+    tokens_per_step = req.micro_batch * req.grad_accum * req.n_gpus * seq_len
     time = None
     train_flops = None
     if req.tokens is not None:
@@ -153,6 +165,8 @@ def estimate(req: EstimateRequest) -> Estimate:
         flops=flops,
         flops_per_token=per_token,
         train_flops=train_flops,
+        tokens_per_step=tokens_per_step,
+        flops_per_step=per_token * tokens_per_step,
         memory=memory,
         checkpoint_bytes=checkpoint_bytes(model, precision=req.precision, optimizer=req.optimizer),
         time=time,
@@ -217,6 +231,21 @@ def _steps(e: Estimate) -> list[Step]:
         )
         s.append(Step("PaLM estimate / token", "6N' + 12 L H Q T", f"{f.palm_per_token:,}"))
     s.append(Step("6N / token", f"6 x {e.active_params:,}", f"{f.approx_6n_per_token:,}"))
+    s.append(
+        Step(
+            "tokens / step",
+            f"micro-batch {req.micro_batch} x accumulation {req.grad_accum} x "
+            f"{req.n_gpus} GPUs x {e.seq_len}",
+            f"{e.tokens_per_step:,}",
+        )
+    )
+    s.append(
+        Step(
+            "FLOPs / step",
+            f"{e.flops_per_token:,.0f} x {e.tokens_per_step:,}",
+            f"{e.flops_per_step:.4g}",
+        )
+    )
     if f.recompute_flops_per_token:
         s.append(
             Step(

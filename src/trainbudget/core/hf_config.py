@@ -21,23 +21,39 @@ SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "mistral", "mixtral", "qwen2")
 
 # transformers' defaults for `tie_word_embeddings` (PretrainedConfig says True; the Llama,
 # Mistral, Mixtral and Qwen2 config classes override it to False).
-_TIE_DEFAULT = {"gpt2": True, "llama": False, "mistral": False, "mixtral": False,
-                "qwen2": False}
+_TIE_DEFAULT = {"gpt2": True, "llama": False, "mistral": False, "mixtral": False, "qwen2": False}
 
 # ModelSpec field -> config.json key, to report a spec validation error against the key given.
 _LLAMA_KEYS = {
-    "vocab_size": "vocab_size", "d_model": "hidden_size", "n_layers": "num_hidden_layers",
-    "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads",
-    "d_ff": "intermediate_size", "max_seq_len": "max_position_embeddings",
-    "n_experts": "num_local_experts", "experts_per_token": "num_experts_per_tok",
+    "vocab_size": "vocab_size",
+    "d_model": "hidden_size",
+    "n_layers": "num_hidden_layers",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads",
+    "d_ff": "intermediate_size",
+    "max_seq_len": "max_position_embeddings",
+    "n_experts": "num_local_experts",
+    "experts_per_token": "num_experts_per_tok",
     "d_ff_expert": "intermediate_size",
 }
 _GPT2_KEYS = {
-    "vocab_size": "vocab_size", "d_model": "n_embd", "n_layers": "n_layer", "n_heads": "n_head",
-    "n_kv_heads": "n_head", "d_ff": "n_inner", "max_seq_len": "n_positions",
+    "vocab_size": "vocab_size",
+    "d_model": "n_embd",
+    "n_layers": "n_layer",
+    "n_heads": "n_head",
+    "n_kv_heads": "n_head",
+    "d_ff": "n_inner",
+    "max_seq_len": "n_positions",
 }
-_GELU_VARIANTS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate",
-                  "gelu_python", "quick_gelu")
+_GELU_VARIANTS = (
+    "gelu",
+    "gelu_new",
+    "gelu_fast",
+    "gelu_pytorch_tanh",
+    "gelu_accurate",
+    "gelu_python",
+    "quick_gelu",
+)
 _SILU_NAMES = ("silu", "swish")
 
 
@@ -52,13 +68,15 @@ class _Keys:
     def field(self, key: str) -> str:
         return f"{self.origin}:{key}"
 
-    def integer(self, key: str, default: int | None = None, required: bool = True,
-                positive: bool = False) -> int | None:
+    def integer(
+        self, key: str, default: int | None = None, required: bool = True, positive: bool = False
+    ) -> int | None:
         """An integer; null or missing gives `default` unless the key is required."""
         if key not in self.config:
             if required:
-                raise SpecError(self.field(key), None,
-                                f"missing; required for model_type '{self.model_type}'")
+                raise SpecError(
+                    self.field(key), None, f"missing; required for model_type '{self.model_type}'"
+                )
             return default
         value = self.config[key]
         if value is None and not required:
@@ -91,9 +109,12 @@ def _check_head_dim(keys: _Keys, d_model: int, n_heads: int) -> None:
     if head_dim is None or n_heads <= 0:
         return
     if head_dim * n_heads != d_model:
-        raise SpecError(keys.field("head_dim"), head_dim,
-                        f"unsupported: differs from hidden_size / num_attention_heads "
-                        f"({d_model} / {n_heads}); the spec derives d_head = d_model // n_heads")
+        raise SpecError(
+            keys.field("head_dim"),
+            head_dim,
+            f"unsupported: differs from hidden_size / num_attention_heads "
+            f"({d_model} / {n_heads}); the spec derives d_head = d_model // n_heads",
+        )
 
 
 def _llama_like(keys: _Keys) -> dict[str, object]:
@@ -103,29 +124,40 @@ def _llama_like(keys: _Keys) -> dict[str, object]:
     n_heads = keys.integer("num_attention_heads")
     act = keys.string("hidden_act", "silu")
     if act not in _SILU_NAMES:
-        raise SpecError(keys.field("hidden_act"), act,
-                        "unsupported: only 'silu' (a SwiGLU MLP) is supported for "
-                        f"model_type '{mt}'")
+        raise SpecError(
+            keys.field("hidden_act"),
+            act,
+            f"unsupported: only 'silu' (a SwiGLU MLP) is supported for model_type '{mt}'",
+        )
     _check_head_dim(keys, d_model, n_heads)
     fields: dict[str, object] = dict(
-        vocab_size=keys.integer("vocab_size"), d_model=d_model,
-        n_layers=keys.integer("num_hidden_layers"), n_heads=n_heads,
-        n_kv_heads=keys.integer("num_key_value_heads", default=n_heads, required=False,
-                                positive=True),
+        vocab_size=keys.integer("vocab_size"),
+        d_model=d_model,
+        n_layers=keys.integer("num_hidden_layers"),
+        n_heads=n_heads,
+        n_kv_heads=keys.integer(
+            "num_key_value_heads", default=n_heads, required=False, positive=True
+        ),
         d_ff=keys.integer("intermediate_size"),
         max_seq_len=keys.integer("max_position_embeddings"),
-        mlp="swiglu", norm="rmsnorm", position="rope",
+        mlp="swiglu",
+        norm="rmsnorm",
+        position="rope",
         tied_embeddings=keys.boolean("tie_word_embeddings", _TIE_DEFAULT[mt]),
     )
     if mt == "llama":
         attention_bias = keys.boolean("attention_bias", False)
         mlp_bias = keys.boolean("mlp_bias", False)
         if attention_bias != mlp_bias:
-            key, other = (("attention_bias", "mlp_bias") if attention_bias
-                          else ("mlp_bias", "attention_bias"))
-            raise SpecError(keys.field(key), True,
-                            f"unsupported without {other}: the spec puts biases on every "
-                            "linear layer (bias) or on q, k, v only (qkv_bias)")
+            key, other = (
+                ("attention_bias", "mlp_bias") if attention_bias else ("mlp_bias", "attention_bias")
+            )
+            raise SpecError(
+                keys.field(key),
+                True,
+                f"unsupported without {other}: the spec puts biases on every "
+                "linear layer (bias) or on q, k, v only (qkv_bias)",
+            )
         fields["bias"] = attention_bias  # q, k, v, o and gate, up, down; RMSNorm has none
     elif mt == "qwen2":
         fields["qkv_bias"] = True  # Qwen2 has biases on q, k, v only
@@ -140,24 +172,38 @@ def _gpt2(keys: _Keys) -> dict[str, object]:
     d_model = keys.integer("n_embd")
     act = keys.string("activation_function", "gelu_new")
     if act not in _GELU_VARIANTS:
-        raise SpecError(keys.field("activation_function"), act,
-                        "unsupported: only GELU variants are supported for model_type 'gpt2'")
+        raise SpecError(
+            keys.field("activation_function"),
+            act,
+            "unsupported: only GELU variants are supported for model_type 'gpt2'",
+        )
     if keys.boolean("add_cross_attention", False):
-        raise SpecError(keys.field("add_cross_attention"), True,
-                        "unsupported: cross-attention layers are not part of the spec")
+        raise SpecError(
+            keys.field("add_cross_attention"),
+            True,
+            "unsupported: cross-attention layers are not part of the spec",
+        )
     d_ff = keys.integer("n_inner", default=None, required=False)
     if d_ff is None and isinstance(d_model, int):
         d_ff = 4 * d_model
     return dict(
-        vocab_size=keys.integer("vocab_size"), d_model=d_model, n_layers=keys.integer("n_layer"),
-        n_heads=keys.integer("n_head"), d_ff=d_ff, max_seq_len=keys.integer("n_positions"),
-        mlp="gelu", norm="layernorm", position="learned", bias=True,
+        vocab_size=keys.integer("vocab_size"),
+        d_model=d_model,
+        n_layers=keys.integer("n_layer"),
+        n_heads=keys.integer("n_head"),
+        d_ff=d_ff,
+        max_seq_len=keys.integer("n_positions"),
+        mlp="gelu",
+        norm="layernorm",
+        position="learned",
+        bias=True,
         tied_embeddings=keys.boolean("tie_word_embeddings", _TIE_DEFAULT["gpt2"]),
     )
 
 
-def spec_from_hf_config(config: Mapping, name: str, *, origin: str = "config.json",
-                        sources: tuple[str, ...] = ()) -> ModelSpec:
+def spec_from_hf_config(
+    config: Mapping, name: str, *, origin: str = "config.json", sources: tuple[str, ...] = ()
+) -> ModelSpec:
     """The ModelSpec of a parsed Hugging Face config.json.
 
     `origin` prefixes every error field ("config.json:hidden_size"); `sources` is recorded.
@@ -166,8 +212,9 @@ def spec_from_hf_config(config: Mapping, name: str, *, origin: str = "config.jso
         raise SpecError(origin, type(config).__name__, "must be a JSON object")
     model_type = config.get("model_type")
     if model_type is None:
-        raise SpecError(f"{origin}:model_type", None,
-                        "missing; supported: " + ", ".join(SUPPORTED_MODEL_TYPES))
+        raise SpecError(
+            f"{origin}:model_type", None, "missing; supported: " + ", ".join(SUPPORTED_MODEL_TYPES)
+        )
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise unknown_key(f"{origin}:model_type", model_type, SUPPORTED_MODEL_TYPES)
     keys = _Keys(config, origin, model_type)
@@ -211,15 +258,18 @@ def load_hf_config(path: str) -> ModelSpec:
     try:
         config = json.loads(text)
     except json.JSONDecodeError as err:
-        raise SpecError("config", path, f"is not valid JSON: {err.msg} "
-                        f"(line {err.lineno}, column {err.colno})") from None
+        raise SpecError(
+            "config", path, f"is not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})"
+        ) from None
     except RecursionError:
         raise SpecError("config", path, "is not usable JSON: nested too deeply") from None
     if not isinstance(config, dict):
-        raise SpecError("config", path,
-                        f"must hold a JSON object, found a JSON {_json_kind(config)}")
-    return spec_from_hf_config(config, _name_for(path), origin=os.path.basename(path),
-                               sources=(path,))
+        raise SpecError(
+            "config", path, f"must hold a JSON object, found a JSON {_json_kind(config)}"
+        )
+    return spec_from_hf_config(
+        config, _name_for(path), origin=os.path.basename(path), sources=(path,)
+    )
 
 
 def _json_kind(value: object) -> str:

@@ -38,14 +38,18 @@ def resolve_model(arg: str, overrides: Sequence[str] = ()) -> ModelSpec | BareMo
         model = load_hf_config(text)
     else:
         known = unknown_key("model", text, list(PRESETS))
-        raise SpecError("model", text, known.rule + "; or a path to a config.json, "
-                        "or dense:N such as dense:70B")
+        raise SpecError(
+            "model", text, known.rule + "; or a path to a config.json, or dense:N such as dense:70B"
+        )
     if not overrides:
         return model
     if isinstance(model, BareModel):
-        raise SpecError("--set", overrides[0],
-                        f"'{text}' is a bare parameter count with no architecture to override; "
-                        "use a preset or a config.json")
+        raise SpecError(
+            "--set",
+            overrides[0],
+            f"'{text}' is a bare parameter count with no architecture to override; "
+            "use a preset or a config.json",
+        )
     return apply_overrides(model, overrides)
 
 
@@ -55,7 +59,7 @@ def _is_path(text: str) -> bool:
 
 def _dense(text: str) -> BareModel:
     """'dense:70e9' / 'dense:70B' / 'dense:15T' -> BareModel(n_params=...)."""
-    count = text[len(DENSE_PREFIX):].strip()
+    count = text[len(DENSE_PREFIX) :].strip()
     rule = "must be a positive whole number of parameters, e.g. dense:70B or dense:7e9"
     if not count:
         raise SpecError("model", text, rule)
@@ -92,7 +96,9 @@ def _parse_value(field: str, kind: type, raw: str) -> object:
         try:
             return _whole(value, field)
         except SpecError:
-            raise SpecError(field, raw, "must be a non-negative whole number such as 48, 4k or 32e3") from None
+            raise SpecError(
+                field, raw, "must be a non-negative whole number such as 48, 4k or 32e3"
+            ) from None
     return value
 
 
@@ -119,10 +125,13 @@ def apply_overrides(spec: ModelSpec, overrides: Sequence[str]) -> ModelSpec:
     at the new d_ff, unless the override sets n_kv_heads / d_ff_expert itself.
     """
     changes = parse_overrides(overrides)
-    if ("n_heads" in changes and "n_kv_heads" not in changes
-            and spec.n_kv_heads == spec.n_heads):
+    if "n_heads" in changes and "n_kv_heads" not in changes and spec.n_kv_heads == spec.n_heads:
         changes["n_kv_heads"] = 0
-    if ("d_ff" in changes and "d_ff_expert" not in changes and spec.is_moe
-            and spec.d_ff_expert == spec.d_ff):
+    if (
+        "d_ff" in changes
+        and "d_ff_expert" not in changes
+        and spec.is_moe
+        and spec.d_ff_expert == spec.d_ff
+    ):
         changes["d_ff_expert"] = 0
     return spec.replace(**changes)

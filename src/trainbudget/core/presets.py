@@ -26,33 +26,77 @@ def _hf_config(repo: str) -> str:
 def _gpt2(name: str, repo: str, d_model: int, n_layers: int, n_heads: int) -> ModelSpec:
     """A Hugging Face GPT-2 checkpoint: n_inner is null, so d_ff = 4 * n_embd."""
     return ModelSpec(
-        name=name, vocab_size=50257, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
-        d_ff=4 * d_model, max_seq_len=1024, mlp="gelu", norm="layernorm", position="learned",
-        tied_embeddings=True, bias=True, sources=(_hf_config(repo),),
+        name=name,
+        vocab_size=50257,
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        d_ff=4 * d_model,
+        max_seq_len=1024,
+        mlp="gelu",
+        norm="layernorm",
+        position="learned",
+        tied_embeddings=True,
+        bias=True,
+        sources=(_hf_config(repo),),
     )
 
 
 def _gpt3(name: str, n_layers: int, d_model: int, n_heads: int) -> ModelSpec:
     """A GPT-3 row: the GPT-2 architecture at context 2048 (Brown et al. 2020, section 2.1)."""
     return ModelSpec(
-        name=name, vocab_size=50257, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
-        d_ff=4 * d_model, max_seq_len=2048, mlp="gelu", norm="layernorm", position="learned",
-        tied_embeddings=True, bias=True, sources=(_GPT3_PAPER + " (Table 2.1)",),
+        name=name,
+        vocab_size=50257,
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        d_ff=4 * d_model,
+        max_seq_len=2048,
+        mlp="gelu",
+        norm="layernorm",
+        position="learned",
+        tied_embeddings=True,
+        bias=True,
+        sources=(_GPT3_PAPER + " (Table 2.1)",),
     )
 
 
-def _llama(name: str, repo: str, *, vocab: int, d_model: int, d_ff: int, n_layers: int,
-           n_heads: int, n_kv_heads: int, max_seq_len: int, n_experts: int = 0,
-           experts_per_token: int = 0) -> ModelSpec:
+def _llama(
+    name: str,
+    repo: str,
+    *,
+    vocab: int,
+    d_model: int,
+    d_ff: int,
+    n_layers: int,
+    n_heads: int,
+    n_kv_heads: int,
+    max_seq_len: int,
+    n_experts: int = 0,
+    experts_per_token: int = 0,
+) -> ModelSpec:
     """A Llama-style config.json: RMSNorm, SwiGLU, RoPE, untied head, no biases."""
     return ModelSpec(
-        name=name, vocab_size=vocab, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
-        n_kv_heads=n_kv_heads, d_ff=d_ff, max_seq_len=max_seq_len, mlp="swiglu",
-        norm="rmsnorm", position="rope", tied_embeddings=False, bias=False,
-        n_experts=n_experts, experts_per_token=experts_per_token, sources=(_hf_config(repo),),
+        name=name,
+        vocab_size=vocab,
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        d_ff=d_ff,
+        max_seq_len=max_seq_len,
+        mlp="swiglu",
+        norm="rmsnorm",
+        position="rope",
+        tied_embeddings=False,
+        bias=False,
+        n_experts=n_experts,
+        experts_per_token=experts_per_token,
+        sources=(_hf_config(repo),),
     )
 
 
+# fmt: off
 _ROWS: tuple[ModelSpec, ...] = (
     # GPT-2: openai-community config.json files (n_embd, n_layer, n_head).
     _gpt2("gpt2", "openai-community/gpt2", 768, 12, 12),
@@ -93,6 +137,7 @@ _ROWS: tuple[ModelSpec, ...] = (
            d_ff=14336, n_layers=32, n_heads=32, n_kv_heads=8, max_seq_len=32768,
            n_experts=8, experts_per_token=2),
 )
+# fmt: on
 
 PRESETS: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec in _ROWS})
 """Preset name -> ModelSpec. Read-only."""
@@ -113,30 +158,36 @@ def get_preset(name: str) -> ModelSpec:
 #   values), so safetensors.total is n_layers * 64 higher than the parameter count.
 _HF_SAFETENSORS_LLAMA2 = "safetensors.total minus n_layers * 64 stored rotary inv_freq values"
 
+_KH_GPT2 = _KERAS_HUB + "gpt2/gpt2_presets.py"
+_KH_LLAMA = _KERAS_HUB + "llama/llama_presets.py"
+_KH_LLAMA3 = _KERAS_HUB + "llama3/llama3_presets.py"
+_KH_MISTRAL = _KERAS_HUB + "mistral/mistral_presets.py"
+_KH_MIXTRAL = _KERAS_HUB + "mixtral/mixtral_presets.py"
+
+# fmt: off
 PUBLISHED_PARAMS: Mapping[str, tuple[int, str]] = MappingProxyType({
-    "gpt2": (124_439_808, _KERAS_HUB + "gpt2/gpt2_presets.py (gpt2_base_en params)"),
-    "gpt2-medium": (354_823_168, _KERAS_HUB + "gpt2/gpt2_presets.py (gpt2_medium_en params)"),
-    "gpt2-large": (774_030_080, _KERAS_HUB + "gpt2/gpt2_presets.py (gpt2_large_en params)"),
-    "gpt2-xl": (1_557_611_200,
-                _KERAS_HUB + "gpt2/gpt2_presets.py (gpt2_extra_large_en params)"),
-    "llama-2-7b": (6_738_415_616, _KERAS_HUB + "llama/llama_presets.py (llama2_7b_en params); "
-                   + _HF_API + "meta-llama/Llama-2-7b-hf: 6,738,417,664 = "
-                   + _HF_SAFETENSORS_LLAMA2 + " (32 * 64)"),
-    "llama-2-13b": (13_015_864_320, _HF_API + "meta-llama/Llama-2-13b-hf: 13,015,866,880 = "
-                    + _HF_SAFETENSORS_LLAMA2 + " (40 * 64)"),
-    "llama-2-70b": (68_976_648_192, _HF_API + "meta-llama/Llama-2-70b-hf: 68,976,653,312 = "
-                    + _HF_SAFETENSORS_LLAMA2 + " (80 * 64)"),
-    "llama-3-8b": (8_030_261_248, _KERAS_HUB + "llama3/llama3_presets.py (llama3_8b_en params); "
-                   + _HF_API + "meta-llama/Llama-3.1-8B safetensors.total"),
-    "llama-3-70b": (70_553_706_496, _HF_API + "meta-llama/Llama-3.1-70B safetensors.total "
+    "gpt2": (124_439_808, f"{_KH_GPT2} (gpt2_base_en params)"),
+    "gpt2-medium": (354_823_168, f"{_KH_GPT2} (gpt2_medium_en params)"),
+    "gpt2-large": (774_030_080, f"{_KH_GPT2} (gpt2_large_en params)"),
+    "gpt2-xl": (1_557_611_200, f"{_KH_GPT2} (gpt2_extra_large_en params)"),
+    "llama-2-7b": (6_738_415_616, f"{_KH_LLAMA} (llama2_7b_en params); {_HF_API}"
+                   f"meta-llama/Llama-2-7b-hf: 6,738,417,664 = {_HF_SAFETENSORS_LLAMA2} (32 * 64)"),
+    "llama-2-13b": (13_015_864_320, f"{_HF_API}meta-llama/Llama-2-13b-hf: 13,015,866,880 = "
+                    f"{_HF_SAFETENSORS_LLAMA2} (40 * 64)"),
+    "llama-2-70b": (68_976_648_192, f"{_HF_API}meta-llama/Llama-2-70b-hf: 68,976,653,312 = "
+                    f"{_HF_SAFETENSORS_LLAMA2} (80 * 64)"),
+    "llama-3-8b": (8_030_261_248, f"{_KH_LLAMA3} (llama3_8b_en params); "
+                   f"{_HF_API}meta-llama/Llama-3.1-8B safetensors.total"),
+    "llama-3-70b": (70_553_706_496, f"{_HF_API}meta-llama/Llama-3.1-70B safetensors.total "
                     "(same shapes as Meta-Llama-3-70B)"),
-    "llama-3-405b": (405_853_388_800, _HF_API + "meta-llama/Llama-3.1-405B safetensors.total"),
-    "mistral-7b": (7_241_732_096, _KERAS_HUB + "mistral/mistral_presets.py (mistral_7b_en params)"),
-    "mixtral-8x7b": (46_702_792_704,
-                     _KERAS_HUB + "mixtral/mixtral_presets.py (mixtral_8_7b_en params)"),
+    "llama-3-405b": (405_853_388_800, f"{_HF_API}meta-llama/Llama-3.1-405B safetensors.total"),
+    "mistral-7b": (7_241_732_096, f"{_KH_MISTRAL} (mistral_7b_en params)"),
+    "mixtral-8x7b": (46_702_792_704, f"{_KH_MIXTRAL} (mixtral_8_7b_en params)"),
 })
+# fmt: on
 """Preset name -> (exact published total parameter count, where it is published)."""
 
+# fmt: off
 PAPER_ROUNDED_PARAMS: Mapping[str, tuple[int, int, str]] = MappingProxyType({
     name: (nominal, unit, _GPT3_PAPER + " Table 2.1 n_params " + printed)
     for name, nominal, unit, printed in (
@@ -150,6 +201,7 @@ PAPER_ROUNDED_PARAMS: Mapping[str, tuple[int, int, str]] = MappingProxyType({
         ("gpt3-175b", 175_000_000_000, 100_000_000, "175.0B"),
     )
 })
+# fmt: on
 """GPT-3 name -> (the paper's rounded n_params, the unit of its last printed digit, source).
 
 The paper publishes no exact counts. Exact counts of the architecture as tabulated round to

@@ -1,0 +1,36 @@
+"""The estimating core and the CLI never import torch (STYLE.md point 1): proved in a fresh
+interpreter, since an earlier test in this process may have imported torch already."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _modules_after(code: str) -> set[str]:
+    probe = code + "\nimport sys\nprint('\\n'.join(sorted(sys.modules)))"
+    env = {**os.environ, "PYTHONPATH": SRC}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return set(out.split())
+
+
+def test_core_imports_no_torch():
+    core = sorted(p.stem for p in (Path(SRC) / "trainbudget" / "core").glob("*.py"))
+    code = "\n".join(f"import trainbudget.core.{m}" for m in core)
+    loaded = _modules_after(code)
+    assert "torch" not in loaded
+    assert "numpy" not in loaded  # not needed: the core is plain arithmetic
+    assert {f"trainbudget.core.{m}" for m in core if m != "__init__"} <= loaded
+
+
+def test_cli_estimate_imports_no_torch():
+    code = ("from trainbudget.cli.main import main\n"
+            "import contextlib, io\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    main(['estimate', '--model', 'llama-2-7b', '--tokens', '2T', '--json'])")
+    assert "torch" not in _modules_after(code)
