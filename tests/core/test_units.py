@@ -104,7 +104,6 @@ def test_rejects_bad_input_naming_field(parse, text: object) -> None:
     with pytest.raises(SpecError) as err:
         parse(text, "my_field")
     assert err.value.field == "my_field"
-    assert err.value.value is not None
 
 
 @pytest.mark.parametrize("text", ["-80GB", "-5GiB"])

@@ -18,7 +18,7 @@ from trainbudget.core.units import parse_count
 DENSE_PREFIX = "dense:"
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
-_PLAIN_INT = re.compile(r"^[0-9][0-9_,]*$")
+_PLAIN_INT = re.compile(r"^[0-9][0-9_]*$")
 
 
 def resolve_model(arg: str, overrides: Sequence[str] = ()) -> ModelSpec | BareModel:
@@ -76,7 +76,7 @@ def _whole(text: str, field: str) -> int:
     """A whole count: '48', '4k', '32e3', '1_000'; '1.5' and '-3' are errors."""
     s = text.strip()
     if _PLAIN_INT.match(s):
-        return int(s.replace("_", "").replace(",", ""))
+        return int(s.replace("_", ""))
     value = parse_count(s, field)
     if not value.is_integer():
         raise SpecError(field, text, "must be a whole number")
@@ -134,4 +134,9 @@ def apply_overrides(spec: ModelSpec, overrides: Sequence[str]) -> ModelSpec:
         and spec.d_ff_expert == spec.d_ff
     ):
         changes["d_ff_expert"] = 0
+    if changes.get("n_experts") == 0 and "d_ff_expert" not in changes:
+        changes["d_ff_expert"] = 0  # a dense model has no expert width
+    if "name" not in changes:
+        # say what was changed wherever the model is printed: "gpt2[bias=false]"
+        changes["name"] = f"{spec.name}[{','.join(o.strip() for o in overrides)}]"
     return spec.replace(**changes)

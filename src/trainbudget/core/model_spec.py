@@ -151,9 +151,11 @@ def _validate(spec: ModelSpec) -> None:
             f"must divide n_heads ({spec.n_heads}) for grouped-query attention",
         )
     if spec.n_experts == 0:
-        if spec.experts_per_token or spec.n_shared_experts:
+        if spec.experts_per_token or spec.n_shared_experts or spec.d_ff_expert:
             raise SpecError(
-                "n_experts", 0, "is 0 (dense) but experts_per_token or n_shared_experts is set"
+                "n_experts",
+                0,
+                "is 0 (dense) but experts_per_token, n_shared_experts or d_ff_expert is set",
             )
     else:
         if not 1 <= spec.experts_per_token <= spec.n_experts:

@@ -59,7 +59,13 @@ _FLOPS_RE = re.compile(rf"^{_NUMBER}\s*([KMGTPE]?)\s*FLOP(?:S|/S)?$", re.IGNOREC
 _BW_RE = re.compile(rf"^{_NUMBER}\s*([KMGTP]?I?B)\s*/\s*S$", re.IGNORECASE)
 
 
-def _number(text: str) -> float:
+_THOUSANDS = re.compile(r"^[0-9]{1,3}(,[0-9]{3})+(\.[0-9]*)?([eE][+-]?[0-9]+)?$")
+
+
+def _number(text: str, field: str) -> float:
+    """A decimal number; commas only as thousands separators ('1,000,000', not '1,5')."""
+    if "," in text and not _THOUSANDS.match(text):
+        raise SpecError(field, text, "commas are only allowed as thousands separators (1,000)")
     return float(text.replace("_", "").replace(",", ""))
 
 
@@ -81,7 +87,7 @@ def parse_count(text: str | float | int, field: str = "count") -> float:
     m = _COUNT_RE.match(s)
     if not m:
         raise SpecError(field, s, "expected a count such as 15T, 70B, 124M, 4k or 1.5e12")
-    return _finite_nonnegative(field, s, _number(m.group(1)) * _COUNT_SUFFIX[m.group(2)])
+    return _finite_nonnegative(field, s, _number(m.group(1), field) * _COUNT_SUFFIX[m.group(2)])
 
 
 def parse_int_count(text: str | int, field: str = "count") -> int:
@@ -101,7 +107,9 @@ def parse_bytes(text: str | float | int, field: str = "bytes") -> float:
         raise SpecError(field, s, "must not be negative")
     m = _BYTES_RE.match(s)
     if m:
-        return _finite_nonnegative(field, s, _number(m.group(1)) * _BYTE_UNIT[m.group(2).upper()])
+        return _finite_nonnegative(
+            field, s, _number(m.group(1), field) * _BYTE_UNIT[m.group(2).upper()]
+        )
     try:
         return parse_count(s, field)
     except SpecError:
@@ -117,7 +125,9 @@ def parse_flops_rate(text: str | float | int, field: str = "flops_per_second") -
         raise SpecError(field, s, "must not be negative")
     m = _FLOPS_RE.match(s)
     if m:
-        return _finite_nonnegative(field, s, _number(m.group(1)) * _RATE_PREFIX[m.group(2).upper()])
+        return _finite_nonnegative(
+            field, s, _number(m.group(1), field) * _RATE_PREFIX[m.group(2).upper()]
+        )
     try:
         return parse_count(s, field)
     except SpecError:
@@ -131,7 +141,9 @@ def parse_bandwidth(text: str | float | int, field: str = "bytes_per_second") ->
     s = str(text).strip()
     m = _BW_RE.match(s)
     if m:
-        return _finite_nonnegative(field, s, _number(m.group(1)) * _BYTE_UNIT[m.group(2).upper()])
+        return _finite_nonnegative(
+            field, s, _number(m.group(1), field) * _BYTE_UNIT[m.group(2).upper()]
+        )
     try:
         return parse_count(s, field)
     except SpecError:
