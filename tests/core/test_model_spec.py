@@ -104,11 +104,6 @@ def test_replace_keeps_materialised_n_kv_heads() -> None:
     assert s.replace(n_heads=16, d_model=1024, n_kv_heads=0).n_kv_heads == 16
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="src bug: __post_init__ compares n_experts > 0 before validating its type, so "
-    "n_experts='8' or None raises TypeError instead of SpecError('n_experts')",
-)
 @pytest.mark.parametrize("bad", ["8", None])
 def test_non_int_n_experts_is_spec_error(bad: object) -> None:
     """A wrongly typed n_experts must name its field like every other int field."""

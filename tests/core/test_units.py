@@ -127,12 +127,6 @@ def test_parse_count_rejects_bool() -> None:
         parse_count(True, "tokens")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="src bug: parse_int_count multiplies the decimal mantissa by a float suffix, so "
-    "'1.07B' -> 1070000000.0000001 and '2.01k' -> 2009.9999999999998 are refused as "
-    "not whole numbers",
-)
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("1.07B", 1_070_000_000), ("2.01k", 2010)],  # 1.07 * 1e9 and 2.01 * 1e3, exactly whole

@@ -62,7 +62,7 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if self.n_kv_heads == 0:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
-        if self.d_ff_expert == 0 and self.n_experts > 0:
+        if self.d_ff_expert == 0 and isinstance(self.n_experts, int) and self.n_experts > 0:
             object.__setattr__(self, "d_ff_expert", self.d_ff)
         _validate(self)
 

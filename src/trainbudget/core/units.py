@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 
 from trainbudget.core.errors import SpecError
 
@@ -28,15 +29,15 @@ SECONDS_PER_DAY = 86400
 # Count suffixes: SI prefixes and the finance-style ones people use for model sizes ("70B").
 _COUNT_SUFFIX = {
     "": 1,
-    "k": 1e3,
-    "K": 1e3,
-    "M": 1e6,
-    "B": 1e9,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "E": 1e18,
-    "Z": 1e21,
+    "k": 10**3,
+    "K": 10**3,
+    "M": 10**6,
+    "B": 10**9,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Z": 10**21,
 }
 _BYTE_UNIT = {
     "B": 1,
@@ -50,7 +51,7 @@ _BYTE_UNIT = {
     "GIB": GiB,
     "TIB": TiB,
 }
-_RATE_PREFIX = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_RATE_PREFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
 _NUMBER = r"([0-9][0-9_,]*\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?)"
 _COUNT_RE = re.compile(rf"^{_NUMBER}\s*([kKMBGTPEZ]?)$")
@@ -62,14 +63,16 @@ _BW_RE = re.compile(rf"^{_NUMBER}\s*([KMGTP]?I?B)\s*/\s*S$", re.IGNORECASE)
 _THOUSANDS = re.compile(r"^[0-9]{1,3}(,[0-9]{3})+(\.[0-9]*)?([eE][+-]?[0-9]+)?$")
 
 
-def _number(text: str, field: str) -> float:
+def _number(text: str, field: str) -> Decimal:
     """A decimal number; commas only as thousands separators ('1,000,000', not '1,5')."""
     if "," in text and not _THOUSANDS.match(text):
         raise SpecError(field, text, "commas are only allowed as thousands separators (1,000)")
-    return float(text.replace("_", "").replace(",", ""))
+    # Decimal, so that '1.07B' is exactly 1070000000 once multiplied by an integer suffix
+    return Decimal(text.replace("_", "").replace(",", ""))
 
 
-def _finite_nonnegative(field: str, text: str, value: float) -> float:
+def _finite_nonnegative(field: str, text: str, value: float | Decimal) -> float:
+    value = float(value)
     if not math.isfinite(value):
         raise SpecError(field, text, "must be a finite number")
     if value < 0:
