@@ -398,7 +398,9 @@ def test_json_never_holds_infinity() -> None:
 
 
 SUBPROCESS_CASES = [
-    pytest.param(("estimate", "--model", "gpt2", "--tokens", "15Q"), ("tokens", "15Q"), id="tokens"),
+    pytest.param(
+        ("estimate", "--model", "gpt2", "--tokens", "15Q"), ("tokens", "15Q"), id="tokens"
+    ),
     pytest.param(("fit", "--gpus", "8", "--gpu", "v100"), ("gpu", "v100"), id="fit-gpu"),
     pytest.param(("frobnicate",), ("frobnicate",), id="unknown-subcommand"),
 ]

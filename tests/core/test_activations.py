@@ -74,9 +74,9 @@ def test_flash_replaces_matrix_with_fp32_stats() -> None:
     assert flash.flash_stats_bytes == 4 * 512 * 2 * 4  # a * s * b * 4 bytes
     # at s=1 the fp32 stats (4ab) outweigh a 16-bit 1x1 matrix (2ab): flash costs 2ab more
     one = dict(seq_len=1, micro_batch=1, activation_bytes=E)
-    diff = layer_activations(spec, flash_attention=True, **one).total_bytes - \
-        layer_activations(spec, **one).total_bytes
-    assert diff == 4 * 4 - 4 * E
+    with_flash = layer_activations(spec, flash_attention=True, **one).total_bytes
+    without = layer_activations(spec, **one).total_bytes
+    assert with_flash - without == 4 * 4 - 4 * E  # a*s*b*4 stats minus a*s*s*b*e matrix
 
 
 def test_swiglu_gqa_moe_terms() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import NoReturn
 
@@ -14,7 +15,8 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse whose errors are one line on stderr and exit code 2 (no usage dump)."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"trainbudget {self.prog.split()[-1]}: error: {message} (see --help)\n")
+        # prog is "trainbudget" at the top level and "trainbudget estimate" for a subcommand
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         sys.exit(2)
 
 
@@ -87,3 +89,8 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
         help="count only the causal half of attention FLOPs (default: non-causal, "
         "as the seeds and PaLM count)",
     )
+
+
+def dumps_json(obj: object, indent: int = 2) -> str:
+    """JSON that other tools can read: NaN or Infinity anywhere is a bug, not output."""
+    return json.dumps(obj, indent=indent, allow_nan=False)

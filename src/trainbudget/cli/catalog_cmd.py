@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
+from trainbudget.cli.args import dumps_json
 from trainbudget.core.units import GB, TB
 
 
@@ -33,7 +33,7 @@ def _models(as_json: bool) -> None:
             }
         )
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print(dumps_json(rows))
         return
     print(
         f"{'name':<14} {'params':>17} {'active':>17} {'layers':>6} {'d_model':>7} "
@@ -51,7 +51,7 @@ def _hardware(as_json: bool) -> None:
 
     if as_json:
         print(
-            json.dumps(
+            dumps_json(
                 [
                     {
                         "name": h.name,
@@ -112,7 +112,7 @@ def _dtypes(as_json: bool) -> None:
         for f in FORMATS.values()
     ]
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print(dumps_json(rows))
         return
     print(
         f"{'name':<9} {'s/e/m':>7} {'bytes':>5} {'max':>11} {'min normal':>11} "

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from trainbudget.cli.args import (
     add_model_args,
     add_training_args,
+    dumps_json,
     fraction,
     nonnegative_float,
     positive_int,
@@ -239,7 +239,7 @@ def _explain(e: Estimate) -> str:
 def run(args: argparse.Namespace) -> int:
     e = estimate(request_from_args(args))
     if args.json:
-        print(json.dumps(to_json(e), indent=2))
+        print(dumps_json(to_json(e)))
         return 0
     print(_summary(e))
     if args.explain:

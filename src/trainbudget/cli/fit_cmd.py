@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from trainbudget.cli.args import positive_int
+from trainbudget.cli.args import dumps_json, positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.hardware import get_hardware
 from trainbudget.core.memory import fit_max_params
@@ -45,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     per_param = dense_bytes_per_param(get_precision(args.precision), get_optimizer(args.optimizer))
     if args.json:
         print(
-            json.dumps(
+            dumps_json(
                 {
                     "max_params": max_params,
                     "gpus": n_gpus,

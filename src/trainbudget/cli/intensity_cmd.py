@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from trainbudget.cli.args import positive_int
+from trainbudget.cli.args import dumps_json, positive_int
 from trainbudget.core.dtypes import bytes_per_element, get_format
 from trainbudget.core.errors import SpecError
 from trainbudget.core.hardware import get_hardware
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     bound = "compute-bound" if value >= ridge else "memory-bound"
     if args.json:
         print(
-            json.dumps(
+            dumps_json(
                 {
                     "op": args.op,
                     "intensity_flops_per_byte": value,

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from trainbudget.cli.args import add_model_args, nonnegative_float, positive_int
+from trainbudget.cli.args import add_model_args, dumps_json, nonnegative_float, positive_int
 from trainbudget.core.flops import training_flops
 from trainbudget.core.hardware import get_hardware
 from trainbudget.core.model_arg import resolve_model
@@ -48,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.json:
         print(
-            json.dumps(
+            dumps_json(
                 {
                     "mfu": mfu,
                     "flops_per_step": per_step,

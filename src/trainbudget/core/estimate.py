@@ -6,6 +6,7 @@ numbers put into it, the result) that `--explain` prints the way the seeds deriv
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from trainbudget.core.errors import SpecError
@@ -22,6 +23,9 @@ FLOPS_FORMULAS = ("exact", "6n", "palm")
 # Default MFU: Llama 3 405B pre-training reached 38-43 % bf16 MFU on 8k-16k H100s
 # (Dubey et al. 2024, arXiv 2407.21783, Table 4); 0.4 sits in that range.
 DEFAULT_MFU = 0.4
+# A bare count has no context length; per-token FLOPs (6N) do not depend on it, only the
+# tokens-per-step bookkeeping does. 2048 is GPT-3's context (Brown et al. 2020, Table 2.1).
+BARE_MODEL_SEQ_LEN = 2048
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,13 +120,12 @@ def estimate(req: EstimateRequest) -> Estimate:
         raise SpecError("tokens", req.tokens, "must not be negative")
     model = req.model
     bare = isinstance(model, BareModel)
-    seq_len = req.seq_len or (2048 if bare else model.max_seq_len)
-    if not bare and seq_len > model.max_seq_len and model.position == "learned":
-        raise SpecError(
-            "seq_len",
-            seq_len,
-            f"exceeds the learned position table (max_seq_len {model.max_seq_len})",
-        )
+    if req.seq_len is not None:
+        seq_len = req.seq_len
+    else:
+        seq_len = BARE_MODEL_SEQ_LEN if bare else model.max_seq_len
+    if seq_len <= 0:
+        raise SpecError("seq_len", seq_len, "must be a positive integer")
     params = None if bare else count_params(model)
     n_params = model.n_params if bare else params.total
     active = model.n_params if bare else params.active
@@ -149,6 +152,8 @@ def estimate(req: EstimateRequest) -> Estimate:
     train_flops = None
     if req.tokens is not None:
         train_flops = per_token * req.tokens
+        if not math.isfinite(train_flops):
+            raise SpecError("tokens", req.tokens, "gives training FLOPs beyond float range")
         time = training_time(
             train_flops=train_flops,
             n_gpus=req.n_gpus,

@@ -80,6 +80,18 @@ class ForwardFlops:
         }
 
 
+def check_seq_len(spec: ModelSpec, seq_len: int) -> None:
+    """A positive length that a learned position table can embed (RoPE models may extrapolate)."""
+    if seq_len <= 0:
+        raise SpecError("seq_len", seq_len, "must be a positive integer")
+    if spec.position == "learned" and seq_len > spec.max_seq_len:
+        raise SpecError(
+            "seq_len",
+            seq_len,
+            f"exceeds the learned position table of {spec.name} (max_seq_len {spec.max_seq_len})",
+        )
+
+
 def attended_pairs(seq_len: int, causal: bool) -> int:
     """Query-key pairs scored in one head: T*T, or T*(T+1)/2 under a causal mask."""
     return seq_len * (seq_len + 1) // 2 if causal else seq_len * seq_len
@@ -88,8 +100,7 @@ def attended_pairs(seq_len: int, causal: bool) -> int:
 def forward_flops(spec: ModelSpec, seq_len: int, *, causal: bool = False) -> ForwardFlops:
     """Exact forward matmul FLOPs of one sequence (seed 003, `flops()`, generalised to GQA,
     SwiGLU and MoE)."""
-    if seq_len <= 0:
-        raise SpecError("seq_len", seq_len, "must be a positive integer")
+    check_seq_len(spec, seq_len)
     t, d, n = seq_len, spec.d_model, spec.n_layers
     d_q = spec.n_heads * spec.d_head
     pairs = attended_pairs(t, causal)

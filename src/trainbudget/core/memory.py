@@ -87,7 +87,7 @@ def training_memory(
     if isinstance(model, ModelSpec):
         acts = activation_memory(
             model,
-            seq_len=seq_len or model.max_seq_len,
+            seq_len=model.max_seq_len if seq_len is None else seq_len,
             micro_batch=micro_batch,
             activation_bytes=prec.activation_bytes,
             recompute=recompute,

@@ -76,7 +76,15 @@ def mfu_from_measurement(
         raise SpecError("step_seconds", step_seconds, "must be positive")
     if n_gpus <= 0:
         raise SpecError("gpus", n_gpus, "must be a positive integer")
-    return flops_per_step / step_seconds / (n_gpus * peak_flops_per_second)
+    mfu = flops_per_step / step_seconds / (n_gpus * peak_flops_per_second)
+    if not mfu <= 1:  # also catches inf from a step time that underflows
+        raise SpecError(
+            "step_seconds",
+            step_seconds,
+            f"implies MFU {mfu:.3g} > 1 (faster than the hardware peak): check the step time, "
+            "--sequences, --gpus and --gpu",
+        )
+    return mfu
 
 
 def tokens_from_epochs(*, epochs: float, n_samples: float, mean_tokens_per_sample: float) -> float:
