@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
 
 import pytest
-from clirun import cli, cli_json
 
+from clirun import cli, cli_json
 from trainbudget.cli.estimate_cmd import request_from_args
 from trainbudget.cli.main import COMMANDS, build_parser
 from trainbudget.core.estimate import estimate
@@ -279,7 +280,7 @@ def test_memory_grows_with_micro_batch() -> None:
         estimate_json("--model", "llama-2-7b", "--micro-batch", str(b))["memory_bytes"]
         for b in (1, 2, 4, 8)
     ]
-    for small, big in zip(mems, mems[1:]):
+    for small, big in itertools.pairwise(mems):
         assert big["activations"] > small["activations"]
         assert big["total"] > small["total"]
         assert big["params"] == small["params"]

@@ -28,7 +28,7 @@ from trainbudget.core.model_arg import resolve_model
 from trainbudget.core.model_spec import ModelSpec
 from trainbudget.core.precision import get_precision
 from trainbudget.core.training_time import tokens_from_epochs
-from trainbudget.core.units import format_bytes, format_count, format_flops, format_seconds
+from trainbudget.core.units import format_bytes, format_count, format_flops
 
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
@@ -205,7 +205,7 @@ def _summary(e: Estimate) -> str:
             f"{req.tokens:.4g} tokens"
         )
         lines.append(
-            f"time         {t.days:.2f} days ({format_seconds(t.seconds)}) on {t.n_gpus} x "
+            f"time         {t.days:.2f} days ({t.seconds:.5g} s) on {t.n_gpus} x "
             f"{req.hardware.name} at MFU {t.mfu}; {t.gpu_hours:,.0f} GPU-hours"
             + (f"; cost {t.cost:,.0f}" if t.cost is not None else "")
         )

@@ -17,7 +17,7 @@ from trainbudget.core.model_spec import BareModel, ModelSpec
 from trainbudget.core.params import ParamBreakdown, count_params
 from trainbudget.core.precision import get_precision
 from trainbudget.core.training_time import TrainingTime, training_time
-from trainbudget.core.units import format_bytes, format_count, format_flops, format_seconds
+from trainbudget.core.units import format_bytes, format_count, format_flops
 
 FLOPS_FORMULAS = ("exact", "6n", "palm")
 # Default MFU: Llama 3 405B pre-training reached 38-43 % bf16 MFU on 8k-16k H100s
@@ -279,7 +279,7 @@ def _steps(e: Estimate) -> list[Step]:
             Step(
                 "time",
                 f"{e.train_flops:.4g} / {t.achieved_flops_per_second:.4g}",
-                f"{t.seconds:.5g} s = {t.days:.2f} days ({format_seconds(t.seconds)})",
+                f"{t.seconds:.5g} s = {t.days:.2f} days",
             )
         )
         s.append(Step("GPU-hours", f"{t.seconds:.5g} s x {t.n_gpus} / 3600", f"{t.gpu_hours:,.0f}"))
