@@ -19,12 +19,42 @@ from pathlib import Path
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 CASES = [
-    ("estimate --json (dense:70e9)", 0.3,
-     ["estimate", "--model", "dense:70e9", "--tokens", "15e12", "--gpus", "1024", "--gpu",
-      "h100-sxm", "--mfu", "0.5", "--json"]),
-    ("estimate --json (llama-3-405b)", 0.3,
-     ["estimate", "--model", "llama-3-405b", "--tokens", "15.6T", "--gpus", "16384",
-      "--seq-len", "8192", "--recompute", "full", "--json"]),
+    (
+        "estimate --json (dense:70e9)",
+        0.3,
+        [
+            "estimate",
+            "--model",
+            "dense:70e9",
+            "--tokens",
+            "15e12",
+            "--gpus",
+            "1024",
+            "--gpu",
+            "h100-sxm",
+            "--mfu",
+            "0.5",
+            "--json",
+        ],
+    ),
+    (
+        "estimate --json (llama-3-405b)",
+        0.3,
+        [
+            "estimate",
+            "--model",
+            "llama-3-405b",
+            "--tokens",
+            "15.6T",
+            "--gpus",
+            "16384",
+            "--seq-len",
+            "8192",
+            "--recompute",
+            "full",
+            "--json",
+        ],
+    ),
     ("estimate --help", 0.3, ["estimate", "--help"]),
     ("models", 0.3, ["models"]),
 ]
@@ -33,8 +63,9 @@ CASES = [
 def time_once(argv: list[str]) -> float:
     env = {**os.environ, "PYTHONPATH": SRC}
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "trainbudget", *argv], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "trainbudget", *argv], env=env, check=True, stdout=subprocess.DEVNULL
+    )
     return time.perf_counter() - start
 
 
@@ -42,8 +73,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
     runs = parser.parse_args().runs
-    baseline = statistics.median(
-        time_once_python() for _ in range(runs))
+    baseline = statistics.median(time_once_python() for _ in range(runs))
     print(f"{'case':<34} {'median s':>9} {'target s':>9} {'ratio':>6}")
     print(f"{'python -c pass (interpreter only)':<34} {baseline:>9.3f}")
     failed = False

@@ -14,8 +14,9 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 def _modules_after(code: str) -> set[str]:
     probe = code + "\nimport sys\nprint('\\n'.join(sorted(sys.modules)))"
     env = {**os.environ, "PYTHONPATH": SRC}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, check=True, capture_output=True, text=True
+    ).stdout
     return set(out.split())
 
 
@@ -29,8 +30,10 @@ def test_core_imports_no_torch():
 
 
 def test_cli_estimate_imports_no_torch():
-    code = ("from trainbudget.cli.main import main\n"
-            "import contextlib, io\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    main(['estimate', '--model', 'llama-2-7b', '--tokens', '2T', '--json'])")
+    code = (
+        "from trainbudget.cli.main import main\n"
+        "import contextlib, io\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['estimate', '--model', 'llama-2-7b', '--tokens', '2T', '--json'])"
+    )
     assert "torch" not in _modules_after(code)

@@ -13,8 +13,9 @@ E = 2  # 16-bit activations, as in the paper
 
 def paper_spec(h: int, a: int, n_layers: int = 4) -> ModelSpec:
     """The paper's setting: MHA, GELU, d_ff = 4h."""
-    return ModelSpec(vocab_size=1000, d_model=h, n_layers=n_layers, n_heads=a, d_ff=4 * h,
-                     max_seq_len=8192)
+    return ModelSpec(
+        vocab_size=1000, d_model=h, n_layers=n_layers, n_heads=a, d_ff=4 * h, max_seq_len=8192
+    )
 
 
 SHAPES = [  # (s, b, h, a)
@@ -28,8 +29,9 @@ SHAPES = [  # (s, b, h, a)
 @pytest.mark.parametrize(("s", "b", "h", "a"), SHAPES)
 def test_eq1_with_dropout(s: int, b: int, h: int, a: int) -> None:
     """Eq. 1: one layer stores s*b*h*(34 + 5*a*s/h) bytes = 34sbh + 5as^2b."""
-    layer = layer_activations(paper_spec(h, a), seq_len=s, micro_batch=b, activation_bytes=E,
-                              dropout=True)
+    layer = layer_activations(
+        paper_spec(h, a), seq_len=s, micro_batch=b, activation_bytes=E, dropout=True
+    )
     assert layer.total_bytes == 34 * s * b * h + 5 * a * s * s * b
     assert layer.total_bytes == pytest.approx(s * b * h * (34 + 5 * a * s / h))
 
@@ -83,8 +85,16 @@ def test_swiglu_gqa_moe_terms() -> None:
     """SwiGLU keeps 4 d_ff-wide tensors, GQA shrinks K/V, MoE keeps one copy per visited expert
     plus fp32 router scores."""
     s, b, h = 16, 2, 64
-    base = ModelSpec(vocab_size=100, d_model=h, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=256,
-                     max_seq_len=64, mlp="swiglu")
+    base = ModelSpec(
+        vocab_size=100,
+        d_model=h,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        d_ff=256,
+        max_seq_len=64,
+        mlp="swiglu",
+    )
     layer = layer_activations(base, seq_len=s, micro_batch=b, activation_bytes=E)
     assert layer.qkv_bytes == s * b * (64 + 2 * 32) * E  # d_kv = 2 heads x 16
     assert layer.mlp_bytes == s * b * (h + 4 * 256) * E

@@ -55,11 +55,6 @@ def test_errors(call, field: str) -> None:
     assert err.value.field == field
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="src bug: cruncher_memory blames the precision for an optimizer it cannot count "
-    "(adafactor / adamw-8bit): SpecError('precision', 'fp32', ...) instead of 'optimizer'",
-)
 @pytest.mark.parametrize("optimizer", ["adafactor", "adamw-8bit"])
 def test_unsupported_optimizer_named(optimizer: str) -> None:
     """With fp32 the precision is fine; the error should name the optimizer."""

@@ -70,11 +70,21 @@ def test_checkpoint_gpt2_fp32_adamw() -> None:
 
 def test_fit_max_params_seed000() -> None:
     """Seed 000 S-max-model: 8 GPUs x 80 GB / 16 B (fp32 AdamW) = 40e9 parameters."""
-    assert fit_max_params(n_gpus=8, memory_bytes_per_gpu=80e9, precision="fp32",
-                          optimizer="adamw") == 40e9
+    assert (
+        fit_max_params(n_gpus=8, memory_bytes_per_gpu=80e9, precision="fp32", optimizer="adamw")
+        == 40e9
+    )
     # keeping 25 % aside leaves 3/4 of that: 30e9
-    assert fit_max_params(n_gpus=8, memory_bytes_per_gpu=80e9, precision="fp32",
-                          optimizer="adamw", reserve_fraction=0.25) == 30e9
+    assert (
+        fit_max_params(
+            n_gpus=8,
+            memory_bytes_per_gpu=80e9,
+            precision="fp32",
+            optimizer="adamw",
+            reserve_fraction=0.25,
+        )
+        == 30e9
+    )
 
 
 @pytest.mark.parametrize(
@@ -101,12 +111,8 @@ def test_rule_of_thumb() -> None:
     assert r.ours_bytes == 1120e9
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="src bug: training_memory uses `seq_len or model.max_seq_len`, so seq_len=0 is "
-    "silently sized at max_seq_len instead of raising SpecError('seq_len')",
-)
 def test_training_memory_rejects_zero_seq_len() -> None:
-    """seq_len=0 is an error everywhere else (forward_flops, activation_memory)."""
-    with pytest.raises(SpecError):
+    """seq_len=0 is an error, not a request for the default (max_seq_len)."""
+    with pytest.raises(SpecError) as err:
         training_memory(GPT2, seq_len=0)
+    assert err.value.field == "seq_len"

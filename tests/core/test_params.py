@@ -11,8 +11,16 @@ GPT2 = ModelSpec(
 )
 # Llama-2-7b shape (HF meta-llama/Llama-2-7b-hf config.json).
 LLAMA2_7B = ModelSpec(
-    vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, d_ff=11008, max_seq_len=4096,
-    mlp="swiglu", norm="rmsnorm", position="rope", tied_embeddings=False,
+    vocab_size=32000,
+    d_model=4096,
+    n_layers=32,
+    n_heads=32,
+    d_ff=11008,
+    max_seq_len=4096,
+    mlp="swiglu",
+    norm="rmsnorm",
+    position="rope",
+    tied_embeddings=False,
 )
 # Mixtral-8x7B shape (HF mistralai/Mixtral-8x7B-v0.1 config.json).
 MIXTRAL = LLAMA2_7B.replace(
@@ -89,8 +97,13 @@ def test_qkv_bias_only() -> None:
 
 def test_matrix_shapes_plus_vectors_is_total() -> None:
     """Matrices (trainer layout) plus norms/biases account for every parameter."""
-    for spec in (GPT2, GPT2.replace(bias=True), LLAMA2_7B, MIXTRAL,
-                 MIXTRAL.replace(n_shared_experts=1, bias=True, norm="layernorm")):
+    for spec in (
+        GPT2,
+        GPT2.replace(bias=True),
+        LLAMA2_7B,
+        MIXTRAL,
+        MIXTRAL.replace(n_shared_experts=1, bias=True, norm="layernorm"),
+    ):
         elements = sum(r * c * k for _, r, c, k in matrix_shapes(spec))
         assert elements + vector_count(spec) == count_params(spec).total, spec
 

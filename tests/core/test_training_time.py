@@ -18,8 +18,9 @@ H100_BF16 = 989.5e12  # H100 SXM dense bf16 peak FLOP/s (NVIDIA datasheet)
 
 def test_time_70b_on_1024_h100() -> None:
     """6.3e24 / (1024 x 989.5e12 x 0.5) = 1.2435e7 s = 143.9 days."""
-    t = training_time(train_flops=FLOPS_70B_15T, n_gpus=1024, peak_flops_per_second=H100_BF16,
-                      mfu=0.5)
+    t = training_time(
+        train_flops=FLOPS_70B_15T, n_gpus=1024, peak_flops_per_second=H100_BF16, mfu=0.5
+    )
     assert t.achieved_flops_per_second == 1024 * H100_BF16 * 0.5
     assert t.seconds == pytest.approx(1.2435e7, rel=1e-4)
     assert t.days == pytest.approx(143.92, rel=1e-4)
@@ -30,16 +31,21 @@ def test_time_70b_on_1024_h100() -> None:
 def test_cost() -> None:
     """Cost = GPU-hours x price: 10 GPUs for 1 hour at $2 = $20."""
     # 10 GPUs x 1e12 FLOP/s x 1.0 MFU x 3600 s = 3.6e16 FLOPs
-    t = training_time(train_flops=3.6e16, n_gpus=10, peak_flops_per_second=1e12, mfu=1.0,
-                      price_per_gpu_hour=2.0)
+    t = training_time(
+        train_flops=3.6e16, n_gpus=10, peak_flops_per_second=1e12, mfu=1.0, price_per_gpu_hour=2.0
+    )
     assert t.gpu_hours == pytest.approx(10.0)
     assert t.cost == pytest.approx(20.0)
 
 
 def test_mfu_from_measurement() -> None:
     """MFU = achieved / promised: 4e15 FLOPs in 1 s on 8 GPUs of 1e15 peak = 0.5."""
-    assert mfu_from_measurement(flops_per_step=4e15, step_seconds=1.0, n_gpus=8,
-                                peak_flops_per_second=1e15) == 0.5
+    assert (
+        mfu_from_measurement(
+            flops_per_step=4e15, step_seconds=1.0, n_gpus=8, peak_flops_per_second=1e15
+        )
+        == 0.5
+    )
 
 
 def test_tokens_from_epochs() -> None:

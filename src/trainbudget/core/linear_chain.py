@@ -65,11 +65,18 @@ def cruncher_memory(
         if v <= 0:
             raise SpecError(name, v, "must be a positive integer")
     prec, opt = get_precision(precision), get_optimizer(optimizer)
-    if prec.master_bytes or opt.factored or opt.state_bytes_override:
+    if prec.master_bytes:
         raise SpecError(
             "precision",
             precision,
             "the element-count accounting needs one element size: fp32 or bf16",
+        )
+    if opt.factored or opt.state_bytes_override:
+        raise SpecError(
+            "optimizer",
+            optimizer,
+            "the element-count accounting needs full-size states at the parameter's size "
+            "(sgd, momentum, adagrad, rmsprop, adam, adamw)",
         )
     n_params = d * d * n_layers + d
     return LinearChainMemory(

@@ -142,6 +142,8 @@ def parse_bandwidth(text: str | float | int, field: str = "bytes_per_second") ->
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return _finite_nonnegative(field, str(text), float(text))
     s = str(text).strip()
+    if s.startswith("-"):
+        raise SpecError(field, s, "must not be negative")
     m = _BW_RE.match(s)
     if m:
         return _finite_nonnegative(
@@ -154,9 +156,13 @@ def parse_bandwidth(text: str | float | int, field: str = "bytes_per_second") ->
 
 
 def _scaled(value: float, steps: list[tuple[float, str]], digits: int) -> str:
-    for factor, suffix in steps:
+    for i, (factor, suffix) in enumerate(steps):
         if abs(value) >= factor:
-            return f"{value / factor:.{digits}g}{suffix}"
+            text = f"{value / factor:.{digits}g}"
+            # 999,950 rounds to "1000" at 4 digits: say "1M", not "1000k"
+            if i > 0 and abs(float(text)) * factor >= steps[i - 1][0]:
+                return f"{value / steps[i - 1][0]:.{digits}g}{steps[i - 1][1]}"
+            return f"{text}{suffix}"
     return f"{value:.{digits}g}{steps[-1][1] if steps[-1][0] == 1 else ''}"
 
 
