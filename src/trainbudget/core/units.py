@@ -80,17 +80,45 @@ def _finite_nonnegative(field: str, text: str, value: float | Decimal) -> float:
     return value
 
 
-def parse_count(text: str | float | int, field: str = "count") -> float:
-    """'15T' -> 1.5e13; '70B' -> 7e10; '1.5e12' -> 1.5e12. Rejects negatives and units of bytes."""
+def _parse(
+    text: str | float | int,
+    field: str,
+    pattern: re.Pattern[str],
+    unit_table: dict[str, int],
+    expected: str,
+    *,
+    bare_count: bool = True,
+) -> float:
+    """One parser for every kind of quantity: a number, then a unit `pattern` captures as its
+    second group and `unit_table` scales (keys upper-cased unless the table is case-sensitive).
+    With bare_count, a plain count ('1.5e9', '70B') is accepted in the base unit."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return _finite_nonnegative(field, str(text), float(text))
     s = str(text).strip()
     if s.startswith("-"):
         raise SpecError(field, s, "must not be negative")
-    m = _COUNT_RE.match(s)
-    if not m:
-        raise SpecError(field, s, "expected a count such as 15T, 70B, 124M, 4k or 1.5e12")
-    return _finite_nonnegative(field, s, _number(m.group(1), field) * _COUNT_SUFFIX[m.group(2)])
+    m = pattern.match(s)
+    if m:
+        unit = m.group(2) if m.group(2) in unit_table else m.group(2).upper()
+        return _finite_nonnegative(field, s, _number(m.group(1), field) * unit_table[unit])
+    if bare_count:
+        try:
+            return parse_count(s, field)
+        except SpecError:
+            pass
+    raise SpecError(field, s, f"expected {expected}")
+
+
+def parse_count(text: str | float | int, field: str = "count") -> float:
+    """'15T' -> 1.5e13; '70B' -> 7e10; '1.5e12' -> 1.5e12. Rejects negatives and units of bytes."""
+    return _parse(
+        text,
+        field,
+        _COUNT_RE,
+        _COUNT_SUFFIX,
+        "a count such as 15T, 70B, 124M, 4k or 1.5e12",
+        bare_count=False,
+    )
 
 
 def parse_int_count(text: str | int, field: str = "count") -> int:
@@ -103,56 +131,17 @@ def parse_int_count(text: str | int, field: str = "count") -> int:
 
 def parse_bytes(text: str | float | int, field: str = "bytes") -> float:
     """'80GB' -> 8e10 (decimal); '80GiB' -> 85899345920 (binary); a bare number is bytes."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        return _finite_nonnegative(field, str(text), float(text))
-    s = str(text).strip()
-    if s.startswith("-"):
-        raise SpecError(field, s, "must not be negative")
-    m = _BYTES_RE.match(s)
-    if m:
-        return _finite_nonnegative(
-            field, s, _number(m.group(1), field) * _BYTE_UNIT[m.group(2).upper()]
-        )
-    try:
-        return parse_count(s, field)
-    except SpecError:
-        raise SpecError(field, s, "expected bytes such as 80GB, 80GiB, 512MiB or 1.5e9") from None
+    return _parse(text, field, _BYTES_RE, _BYTE_UNIT, "bytes such as 80GB, 80GiB, 512MiB or 1.5e9")
 
 
 def parse_flops_rate(text: str | float | int, field: str = "flops_per_second") -> float:
     """'989.5TFLOPS' -> 9.895e14 FLOP/s. A bare number is FLOP/s."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        return _finite_nonnegative(field, str(text), float(text))
-    s = str(text).strip()
-    if s.startswith("-"):
-        raise SpecError(field, s, "must not be negative")
-    m = _FLOPS_RE.match(s)
-    if m:
-        return _finite_nonnegative(
-            field, s, _number(m.group(1), field) * _RATE_PREFIX[m.group(2).upper()]
-        )
-    try:
-        return parse_count(s, field)
-    except SpecError:
-        raise SpecError(field, s, "expected a rate such as 989.5TFLOPS or 3.12e14") from None
+    return _parse(text, field, _FLOPS_RE, _RATE_PREFIX, "a rate such as 989.5TFLOPS or 3.12e14")
 
 
 def parse_bandwidth(text: str | float | int, field: str = "bytes_per_second") -> float:
     """'3.35TB/s' -> 3.35e12 bytes/s; '900GiB/s' uses binary units. A bare number is bytes/s."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        return _finite_nonnegative(field, str(text), float(text))
-    s = str(text).strip()
-    if s.startswith("-"):
-        raise SpecError(field, s, "must not be negative")
-    m = _BW_RE.match(s)
-    if m:
-        return _finite_nonnegative(
-            field, s, _number(m.group(1), field) * _BYTE_UNIT[m.group(2).upper()]
-        )
-    try:
-        return parse_count(s, field)
-    except SpecError:
-        raise SpecError(field, s, "expected a bandwidth such as 3.35TB/s or 900GB/s") from None
+    return _parse(text, field, _BW_RE, _BYTE_UNIT, "a bandwidth such as 3.35TB/s or 900GB/s")
 
 
 def _scaled(value: float, steps: list[tuple[float, str]], digits: int) -> str:
