@@ -65,39 +65,52 @@ def layer_activations(
     flash_attention: bool = False,
     drop_attention_matrix: bool = False,
     dropout: bool = False,
+    tp: int = 1,
+    sp: bool = False,
+    cp: int = 1,
 ) -> LayerActivations:
-    """Bytes one layer stores for backward (no recomputation), for `micro_batch` sequences."""
-    if seq_len <= 0:
-        raise SpecError("seq_len", seq_len, "must be a positive integer")
-    if micro_batch <= 0:
-        raise SpecError("micro_batch", micro_batch, "must be a positive integer")
+    """Bytes one layer stores on one GPU for backward (no recomputation), for `micro_batch`
+    sequences, under tensor (tp), sequence (sp) and context (cp) parallelism.
+
+    Korthikanti et al. 2022, Sec. 4.2: with TP alone the norm inputs, the inputs of the first
+    linear of each block and the dropout masks stay replicated (10*s*b*h of eq. 2) while the
+    rest splits by t (24*s*b*h/t + 5*a*s*s*b/t); SP splits the replicated part too (eq. 3).
+    CP keeps s/cp queries per GPU (attention scores: s/cp queries x s keys). K/V heads are
+    replicated when tp > n_kv_heads, as Megatron does.
+    """
+    for name, value in (("seq_len", seq_len), ("micro_batch", micro_batch), ("tp", tp), ("cp", cp)):
+        if value <= 0:
+            raise SpecError(name, value, "must be a positive integer")
     s, b, h, a, e = seq_len, micro_batch, spec.d_model, spec.n_heads, activation_bytes
-    d_q = a * spec.d_head
-    tokens = s * b
+    tokens = s * b / cp  # tokens this GPU holds along the sequence
+    rep = tp if sp else 1  # divisor of the tensors TP alone leaves replicated
+    heads = a / tp
+    d_q = a * spec.d_head / tp
+    d_kv = max(spec.d_kv / tp, spec.d_head)
     n_hidden = 4 if spec.mlp == "swiglu" else 2  # saved hidden tensors of width d_ff per MLP
     if spec.is_moe:
         k = spec.experts_per_token + spec.n_shared_experts
         # each visited expert keeps its own copy of the token's input and hidden tensors;
         # the router's softmax scores (fp32) are kept for the gate gradient
-        mlp = k * tokens * (h + n_hidden * spec.d_ff_expert) * e
-        mlp += tokens * spec.n_experts * FP32_BYTES
+        mlp = k * tokens * (h / rep + n_hidden * spec.d_ff_expert / tp) * e
+        mlp += tokens * spec.n_experts * FP32_BYTES / rep
     else:
-        mlp = tokens * (h + n_hidden * spec.d_ff) * e
+        mlp = tokens * (h / rep + n_hidden * spec.d_ff / tp) * e
     store_matrix = not (flash_attention or drop_attention_matrix)
-    matrix = a * s * s * b * e if store_matrix else 0
+    matrix_elements = heads * (s / cp) * s * b  # local queries x all keys, local heads
     dropout_bytes = 0.0
     if dropout:
         # masks after attention and MLP (s*b*h each); on the attention matrix, its mask and its
         # dropped-out copy (the softmax output itself is kept above)
-        dropout_bytes = 2 * tokens * h * MASK_BYTES
+        dropout_bytes = 2 * tokens * h * MASK_BYTES / rep
         if store_matrix:
-            dropout_bytes += a * s * s * b * (MASK_BYTES + e)
+            dropout_bytes += matrix_elements * (MASK_BYTES + e)
     return LayerActivations(
-        norm_inputs_bytes=2 * tokens * h * e,
-        attention_linear_inputs_bytes=tokens * (h + d_q) * e,
-        qkv_bytes=tokens * (d_q + 2 * spec.d_kv) * e,
-        attention_matrix_bytes=matrix,
-        flash_stats_bytes=a * tokens * FP32_BYTES if flash_attention else 0,
+        norm_inputs_bytes=2 * tokens * h * e / rep,
+        attention_linear_inputs_bytes=tokens * (h / rep + d_q) * e,
+        qkv_bytes=tokens * (d_q + 2 * d_kv) * e,
+        attention_matrix_bytes=matrix_elements * e if store_matrix else 0,
+        flash_stats_bytes=heads * tokens * FP32_BYTES if flash_attention else 0,
         mlp_bytes=mlp,
         dropout_bytes=dropout_bytes,
     )
