@@ -15,7 +15,11 @@ Conventions:
 - A group spanning nodes is modelled as NCCL runs multi-node rings: intra-node reduce-scatter
   (k ranks, intra bandwidth), then the collective over m nodes on n / k bytes per GPU (each GPU
   drives its own NIC, so the per-GPU inter-node bandwidth applies), then intra-node all-gather.
-  Phases are summed (no overlap between them): a slight over-estimate.
+  Phases are summed (no overlap between them): a slight over-estimate. "tree" on such a group
+  is the double binary tree over the nodes, between the same intra-node ring phases.
+  All-gather / reduce-scatter use the same two ring phases (n / k across nodes, n inside);
+  all-to-all sends its (k-1)/p share inside the node and its (p-k)/p share across nodes;
+  broadcast goes over the nodes, then inside each; send/recv takes the slowest hop.
 - `bytes_sent_per_rank` is the numerator of the beta term: what the busiest rank pushes into
   its link(s), summed over phases. `steps` counts the alpha terms.
 - "tree" exists for all-reduce (double binary tree: 2 ceil(log2 p) steps, 2n per rank) and
@@ -24,6 +28,8 @@ Conventions:
   accepted and ignored, and the result's `algorithm` says what was modelled. "auto" takes the
   faster of ring and tree, as NCCL's tuner does (ties go to ring).
 - An empty buffer or a group of one costs nothing (NCCL returns at once for count 0).
+- `collective_seconds` is `collective_cost(...).seconds` without building the dataclass, for
+  the planner's inner loop.
 """
 
 from __future__ import annotations
@@ -56,12 +62,12 @@ _FREE = CollectiveCost(0.0, 0.0, 0.0, 0.0, 0, "none")
 
 # Each kind below returns (latency_seconds, bandwidth_seconds, bytes_sent_per_rank, steps) for
 # m nodes of k members; (ai, bi) / (ae, be) are the intra- / inter-node alpha and beta.
-Phases = tuple[float, float, float, int]
+_Phases = tuple[float, float, float, int]
 
 
 def _all_reduce(
     n: float, k: int, m: int, ai: float, bi: float, ae: float, be: float, tree: bool
-) -> Phases:
+) -> _Phases:
     if m == 1:  # one node: the whole collective on NVLink-class links
         q, s, a, b = k, n, ai, bi
         lat = bw = sent = 0.0
@@ -81,7 +87,7 @@ def _all_reduce(
 
 def _gather(
     n: float, k: int, m: int, ai: float, bi: float, ae: float, be: float, tree: bool
-) -> Phases:
+) -> _Phases:
     # Ring all-gather (reduce-scatter: the same phases reversed), q-1 chunks of 1/q (Thakur sec. 3):
     # across the m nodes on each rank's node-slice n / k, inside the node on the full n.
     sent_intra = (k - 1) / k * n
@@ -92,7 +98,7 @@ def _gather(
 
 def _all_to_all(
     n: float, k: int, m: int, ai: float, bi: float, ae: float, be: float, tree: bool
-) -> Phases:
+) -> _Phases:
     # Pairwise exchange, p-1 steps of n/p (Thakur sec. 4): k-1 peers share the node, p-k are remote.
     p = k * m
     sent_intra = (k - 1) / p * n
@@ -103,14 +109,14 @@ def _all_to_all(
 
 def _send_recv(
     n: float, k: int, m: int, ai: float, bi: float, ae: float, be: float, tree: bool
-) -> Phases:
+) -> _Phases:
     # One message (Hockney) over the slowest hop of the group.
     return (ai, n / bi, n, 1) if m == 1 else (ae, n / be, n, 1)
 
 
 def _broadcast(
     n: float, k: int, m: int, ai: float, bi: float, ae: float, be: float, tree: bool
-) -> Phases:
+) -> _Phases:
     # Pipelined, the message streams through each level once (n / b); the pipeline is
     # ceil(log2 q) hops deep for a binary tree, q-1 for a chain (ring). Nodes first, then inside.
     lat = bw = sent = 0.0

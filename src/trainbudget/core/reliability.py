@@ -160,7 +160,9 @@ class Goodput:
     @property
     def checkpoint_overhead_fraction(self) -> float:
         """delta / tau: checkpoint time per useful second (0 when checkpoints are free)."""
-        return 0.0 if self.checkpoint_seconds == 0 else self.checkpoint_seconds / self.interval_seconds
+        return (
+            0.0 if self.checkpoint_seconds == 0 else self.checkpoint_seconds / self.interval_seconds
+        )
 
     @property
     def waste_per_failure_seconds(self) -> float:

@@ -24,7 +24,7 @@ from trainbudget.core.cluster import Cluster
 from trainbudget.core.comm import collective_cost
 from trainbudget.core.flops import forward_flops
 from trainbudget.core.model_spec import ModelSpec
-from trainbudget.core.parallel_memory import stage_params
+from trainbudget.core.parallel_memory import DDP_BUCKET_BYTES, stage_params
 from trainbudget.core.plan import Plan, group_span
 from trainbudget.core.precision import Optimizer, Precision
 
@@ -257,8 +257,13 @@ def step_time(
             t_gather = run(
                 "zero3_gather", "all_gather", weight_bytes, "dp", 2 * m, group=dp_group, per_node=pn
             )
-            exposed["zero3_gather"] = max(0.0, t_gather - compute)
-        exposed["dp_grad_reduce"] = max(0.0, t_dp - bwd_mb)
+            # the first layer's gather has nothing to hide behind
+            first = t_gather / (2 * m * layers)
+            exposed["zero3_gather"] = max(first, t_gather - compute)
+        # the last bucket (the first layers' gradients) is reduced after backward ends
+        exposed["dp_grad_reduce"] = max(
+            t_dp * min(1.0, DDP_BUCKET_BYTES / grad_bytes), t_dp - bwd_mb
+        )
     # optimizer step: reads grad, master, states; writes master, states, weights (HBM-bound)
     local = zero_shard_params(sp_.dense, plan)
     upd_bytes = (
