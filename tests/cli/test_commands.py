@@ -447,6 +447,33 @@ def test_mfu_text() -> None:
 # ---------------------------------------------------------------- help and no arguments
 
 SUBCOMMAND_OPTIONS = {
+    "plan": (
+        "--model",
+        "--gpus",
+        "--gpu",
+        "--global-batch",
+        "--seq-len",
+        "--tokens",
+        "--top",
+        "--max-tp",
+        "--zero-stages",
+        "--allow-offload",
+        "--within-days",
+        "--gpu-options",
+        "--gpu-counts",
+        "--prices",
+        "--json",
+    ),
+    "reliability": (
+        "--gpus",
+        "--gpu-failure-rate-per-day",
+        "--failure-rate-per-month",
+        "--checkpoint-bytes",
+        "--write-bytes-per-second",
+        "--restart-seconds",
+        "--train-days",
+        "--json",
+    ),
     "estimate": (
         "--model",
         "--set",

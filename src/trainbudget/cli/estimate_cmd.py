@@ -12,6 +12,15 @@ from trainbudget.cli.args import (
     nonnegative_float,
     positive_int,
 )
+from trainbudget.cli.plan_view import (
+    add_plan_args,
+    cluster_from_args,
+    plan_from_args,
+    plan_json,
+    plan_lines,
+    wants_plan,
+)
+from trainbudget.core.cluster import Cluster
 from trainbudget.core.errors import SpecError
 from trainbudget.core.estimate import (
     DEFAULT_MFU,
@@ -26,9 +35,11 @@ from trainbudget.core.hardware import get_hardware
 from trainbudget.core.memory import rule_of_thumb_6gb
 from trainbudget.core.model_arg import resolve_model
 from trainbudget.core.model_spec import ModelSpec
-from trainbudget.core.precision import get_precision
+from trainbudget.core.plan import validate_plan
+from trainbudget.core.planner import RankedPlan, evaluate
+from trainbudget.core.precision import get_optimizer, get_precision
 from trainbudget.core.training_time import tokens_from_epochs
-from trainbudget.core.units import format_bytes, format_count, format_flops
+from trainbudget.core.units import SECONDS_PER_DAY, format_bytes, format_count, format_flops
 
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
@@ -59,6 +70,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
         help="exact per-part count (default), 6n, or palm (6N + 12LHQT)",
     )
     add_training_args(p)
+    add_plan_args(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--explain", action="store_true", help="print each formula, inputs and result")
 
@@ -236,12 +248,61 @@ def _explain(e: Estimate) -> str:
     return "\n".join(out)
 
 
+def _plan_result(args: argparse.Namespace, e: Estimate) -> tuple[RankedPlan, Cluster] | None:
+    """The plan-aware evaluation when any plan option was given, else None."""
+    if not wants_plan(args):
+        return None
+    req = e.request
+    if not isinstance(req.model, ModelSpec):
+        raise SpecError(
+            "--model",
+            req.model.name,
+            "a parallel plan needs an architecture (a preset or config.json)",
+        )
+    cluster = cluster_from_args(args, req.hardware, req.n_gpus)
+    plan = plan_from_args(
+        args, req.n_gpus, req.micro_batch, req.grad_accum, req.recompute, req.flash_attention
+    )
+    validate_plan(plan, req.model, n_gpus=req.n_gpus, seq_len=e.seq_len)
+    ranked = evaluate(
+        req.model,
+        plan,
+        cluster,
+        seq_len=e.seq_len,
+        precision=get_precision(req.precision),
+        optimizer=get_optimizer(req.optimizer),
+    )
+    return ranked, cluster
+
+
 def run(args: argparse.Namespace) -> int:
     e = estimate(request_from_args(args))
+    planned = _plan_result(args, e)
     if args.json:
-        print(dumps_json(to_json(e)))
+        out = to_json(e)
+        if planned is not None:
+            ranked, cluster = planned
+            out.update(plan_json(ranked, cluster))
+            if e.request.tokens is not None:
+                steps = e.request.tokens / ranked.time.tokens_per_step
+                out["plan_time_seconds"] = steps * ranked.time.step_seconds
+                out["plan_time_days"] = out["plan_time_seconds"] / SECONDS_PER_DAY
+        print(dumps_json(out))
         return 0
-    print(_summary(e))
+    summary = _summary(e)
+    if planned is not None:
+        summary = summary.replace("memory/GPU  ", "memory (1 GPU, no parallelism)\n            ")
+    print(summary)
+    if planned is not None:
+        ranked, cluster = planned
+        print()
+        print("\n".join(plan_lines(ranked, cluster)))
+        if e.request.tokens is not None:
+            days = e.request.tokens / ranked.time.tokens_per_second / SECONDS_PER_DAY
+            print(
+                f"plan time    {days:.2f} days for {e.request.tokens:.4g} tokens at the "
+                "predicted step time"
+            )
     if args.explain:
         print()
         print(_explain(e))

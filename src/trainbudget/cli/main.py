@@ -21,6 +21,10 @@ COMMANDS = {
         "arithmetic intensity of a dot product or matmul vs a chip's ridge point",
     ),
     "mfu": ("trainbudget.cli.mfu_cmd", "model FLOPs utilisation from a measured step time"),
+    "plan": (
+        "trainbudget.cli.plan_cmd",
+        "search every parallel layout; the fastest that fit, and why",
+    ),
     "reliability": (
         "trainbudget.cli.reliability_cmd",
         "failure probability, MTBF, optimal checkpoint interval and goodput",

@@ -12,8 +12,9 @@ Overlap model (what each collective can hide behind, as Megatron-LM and FSDP sch
   --overlap-param-gather), so it is hidden behind one micro-batch's forward.
 - ZeRO-3 gathers (forward and backward, every micro-batch) prefetch behind that micro-batch's
   compute; its gradient reduce-scatter behaves like DP's.
-Lower bound max(compute, comm), upper bound compute + comm (seed 004, B-bounds); the estimate
-lies between and `overlap_note` says which terms were exposed.
+Lower bound max(compute, comm), upper bound compute + comm (seed 004, B-bounds; `step_bounds`),
+with comm the busiest axis's collectives for the lower bound and all of them for the upper; the
+estimate lies between and `overlap_note` says which terms were exposed.
 """
 
 from __future__ import annotations
@@ -243,27 +244,29 @@ def step_time(
         _, pn = group_span(plan, "dp", cluster.gpus_per_node)
         _, cp_pn = group_span(plan, "cp", cluster.gpus_per_node)
         pn = max(1, min(dp_group, pn * cp_pn))
-        if plan.zero <= 1:
-            t_dp = run("dp", "all_reduce", grad_bytes, "dp", 1, group=dp_group, per_node=pn)
-            t_gather = 0.0
-        else:
-            t_dp = run("dp", "reduce_scatter", grad_bytes, "dp", 1, group=dp_group, per_node=pn)
-            t_gather = 0.0
+        # ZeRO paper Sec. 7: stages 1-2 move what plain DP moves (reduce-scatter of gradients
+        # + all-gather of updated weights = one all-reduce); stage 3 gathers the weights for
+        # the forward and again for the backward of every micro-batch (1.5x per step at m = 1)
+        kind = "all_reduce" if plan.zero == 0 else "reduce_scatter"
+        t_grad = run("dp_grad_reduce", kind, grad_bytes, "dp", 1, group=dp_group, per_node=pn)
+        # the last bucket (the first layers' gradients) is reduced after backward ends
+        floor = t_grad * min(1.0, DDP_BUCKET_BYTES / grad_bytes)
+        window = bwd_mb  # gradients reduce during the last micro-batch's backward
+        t_gather = 0.0
         if plan.zero in (1, 2):
-            t_gather = run("dp", "all_gather", weight_bytes, "dp", 1, group=dp_group, per_node=pn)
-            exposed["dp_param_gather"] = max(0.0, t_gather - fwd_mb)
-        if plan.zero == 3:
-            # forward and backward gathers every micro-batch, hidden behind its compute
+            # the updated weights are gathered during the next step's first forward
+            t_gather = run(
+                "dp_param_gather", "all_gather", weight_bytes, "dp", 1, group=dp_group, per_node=pn
+            )
+            window += fwd_mb
+        elif plan.zero == 3:
             t_gather = run(
                 "zero3_gather", "all_gather", weight_bytes, "dp", 2 * m, group=dp_group, per_node=pn
             )
-            # the first layer's gather has nothing to hide behind
-            first = t_gather / (2 * m * layers)
-            exposed["zero3_gather"] = max(first, t_gather - compute)
-        # the last bucket (the first layers' gradients) is reduced after backward ends
-        exposed["dp_grad_reduce"] = max(
-            t_dp * min(1.0, DDP_BUCKET_BYTES / grad_bytes), t_dp - bwd_mb
-        )
+            window = compute  # prefetched behind every micro-batch
+            floor += t_gather / (2 * m * layers)  # the first layer's gather cannot hide
+        # every DP-axis collective shares the same links and the same compute window
+        exposed["dp_comm"] = max(floor, t_grad + t_gather - window)
     # optimizer step: reads grad, master, states; writes master, states, weights (HBM-bound)
     local = zero_shard_params(sp_.dense, plan)
     upd_bytes = (
@@ -301,6 +304,13 @@ def step_time(
     }
     step = sum(breakdown.values())
     comm_total = sum(comm_s.values())
+    # collectives of one axis share links; different axes mostly use different ones (TP inside
+    # a node, DP across nodes), so the busiest axis bounds the step from below
+    by_axis: dict[str, float] = {}
+    for name, seconds in comm_s.items():
+        axis = "dp" if name.startswith(("dp", "zero3")) else name
+        by_axis[axis] = by_axis.get(axis, 0.0) + seconds
+    busiest_link = max(by_axis.values(), default=0.0)
     hidden = comm_total - sum(v for k, v in exposed.items())
     note = (
         f"{hidden:.3g} s of {comm_total:.3g} s communication hidden behind compute; "
@@ -323,7 +333,7 @@ def step_time(
         comm_seconds=comm_s,
         comm_bytes=comm_b,
         compute_seconds=compute,
-        lower_bound_seconds=max(compute + bubble, comm_total),
+        lower_bound_seconds=step_bounds(compute + bubble, busiest_link)[0],
         upper_bound_seconds=compute + bubble + comm_total + optimizer_s + offload_s,
         overlap_note=note,
         model_flops_per_step=model_flops,
@@ -332,6 +342,12 @@ def step_time(
         n_gpus=plan.n_gpus,
         peak_flops_per_second=peak,
     )
+
+
+def step_bounds(compute_seconds: float, comm_seconds: float) -> tuple[float, float]:
+    """(lower, upper) bound of a step from its compute and communication time: perfect
+    overlap gives max(compute, comm), none gives compute + comm (seed 004, B-bounds)."""
+    return max(compute_seconds, comm_seconds), compute_seconds + comm_seconds
 
 
 def zero_shard_params(n_local: float, plan: Plan) -> float:

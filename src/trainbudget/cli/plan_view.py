@@ -1,0 +1,189 @@
+"""Plan options shared by `estimate` and `plan`, and how a ranked plan is shown."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainbudget.cli.args import positive_int
+from trainbudget.core.cluster import Cluster
+from trainbudget.core.errors import SpecError
+from trainbudget.core.hardware import Hardware
+from trainbudget.core.plan import Plan
+from trainbudget.core.planner import RankedPlan
+from trainbudget.core.units import format_bytes
+
+PLAN_FLAGS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "zero_shard", "global_batch")
+
+
+def add_cluster_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpus-per-node", help="GPUs per node (default: the hardware's platform)")
+    p.add_argument("--link-efficiency", help="achieved / nominal link bandwidth (default 0.8)")
+
+
+def add_plan_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("parallel plan (any of these switches to the plan-aware model)")
+    g.add_argument("--dp", help="data-parallel degree (default: gpus / (tp * pp * cp))")
+    g.add_argument("--tp", help="tensor-parallel degree (default 1)")
+    g.add_argument("--pp", help="pipeline stages (default 1)")
+    g.add_argument("--vpp", help="virtual stages per GPU: interleaved schedule (default 1)")
+    g.add_argument("--cp", help="context-parallel degree (default 1)")
+    g.add_argument("--ep", help="expert-parallel degree (default 1)")
+    g.add_argument("--zero", help="ZeRO stage 0-3 (3 = FSDP; default 0)")
+    g.add_argument("--zero-shard", help="HSDP: shard over this many dp ranks, replicate across")
+    g.add_argument("--sp", action="store_true", help="sequence parallelism (needs tp > 1)")
+    g.add_argument(
+        "--schedule",
+        choices=("1f1b", "gpipe", "interleaved"),
+        help="pipeline schedule (default 1f1b; interleaved when --vpp > 1)",
+    )
+    g.add_argument(
+        "--global-batch",
+        help="sequences per optimizer step (default: micro-batch x grad-accum x dp)",
+    )
+    g.add_argument("--offload-optimizer", choices=("none", "cpu", "nvme"), default="none")
+    g.add_argument("--offload-params", choices=("none", "cpu", "nvme"), default="none")
+    add_cluster_args(p)
+
+
+def wants_plan(args: argparse.Namespace) -> bool:
+    return (
+        any(getattr(args, f) is not None for f in PLAN_FLAGS)
+        or args.sp
+        or args.offload_optimizer != "none"
+        or args.offload_params != "none"
+        or args.schedule is not None
+    )
+
+
+def cluster_from_args(args: argparse.Namespace, hardware: Hardware, n_gpus: int) -> Cluster:
+    extra: dict = {}
+    if args.gpus_per_node is not None:
+        extra["gpus_per_node"] = positive_int("gpus_per_node", args.gpus_per_node)
+    if args.link_efficiency is not None:
+        try:
+            extra["link_efficiency"] = float(args.link_efficiency)
+        except ValueError:
+            raise SpecError(
+                "link_efficiency", args.link_efficiency, "must be a number in (0, 1]"
+            ) from None
+    return Cluster(hardware=hardware, n_gpus=n_gpus, **extra)
+
+
+def plan_from_args(
+    args: argparse.Namespace,
+    n_gpus: int,
+    micro_batch: int,
+    grad_accum: int,
+    recompute: str,
+    flash_attention: bool,
+) -> Plan:
+    def opt(name: str, default: int) -> int:
+        value = getattr(args, name)
+        if value is None:
+            return default
+        if name in ("zero", "zero_shard"):
+            try:
+                return int(value)
+            except ValueError:
+                raise SpecError(name, value, "must be an integer") from None
+        return positive_int(name, value)
+
+    tp, pp, cp, vpp = opt("tp", 1), opt("pp", 1), opt("cp", 1), opt("vpp", 1)
+    # a dp that does not multiply out is reported by validate_plan with every other problem
+    dp = opt("dp", max(1, n_gpus // (tp * pp * cp)))
+    if args.global_batch is not None:
+        global_batch = positive_int("global_batch", args.global_batch)
+        if global_batch % (micro_batch * dp):
+            raise SpecError(
+                "global_batch",
+                global_batch,
+                f"must be divisible by micro_batch ({micro_batch}) * dp ({dp})",
+            )
+        grad_accum = global_batch // (micro_batch * dp)
+    schedule = args.schedule or ("interleaved" if vpp > 1 else "1f1b")
+    return Plan(
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        ep=opt("ep", 1),
+        zero=opt("zero", 0),
+        zero_shard=opt("zero_shard", 0),
+        sp=args.sp,
+        vpp=vpp,
+        schedule=schedule,
+        micro_batch=micro_batch,
+        grad_accum=grad_accum,
+        recompute=recompute,
+        flash_attention=flash_attention,
+        offload_optimizer=args.offload_optimizer,
+        offload_params=args.offload_params,
+    )
+
+
+def plan_json(r: RankedPlan, cluster: Cluster) -> dict:
+    """The plan-aware fields of the interface contract."""
+    p, t, m = r.plan, r.time, r.memory
+    return {
+        "plan": {
+            "dp": p.dp,
+            "tp": p.tp,
+            "pp": p.pp,
+            "vpp": p.vpp,
+            "cp": p.cp,
+            "ep": p.ep,
+            "zero": p.zero,
+            "zero_shard": p.zero_shard,
+            "sp": p.sp,
+            "schedule": p.schedule,
+            "micro_batch": p.micro_batch,
+            "grad_accum": p.grad_accum,
+            "global_batch": p.global_batch,
+            "recompute": p.recompute,
+            "flash_attention": p.flash_attention,
+            "offload_optimizer": p.offload_optimizer,
+            "offload_params": p.offload_params,
+            "description": p.describe(),
+        },
+        "fits": r.fits,
+        "memory_bytes": {
+            "params": m.params_bytes,
+            "grads": m.grads_bytes,
+            "optimizer": m.optimizer_bytes,
+            "activations": m.activations_bytes,
+            "buffers": m.buffers_bytes,
+            "total": m.total_bytes,
+            "host_offloaded": m.host_bytes,
+            "peak_stage": m.stage,
+        },
+        "gpu_memory_bytes": cluster.hardware.memory_bytes,
+        "step_seconds": t.step_seconds,
+        "step_breakdown_seconds": t.breakdown_seconds,
+        "step_bounds_seconds": {"lower": t.lower_bound_seconds, "upper": t.upper_bound_seconds},
+        "overlap": t.overlap_note,
+        "tokens_per_step": t.tokens_per_step,
+        "tokens_per_second": t.tokens_per_second,
+        "mfu": t.mfu,
+        "hfu": t.hfu,
+        "comm_bytes_per_step": t.comm_bytes,
+        "comm_seconds_per_step": t.comm_seconds,
+    }
+
+
+def plan_lines(r: RankedPlan, cluster: Cluster) -> list[str]:
+    t, m = r.time, r.memory
+    parts = ", ".join(f"{k} {v:.3g}" for k, v in t.breakdown_seconds.items() if v > 0)
+    return [
+        f"plan         {r.plan.describe()}",
+        f"step         {t.step_seconds:.4g} s ({parts}); bounds {t.lower_bound_seconds:.4g}-"
+        f"{t.upper_bound_seconds:.4g} s",
+        f"throughput   {t.tokens_per_second:,.0f} tokens/s; MFU {100 * t.mfu:.1f} %, HFU "
+        f"{100 * t.hfu:.1f} %",
+        f"memory/GPU   weights {format_bytes(m.params_bytes)} + grads {format_bytes(m.grads_bytes)}"
+        f" + optimizer {format_bytes(m.optimizer_bytes)} + activations "
+        f"{format_bytes(m.activations_bytes)} + buffers {format_bytes(m.buffers_bytes)} = "
+        f"{format_bytes(m.total_bytes)} on the {m.stage} stage "
+        f"({'fits' if r.fits else 'does NOT fit'} in "
+        f"{format_bytes(cluster.hardware.memory_bytes)})",
+        f"overlap      {t.overlap_note}",
+    ]
