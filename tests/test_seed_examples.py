@@ -2,9 +2,8 @@
 arithmetic intensity (../shared/seed-examples.md), by its id, from Python and from the CLI.
 
 Sources: seed 000/001/002 = the PyTorch resource-accounting lecture; seed 003 = the GPT-2
-sizing notebook; seed 004 = the large-model training article. Parallelism, communication and
-failure examples (B-zero, B-ring-tree, B-bounds, B-fail-*) belong to the parallel-plan issue;
-measured ones (S-mfu, S-init, S-gpu-delta) to the profiler issue.
+sizing notebook; seed 004 = the large-model training article. Measured ones (S-mfu, S-init,
+S-gpu-delta) belong to the profiler issue.
 """
 
 from __future__ import annotations
@@ -12,6 +11,8 @@ from __future__ import annotations
 import pytest
 
 from clirun import cli_json
+from trainbudget.core.cluster import Cluster
+from trainbudget.core.comm import collective_cost, data_parallel_gradient_bytes_per_iteration
 from trainbudget.core.dtypes import get_format, tensor_bytes
 from trainbudget.core.flops import forward_flops, hidden_state_bytes, matmul_flops
 from trainbudget.core.hardware import get_hardware
@@ -20,7 +21,11 @@ from trainbudget.core.linear_chain import cruncher_memory, linear_chain_flops
 from trainbudget.core.memory import checkpoint_bytes, fit_max_params, training_memory
 from trainbudget.core.model_arg import resolve_model
 from trainbudget.core.model_spec import BareModel
+from trainbudget.core.parallel_memory import zero_model_state
 from trainbudget.core.params import count_params
+from trainbudget.core.precision import get_optimizer, get_precision
+from trainbudget.core.reliability import daily_rate_linear, job_failure_probability
+from trainbudget.core.step_time import step_bounds
 from trainbudget.core.training_time import mfu_from_measurement, training_time
 from trainbudget.core.units import GB, TB, GiB
 
@@ -291,3 +296,94 @@ def test_B_kv():
     assert j["inference"]["hidden_state_bytes"] == 0.5 * GiB
     # and the KV cache beside it: 2 x 80 layers x 8 kv heads x 128 x 2 B x 32768 tokens
     assert j["inference"]["kv_cache_bytes"] == 2 * 80 * 8 * 128 * 2 * 8 * 4096
+
+
+# ---- seed 004: parallel plans, communication, failures ------------------------------------
+def test_B_zero():
+    # Psi = 7.5e9, N = 64, K = 12 (mixed-precision Adam): 120 / 31.4 / 16.6 / 1.9 GB per GPU
+    expected = {0: 120.0, 1: 31.4, 2: 16.6, 3: 1.9}
+    prec, opt = get_precision("bf16-mixed"), get_optimizer("adam")
+    for stage, gb in expected.items():
+        state = zero_model_state(7.5e9, shard=64, zero=stage, precision=prec, optimizer=opt)
+        assert round(state.total_bytes / GB, 1) == gb
+        j = cli_json(
+            "estimate",
+            "--model",
+            "dense:7.5e9",
+            "--gpus",
+            "64",
+            "--zero",
+            str(stage),
+            "--optimizer",
+            "adam",
+        )
+        assert round(j["memory_bytes"]["total"] / GB, 1) == gb
+    # "stage 3 moves 1.5x the data of plain data parallelism": reduce-scatter of gradients +
+    # all-gather for forward + all-gather for backward vs one all-reduce (= RS + AG)
+    cluster = Cluster(hardware=get_hardware("h100-sxm"), n_gpus=64)
+    n = 7.5e9 * 2
+    ddp = collective_cost("all_reduce", n, 64, 8, cluster).bytes_sent_per_rank
+    zero3 = (
+        collective_cost("reduce_scatter", n, 64, 8, cluster).bytes_sent_per_rank
+        + 2 * collective_cost("all_gather", n, 64, 8, cluster).bytes_sent_per_rank
+    )
+    assert zero3 / ddp == pytest.approx(1.5)
+
+
+def test_B_walls_communication():
+    # 128 replicas exchanging fp32 gradients of GPT-3 175B: 128 x 700 GB = 89.6 TB
+    assert data_parallel_gradient_bytes_per_iteration(175e9, 4, 128) == pytest.approx(89.6 * TB)
+
+
+def test_B_ring_tree():
+    cluster = Cluster(hardware=get_hardware("h100-sxm"), n_gpus=1024)
+    for p in (2, 8, 64, 1024):
+        ring = collective_cost("all_reduce", 1e9, p, 1, cluster, "ring")
+        assert ring.bytes_sent_per_rank == pytest.approx(2 * (p - 1) / p * 1e9)
+    steps = {
+        p: collective_cost("all_reduce", 1e3, p, 1, cluster, "tree").steps for p in (2, 4, 1024)
+    }
+    assert steps[1024] / steps[2] == 10  # O(log p): log2(1024) / log2(2)
+
+
+def test_B_bounds():
+    assert step_bounds(3.0, 2.0) == (3.0, 5.0)
+    j = cli_json(
+        "estimate",
+        "--model",
+        "llama-2-7b",
+        "--gpus",
+        "16",
+        "--zero",
+        "1",
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "4096",
+    )
+    lo, hi = j["step_bounds_seconds"]["lower"], j["step_bounds_seconds"]["upper"]
+    assert lo <= j["step_seconds"] <= hi
+
+
+def test_B_fail_128():
+    # a step that fails with 1 % probability per node, on 128 nodes: 1 - 0.99^128 = 72.37 %
+    assert job_failure_probability(128, 0.01) * 100 == pytest.approx(72.37, abs=0.005)
+
+
+def test_B_fail_1000():
+    # 8 % of GPUs fail per month -> 0.27 % per GPU-day; a 1000-GPU job fails within a day
+    # with probability 1 - (1 - 0.0027)^1000 = 93.3 %
+    assert daily_rate_linear(0.08, 30) * 100 == pytest.approx(0.27, abs=0.005)
+    assert job_failure_probability(1000, 0.0027) * 100 == pytest.approx(93.3, abs=0.05)
+    j = cli_json(
+        "reliability",
+        "--gpus",
+        "1000",
+        "--gpu-failure-rate-per-day",
+        "0.0027",
+        "--checkpoint-bytes",
+        "1TB",
+        "--write-bytes-per-second",
+        "10GB/s",
+    )
+    assert j["job_failure_probability_per_day"] * 100 == pytest.approx(93.3, abs=0.05)

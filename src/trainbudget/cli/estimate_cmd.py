@@ -35,6 +35,7 @@ from trainbudget.core.hardware import get_hardware
 from trainbudget.core.memory import rule_of_thumb_6gb
 from trainbudget.core.model_arg import resolve_model
 from trainbudget.core.model_spec import ModelSpec
+from trainbudget.core.parallel_memory import zero_model_state
 from trainbudget.core.plan import validate_plan
 from trainbudget.core.planner import RankedPlan, evaluate
 from trainbudget.core.precision import get_optimizer, get_precision
@@ -254,11 +255,7 @@ def _plan_result(args: argparse.Namespace, e: Estimate) -> tuple[RankedPlan, Clu
         return None
     req = e.request
     if not isinstance(req.model, ModelSpec):
-        raise SpecError(
-            "--model",
-            req.model.name,
-            "a parallel plan needs an architecture (a preset or config.json)",
-        )
+        return None  # a bare count gets model-state memory only: see _bare_plan_json
     cluster = cluster_from_args(args, req.hardware, req.n_gpus)
     plan = plan_from_args(
         args, req.n_gpus, req.micro_batch, req.grad_accum, req.recompute, req.flash_attention
@@ -275,11 +272,60 @@ def _plan_result(args: argparse.Namespace, e: Estimate) -> tuple[RankedPlan, Clu
     return ranked, cluster
 
 
+def _bare_plan_json(args: argparse.Namespace, e: Estimate) -> dict:
+    """dense:N under a plan: ZeRO-sharded model state per GPU, weights split evenly over
+    tp * pp (B-zero, seed 004). No activations or step time without an architecture."""
+    req = e.request
+    plan = plan_from_args(
+        args, req.n_gpus, req.micro_batch, req.grad_accum, req.recompute, req.flash_attention
+    )
+    if plan.n_gpus != req.n_gpus:
+        raise SpecError(
+            "plan",
+            plan.describe(),
+            f"dp({plan.dp}) * tp({plan.tp}) * pp({plan.pp}) * cp({plan.cp}) = "
+            f"{plan.n_gpus} != gpus({req.n_gpus})",
+        )
+    state = zero_model_state(
+        req.model.n_params / (plan.tp * plan.pp),
+        shard=plan.shard_group,
+        zero=plan.zero,
+        precision=get_precision(req.precision),
+        optimizer=get_optimizer(req.optimizer),
+    )
+    return {
+        "plan": {
+            "description": plan.describe(),
+            "dp": plan.dp,
+            "tp": plan.tp,
+            "pp": plan.pp,
+            "cp": plan.cp,
+            "zero": plan.zero,
+        },
+        "memory_bytes": {
+            "params": state.params_bytes,
+            "grads": state.grads_bytes,
+            "optimizer": state.optimizer_bytes,
+            "activations": 0.0,
+            "total": state.total_bytes,
+        },
+        "step_seconds": None,
+        "assumptions": [
+            *e.assumptions,
+            "plan memory for dense:N is model state only (ZeRO over dp * cp, "
+            "weights split evenly over tp * pp); no activations or step time "
+            "without an architecture",
+        ],
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     e = estimate(request_from_args(args))
     planned = _plan_result(args, e)
     if args.json:
         out = to_json(e)
+        if wants_plan(args) and planned is None:
+            out.update(_bare_plan_json(args, e))
         if planned is not None:
             ranked, cluster = planned
             out.update(plan_json(ranked, cluster))
@@ -293,6 +339,18 @@ def run(args: argparse.Namespace) -> int:
     if planned is not None:
         summary = summary.replace("memory/GPU  ", "memory (1 GPU, no parallelism)\n            ")
     print(summary)
+    if wants_plan(args) and planned is None:
+        bare = _bare_plan_json(args, e)
+        mem = bare["memory_bytes"]
+        print(
+            f"\nplan         {bare['plan']['description']} (model state only: dense:N has no "
+            "architecture)"
+        )
+        print(
+            f"memory/GPU   weights {format_bytes(mem['params'])} + grads "
+            f"{format_bytes(mem['grads'])} + optimizer {format_bytes(mem['optimizer'])} = "
+            f"{format_bytes(mem['total'])}"
+        )
     if planned is not None:
         ranked, cluster = planned
         print()
