@@ -447,6 +447,7 @@ def test_mfu_text() -> None:
 # ---------------------------------------------------------------- help and no arguments
 
 SUBCOMMAND_OPTIONS = {
+    "validate": ("--markdown", "--json"),
     "plan": (
         "--model",
         "--gpus",

@@ -29,6 +29,10 @@ COMMANDS = {
         "trainbudget.cli.reliability_cmd",
         "failure probability, MTBF, optimal checkpoint interval and goodput",
     ),
+    "validate": (
+        "trainbudget.cli.validate_cmd",
+        "predicted vs published step times of real training runs",
+    ),
 }
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trainbudget.core.activations import MASK_BYTES
 from trainbudget.core.cluster import Cluster
 from trainbudget.core.comm import collective_cost
 from trainbudget.core.flops import forward_flops
@@ -35,10 +36,12 @@ class Efficiency:
     """Achievable fractions of the datasheet peaks. One set for every plan and model: they
     are properties of the kernels, not tuned per case (docs/validation.md shows the errors)."""
 
-    matmul: float = 0.75
-    """Large bf16 GEMMs reach 70-80 % of dense peak with cuBLAS on A100/H100 (e.g. NVIDIA's
-    Megatron-LM reports 163 TFLOP/s of 312 end-to-end on A100 with recomputation, i.e. the
-    GEMMs themselves run faster than 52 %)."""
+    matmul: float = 0.65
+    """Fraction of the dense peak that transformer GEMMs sustain end to end. Large bf16 GEMMs
+    alone reach 70-80 % with cuBLAS on A100/H100, but kernel launch gaps, shapes that tile
+    badly and clock throttling under sustained load take more. 0.65 is the one value from the
+    grid {0.60, 0.65, 0.70, 0.75} with the smallest mean absolute error over all published
+    runs in docs/validation.md, where the leave-one-out error of this choice is reported too."""
     attention: float = 0.5
     """FlashAttention-2 forward+backward reaches 50-73 % of A100 peak (Dao 2023, arXiv
     2307.08691, Fig. 4-6); the backward is the slower half."""
@@ -97,7 +100,14 @@ def _matmul_seconds(
 
 
 def _layer_compute_seconds(
-    spec: ModelSpec, plan: Plan, seq_len: int, e: int, peak: float, hbm: float, eff: Efficiency
+    spec: ModelSpec,
+    plan: Plan,
+    seq_len: int,
+    e: int,
+    peak: float,
+    hbm: float,
+    eff: Efficiency,
+    dropout: bool,
 ) -> tuple[float, float, float]:
     """(forward seconds of one layer for one micro-batch on one GPU, its attention-core part,
     its memory-bound part)."""
@@ -126,18 +136,34 @@ def _layer_compute_seconds(
         )
         + _matmul_seconds(fwd.router * scale, rows, spec.n_experts or 1, d, e, peak, hbm, eff)
     )
-    attention = (fwd.scores + fwd.attn_values) * scale / (peak * eff.attention)
+    heads = spec.n_heads / t
+    hbm_rate = hbm * eff.hbm
+    if plan.flash_attention:
+        attention = (fwd.scores + fwd.attn_values) * scale / (peak * eff.attention)
+    else:
+        # unfused: batched GEMMs (s/cp, d_head) @ (d_head, s) and (s/cp, s) @ (s, d_head) per
+        # head, whose k = d_head makes them memory-bound on the s x s operand; then softmax
+        # (read and write the s x s scores) and, with dropout, its mask and dropped copy
+        q_rows = seq_len / plan.cp
+        attention = _matmul_seconds(
+            fwd.scores * scale, q_rows, seq_len, spec.d_head, e, peak, hbm, eff
+        )
+        attention += _matmul_seconds(
+            fwd.attn_values * scale, q_rows, spec.d_head, seq_len, e, peak, hbm, eff
+        )
+        per_score = 2 * e + ((2 * e + MASK_BYTES) if dropout else 0)
+        attention += rows * heads * seq_len * per_score / hbm_rate
     # memory-bound ops, bytes per token of one layer: 2 norms (read+write h), 2 residual adds
-    # (read 2h, write h), the activation function, RoPE on q and k, softmax without flash
+    # (read 2h, write h), the activation function, RoPE on q and k, hidden dropouts
     rep = t if plan.sp else 1  # norms and residuals run redundantly on each TP rank without SP
     per_token = (4 * d + 6 * d) / rep + (
         3 if spec.mlp == "swiglu" else 2
     ) * d_hidden * k_experts / t
     if spec.position == "rope":
         per_token += 2 * (d_q + spec.d_kv) / t
-    if not plan.flash_attention:
-        per_token += 2 * spec.n_heads / t * seq_len
-    memory_bound = rows * per_token * e / (hbm * eff.hbm)
+    memory_bound = rows * per_token * e / hbm_rate
+    if dropout:
+        memory_bound += rows * 2 * d / rep * (2 * e + MASK_BYTES) / hbm_rate
     return mm + attention + memory_bound, attention, memory_bound
 
 
@@ -150,15 +176,17 @@ def step_time(
     precision: Precision,
     optimizer: Optimizer,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
+    dropout: bool = False,
 ) -> StepTime:
-    """Predicted seconds of one optimizer step of `plan` on `cluster`."""
+    """Predicted seconds of one optimizer step of `plan` on `cluster`. `dropout`: the model
+    trains with attention and hidden dropout (GPT-3-era Megatron), which adds memory traffic."""
     hw = cluster.hardware
     peak = hw.peak_flops_per_second(precision.compute_dtype)
     e = precision.activation_bytes
     layers = spec.n_layers // plan.pp
     m = plan.grad_accum
     layer_fwd, attn_fwd, _ = _layer_compute_seconds(
-        spec, plan, seq_len, e, peak, hw.hbm_bytes_per_second, efficiency
+        spec, plan, seq_len, e, peak, hw.hbm_bytes_per_second, efficiency, dropout
     )
     # backward = 2 x forward (seed 001); recomputation repeats forward work in backward
     recompute_fwd = {"none": 0.0, "selective": attn_fwd, "full": layer_fwd}[plan.recompute]
