@@ -20,6 +20,11 @@ from trainbudget.cli.plan_view import (
     plan_lines,
     wants_plan,
 )
+from trainbudget.cli.reliability_view import (
+    add_reliability_options,
+    reliability_json,
+    reliability_line,
+)
 from trainbudget.core.cluster import Cluster
 from trainbudget.core.errors import SpecError
 from trainbudget.core.estimate import (
@@ -72,6 +77,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     )
     add_training_args(p)
     add_plan_args(p)
+    add_reliability_options(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--explain", action="store_true", help="print each formula, inputs and result")
 
@@ -319,9 +325,24 @@ def _bare_plan_json(args: argparse.Namespace, e: Estimate) -> dict:
     }
 
 
+def _useful_seconds(e: Estimate, planned: tuple[RankedPlan, Cluster] | None) -> float | None:
+    """Failure-free training time: from the plan's predicted step when there is one."""
+    if e.request.tokens is None:
+        return None
+    if planned is not None:
+        return e.request.tokens / planned[0].time.tokens_per_second
+    return e.time.seconds if e.time else None
+
+
 def run(args: argparse.Namespace) -> int:
     e = estimate(request_from_args(args))
     planned = _plan_result(args, e)
+    reliability = reliability_json(
+        args,
+        n_gpus=e.request.n_gpus,
+        checkpoint_bytes=e.checkpoint_bytes,
+        useful_seconds=_useful_seconds(e, planned),
+    )
     if args.json:
         out = to_json(e)
         if wants_plan(args) and planned is None:
@@ -333,6 +354,8 @@ def run(args: argparse.Namespace) -> int:
                 steps = e.request.tokens / ranked.time.tokens_per_step
                 out["plan_time_seconds"] = steps * ranked.time.step_seconds
                 out["plan_time_days"] = out["plan_time_seconds"] / SECONDS_PER_DAY
+        if reliability is not None:
+            out["reliability"] = reliability
         print(dumps_json(out))
         return 0
     summary = _summary(e)
@@ -361,6 +384,8 @@ def run(args: argparse.Namespace) -> int:
                 f"plan time    {days:.2f} days for {e.request.tokens:.4g} tokens at the "
                 "predicted step time"
             )
+    if reliability is not None:
+        print(reliability_line(reliability))
     if args.explain:
         print()
         print(_explain(e))

@@ -227,3 +227,41 @@ def goodput(
         restart_seconds=r,
         interval_seconds=tau,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReliabilityReport:
+    """Everything the CLI reports about failures for one job."""
+
+    n_gpus: int
+    gpu_failure_rate_per_day: float
+    job_failure_probability_per_day: float
+    mtbf_seconds: float
+    checkpoint_seconds: float
+    young_interval_seconds: float
+    plan: Goodput
+
+
+def reliability_report(
+    *,
+    n_gpus: int,
+    gpu_failure_rate_per_day: float,
+    checkpoint_bytes: float,
+    write_bytes_per_second: float,
+    useful_seconds: float,
+    restart_seconds: float = DEFAULT_RESTART_SECONDS,
+) -> ReliabilityReport:
+    """Failure probability, MTBF, checkpoint cost, Young and Daly intervals and goodput of a
+    job of `n_gpus` that needs `useful_seconds` of failure-free training."""
+    mtbf = mtbf_seconds(n_gpus, gpu_failure_rate_per_day)
+    delta = checkpoint_write_seconds(checkpoint_bytes, write_bytes_per_second)
+    return ReliabilityReport(
+        n_gpus=n_gpus,
+        gpu_failure_rate_per_day=gpu_failure_rate_per_day,
+        job_failure_probability_per_day=job_failure_probability(n_gpus, gpu_failure_rate_per_day),
+        mtbf_seconds=mtbf,
+        checkpoint_seconds=delta,
+        young_interval_seconds=young_interval_seconds(delta, mtbf),
+        plan=goodput(useful_seconds=useful_seconds, mtbf_seconds=mtbf, checkpoint_seconds=delta,
+                     restart_seconds=restart_seconds),
+    )
