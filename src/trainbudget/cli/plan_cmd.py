@@ -18,7 +18,8 @@ from trainbudget.core.errors import SpecError
 from trainbudget.core.hardware import get_hardware
 from trainbudget.core.model_arg import resolve_model
 from trainbudget.core.model_spec import ModelSpec
-from trainbudget.core.planner import Policy, search, why_best
+from trainbudget.core.planner import Policy, why_best
+from trainbudget.core.planner_fast import search_fast
 from trainbudget.core.precision import get_optimizer, get_precision
 from trainbudget.core.procurement import Candidate, cheapest
 from trainbudget.core.units import GB, SECONDS_PER_DAY, format_bytes
@@ -108,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("--model", args.model, "the planner needs an architecture, not dense:N")
     seq_len = positive_int("seq_len", args.seq_len) if args.seq_len else model.max_seq_len
     run_search = functools.partial(
-        search,
+        search_fast,
         model,
         global_batch=positive_int("global_batch", args.global_batch),
         seq_len=seq_len,

@@ -51,19 +51,33 @@ def _powers_of_two_dividing(n: int, cap: int) -> list[int]:
     return out
 
 
-def enumerate_plans(
-    spec: ModelSpec, cluster: Cluster, *, global_batch: int, seq_len: int, policy: Policy = Policy()
-) -> Iterator[Plan]:
-    """Every plan the validation accepts under `policy` (yielded lazily)."""
+def axis_candidates(
+    spec: ModelSpec, cluster: Cluster, *, seq_len: int, policy: Policy
+) -> tuple[list[int], list[int], list[int]]:
+    """The TP, PP and CP degrees validate_plan can accept for this model and cluster."""
     n = cluster.n_gpus
     max_tp = policy.max_tp or cluster.gpus_per_node
     tps = [
         t
         for t in divisors(spec.n_heads)
-        if t <= max_tp and n % t == 0 and (spec.n_kv_heads % t == 0 or t % spec.n_kv_heads == 0)
+        if t <= max_tp
+        and t <= spec.vocab_size
+        and n % t == 0
+        and (spec.n_kv_heads % t == 0 or t % spec.n_kv_heads == 0)
     ]
     pps = [p for p in divisors(spec.n_layers) if n % p == 0]
-    cps = _powers_of_two_dividing(seq_len // 2, n) if policy.allow_cp else [1]
+    cps = [1]
+    if policy.allow_cp:
+        cps = [c for c in _powers_of_two_dividing(seq_len, n) if c == 1 or seq_len % (2 * c) == 0]
+    return tps, pps, cps
+
+
+def enumerate_plans(
+    spec: ModelSpec, cluster: Cluster, *, global_batch: int, seq_len: int, policy: Policy = Policy()
+) -> Iterator[Plan]:
+    """Every plan the validation accepts under `policy` (yielded lazily)."""
+    n = cluster.n_gpus
+    tps, pps, cps = axis_candidates(spec, cluster, seq_len=seq_len, policy=policy)
     offloads = ("none", "cpu") if policy.allow_offload else ("none",)
     flash_attention = policy.flash_attention
     for tp, pp, cp in itertools.product(tps, pps, cps):
@@ -209,20 +223,37 @@ def search(
 
 
 def why_best(result: PlannerResult) -> str:
-    """One line on why the winner beats the runner-up: the categories where it saves time."""
-    if len(result.plans) < 2:
-        return "the only plan that fits" if result.plans else "no plan fits"
-    a, b = result.plans[0], result.plans[1]
+    """One line on why the winner wins: the plans that tie with it, and the categories where it
+    saves time over the fastest plan shown that is strictly slower."""
+    if not result.plans:
+        return "no plan fits"
+    best = result.plans[0]
+    if not best.fits:
+        return "no plan fits: these need the least memory"
+    ties = [
+        r for r in result.plans[1:] if r.seconds_per_token <= best.seconds_per_token * (1 + 1e-9)
+    ]
+    slower = [r for r in result.plans[1:] if r not in ties]
+    tie_text = (
+        f"ties with {', '.join(r.plan.describe() for r in ties)} (same time, "
+        f"{'less' if ties[0].memory.total_bytes > best.memory.total_bytes else 'equal'} "
+        "memory); "
+        if ties
+        else ""
+    )
+    if not slower:
+        return tie_text + "no slower plan among those shown"
+    b = slower[0]
     diffs = sorted(
         (
             (b.time.breakdown_seconds.get(k, 0.0) - v, k)
-            for k, v in a.time.breakdown_seconds.items()
+            for k, v in best.time.breakdown_seconds.items()
         ),
         reverse=True,
     )
-    gains = ", ".join(f"{k} {d:.3g} s less" for d, k in diffs if d > 1e-9)[:200]
-    ratio = b.seconds_per_token / a.seconds_per_token
+    gains = ", ".join(f"{k} {d:.3g} s less" for d, k in diffs if d > 1e-9)
+    ratio = b.seconds_per_token / best.seconds_per_token
     return (
-        f"{a.plan.describe()} is {100 * (ratio - 1):.1f} % faster per token than "
-        f"{b.plan.describe()}: {gains or 'equal breakdown'}"
+        f"{tie_text}{100 * (ratio - 1):.1f} % faster per token than {b.plan.describe()}: "
+        f"{gains or 'the same breakdown'}"
     )

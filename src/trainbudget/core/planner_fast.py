@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,17 +25,19 @@ from trainbudget.core.parallel_memory import DDP_BUCKET_BYTES
 from trainbudget.core.params import count_params
 from trainbudget.core.plan import Plan, validate_plan
 from trainbudget.core.planner import (
-    Policy,
     PlannerResult,
-    _powers_of_two_dividing,
+    Policy,
+    axis_candidates,
     divisors,
     evaluate,
 )
 from trainbudget.core.precision import Optimizer, Precision
 from trainbudget.core.step_time import DEFAULT_EFFICIENCY, Efficiency
 
+DEFAULT_POLICY = Policy()
 RECOMPUTE_CODES = ("none", "selective", "full")  # code = index
 OFFLOAD_CODES = ("none", "cpu", "nvme")
+_INT_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero", "vpp", "micro_batch", "grad_accum")
 
 
 @dataclass(frozen=True)
@@ -61,23 +63,12 @@ class PlanArrays:
     def __len__(self) -> int:
         return len(self.dp)
 
-    def take(self, index: np.ndarray) -> PlanArrays:
-        return PlanArrays(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
-
     def plan(self, i: int) -> Plan:
-        vpp = int(self.vpp[i])
+        ints = {name: int(getattr(self, name)[i]) for name in _INT_FIELDS}
         return Plan(
-            dp=int(self.dp[i]),
-            tp=int(self.tp[i]),
-            pp=int(self.pp[i]),
-            cp=int(self.cp[i]),
-            ep=int(self.ep[i]),
-            zero=int(self.zero[i]),
+            **ints,
             sp=bool(self.sp[i]),
-            vpp=vpp,
-            schedule="interleaved" if vpp > 1 else "1f1b",
-            micro_batch=int(self.micro_batch[i]),
-            grad_accum=int(self.grad_accum[i]),
+            schedule="interleaved" if ints["vpp"] > 1 else "1f1b",
             recompute=RECOMPUTE_CODES[self.recompute[i]],
             offload_optimizer=OFFLOAD_CODES[self.offload[i]],
             flash_attention=bool(self.flash[i]),
@@ -87,22 +78,26 @@ class PlanArrays:
         return [self.plan(i) for i in range(len(self))]
 
 
+def _recompute_code(kind: str) -> int:
+    if kind not in RECOMPUTE_CODES:
+        raise SpecError("recompute", kind, "must be one of " + ", ".join(RECOMPUTE_CODES))
+    return RECOMPUTE_CODES.index(kind)
+
+
 def enumerate_plan_arrays(
-    spec: ModelSpec, cluster: Cluster, *, global_batch: int, seq_len: int, policy: Policy = Policy()
+    spec: ModelSpec,
+    cluster: Cluster,
+    *,
+    global_batch: int,
+    seq_len: int,
+    policy: Policy = DEFAULT_POLICY,
 ) -> PlanArrays:
     """planner.enumerate_plans as arrays, in the same order: one grid over (tp, pp, cp) x
     micro-batch x vpp x ep x zero x recompute x sp x offload, then the scalar's filters as masks.
     The micro-batch, vpp and ep axes hold supersets (divisors of global_batch, n_layers,
     n_experts) that the masks cut down to each (tp, pp, cp)'s own lists."""
     n = cluster.n_gpus
-    max_tp = policy.max_tp or cluster.gpus_per_node
-    tps = [
-        t
-        for t in divisors(spec.n_heads)
-        if t <= max_tp and n % t == 0 and (spec.n_kv_heads % t == 0 or t % spec.n_kv_heads == 0)
-    ]
-    pps = [p for p in divisors(spec.n_layers) if n % p == 0]
-    cps = _powers_of_two_dividing(seq_len // 2, n) if policy.allow_cp else [1]
+    tps, pps, cps = axis_candidates(spec, cluster, seq_len=seq_len, policy=policy)
     tpc = np.array(list(itertools.product(tps, pps, cps)), dtype=np.int64).reshape(-1, 3)
     tpc = tpc[n % tpc.prod(axis=1) == 0]
     tpc = tpc[global_batch % (n // tpc.prod(axis=1)) == 0]
@@ -112,7 +107,7 @@ def enumerate_plan_arrays(
         [v for v in divisors(spec.n_layers) if v <= policy.max_vpp],
         divisors(spec.n_experts) if spec.is_moe else [1],
         list(policy.zero_stages),
-        [RECOMPUTE_CODES.index(r) for r in policy.recompute],
+        [_recompute_code(r) for r in policy.recompute],
         [False, True],
         [0, 1] if policy.allow_offload else [0],
     )
@@ -134,21 +129,8 @@ def enumerate_plan_arrays(
         & ~((vpp > 1) & (m % pp != 0))
         & ~((off != 0) & (zero == 0))
     )
-    return PlanArrays(
-        dp=dp[keep],
-        tp=tp[keep],
-        pp=pp[keep],
-        cp=cp[keep],
-        ep=ep[keep],
-        zero=zero[keep],
-        sp=sp[keep],
-        vpp=vpp[keep],
-        micro_batch=mb[keep],
-        grad_accum=m[keep],
-        recompute=rec[keep],
-        offload=off[keep],
-        flash=np.full(int(keep.sum()), flash),
-    )
+    columns = (dp, tp, pp, cp, ep, zero, sp, vpp, mb, m, rec, off)  # PlanArrays' field order
+    return PlanArrays(*(x[keep] for x in columns), flash=np.full(int(keep.sum()), flash))
 
 
 def _bit_length(x: np.ndarray) -> np.ndarray:
@@ -170,8 +152,8 @@ def _collective(
     one = m == 1
     if kind == "all_reduce":
         # one node: the whole collective on the intra links; else intra rs/ag around nodes
-        q, s, a, b = np.where(one, k, m), np.where(one, n, n / k), np.where(one, ai, ae), 0.0
-        b = np.where(one, bi, be)
+        q, s = np.where(one, k, m), np.where(one, n, n / k)
+        a, b = np.where(one, ai, ae), np.where(one, bi, be)
         sent = np.where(one, 0.0, 2 * (k - 1) / k * n)
         lat, bw = np.where(one, 0.0, 2 * (k - 1) * ai), np.where(one, 0.0, sent / bi)
         tree_steps, ring_steps = 2 * _bit_length(q - 1), 2 * (q - 1)
@@ -195,14 +177,6 @@ def _collective(
     return np.where(free, 0.0, seconds * count)
 
 
-def _matmul_seconds(flops, m, n, k, e, peak, hbm, eff: Efficiency):
-    """step_time._matmul_seconds."""
-    bytes_moved = e * (m * k + k * n + m * n)
-    return np.maximum(
-        flops / (peak * eff.matmul), flops / (2 * m * n * k) * bytes_moved / (hbm * eff.hbm)
-    )
-
-
 def evaluate_arrays(
     spec: ModelSpec,
     cluster: Cluster,
@@ -223,13 +197,10 @@ def evaluate_arrays(
     k_experts = (spec.experts_per_token + spec.n_shared_experts) if spec.is_moe else 1
     swiglu = spec.mlp == "swiglu"
     hw, eff = cluster.hardware, efficiency
-    peak, hbm, g = hw.peak_flops_per_second(precision.compute_dtype), hw.hbm_bytes_per_second, cluster.gpus_per_node
-    wb, gb, mb_, spp = (
-        precision.weight_bytes,
-        precision.grad_bytes,
-        precision.master_bytes,
-        optimizer.state_bytes_per_param(precision),
-    )
+    peak, hbm = hw.peak_flops_per_second(precision.compute_dtype), hw.hbm_bytes_per_second
+    g = cluster.gpus_per_node
+    wb, gb, mb_ = precision.weight_bytes, precision.grad_bytes, precision.master_bytes
+    spp = optimizer.state_bytes_per_param(precision)
     dp, tp, pp, cp, ep, zero, sp, vpp = a.dp, a.tp, a.pp, a.cp, a.ep, a.zero, a.sp, a.vpp
     b, m, rec, off, flash = a.micro_batch, a.grad_accum, a.recompute, a.offload, a.flash
     layers = n_layers // pp
@@ -243,15 +214,16 @@ def evaluate_arrays(
     experts = layers * (p.moe_experts / n_layers) / (ep * tp)
     vocab_rows = vocab * d / tp
     body = layers * layer_dense
-    dense_first = np.where(pp == 1, body + (vocab_rows + p.embedding_position), body)
-    dense_first = np.where(pp == 1, dense_first + p.final_norm, body + (vocab_rows + p.embedding_position))
-    dense_last = np.where(pp == 1, dense_first, body + p.final_norm)
+    only = body + (vocab_rows + p.embedding_position) + p.final_norm  # pp = 1: every part
     if not spec.tied_embeddings:
-        dense_first = np.where(pp == 1, dense_first + vocab_rows, dense_first)
-    dense_last = np.where(pp > 1, dense_last + vocab_rows, dense_first)
+        only = only + vocab_rows
+    dense_first = np.where(pp == 1, only, body + (vocab_rows + p.embedding_position))
+    # pp > 1: the last stage keeps a copy of the (tied) word embedding for the head
+    dense_last = np.where(pp == 1, only, body + p.final_norm + vocab_rows)
 
     # ---- activations.layer_activations(...).total_bytes (no dropout) ----
-    heads, d_qt, d_kv = spec.n_heads / tp, spec.n_heads * d_head / tp, np.maximum(spec.d_kv / tp, d_head)
+    heads, d_qt = spec.n_heads / tp, spec.n_heads * d_head / tp
+    d_kv = np.maximum(spec.d_kv / tp, d_head)  # K/V heads replicated when tp > n_kv_heads
     n_hidden = 4 if swiglu else 2
     if spec.is_moe:
         mlp = k_experts * tokens * (d / rep + n_hidden * spec.d_ff_expert / tp) * e
@@ -267,7 +239,7 @@ def evaluate_arrays(
         + matrix
         + np.where(flash, heads * tokens * FP32_BYTES, 0)
         + mlp
-        + 0.0
+        + 0.0  # dropout_bytes: the planner trains without dropout
     )
 
     # ---- parallel_memory._stage_activations ----
@@ -308,27 +280,34 @@ def evaluate_arrays(
     # ---- step_time._layer_compute_seconds ----
     rows = b * seq_len / cp
     scale = b / (tp * cp * n_layers)
-    mm = (
-        _matmul_seconds(float(fwd.qkv) * scale, rows, (d_q + 2 * spec.d_kv) / tp, d, e, peak, hbm, eff)
-        + _matmul_seconds(float(fwd.attn_proj) * scale, rows, d, d_q / tp, e, peak, hbm, eff)
-        + _matmul_seconds(
-            float(fwd.mlp_up + fwd.mlp_gate) * scale,
-            rows * k_experts,
-            d_hidden / tp * (2 if swiglu else 1),
-            d,
-            e,
-            peak,
-            hbm,
-            eff,
+
+    def matmul(flops: float, rows_: np.ndarray, n: float, k: float) -> np.ndarray:
+        """step_time._matmul_seconds: compute- or HBM-bound, whichever is slower."""
+        moved = e * (rows_ * k + k * n + rows_ * n)
+        return np.maximum(
+            flops / (peak * eff.matmul), flops / (2 * rows_ * n * k) * moved / (hbm * eff.hbm)
         )
-        + _matmul_seconds(float(fwd.mlp_down) * scale, rows * k_experts, d, d_hidden / tp, e, peak, hbm, eff)
-        + _matmul_seconds(float(fwd.router) * scale, rows, spec.n_experts or 1, d, e, peak, hbm, eff)
+
+    up_width = d_hidden / tp * (2 if swiglu else 1)
+    mm = (
+        matmul(float(fwd.qkv) * scale, rows, (d_q + 2 * spec.d_kv) / tp, d)
+        + matmul(float(fwd.attn_proj) * scale, rows, d, d_q / tp)
+        + matmul(float(fwd.mlp_up + fwd.mlp_gate) * scale, rows * k_experts, up_width, d)
+        + matmul(float(fwd.mlp_down) * scale, rows * k_experts, d, d_hidden / tp)
+        + matmul(float(fwd.router) * scale, rows, spec.n_experts or 1, d)
     )
-    attn_fwd = float(fwd.scores + fwd.attn_values) * scale / (peak * eff.attention)
+    if flash.all():  # FlashAttention: the attention core at its own achievable peak
+        attn_fwd = float(fwd.scores + fwd.attn_values) * scale / (peak * eff.attention)
+    else:  # unfused batched GEMMs on the s x s scores, then softmax reads and writes them
+        q_rows = seq_len / cp
+        unfused = matmul(float(fwd.scores) * scale, q_rows, seq_len, d_head)
+        unfused = unfused + matmul(float(fwd.attn_values) * scale, q_rows, d_head, seq_len)
+        unfused = unfused + rows * (spec.n_heads / tp) * seq_len * (2 * e) / (hbm * eff.hbm)
+        flash_s = float(fwd.scores + fwd.attn_values) * scale / (peak * eff.attention)
+        attn_fwd = np.where(flash, flash_s, unfused)
     per_token = (4 * d + 6 * d) / rep + (3 if swiglu else 2) * d_hidden * k_experts / tp
     if spec.position == "rope":
         per_token = per_token + 2 * (d_q + spec.d_kv) / tp
-    per_token = np.where(flash, per_token, per_token + 2 * spec.n_heads / tp * seq_len)
     layer_fwd = mm + attn_fwd + rows * per_token * e / (hbm * eff.hbm)
 
     # ---- step_time.step_time: compute, bubble ----
@@ -352,11 +331,11 @@ def evaluate_arrays(
     pp_pn = np.maximum(1, np.minimum(pp, g // (tp * cp * dp)))
     act_msg = tokens_mb * d * e
     tp_per_layer = np.where(full, 6, 4)
-    half = m * layers * tp_per_layer / 2
+    n_tp = m * layers * tp_per_layer
     t_tp = np.where(
         sp,
-        _collective("all_gather", act_msg, tp, tp_pn, cluster, half)
-        + _collective("reduce_scatter", act_msg, tp, tp_pn, cluster, half),
+        _collective("all_gather", act_msg, tp, tp_pn, cluster, n_tp)
+        + _collective("reduce_scatter", act_msg, tp, tp_pn, cluster, n_tp),
         _collective("all_reduce", act_msg, tp, tp_pn, cluster, m * layers * tp_per_layer),
     )
     t_pp = _collective("send_recv", act_msg / rep, pp, pp_pn, cluster, 2 * m * vpp)
@@ -367,26 +346,34 @@ def evaluate_arrays(
     if spec.is_moe:
         a2a = tokens_mb * spec.experts_per_token * d * e
         ep_pn = np.minimum(ep, dp_pn)
-        t_ep = np.where(ep > 1, _collective("all_to_all", a2a, ep, ep_pn, cluster, m * layers * 4), 0.0)
+        t_ep = np.where(
+            ep > 1, _collective("all_to_all", a2a, ep, ep_pn, cluster, m * layers * 4), 0.0
+        )
 
-    # DP / ZeRO over the dp * cp group, on the last stage's dense parameters
+    # DP / ZeRO: dense weights over dp * cp, routed experts over dp * cp / ep (step_time)
     dp_group = dp * cp
-    grad_bytes, weight_bytes = dense_last * gb, dense_last * wb
+    expert_group = dp_group // ep
     pn = np.maximum(1, np.minimum(dp_group, dp_pn * cp_pn))
-    t_grad = np.where(
-        zero == 0,
-        _collective("all_reduce", grad_bytes, dp_group, pn, cluster, 1),
-        _collective("reduce_scatter", grad_bytes, dp_group, pn, cluster, 1),
+    groups = ((dense_last, dp_group, pn), (experts, expert_group, np.maximum(1, pn // ep)))
+    t_grad = sum(
+        np.where(
+            zero == 0,
+            _collective("all_reduce", n_ * gb, g_, k_, cluster, 1),
+            _collective("reduce_scatter", n_ * gb, g_, k_, cluster, 1),
+        )
+        for n_, g_, k_ in groups
     )
-    floor = t_grad * np.minimum(1.0, DDP_BUCKET_BYTES / grad_bytes)
+    floor = t_grad * np.minimum(1.0, DDP_BUCKET_BYTES / ((dense_last + experts) * gb))
     gather_count = np.where(zero == 3, 2 * m, np.where(zero > 0, 1, 0))
-    t_gather = _collective("all_gather", weight_bytes, dp_group, pn, cluster, gather_count)
+    t_gather = sum(
+        _collective("all_gather", n_ * wb, g_, k_, cluster, gather_count) for n_, g_, k_ in groups
+    )
     window = np.where(zero == 3, compute, np.where(zero > 0, bwd_mb + fwd_mb, bwd_mb))
     floor = np.where(zero == 3, floor + t_gather / (2 * m * layers), floor)
     t_dp = np.where(dp_group > 1, np.maximum(floor, t_grad + t_gather - window), 0.0)
 
-    # optimizer step (HBM-bound) or offload transfers; zero_shard_params
-    local = np.where(zero >= 1, dense_last / shard, dense_last)
+    # optimizer step (HBM-bound) or offload transfers; zero_shard_params + the experts' share
+    local = np.where(zero >= 1, dense_last / shard + experts / expert_shard, dense_last + experts)
     upd_bytes = gb + 2 * mb_ + wb + 2 * spp
     optimizer_s = np.where(offloaded, 0.0, local * upd_bytes / (hbm * eff.hbm))
     pcie, nvme = cluster.pcie_bytes_per_second, cluster.nvme_bytes_per_second
@@ -407,7 +394,7 @@ def search_fast(
     seq_len: int,
     precision: Precision,
     optimizer: Optimizer,
-    policy: Policy = Policy(),
+    policy: Policy = DEFAULT_POLICY,
     top: int = 5,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
 ) -> PlannerResult:
@@ -425,15 +412,14 @@ def search_fast(
             f"{cluster.n_gpus} GPUs: the batch must be divisible by some data-"
             "parallel degree and the heads/layers by TP/PP",
         )
-    step, memory, tokens = evaluate_arrays(
-        spec,
-        cluster,
-        arrays,
-        seq_len=seq_len,
-        precision=precision,
-        optimizer=optimizer,
-        efficiency=efficiency,
-    )
+    # planner.search validates every plan; the one rule enumeration does not guarantee (a
+    # policy listing a ZeRO stage outside 0-3) raises validate_plan's error for the first one
+    bad = (arrays.zero < 0) | (arrays.zero > 3)
+    for i in np.flatnonzero(bad)[:1]:
+        plan = arrays.plan(int(i))
+        validate_plan(plan, spec, n_gpus=cluster.n_gpus, seq_len=seq_len, global_batch=global_batch)
+    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, efficiency=efficiency)
+    step, memory, tokens = evaluate_arrays(spec, cluster, arrays, **kw)
     fits = memory <= policy.memory_headroom * cluster.hardware.memory_bytes
     fitting = np.flatnonzero(fits)
     if len(fitting):
@@ -445,18 +431,7 @@ def search_fast(
     for i in order[:top]:
         plan = arrays.plan(int(i))
         validate_plan(plan, spec, n_gpus=cluster.n_gpus, seq_len=seq_len, global_batch=global_batch)
-        ranked.append(
-            evaluate(
-                spec,
-                plan,
-                cluster,
-                seq_len=seq_len,
-                precision=precision,
-                optimizer=optimizer,
-                headroom=policy.memory_headroom,
-                efficiency=efficiency,
-            )
-        )
+        ranked.append(evaluate(spec, plan, cluster, headroom=policy.memory_headroom, **kw))
     return PlannerResult(
         plans=tuple(ranked),
         evaluated=len(arrays),

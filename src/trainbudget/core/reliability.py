@@ -262,6 +262,10 @@ def reliability_report(
         mtbf_seconds=mtbf,
         checkpoint_seconds=delta,
         young_interval_seconds=young_interval_seconds(delta, mtbf),
-        plan=goodput(useful_seconds=useful_seconds, mtbf_seconds=mtbf, checkpoint_seconds=delta,
-                     restart_seconds=restart_seconds),
+        plan=goodput(
+            useful_seconds=useful_seconds,
+            mtbf_seconds=mtbf,
+            checkpoint_seconds=delta,
+            restart_seconds=restart_seconds,
+        ),
     )

@@ -235,8 +235,9 @@ def step_time(
     # the same bytes); full recomputation repeats the forward ones
     tp_per_layer = 4 + (2 if plan.recompute == "full" else 0)
     if plan.sp:
-        t_tp = run("tp", "all_gather", act_msg, "tp", m * layers * tp_per_layer / 2)
-        t_tp += run("tp", "reduce_scatter", act_msg, "tp", m * layers * tp_per_layer / 2)
+        # each all-reduce becomes an all-gather and a reduce-scatter (Korthikanti Sec. 4.2.2)
+        t_tp = run("tp", "all_gather", act_msg, "tp", m * layers * tp_per_layer)
+        t_tp += run("tp", "reduce_scatter", act_msg, "tp", m * layers * tp_per_layer)
     else:
         t_tp = run("tp", "all_reduce", act_msg, "tp", m * layers * tp_per_layer)
     exposed["tp_comm"] = t_tp
@@ -263,40 +264,49 @@ def step_time(
             group=plan.ep,
             per_node=min(plan.ep, dp_pn),
         )
-    # DP / ZeRO
+    # DP / ZeRO: dense weights over the dp * cp group; routed experts over the expert-data-
+    # parallel group of dp * cp / ep ranks (each expert lives on dp * cp / ep of them)
     sp_ = stage_params(spec, plan, "last" if plan.pp > 1 else "first")
     dp_group = plan.dp * plan.cp
-    grad_bytes = sp_.dense * precision.grad_bytes
-    weight_bytes = sp_.dense * precision.weight_bytes
+    expert_group = dp_group // plan.ep
+    wb, gb = precision.weight_bytes, precision.grad_bytes
     if dp_group > 1:
         _, pn = group_span(plan, "dp", cluster.gpus_per_node)
         _, cp_pn = group_span(plan, "cp", cluster.gpus_per_node)
         pn = max(1, min(dp_group, pn * cp_pn))
+        groups = [(sp_.dense, dp_group, pn), (sp_.experts, expert_group, max(1, pn // plan.ep))]
         # ZeRO paper Sec. 7: stages 1-2 move what plain DP moves (reduce-scatter of gradients
         # + all-gather of updated weights = one all-reduce); stage 3 gathers the weights for
         # the forward and again for the backward of every micro-batch (1.5x per step at m = 1)
         kind = "all_reduce" if plan.zero == 0 else "reduce_scatter"
-        t_grad = run("dp_grad_reduce", kind, grad_bytes, "dp", 1, group=dp_group, per_node=pn)
+        t_grad = sum(
+            run("dp_grad_reduce", kind, n * gb, "dp", 1, group=g, per_node=k) for n, g, k in groups
+        )
         # the last bucket (the first layers' gradients) is reduced after backward ends
-        floor = t_grad * min(1.0, DDP_BUCKET_BYTES / grad_bytes)
+        floor = t_grad * min(1.0, DDP_BUCKET_BYTES / ((sp_.dense + sp_.experts) * gb))
         window = bwd_mb  # gradients reduce during the last micro-batch's backward
         t_gather = 0.0
         if plan.zero in (1, 2):
             # the updated weights are gathered during the next step's first forward
-            t_gather = run(
-                "dp_param_gather", "all_gather", weight_bytes, "dp", 1, group=dp_group, per_node=pn
+            t_gather = sum(
+                run("dp_param_gather", "all_gather", n * wb, "dp", 1, group=g, per_node=k)
+                for n, g, k in groups
             )
             window += fwd_mb
         elif plan.zero == 3:
-            t_gather = run(
-                "zero3_gather", "all_gather", weight_bytes, "dp", 2 * m, group=dp_group, per_node=pn
+            t_gather = sum(
+                run("zero3_gather", "all_gather", n * wb, "dp", 2 * m, group=g, per_node=k)
+                for n, g, k in groups
             )
             window = compute  # prefetched behind every micro-batch
             floor += t_gather / (2 * m * layers)  # the first layer's gather cannot hide
         # every DP-axis collective shares the same links and the same compute window
         exposed["dp_comm"] = max(floor, t_grad + t_gather - window)
     # optimizer step: reads grad, master, states; writes master, states, weights (HBM-bound)
-    local = zero_shard_params(sp_.dense, plan)
+    expert_shard = max(1, plan.shard_group // plan.ep)
+    local = zero_shard_params(sp_.dense, plan) + (
+        sp_.experts / expert_shard if plan.zero >= 1 else sp_.experts
+    )
     upd_bytes = (
         precision.grad_bytes
         + 2 * precision.master_bytes
@@ -321,7 +331,9 @@ def step_time(
             if plan.offload_params == "cpu"
             else min(cluster.pcie_bytes_per_second, cluster.nvme_bytes_per_second)
         )
-        offload_s += 2 * m * weight_bytes / link  # forward and backward fetch per micro-batch
+        offload_s += (
+            2 * m * (sp_.dense + sp_.experts) * wb / link
+        )  # forward and backward fetch per micro-batch
 
     breakdown = {
         "compute": compute,
