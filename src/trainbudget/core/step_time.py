@@ -36,10 +36,10 @@ class Efficiency:
     """Achievable fractions of the datasheet peaks. One set for every plan and model: they
     are properties of the kernels, not tuned per case (docs/validation.md shows the errors)."""
 
-    matmul: float = 0.65
+    matmul: float = 0.70
     """Fraction of the dense peak that transformer GEMMs sustain end to end. Large bf16 GEMMs
     alone reach 70-80 % with cuBLAS on A100/H100, but kernel launch gaps, shapes that tile
-    badly and clock throttling under sustained load take more. 0.65 is the one value from the
+    badly and clock throttling under sustained load take more. 0.70 is the one value from the
     grid {0.60, 0.65, 0.70, 0.75} with the smallest mean absolute error over all published
     runs in docs/validation.md, where the leave-one-out error of this choice is reported too."""
     attention: float = 0.5
