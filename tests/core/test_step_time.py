@@ -176,16 +176,9 @@ def test_tp_comm_grows_with_tp():
     assert all(t.breakdown_seconds["tp_comm"] == t.comm_seconds["tp"] for t in ts.values())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG step_time (and planner_fast): with sp each TP all-reduce should become one "
-    "all-gather + one reduce-scatter (Korthikanti et al. 2022 Sec. 4.2.2: 'the same "
-    "bandwidth'; the code's own comment says 'the same bytes'), but the counts are halved "
-    "(tp_per_layer / 2 each), so SP sends half the bytes: llama-2-7b tp4 dp2 m2 -> "
-    "6.44e9 B with sp vs 1.29e10 B without",
-)
 def test_sp_moves_the_same_tp_bytes():
-    # all-gather + reduce-scatter move what one all-reduce moves (Korthikanti et al. 2022)
+    # each TP all-reduce becomes one all-gather + one reduce-scatter, which move what the
+    # all-reduce moved (Korthikanti et al. 2022, Sec. 4.2.2: "the same bandwidth")
     a = st(Plan(tp=4, dp=2, grad_accum=2))
     b = st(Plan(tp=4, dp=2, sp=True, grad_accum=2))
     assert b.comm_bytes["tp"] == pytest.approx(a.comm_bytes["tp"])

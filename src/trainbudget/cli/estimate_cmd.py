@@ -41,7 +41,7 @@ from trainbudget.core.memory import rule_of_thumb_6gb
 from trainbudget.core.model_arg import resolve_model
 from trainbudget.core.model_spec import ModelSpec
 from trainbudget.core.parallel_memory import zero_model_state
-from trainbudget.core.plan import validate_plan
+from trainbudget.core.plan import validate_layout, validate_plan
 from trainbudget.core.planner import RankedPlan, evaluate
 from trainbudget.core.precision import get_optimizer, get_precision
 from trainbudget.core.training_time import tokens_from_epochs
@@ -285,13 +285,7 @@ def _bare_plan_json(args: argparse.Namespace, e: Estimate) -> dict:
     plan = plan_from_args(
         args, req.n_gpus, req.micro_batch, req.grad_accum, req.recompute, req.flash_attention
     )
-    if plan.n_gpus != req.n_gpus:
-        raise SpecError(
-            "plan",
-            plan.describe(),
-            f"dp({plan.dp}) * tp({plan.tp}) * pp({plan.pp}) * cp({plan.cp}) = "
-            f"{plan.n_gpus} != gpus({req.n_gpus})",
-        )
+    validate_layout(plan, n_gpus=req.n_gpus, seq_len=e.seq_len)
     state = zero_model_state(
         req.model.n_params / (plan.tp * plan.pp),
         shard=plan.shard_group,
@@ -337,6 +331,7 @@ def _useful_seconds(e: Estimate, planned: tuple[RankedPlan, Cluster] | None) -> 
 def run(args: argparse.Namespace) -> int:
     e = estimate(request_from_args(args))
     planned = _plan_result(args, e)
+    bare = _bare_plan_json(args, e) if wants_plan(args) and planned is None else None
     reliability = reliability_json(
         args,
         n_gpus=e.request.n_gpus,
@@ -345,8 +340,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.json:
         out = to_json(e)
-        if wants_plan(args) and planned is None:
-            out.update(_bare_plan_json(args, e))
+        if bare is not None:
+            out.update(bare)
         if planned is not None:
             ranked, cluster = planned
             out.update(plan_json(ranked, cluster))
@@ -362,8 +357,7 @@ def run(args: argparse.Namespace) -> int:
     if planned is not None:
         summary = summary.replace("memory/GPU  ", "memory (1 GPU, no parallelism)\n            ")
     print(summary)
-    if wants_plan(args) and planned is None:
-        bare = _bare_plan_json(args, e)
+    if bare is not None:
         mem = bare["memory_bytes"]
         print(
             f"\nplan         {bare['plan']['description']} (model state only: dense:N has no "

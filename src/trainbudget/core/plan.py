@@ -99,17 +99,23 @@ def group_span(plan: Plan, axis: str, gpus_per_node: int) -> tuple[int, int]:
     return size, per_node
 
 
-def validate_plan(
-    plan: Plan, model: ModelSpec, *, n_gpus: int, seq_len: int, global_batch: int | None = None
-) -> None:
-    """Every rule a layout must meet; one SpecError lists all that fail, with their factors."""
+def _raw_description(plan: Plan) -> str:
+    """A description that never fails, for plans whose degrees are not even integers."""
+    return " ".join(f"{k}={getattr(plan, k)!r}" for k in ("dp", "tp", "pp", "cp", "zero"))
+
+
+def layout_problems(
+    plan: Plan, *, n_gpus: int, seq_len: int, global_batch: int | None = None
+) -> list[str]:
+    """The rules that need no architecture: degrees, the GPU product, ZeRO, SP, schedule,
+    batch, recomputation and offload. validate_plan adds the model's rules."""
     problems: list[str] = []
     for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "grad_accum"):
         value = getattr(plan, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             problems.append(f"{name} ({value!r}) must be a positive integer")
     if problems:
-        raise SpecError("plan", plan.describe() if not problems else "", "; ".join(problems))
+        return problems
     if plan.n_gpus != n_gpus:
         problems.append(
             f"dp({plan.dp}) * tp({plan.tp}) * pp({plan.pp}) * cp({plan.cp}) = {plan.n_gpus} "
@@ -121,22 +127,8 @@ def validate_plan(
         problems.append(
             f"zero_shard ({plan.zero_shard}) must divide dp ({plan.dp}) and needs zero >= 1"
         )
-    if model.n_heads % plan.tp:
-        problems.append(f"n_heads ({model.n_heads}) must be divisible by tp ({plan.tp})")
-    if model.n_kv_heads % plan.tp and plan.tp % model.n_kv_heads:
-        # Megatron replicates K/V heads when tp > n_kv_heads; otherwise they must split evenly
-        problems.append(
-            f"n_kv_heads ({model.n_kv_heads}) and tp ({plan.tp}) must divide one another"
-        )
-    if model.vocab_size < plan.tp:
-        problems.append(f"vocab_size ({model.vocab_size}) must be at least tp ({plan.tp})")
     if plan.sp and plan.tp == 1:
         problems.append("sp needs tp > 1 (it splits along the TP group)")
-    stages = plan.pp * plan.vpp
-    if model.n_layers % stages:
-        problems.append(
-            f"n_layers ({model.n_layers}) must be divisible by pp ({plan.pp}) * vpp ({plan.vpp})"
-        )
     if plan.schedule not in SCHEDULES:
         problems.append(f"schedule ({plan.schedule!r}) must be one of {', '.join(SCHEDULES)}")
     elif (plan.schedule == "interleaved") != (plan.vpp > 1):
@@ -151,13 +143,6 @@ def validate_plan(
             f"seq_len ({seq_len}) must be divisible by 2 * cp ({2 * plan.cp}) (load-balanced "
             "causal ring attention splits the sequence into 2 * cp chunks)"
         )
-    if model.is_moe:
-        if model.n_experts % plan.ep:
-            problems.append(f"n_experts ({model.n_experts}) must be divisible by ep ({plan.ep})")
-        if (plan.dp * plan.cp) % plan.ep:
-            problems.append(f"ep ({plan.ep}) must divide dp ({plan.dp}) * cp ({plan.cp})")
-    elif plan.ep != 1:
-        problems.append(f"ep ({plan.ep}) must be 1 for a dense model")
     if global_batch is not None and global_batch != plan.global_batch:
         problems.append(
             f"global_batch ({global_batch}) != micro_batch ({plan.micro_batch}) * grad_accum "
@@ -170,5 +155,45 @@ def validate_plan(
             problems.append(f"{name} ({getattr(plan, name)!r}) must be none, cpu or nvme")
     if plan.offload_params != "none" and plan.zero != 3:
         problems.append("offload_params needs zero = 3 (parameters are gathered per layer)")
+    return problems
+
+
+def validate_layout(
+    plan: Plan, *, n_gpus: int, seq_len: int, global_batch: int | None = None
+) -> None:
+    """layout_problems as one SpecError (for a bare parameter count, which has no layers)."""
+    problems = layout_problems(plan, n_gpus=n_gpus, seq_len=seq_len, global_batch=global_batch)
+    if problems:
+        raise SpecError("plan", _raw_description(plan), "; ".join(problems))
+
+
+def validate_plan(
+    plan: Plan, model: ModelSpec, *, n_gpus: int, seq_len: int, global_batch: int | None = None
+) -> None:
+    """Every rule a layout must meet; one SpecError lists all that fail, with their factors."""
+    problems = layout_problems(plan, n_gpus=n_gpus, seq_len=seq_len, global_batch=global_batch)
+    if problems and problems[0].endswith("must be a positive integer"):
+        raise SpecError("plan", _raw_description(plan), "; ".join(problems))
+    if model.n_heads % plan.tp:
+        problems.append(f"n_heads ({model.n_heads}) must be divisible by tp ({plan.tp})")
+    if model.n_kv_heads % plan.tp and plan.tp % model.n_kv_heads:
+        # Megatron replicates K/V heads when tp > n_kv_heads; otherwise they must split evenly
+        problems.append(
+            f"n_kv_heads ({model.n_kv_heads}) and tp ({plan.tp}) must divide one another"
+        )
+    if model.vocab_size < plan.tp:
+        problems.append(f"vocab_size ({model.vocab_size}) must be at least tp ({plan.tp})")
+    stages = plan.pp * plan.vpp
+    if model.n_layers % stages:
+        problems.append(
+            f"n_layers ({model.n_layers}) must be divisible by pp ({plan.pp}) * vpp ({plan.vpp})"
+        )
+    if model.is_moe:
+        if model.n_experts % plan.ep:
+            problems.append(f"n_experts ({model.n_experts}) must be divisible by ep ({plan.ep})")
+        if (plan.dp * plan.cp) % plan.ep:
+            problems.append(f"ep ({plan.ep}) must divide dp ({plan.dp}) * cp ({plan.cp})")
+    elif plan.ep != 1:
+        problems.append(f"ep ({plan.ep}) must be 1 for a dense model")
     if problems:
         raise SpecError("plan", plan.describe(), "; ".join(problems))
