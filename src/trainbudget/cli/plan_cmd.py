@@ -14,8 +14,14 @@ from trainbudget.cli.args import (
     positive_int,
 )
 from trainbudget.cli.plan_view import add_cluster_args, cluster_from_args, plan_json, plan_lines
+from trainbudget.cli.reliability_view import (
+    add_reliability_options,
+    reliability_json,
+    reliability_line,
+)
 from trainbudget.core.errors import SpecError
 from trainbudget.core.hardware import get_hardware
+from trainbudget.core.memory import checkpoint_bytes
 from trainbudget.core.model_arg import resolve_model
 from trainbudget.core.model_spec import ModelSpec
 from trainbudget.core.planner import Policy, why_best
@@ -36,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument("--optimizer", default="adamw", help="optimizer")
     p.add_argument("--top", default="5", help="how many plans to show (default 5)")
     add_cluster_args(p)
+    add_reliability_options(p)
     g = p.add_argument_group("policy")
     g.add_argument("--max-tp", help="largest TP degree (default: GPUs per node)")
     g.add_argument("--zero-stages", default="0,1,2,3", help="ZeRO stages to try (default 0-3)")
@@ -123,6 +130,17 @@ def run(args: argparse.Namespace) -> int:
     cluster = cluster_from_args(args, get_hardware(args.gpu), positive_int("gpus", args.gpus))
     result = run_search(cluster)
     tokens = nonnegative_float("tokens", args.tokens) if args.tokens else None
+    reliability = None
+    if result.plans and result.plans[0].fits:
+        best = result.plans[0]
+        reliability = reliability_json(
+            args,
+            n_gpus=cluster.n_gpus,
+            checkpoint_bytes=checkpoint_bytes(
+                model, precision=args.precision, optimizer=args.optimizer
+            ),
+            useful_seconds=tokens / best.time.tokens_per_second if tokens else None,
+        )
     if args.json:
         plans = []
         for r in result.plans:
@@ -140,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
                     "fitting": result.n_fitting,
                     "search_seconds": result.search_seconds,
                     "why": why_best(result),
+                    "reliability": reliability,
                 }
             )
         )
@@ -162,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
             days = tokens / result.plans[0].time.tokens_per_second / SECONDS_PER_DAY
             print(f"time         {days:.2f} days for {tokens:.4g} tokens")
         print(f"why          {why_best(result)}")
+        if reliability is not None:
+            print(reliability_line(reliability))
     return 0
 
 
