@@ -33,7 +33,7 @@ class LayerActivations:
     attention_linear_inputs_bytes: float
     """Inputs of the qkv and output projections."""
     qkv_bytes: float
-    """Q, K, V kept for the attention backward."""
+    """Q, K, V kept for the attention backward (with RoPE, also the rotated Q and K)."""
     attention_matrix_bytes: float
     """softmax(Q K^T): a*s*s*b elements; 0 with FlashAttention or selective recompute."""
     flash_stats_bytes: float
@@ -105,10 +105,13 @@ def layer_activations(
         dropout_bytes = 2 * tokens * h * MASK_BYTES / rep
         if store_matrix:
             dropout_bytes += matrix_elements * (MASK_BYTES + e)
+    # RoPE writes rotated copies of q and k, while the fused qkv output stays alive (V is a
+    # view of it): d_q + d_kv more per token than learned positions
+    rope = tokens * (d_q + d_kv) * e if spec.position == "rope" else 0.0
     return LayerActivations(
         norm_inputs_bytes=2 * tokens * h * e / rep,
         attention_linear_inputs_bytes=tokens * (h / rep + d_q) * e,
-        qkv_bytes=tokens * (d_q + 2 * d_kv) * e,
+        qkv_bytes=tokens * (d_q + 2 * d_kv) * e + rope,
         attention_matrix_bytes=matrix_elements * e if store_matrix else 0,
         flash_stats_bytes=heads * tokens * FP32_BYTES if flash_attention else 0,
         mlp_bytes=mlp,

@@ -18,46 +18,82 @@ from torch.utils.checkpoint import checkpoint
 from trainbudget.core.model_spec import ModelSpec
 
 
-def _norm(spec: ModelSpec, device: torch.device | str | None) -> nn.Module:
+class _RMSNormFunction(torch.autograd.Function):
+    """y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) (Zhang & Sennrich 2019). Saves only x
+    and the per-token rstd (fp32), like a fused LayerNorm; the composite version would also
+    keep x * rstd, one more activation-sized tensor per norm, on devices without a fused kernel."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)  # (..., 1) fp32
+        ctx.save_for_backward(x, weight, rstd)
+        return (x.float() * rstd).to(x.dtype) * weight
+
+    @staticmethod
+    def backward(ctx, grad_y: torch.Tensor):
+        x, weight, rstd = ctx.saved_tensors
+        xhat = x.float() * rstd  # recomputed instead of stored
+        grad_w = (grad_y.float() * xhat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
+        g = grad_y.float() * weight.float()
+        # d/dx of x * rstd: rstd * (g - xhat * mean(g * xhat))
+        grad_x = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+        return grad_x.to(x.dtype), grad_w, None
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d_model: int, eps: float = 1e-5, device=None, dtype=None) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model, device=device, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _RMSNormFunction.apply(x, self.weight, self.eps)
+
+
+def _norm(spec: ModelSpec, factory: dict) -> nn.Module:
     if spec.norm == "rmsnorm":
-        return nn.RMSNorm(spec.d_model, eps=1e-5, device=device)
-    return nn.LayerNorm(spec.d_model, bias=spec.bias, device=device)
+        return RMSNorm(spec.d_model, **factory)
+    return nn.LayerNorm(spec.d_model, bias=spec.bias, **factory)
 
 
 def rope_tables(seq_len: int, d_head: int, device, base: float = 10000.0) -> tuple:
-    """cos, sin of shape (T, E/2) for rotary embeddings (Su et al. 2021, arXiv 2104.09864)."""
+    """cos, sin of shape (T, 1, E/2) for rotary embeddings (Su et al. 2021, arXiv 2104.09864),
+    broadcasting over (B, T, H, E/2)."""
     inv_freq = 1.0 / base ** (
         torch.arange(0, d_head, 2, device=device, dtype=torch.float32) / d_head
     )
     angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
-    return angles.cos(), angles.sin()
+    return angles.cos()[:, None, :], angles.sin()[:, None, :]
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (x[..., :E/2], x[..., E/2:]) of x: (B, H, T, E) by the position's angle."""
-    x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, E/2) each
+    """Rotate pairs (x[..., :E/2], x[..., E/2:]) of x: (B, T, H, E) by the position's angle.
+    Applied before the head transpose, so q and k keep the (B, T, H, E) layout and SDPA's output
+    transposes back to the projection's input without a copy."""
+    x1, x2 = x.chunk(2, dim=-1)  # (B, T, H, E/2) each
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
 class Attention(nn.Module):
-    def __init__(self, spec: ModelSpec, device=None) -> None:
+    def __init__(self, spec: ModelSpec, factory: dict) -> None:
         super().__init__()
         self.spec = spec
         d_q, d_kv = spec.n_heads * spec.d_head, spec.d_kv
         bias = spec.bias or spec.qkv_bias
-        self.qkv = nn.Linear(spec.d_model, d_q + 2 * d_kv, bias=bias, device=device)
-        self.proj = nn.Linear(d_q, spec.d_model, bias=spec.bias, device=device)
+        self.qkv = nn.Linear(spec.d_model, d_q + 2 * d_kv, bias=bias, **factory)
+        self.proj = nn.Linear(d_q, spec.d_model, bias=spec.bias, **factory)
 
     def forward(self, x: torch.Tensor, rope: tuple | None) -> torch.Tensor:
         s = self.spec
         b, t, _ = x.shape
         q, k, v = self.qkv(x).split([s.n_heads * s.d_head, s.d_kv, s.d_kv], dim=-1)
-        q = q.view(b, t, s.n_heads, s.d_head).transpose(1, 2)  # (B, H, T, E)
-        k = k.view(b, t, s.n_kv_heads, s.d_head).transpose(1, 2)  # (B, K, T, E)
-        v = v.view(b, t, s.n_kv_heads, s.d_head).transpose(1, 2)  # (B, K, T, E)
+        q = q.view(b, t, s.n_heads, s.d_head)  # (B, T, H, E)
+        k = k.view(b, t, s.n_kv_heads, s.d_head)  # (B, T, K, E)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, T, E), (B, K, T, E)
+        v = v.view(b, t, s.n_kv_heads, s.d_head).transpose(1, 2)  # (B, K, T, E)
         y = F.scaled_dot_product_attention(
             q, k, v, is_causal=True, enable_gqa=s.n_kv_heads != s.n_heads
         )  # (B, H, T, E)
@@ -67,16 +103,14 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     """GELU: down(gelu(up x)); SwiGLU: down(silu(gate x) * up x) (Shazeer 2020)."""
 
-    def __init__(self, spec: ModelSpec, d_hidden: int, device=None) -> None:
+    def __init__(self, spec: ModelSpec, d_hidden: int, factory: dict) -> None:
         super().__init__()
         self.swiglu = spec.mlp == "swiglu"
-        self.up = nn.Linear(spec.d_model, d_hidden, bias=spec.bias, device=device)
+        self.up = nn.Linear(spec.d_model, d_hidden, bias=spec.bias, **factory)
         self.gate = (
-            nn.Linear(spec.d_model, d_hidden, bias=spec.bias, device=device)
-            if self.swiglu
-            else None
+            nn.Linear(spec.d_model, d_hidden, bias=spec.bias, **factory) if self.swiglu else None
         )
-        self.down = nn.Linear(d_hidden, spec.d_model, bias=spec.bias, device=device)
+        self.down = nn.Linear(d_hidden, spec.d_model, bias=spec.bias, **factory)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate is not None:
@@ -88,15 +122,15 @@ class MoE(nn.Module):
     """Top-k routed experts plus shared ones (Shazeer et al. 2017; Mixtral: softmax over the
     top-k router logits). Tokens are gathered per expert, so each expert runs one matmul."""
 
-    def __init__(self, spec: ModelSpec, device=None) -> None:
+    def __init__(self, spec: ModelSpec, factory: dict) -> None:
         super().__init__()
         self.k = spec.experts_per_token
-        self.router = nn.Linear(spec.d_model, spec.n_experts, bias=False, device=device)
+        self.router = nn.Linear(spec.d_model, spec.n_experts, bias=False, **factory)
         self.experts = nn.ModuleList(
-            MLP(spec, spec.d_ff_expert, device) for _ in range(spec.n_experts)
+            MLP(spec, spec.d_ff_expert, factory) for _ in range(spec.n_experts)
         )
         self.shared = nn.ModuleList(
-            MLP(spec, spec.d_ff_expert, device) for _ in range(spec.n_shared_experts)
+            MLP(spec, spec.d_ff_expert, factory) for _ in range(spec.n_shared_experts)
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -115,11 +149,11 @@ class MoE(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, spec: ModelSpec, device=None) -> None:
+    def __init__(self, spec: ModelSpec, factory: dict) -> None:
         super().__init__()
-        self.norm1, self.norm2 = _norm(spec, device), _norm(spec, device)
-        self.attn = Attention(spec, device)
-        self.mlp = MoE(spec, device) if spec.is_moe else MLP(spec, spec.d_ff, device)
+        self.norm1, self.norm2 = _norm(spec, factory), _norm(spec, factory)
+        self.attn = Attention(spec, factory)
+        self.mlp = MoE(spec, factory) if spec.is_moe else MLP(spec, spec.d_ff, factory)
 
     def forward(self, x: torch.Tensor, rope: tuple | None) -> torch.Tensor:
         x = x + self.attn(self.norm1(x), rope)
@@ -127,20 +161,21 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, spec: ModelSpec, device=None, recompute: str = "none") -> None:
+    def __init__(self, spec: ModelSpec, device=None, recompute: str = "none", dtype=None) -> None:
         super().__init__()
+        factory = {"device": device, "dtype": dtype}
         if recompute not in ("none", "full"):
             raise ValueError(f"recompute = {recompute!r}: the reference model supports none, full")
         self.spec, self.recompute = spec, recompute
-        self.tok = nn.Embedding(spec.vocab_size, spec.d_model, device=device)
+        self.tok = nn.Embedding(spec.vocab_size, spec.d_model, **factory)
         self.pos = (
-            nn.Embedding(spec.max_seq_len, spec.d_model, device=device)
+            nn.Embedding(spec.max_seq_len, spec.d_model, **factory)
             if spec.position == "learned"
             else None
         )
-        self.blocks = nn.ModuleList(Block(spec, device) for _ in range(spec.n_layers))
-        self.norm = _norm(spec, device)
-        self.head = nn.Linear(spec.d_model, spec.vocab_size, bias=False, device=device)
+        self.blocks = nn.ModuleList(Block(spec, factory) for _ in range(spec.n_layers))
+        self.norm = _norm(spec, factory)
+        self.head = nn.Linear(spec.d_model, spec.vocab_size, bias=False, **factory)
         if spec.tied_embeddings:
             self.head.weight = self.tok.weight
 
@@ -195,15 +230,16 @@ def build_model(
     recompute: str = "none",
     seed: int = 0,
     dtype: torch.dtype | None = None,
+    init: bool = True,
 ) -> Transformer:
-    """The reference model for `spec`, initialised (skipped on the meta device)."""
-    model = Transformer(spec, device=device, recompute=recompute)
-    if torch.device(device or "cpu").type != "meta":
-        gen = torch.Generator(device=device or "cpu").manual_seed(seed)
-        init_weights(model, gen)
-    if dtype is not None:
-        model = model.to(dtype)
-    return model
+    """The reference model for `spec`, initialised unless on the meta device or init=False
+    (fake tensors have no values to draw)."""
+    if not init or torch.device(device or "cpu").type == "meta":
+        # built directly in its dtype: fake and meta tensors cannot be converted in place
+        return Transformer(spec, device=device, recompute=recompute, dtype=dtype)
+    model = Transformer(spec, device=device, recompute=recompute)  # drawn in fp32
+    init_weights(model, torch.Generator(device=device or "cpu").manual_seed(seed))
+    return model.to(dtype) if dtype is not None else model
 
 
 def count_model_params(model: nn.Module) -> int:

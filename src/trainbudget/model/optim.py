@@ -1,0 +1,93 @@
+"""Optimizers for the reference model, in the core's precision policies.
+
+- fp32 / bf16 (pure): torch's own optimizer on the model's parameters.
+- bf16-mixed / fp16-mixed: 16-bit weights and gradients in the model, an fp32 master copy and
+  fp32 optimizer state outside it (the ZeRO paper's accounting, 2 + 2 + 12 bytes per parameter
+  for Adam, which the core's `bf16-mixed` policy assumes). The update runs one parameter at a
+  time, so the fp32 copy of a gradient exists for one tensor at a time, never for the model.
+
+Torch optimizers use their single-tensor (for-loop) implementation here (foreach=False): its
+temporaries are the size of one parameter, which the core's peak model counts; the multi-tensor
+one would allocate temporaries the size of the whole model.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainbudget.core.precision import get_optimizer, get_precision
+
+
+def torch_optimizer(
+    name: str, params, lr: float, weight_decay: float = 0.0
+) -> torch.optim.Optimizer:
+    """The torch optimizer for one of the core's optimizer names (state sizes match the core)."""
+    get_optimizer(name)  # raises SpecError for an unknown name
+    if name in ("adam", "adamw"):
+        cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+        return cls(params, lr=lr, weight_decay=weight_decay, foreach=False)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay, foreach=False)
+    if name == "momentum":
+        return torch.optim.SGD(
+            params, lr=lr, momentum=0.9, weight_decay=weight_decay, foreach=False
+        )
+    if name == "adagrad":
+        return torch.optim.Adagrad(params, lr=lr, weight_decay=weight_decay, foreach=False)
+    if name == "rmsprop":
+        return torch.optim.RMSprop(params, lr=lr, weight_decay=weight_decay, foreach=False)
+    raise NotImplementedError(f"optimizer {name!r} has no reference implementation yet")
+
+
+class MasterWeightOptimizer:
+    """16-bit model weights updated through fp32 master copies, one tensor at a time."""
+
+    def __init__(self, model: nn.Module, name: str, lr: float, weight_decay: float = 0.0):
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.masters = [p.detach().float().clone().requires_grad_(True) for p in self.params]
+        self.inner = torch_optimizer(name, self.masters, lr, weight_decay)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p, master in zip(self.params, self.masters, strict=True):
+            if p.grad is None:
+                continue
+            master.grad = p.grad.float()  # the one fp32 gradient alive at a time
+            self.inner.step()  # steps only parameters that have a gradient: this one
+            master.grad = None
+            p.copy_(master)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def state_dict(self) -> dict:
+        return {"inner": self.inner.state_dict(), "masters": [m.detach() for m in self.masters]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.inner.load_state_dict(state["inner"])
+        with torch.no_grad():
+            for m, saved in zip(self.masters, state["masters"], strict=True):
+                m.copy_(saved)
+
+
+def make_optimizer(
+    model: nn.Module, *, precision: str, optimizer: str, lr: float = 3e-4, weight_decay: float = 0.0
+):
+    """The optimizer the core's (precision, optimizer) pair describes, for `model` whose
+    parameters are already in the policy's weight dtype."""
+    prec = get_precision(precision)
+    if prec.master_bytes:
+        return MasterWeightOptimizer(model, optimizer, lr, weight_decay)
+    return torch_optimizer(optimizer, model.parameters(), lr, weight_decay)
+
+
+def weight_dtype(precision: str) -> torch.dtype:
+    """The dtype model weights (and activations) take under a precision policy."""
+    return {
+        "fp32": torch.float32,
+        "bf16-mixed": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "fp16-mixed": torch.float16,
+    }[get_precision(precision).name]
