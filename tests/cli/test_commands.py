@@ -447,7 +447,28 @@ def test_mfu_text() -> None:
 # ---------------------------------------------------------------- help and no arguments
 
 SUBCOMMAND_OPTIONS = {
+    "profile": (
+        "--model",
+        "--set",
+        "--micro-batch",
+        "--seq-len",
+        "--precision",
+        "--optimizer",
+        "--recompute",
+        "--device",
+        "--json",
+    ),
     "validate": ("--markdown", "--json"),
+    "bench": (
+        "--dtype",
+        "--sizes",
+        "--device",
+        "--repeats",
+        "--bandwidth-bytes",
+        "--max-sample-seconds",
+        "--save-calibration",
+        "--json",
+    ),
     "plan": (
         "--model",
         "--gpus",

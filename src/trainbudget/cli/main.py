@@ -33,6 +33,14 @@ COMMANDS = {
         "trainbudget.cli.validate_cmd",
         "predicted vs published step times of real training runs",
     ),
+    "bench": (
+        "trainbudget.cli.bench_cmd",
+        "matmul FLOP/s and memory bandwidth of this device (its roofline)",
+    ),
+    "profile": (
+        "trainbudget.cli.profile_cmd",
+        "predicted vs measured memory and FLOPs of a real PyTorch training step",
+    ),
 }
 
 

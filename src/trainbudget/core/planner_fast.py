@@ -236,6 +236,8 @@ def evaluate_arrays(
         2 * tokens * d * e / rep
         + tokens * (d / rep + d_qt) * e
         + tokens * (d_qt + 2 * d_kv) * e
+        # RoPE's rotated copies of q and k
+        + (tokens * (d_qt + d_kv) * e if spec.position == "rope" else 0.0)
         + matrix
         + np.where(flash, heads * tokens * FP32_BYTES, 0)
         + mlp

@@ -40,12 +40,16 @@ def torch_optimizer(
     raise NotImplementedError(f"optimizer {name!r} has no reference implementation yet")
 
 
-class MasterWeightOptimizer:
-    """16-bit model weights updated through fp32 master copies, one tensor at a time."""
+class MasterWeightOptimizer(torch.optim.Optimizer):
+    """16-bit model weights updated through fp32 master copies, one tensor at a time.
+
+    A torch Optimizer (over the masters) so that torch's optimizer hooks -- and memory tools
+    such as MemTracker -- see its whole step, the fp32 gradient copies included."""
 
     def __init__(self, model: nn.Module, name: str, lr: float, weight_decay: float = 0.0):
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.masters = [p.detach().float().clone().requires_grad_(True) for p in self.params]
+        super().__init__(self.masters, {"lr": lr})
         self.inner = torch_optimizer(name, self.masters, lr, weight_decay)
 
     @torch.no_grad()
@@ -61,6 +65,8 @@ class MasterWeightOptimizer:
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
             p.grad = None
+        for m in self.masters:
+            m.grad = None
 
     def state_dict(self) -> dict:
         return {"inner": self.inner.state_dict(), "masters": [m.detach() for m in self.masters]}

@@ -13,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 from trainbudget.core.model_spec import ModelSpec
 
@@ -167,6 +167,7 @@ class Transformer(nn.Module):
         if recompute not in ("none", "full"):
             raise ValueError(f"recompute = {recompute!r}: the reference model supports none, full")
         self.spec, self.recompute = spec, recompute
+        self.checkpoint_early_stop = False
         self.tok = nn.Embedding(spec.vocab_size, spec.d_model, **factory)
         self.pos = (
             nn.Embedding(spec.max_seq_len, spec.d_model, **factory)
@@ -190,7 +191,11 @@ class Transformer(nn.Module):
             rope = rope_tables(t, self.spec.d_head, idx.device)
         for block in self.blocks:
             if self.recompute == "full" and self.training:
-                x = checkpoint(block, x, rope, use_reentrant=False)
+                # every layer's forward runs again in backward (Megatron's full recomputation,
+                # what the core counts) unless checkpoint_early_stop lets torch skip each
+                # block's last matmul, whose output nothing saves
+                with set_checkpoint_early_stop(self.checkpoint_early_stop):
+                    x = checkpoint(block, x, rope, use_reentrant=False)
             else:
                 x = block(x, rope)
         logits = self.head(self.norm(x))  # (B, T, V)

@@ -10,12 +10,16 @@ model/transformer.py), and scripts/gpu_validate.py measures the same matrix on a
 
 from __future__ import annotations
 
+import contextlib
+import statistics
+import time
 from dataclasses import dataclass
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed._tools.mem_tracker import MemTracker
 
+from trainbudget.core.errors import SpecError
 from trainbudget.core.model_spec import ModelSpec
 from trainbudget.model.optim import make_optimizer, weight_dtype
 from trainbudget.model.transformer import build_model
@@ -34,23 +38,59 @@ _CATEGORIES = {
 
 @dataclass(frozen=True, kw_only=True)
 class MeasuredMemory:
-    """Bytes per category at the step's peak, and the peak itself."""
+    """Bytes of one training step. params, grads and optimizer are the tensors' sizes (all the
+    gradients after backward; master weights and state after the step); activations,
+    temporaries and peak are MemTracker's figures at the step's peak."""
 
     params: int
     grads: int
     optimizer: int
     activations: int
     temporaries: int
-    other: int
     peak: int
     device: str
 
 
-def _train_step(model, optimizer, idx) -> None:
+def _nbytes(tensors) -> int:
+    """Bytes of the distinct storages behind `tensors` (a tied weight counts once)."""
+    storages = {t.untyped_storage()._cdata: t.untyped_storage().nbytes() for t in tensors}
+    return sum(storages.values())
+
+
+def _optimizer_tensors(opt) -> list:
+    inner = getattr(opt, "inner", opt)
+    state = [
+        v
+        for s in inner.state.values()
+        for v in s.values()
+        if isinstance(v, torch.Tensor) and v.numel() > 1
+    ]  # Adam's scalar step is not state
+    return state + list(getattr(opt, "masters", []))
+
+
+def _train_step(model, optimizer, idx, grads: list | None = None) -> None:
     _, loss = model(idx, idx)
     loss.backward()
+    if grads is not None:
+        grads.append(_nbytes(p.grad for p in model.parameters() if p.grad is not None))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+
+
+FAKE_DEVICES = ("fake-cpu", "fake-cuda")
+DEVICES = (*FAKE_DEVICES, "cpu", "cuda")
+
+
+def check_device(device: str) -> None:
+    """A clear error for a device this torch cannot use."""
+    if device not in DEVICES:
+        raise SpecError("device", device, "must be one of " + ", ".join(DEVICES))
+    if device == "fake-cuda" and not torch.backends.cuda.is_built():
+        raise SpecError(
+            "device", device, "needs a CUDA build of torch (this one is CPU-only); use fake-cpu"
+        )
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SpecError("device", device, "no CUDA device is available")
 
 
 def measure_step_memory(
@@ -61,32 +101,80 @@ def measure_step_memory(
     precision: str,
     optimizer: str,
     recompute: str = "none",
+    device: str = "fake-cpu",
 ) -> MeasuredMemory:
-    """Peak bytes of the second training step (the first creates the optimizer state)."""
-    with FakeTensorMode():
+    """Peak bytes of the second training step (the first creates the optimizer state), on
+    fake tensors or on the real device."""
+    check_device(device)
+    fake = device in FAKE_DEVICES
+    where = device.removeprefix("fake-")
+    with FakeTensorMode() if fake else contextlib.nullcontext():
         model = build_model(
-            spec, device="cpu", recompute=recompute, init=False, dtype=weight_dtype(precision)
+            spec, device=where, recompute=recompute, init=not fake, dtype=weight_dtype(precision)
         )
         model.train()
         opt = make_optimizer(model, precision=precision, optimizer=optimizer)
-        idx = torch.randint(0, spec.vocab_size, (micro_batch, seq_len))
-        _train_step(model, opt, idx)
+        idx = torch.randint(0, spec.vocab_size, (micro_batch, seq_len), device=where)
+        grads: list[int] = []
+        _train_step(model, opt, idx, grads)
         tracker = MemTracker()
-        tracker.track_external(
-            model, *(getattr(opt, "masters", []) or []), getattr(opt, "inner", opt)
-        )
+        inner = getattr(opt, "inner", None)
+        extra = [inner, *opt.masters] if inner is not None else []
+        tracker.track_external(model, opt, *extra)
         with tracker:
             _train_step(model, opt, idx)
         peak = tracker.get_tracker_snapshot("peak")
-    ((device, snapshot),) = peak.items()
+        params = _nbytes(model.parameters())
+        optimizer_bytes = _nbytes(_optimizer_tensors(opt))
+    snapshot = next(v for k, v in peak.items() if torch.device(k).type == torch.device(where).type)
     by_name = {_CATEGORIES.get(str(k).split(".")[-1], str(k)): int(v) for k, v in snapshot.items()}
     return MeasuredMemory(
-        params=by_name.get("params", 0),
-        grads=by_name.get("grads", 0),
-        optimizer=by_name.get("optimizer", 0),
+        params=params,
+        grads=grads[0],
+        optimizer=optimizer_bytes,
         activations=by_name.get("activations", 0),
         temporaries=by_name.get("temporaries", 0),
-        other=by_name.get("buffers", 0) + by_name.get("other", 0),
-        peak=by_name.get("Total", sum(by_name.values())),
-        device=f"fake-{device}",
+        peak=by_name.get("Total", 0),
+        device=device,
     )
+
+
+def time_steps(
+    spec: ModelSpec,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    precision: str,
+    optimizer: str,
+    recompute: str = "none",
+    device: str = "cpu",
+    steps: int = 5,
+    warmup: int = 2,
+) -> tuple[float, int | None]:
+    """Median seconds per training step on a real device (synchronised, warm-up dropped) and,
+    on CUDA, torch.cuda.max_memory_allocated over the timed steps."""
+    check_device(device)
+    if device in FAKE_DEVICES:
+        raise SpecError("device", device, "fake tensors do no work: time on cpu or cuda")
+    model = build_model(spec, device=device, recompute=recompute, dtype=weight_dtype(precision))
+    model.train()
+    opt = make_optimizer(model, precision=precision, optimizer=optimizer)
+    idx = torch.randint(0, spec.vocab_size, (micro_batch, seq_len), device=device)
+    cuda = device == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    for _ in range(warmup):
+        _train_step(model, opt, idx)
+    sync()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        _train_step(model, opt, idx)
+        sync()  # the clock is read only after the GPU has finished the step
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), (torch.cuda.max_memory_allocated() if cuda else None)

@@ -1,0 +1,77 @@
+"""`trainbudget profile`: the core's prediction next to what PyTorch measures for one training
+step of the reference model (fake tensors by default: no GPU needed)."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainbudget.cli.args import add_model_args, dumps_json, positive_int
+from trainbudget.core.errors import SpecError
+from trainbudget.core.model_arg import resolve_model
+from trainbudget.core.model_spec import ModelSpec
+from trainbudget.core.units import format_bytes
+
+
+def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
+    add_model_args(p)
+    p.add_argument("--micro-batch", default="1", help="sequences per step (default 1)")
+    p.add_argument("--seq-len", help="tokens per sequence (default: min(max_seq_len, 1024))")
+    p.add_argument("--precision", default="fp32", help="fp32 | bf16-mixed | bf16 (default fp32)")
+    p.add_argument(
+        "--optimizer",
+        default="adamw",
+        help="adamw | adam | sgd | momentum | adagrad | rmsprop (default adamw)",
+    )
+    p.add_argument(
+        "--recompute",
+        default="none",
+        choices=("none", "full"),
+        help="activation recomputation (default none)",
+    )
+    p.add_argument(
+        "--device",
+        default="fake-cpu",
+        help="fake-cpu (default: fake tensors, any machine) | fake-cuda (needs a "
+        "CUDA build) | cpu | cuda (real steps, also timed)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    model = resolve_model(args.model, args.overrides)
+    if not isinstance(model, ModelSpec):
+        raise SpecError("--model", args.model, "profiling needs an architecture, not dense:N")
+    seq_len = (
+        positive_int("seq_len", args.seq_len) if args.seq_len else min(model.max_seq_len, 1024)
+    )
+    from trainbudget.profile.memory import check_device  # imports torch: only when run
+
+    check_device(args.device)
+    from trainbudget.profile.report import KEYS, profile_step
+
+    out = profile_step(
+        model,
+        micro_batch=positive_int("micro_batch", args.micro_batch),
+        seq_len=seq_len,
+        precision=args.precision,
+        optimizer=args.optimizer,
+        recompute=args.recompute,
+        device=args.device,
+        time_it=args.device in ("cpu", "cuda"),
+    )
+    if args.json:
+        print(dumps_json(out))
+        return 0
+    print(
+        f"{out['model']}: micro-batch {out['micro_batch']} x {seq_len} tokens, "
+        f"{out['precision']}, {out['optimizer']}, recompute {out['recompute']}, on "
+        f"{out['device']} (peak at {out['peak_phase']})"
+    )
+    print(f"{'':<15} {'predicted':>14} {'measured':>14} {'error':>8}")
+    for key in KEYS:
+        pred, meas = out["predicted"][key], out["measured"][key]
+        fmt = (lambda v: f"{v:.4g}") if key == "flops_per_step" else format_bytes
+        print(f"{key:<15} {fmt(pred):>14} {fmt(meas):>14} {100 * out['error'][key]:>+7.2f}%")
+    if "step_seconds" in out:
+        print(f"step {out['step_seconds']:.4g} s; {out['achieved_flops_per_second']:.4g} FLOP/s")
+    return 0

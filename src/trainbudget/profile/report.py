@@ -1,0 +1,98 @@
+"""Prediction next to measurement for one training step of the reference model: the core's
+peak-memory phases (`core.peak_memory`) and FLOPs (`core.flops`) against MemTracker and
+FlopCounterMode, with the relative error of each figure."""
+
+from __future__ import annotations
+
+from trainbudget.core.model_spec import ModelSpec
+from trainbudget.core.peak_memory import training_peak
+from trainbudget.profile.flops import compare_flops
+from trainbudget.profile.memory import FAKE_DEVICES, measure_step_memory, time_steps
+
+KEYS = ("params", "grads", "optimizer", "activations", "peak", "flops_per_step")
+
+
+def profile_step(
+    spec: ModelSpec,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    precision: str,
+    optimizer: str,
+    recompute: str = "none",
+    device: str = "fake-cpu",
+    time_it: bool = False,
+) -> dict:
+    """predicted, measured and error (measured / predicted - 1) for one configuration."""
+    peak = training_peak(
+        spec,
+        precision=precision,
+        optimizer=optimizer,
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        recompute=recompute,
+    )
+    p = peak.peak
+    measured_memory = measure_step_memory(
+        spec,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        precision=precision,
+        optimizer=optimizer,
+        recompute=recompute,
+        device=device,
+    )
+    flops = compare_flops(spec, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute)
+    grads = peak.phases[-1].grads_bytes  # every gradient exists by the optimizer step
+    predicted = {
+        "params": p.params_bytes,
+        "grads": grads,
+        "optimizer": p.optimizer_bytes,
+        "activations": p.activations_bytes,
+        "peak": peak.total_bytes,
+        "flops_per_step": flops.predicted_total,
+    }
+    measured = {
+        "params": measured_memory.params,
+        "grads": measured_memory.grads,
+        "optimizer": measured_memory.optimizer,
+        "activations": measured_memory.activations,
+        "peak": measured_memory.peak,
+        "flops_per_step": flops.measured_total,
+    }
+    out = {
+        "model": spec.name,
+        "micro_batch": micro_batch,
+        "seq_len": seq_len,
+        "precision": precision,
+        "optimizer": optimizer,
+        "recompute": recompute,
+        "device": measured_memory.device,
+        "peak_phase": p.phase,
+        "predicted_phases": {ph.phase: ph.total_bytes for ph in peak.phases},
+        "predicted": predicted,
+        "measured": measured,
+        "error": {k: (measured[k] / predicted[k] - 1) if predicted[k] else 0.0 for k in KEYS},
+        "conventions": [
+            "memory: bytes of the reference model's step (trainbudget.model); params, grads and "
+            "optimizer are tensor sizes, activations and peak MemTracker's at the peak",
+            "FLOPs: FlopCounterMode's count of forward + backward (+ recomputation), normalised "
+            "to the core's convention (non-causal attention, fused-attention backward's "
+            "recomputed Q K^T as hardware FLOPs); predicted = core hardware FLOPs per step",
+        ],
+    }
+    if time_it and device not in FAKE_DEVICES:
+        seconds, max_allocated = time_steps(
+            spec,
+            micro_batch=micro_batch,
+            seq_len=seq_len,
+            precision=precision,
+            optimizer=optimizer,
+            recompute=recompute,
+            device=device,
+        )
+        out["step_seconds"] = seconds
+        out["achieved_flops_per_second"] = flops.measured_total / seconds
+        if max_allocated is not None:
+            out["max_memory_allocated"] = max_allocated
+    return out
