@@ -15,6 +15,7 @@ from trainbudget.cli.args import (
 from trainbudget.cli.plan_view import (
     add_plan_args,
     cluster_from_args,
+    efficiency_from_args,
     plan_from_args,
     plan_json,
     plan_lines,
@@ -274,6 +275,7 @@ def _plan_result(args: argparse.Namespace, e: Estimate) -> tuple[RankedPlan, Clu
         seq_len=e.seq_len,
         precision=get_precision(req.precision),
         optimizer=get_optimizer(req.optimizer),
+        efficiency=efficiency_from_args(args, req.hardware),
     )
     return ranked, cluster
 

@@ -13,7 +13,13 @@ from trainbudget.cli.args import (
     nonnegative_float,
     positive_int,
 )
-from trainbudget.cli.plan_view import add_cluster_args, cluster_from_args, plan_json, plan_lines
+from trainbudget.cli.plan_view import (
+    add_cluster_args,
+    cluster_from_args,
+    efficiency_from_args,
+    plan_json,
+    plan_lines,
+)
 from trainbudget.cli.reliability_view import (
     add_reliability_options,
     reliability_json,
@@ -126,9 +132,16 @@ def run(args: argparse.Namespace) -> int:
         top=positive_int("top", args.top),
     )
     if args.within_days is not None:
+        if args.calibration is not None:
+            raise SpecError(
+                "--calibration",
+                args.calibration,
+                "describes one GPU; it cannot be used with --within-days, which compares GPU types",
+            )
         return _run_cheapest(args, run_search)
-    cluster = cluster_from_args(args, get_hardware(args.gpu), positive_int("gpus", args.gpus))
-    result = run_search(cluster)
+    hardware = get_hardware(args.gpu)
+    cluster = cluster_from_args(args, hardware, positive_int("gpus", args.gpus))
+    result = run_search(cluster, efficiency=efficiency_from_args(args, hardware))
     tokens = nonnegative_float("tokens", args.tokens) if args.tokens else None
     reliability = None
     if result.plans and result.plans[0].fits:

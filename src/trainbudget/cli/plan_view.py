@@ -10,6 +10,7 @@ from trainbudget.core.errors import SpecError
 from trainbudget.core.hardware import Hardware
 from trainbudget.core.plan import Plan
 from trainbudget.core.planner import RankedPlan
+from trainbudget.core.step_time import DEFAULT_EFFICIENCY, Efficiency
 from trainbudget.core.units import format_bytes
 
 PLAN_FLAGS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "zero_shard", "global_batch")
@@ -18,6 +19,28 @@ PLAN_FLAGS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "zero_shard", "global
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus-per-node", help="GPUs per node (default: the hardware's platform)")
     p.add_argument("--link-efficiency", help="achieved / nominal link bandwidth (default 0.8)")
+    p.add_argument(
+        "--calibration",
+        metavar="PATH",
+        help="a file from `trainbudget bench --save-calibration`: the measured matmul "
+        "and HBM efficiency of this GPU replace the defaults",
+    )
+
+
+def efficiency_from_args(args: argparse.Namespace, hardware: Hardware) -> Efficiency:
+    """The step-time efficiencies: measured ones from --calibration, else the defaults."""
+    if args.calibration is None:
+        return DEFAULT_EFFICIENCY
+    from trainbudget.profile.bench import efficiency_from_calibration, load_calibration
+
+    cal = load_calibration(args.calibration)
+    if cal.catalog_key != hardware.name:
+        raise SpecError(
+            "calibration",
+            args.calibration,
+            f"was measured on {cal.catalog_key or cal.device_name}, not on {hardware.name}",
+        )
+    return efficiency_from_calibration(cal)
 
 
 def add_plan_args(p: argparse.ArgumentParser) -> None:
