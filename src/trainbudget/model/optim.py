@@ -51,6 +51,8 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         self.masters = [p.detach().float().clone().requires_grad_(True) for p in self.params]
         super().__init__(self.masters, {"lr": lr})
         self.inner = torch_optimizer(name, self.masters, lr, weight_decay)
+        # one set of groups: an LR schedule that writes param_groups reaches the update
+        self.param_groups = self.inner.param_groups
 
     @torch.no_grad()
     def step(self) -> None:

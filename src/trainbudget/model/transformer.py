@@ -20,21 +20,24 @@ from trainbudget.core.model_spec import ModelSpec
 
 class _RMSNormFunction(torch.autograd.Function):
     """y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) (Zhang & Sennrich 2019). Saves only x
-    and the per-token rstd (fp32), like a fused LayerNorm; the composite version would also
-    keep x * rstd, one more activation-sized tensor per norm, on devices without a fused kernel."""
+    and the per-token rstd (fp32; fp64 for fp64 input), like a fused LayerNorm; the composite
+    version would also keep x * rstd, one more activation-sized tensor per norm, on devices
+    without a fused kernel."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)  # (..., 1) fp32
+        acc = torch.promote_types(x.dtype, torch.float32)  # fp32 for 16-bit, fp64 stays
+        rstd = torch.rsqrt(x.to(acc).pow(2).mean(-1, keepdim=True) + eps)  # (..., 1)
         ctx.save_for_backward(x, weight, rstd)
-        return (x.float() * rstd).to(x.dtype) * weight
+        return (x.to(acc) * rstd).to(x.dtype) * weight
 
     @staticmethod
     def backward(ctx, grad_y: torch.Tensor):
         x, weight, rstd = ctx.saved_tensors
-        xhat = x.float() * rstd  # recomputed instead of stored
-        grad_w = (grad_y.float() * xhat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
-        g = grad_y.float() * weight.float()
+        acc = rstd.dtype
+        xhat = x.to(acc) * rstd  # recomputed instead of stored
+        grad_w = (grad_y.to(acc) * xhat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
+        g = grad_y.to(acc) * weight.to(acc)
         # d/dx of x * rstd: rstd * (g - xhat * mean(g * xhat))
         grad_x = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
         return grad_x.to(x.dtype), grad_w, None

@@ -4,10 +4,14 @@ FlopCounterMode, with the relative error of each figure."""
 
 from __future__ import annotations
 
+from trainbudget.core.flops import training_flops
+from trainbudget.core.hardware import HARDWARE
 from trainbudget.core.model_spec import ModelSpec
 from trainbudget.core.peak_memory import training_peak
+from trainbudget.core.precision import get_precision
 from trainbudget.profile.flops import compare_flops
 from trainbudget.profile.memory import FAKE_DEVICES, measure_step_memory, time_steps
+from trainbudget.profile.phases import time_phases
 
 KEYS = ("params", "grads", "optimizer", "activations", "peak", "flops_per_step")
 
@@ -95,4 +99,82 @@ def profile_step(
         out["achieved_flops_per_second"] = flops.measured_total / seconds
         if max_allocated is not None:
             out["max_memory_allocated"] = max_allocated
+        out.update(
+            _timing_extras(
+                spec,
+                micro_batch=micro_batch,
+                seq_len=seq_len,
+                precision=precision,
+                optimizer=optimizer,
+                recompute=recompute,
+                device=device,
+                step_seconds=seconds,
+            )
+        )
     return out
+
+
+def _timing_extras(
+    spec: ModelSpec,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    precision: str,
+    optimizer: str,
+    recompute: str,
+    device: str,
+    step_seconds: float,
+) -> dict:
+    """Phase times (`profile.phases`), model FLOPs and, on CUDA, MFU against the identified
+    device's catalog peak and the allocator's peaks; read right after `time_steps`, whose
+    timed steps the CUDA peaks cover."""
+    import torch
+
+    from trainbudget.profile.device import identify_device
+
+    extras: dict = {}
+    notes = [
+        "step_seconds: median of steps synchronised once each (time_steps); phases_seconds: "
+        "median per phase with a device synchronisation at every phase boundary, so on a GPU "
+        "their sum (phases_total_seconds) runs slightly longer than a step",
+        "forward is model(idx) up to the logits; loss is the fp32 cross-entropy; grad_sync is 0 "
+        "without torch.distributed; logging formats a line with loss.item()",
+    ]
+    if device == "cuda":
+        extras["max_memory_reserved"] = torch.cuda.max_memory_reserved()
+    phases = time_phases(
+        spec,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        precision=precision,
+        optimizer=optimizer,
+        recompute=recompute,
+        device=device,
+    )
+    extras["phases_seconds"] = phases.phases
+    extras["phases_total_seconds"] = phases.total
+    model_flops = training_flops(spec, seq_len).model_flops_per_token * seq_len * micro_batch
+    extras["model_flops_per_step"] = model_flops
+    if device == "cuda":
+        info = identify_device(device)
+        compute = get_precision(precision).compute_dtype
+        extras["device_name"] = info.name
+        extras["catalog_key"] = info.catalog_key
+        peak = (
+            HARDWARE[info.catalog_key].dense_flops_per_second.get(compute)
+            if info.catalog_key
+            else None
+        )
+        extras["peak_flops_per_second"] = peak
+        extras["mfu"] = None if peak is None else model_flops / step_seconds / peak
+        if info.catalog_key is None:
+            notes.append(f"mfu null: {info.name!r} has no row in the hardware catalog")
+        elif peak is None:
+            notes.append(f"mfu null: catalog row {info.catalog_key} has no dense {compute} peak")
+        else:
+            notes.append(
+                f"mfu: model FLOPs (3 x forward, no recomputation) / step_seconds / the "
+                f"{info.catalog_key} dense {compute} peak"
+            )
+    extras["timing_notes"] = notes
+    return extras
