@@ -459,6 +459,7 @@ SUBCOMMAND_OPTIONS = {
         "--json",
     ),
     "validate": ("--markdown", "--json"),
+    "data": ("prepare",),  # `data` has one action; its options: `data prepare --help`
     "bench": (
         "--dtype",
         "--sizes",

@@ -41,6 +41,15 @@ COMMANDS = {
         "trainbudget.cli.profile_cmd",
         "predicted vs measured memory and FLOPs of a real PyTorch training step",
     ),
+    "data": (
+        "trainbudget.cli.data_cmd",
+        "prepare token files from text (byte or BPE tokenizer), with sources, weights and a "
+        "held-out split",
+    ),
+    "train": (
+        "trainbudget.cli.train_cmd",
+        "train the reference model with predicted vs measured on every log line",
+    ),
 }
 
 

@@ -74,4 +74,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"{key:<15} {fmt(pred):>14} {fmt(meas):>14} {100 * out['error'][key]:>+7.2f}%")
     if "step_seconds" in out:
         print(f"step {out['step_seconds']:.4g} s; {out['achieved_flops_per_second']:.4g} FLOP/s")
+    if "phases_seconds" in out:
+        _print_phases(out)
     return 0
+
+
+def _print_phases(out: dict) -> None:
+    """Phase times (synchronised at every boundary), then MFU and allocator peaks on CUDA."""
+    total = out["phases_total_seconds"]
+    print(f"{'phase':<15} {'ms':>14} {'share':>14}")
+    for phase, seconds in out["phases_seconds"].items():
+        share = f"{100 * seconds / total:.1f}%" if total > 0 else "-"
+        print(f"{phase:<15} {1e3 * seconds:>14.4g} {share:>14}")
+    print(f"{'total (synced)':<15} {1e3 * total:>14.4g}")
+    if "mfu" in out:
+        mfu = "n/a" if out["mfu"] is None else f"{100 * out['mfu']:.1f}%"
+        key = out.get("catalog_key") or "no catalog row"
+        print(f"MFU {mfu} ({out.get('device_name')}, {key})")
+    if "max_memory_allocated" in out:
+        print(
+            f"max memory allocated {format_bytes(out['max_memory_allocated'])}, reserved "
+            f"{format_bytes(out.get('max_memory_reserved', 0))}"
+        )

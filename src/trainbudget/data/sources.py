@@ -1,0 +1,153 @@
+"""Sources: what text a source names, and how it splits into documents.
+
+A source is a text file, a folder (every *.txt and *.md below it, recursively, in path order) or
+a JSONL file (one JSON object per line, its text under `text_field`). Documents are the units
+that are held out and that end with the end-of-text token:
+
+- a JSONL line is one document;
+- a text file (or each file of a folder) is one document, unless it contains the literal
+  separator `<|endoftext|>` (the convention of GPT-2-style text dumps): then each piece is one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainbudget.core.errors import SpecError
+from trainbudget.data.corpus import DEFAULT_SOURCE_NAME, default_corpus_origin, default_topics
+from trainbudget.data.tokenizers import EOT_TEXT
+
+FOLDER_SUFFIXES = (".txt", ".md")
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    name: str
+    """Reported in meta.json and by the loader (per-source loss); unique within a prepare."""
+    path: Path | None
+    """A text file, a folder or a JSONL file; None: the embedded corpus."""
+    weight: float = 1.0
+    """Relative probability of drawing a training window from this source (the mixture)."""
+    text_field: str = "text"
+    """The key holding the text in each JSONL object."""
+
+    def __post_init__(self) -> None:
+        if not self.name or any(c.isspace() for c in self.name):
+            raise SpecError("source", self.name, "a name must be non-empty, without spaces")
+        if not (math.isfinite(self.weight) and self.weight > 0):
+            raise SpecError("weight", self.weight, f"of source {self.name!r} must be > 0")
+
+    @property
+    def kind(self) -> str:
+        if self.path is None:
+            return "embedded"
+        if self.path.is_dir():
+            return "folder"
+        return "jsonl" if self.path.suffix.lower() in JSONL_SUFFIXES else "text"
+
+    @property
+    def origin(self) -> str:
+        return default_corpus_origin() if self.path is None else str(self.path)
+
+
+def embedded_source() -> Source:
+    return Source(name=DEFAULT_SOURCE_NAME, path=None)
+
+
+def parse_source(spec: str | os.PathLike, text_field: str = "text") -> Source:
+    """`[NAME=]PATH[:WEIGHT]`: NAME defaults to the file's stem, WEIGHT to 1."""
+    if not isinstance(spec, str):
+        path = Path(spec)
+        return Source(name=path.stem or path.name, path=path, text_field=text_field)
+    text, name, weight = spec, None, 1.0
+    head, eq, rest = text.partition("=")
+    if eq and os.sep not in head and "/" not in head:
+        name, text = head, rest
+    body, colon, tail = text.rpartition(":")
+    if colon and body:
+        try:
+            weight = float(tail)
+        except ValueError:
+            pass  # a colon inside the path, not a weight
+        else:
+            if not (math.isfinite(weight) and weight > 0):
+                raise SpecError("weight", tail, f"of source {spec!r} must be a number > 0")
+            text = body
+    path = Path(text)
+    return Source(
+        name=name or path.stem or path.name, path=path, weight=weight, text_field=text_field
+    )
+
+
+def check_source(source: Source) -> None:
+    """Fail before anything is written: the path exists and a folder has text files."""
+    if source.path is None:
+        return
+    if not source.path.exists():
+        raise SpecError("source", str(source.path), "no such file or folder")
+    if source.kind == "folder" and not folder_files(source.path):
+        raise SpecError("source", str(source.path), "folder has no *.txt or *.md files")
+
+
+def source_bytes(source: Source) -> int:
+    """Input size, for progress reporting."""
+    if source.path is None:
+        return 0
+    if source.kind == "folder":
+        return sum(p.stat().st_size for p in folder_files(source.path))
+    return source.path.stat().st_size
+
+
+def folder_files(folder: Path) -> list[Path]:
+    files = (p for p in folder.rglob("*") if p.suffix.lower() in FOLDER_SUFFIXES and p.is_file())
+    return sorted(files, key=lambda p: p.relative_to(folder).as_posix())
+
+
+def read_documents(source: Source) -> Iterator[str]:
+    """The source's documents in order; empty ones are skipped."""
+    if source.path is None:
+        docs: Iterator[str] = iter(default_topics())
+    elif source.kind == "folder":
+        docs = (d for p in folder_files(source.path) for d in _text_documents(p))
+    elif source.kind == "jsonl":
+        docs = _jsonl_documents(source.path, source.text_field)
+    else:
+        docs = _text_documents(source.path)
+    return (d for d in docs if d)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        # utf-8-sig drops a byte-order mark; undecodable bytes become U+FFFD rather than failing
+        return path.read_text(encoding="utf-8-sig", errors="replace")
+    except OSError as err:
+        raise SpecError("source", str(path), f"cannot be read ({err.strerror})") from None
+
+
+def _text_documents(path: Path) -> list[str]:
+    return _read_text(path).split(EOT_TEXT)
+
+
+def _jsonl_documents(path: Path, field: str) -> Iterator[str]:
+    with path.open(encoding="utf-8-sig", errors="replace") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise SpecError(
+                    "source", f"{path}:{lineno}", f"line {lineno} is not JSON ({err.msg})"
+                ) from None
+            if not isinstance(obj, dict) or field not in obj:
+                raise SpecError("text_field", field, f"missing on line {lineno} of {path}")
+            text = obj[field]
+            if not isinstance(text, str):
+                raise SpecError("text_field", field, f"is not a string on line {lineno} of {path}")
+            yield text

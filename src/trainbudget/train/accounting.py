@@ -1,0 +1,105 @@
+"""The plan's side of every log line: FLOPs per token, the device's peak, predicted peak memory
+and step time, all from the estimating core, computed once per run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainbudget.core.cluster import Cluster
+from trainbudget.core.flops import training_flops
+from trainbudget.core.hardware import get_hardware
+from trainbudget.core.model_spec import ModelSpec
+from trainbudget.core.peak_memory import training_peak
+from trainbudget.core.plan import Plan
+from trainbudget.core.precision import get_optimizer, get_precision
+from trainbudget.core.step_time import step_time
+from trainbudget.profile.device import DeviceInfo
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budget:
+    model_flops_per_token: float
+    """Forward + backward matmul FLOPs per token (what MFU counts; causal attention halved)."""
+    hardware_flops_per_token: float
+    """Plus recomputation (what HFU counts)."""
+    peak_flops_per_second: float | None
+    """Dense peak of one device in the run's compute dtype; None for a device outside the
+    catalog (every CPU): MFU is then not reported."""
+    predicted_peak_memory_bytes: float
+    """core.peak_memory for the reference model, per device (no sharding)."""
+    predicted_step_seconds: float | None
+    device: DeviceInfo
+    notes: tuple[str, ...]
+
+    def mfu(self, tokens_per_second_per_device: float) -> float | None:
+        if self.peak_flops_per_second is None:
+            return None
+        return (
+            self.model_flops_per_token * tokens_per_second_per_device / self.peak_flops_per_second
+        )
+
+    def hfu(self, tokens_per_second_per_device: float) -> float | None:
+        if self.peak_flops_per_second is None:
+            return None
+        return (
+            self.hardware_flops_per_token
+            * tokens_per_second_per_device
+            / self.peak_flops_per_second
+        )
+
+
+def make_budget(
+    spec: ModelSpec,
+    *,
+    device: DeviceInfo,
+    precision: str,
+    optimizer: str,
+    micro_batch: int,
+    grad_accum: int,
+    seq_len: int,
+    recompute: str,
+    world_size: int,
+) -> Budget:
+    prec, notes = get_precision(precision), []
+    flops = training_flops(spec, seq_len, causal=True, recompute=recompute, flash_attention=True)
+    peak_memory = training_peak(
+        spec,
+        precision=precision,
+        optimizer=optimizer,
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        recompute=recompute,
+    ).total_bytes
+    peak = predicted = None
+    if device.catalog_key is None:
+        notes.append(
+            f"no catalog peak for {device.name}: MFU and predicted step time are not "
+            "reported (achieved FLOP/s is)"
+        )
+    else:
+        hw = get_hardware(device.catalog_key)
+        peak = hw.peak_flops_per_second(prec.compute_dtype)
+        cluster = Cluster(hardware=hw, n_gpus=world_size)
+        plan = Plan(
+            dp=world_size,
+            micro_batch=micro_batch,
+            grad_accum=grad_accum,
+            recompute=recompute,
+            flash_attention=True,
+        )
+        predicted = step_time(
+            spec, plan, cluster, seq_len=seq_len, precision=prec, optimizer=get_optimizer(optimizer)
+        ).step_seconds
+    notes.append(
+        "FLOPs per token from core.flops with causal attention (the kernel skips the "
+        "masked half); MFU = model FLOPs x tokens/s / peak"
+    )
+    return Budget(
+        model_flops_per_token=flops.model_flops_per_token,
+        hardware_flops_per_token=flops.hardware_flops_per_token,
+        peak_flops_per_second=peak,
+        predicted_peak_memory_bytes=peak_memory,
+        predicted_step_seconds=predicted,
+        device=device,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,95 @@
+"""Validation loss and perplexity (per source: the article's "channel loss"), probability
+probes (the article's Prob('北京' | '中国的首都是')), and sampling."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from trainbudget.core.errors import SpecError
+
+
+@torch.no_grad()
+def evaluate(model, data, cfg, device) -> dict:
+    """Mean loss and perplexity over the held-out split, overall and per source."""
+    was_training = model.training
+    model.eval()
+    totals: dict[str, list[float]] = {}
+    for x, y, source in data.eval_batches(cfg.micro_batch, cfg.seq_len, cfg.eval_batches):
+        logits = model(x.to(device))[0]
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten())
+        totals.setdefault(source, []).append(float(loss))
+    model.train(was_training)
+    if not totals:
+        return {}
+    all_losses = [v for vs in totals.values() for v in vs]
+    out = {"val_loss": sum(all_losses) / len(all_losses)}
+    out["val_perplexity"] = math.exp(out["val_loss"])
+    out["per_source"] = {s: sum(v) / len(v) for s, v in totals.items()}
+    return out
+
+
+def read_probes(path: str) -> list[tuple[str, str]]:
+    """`prompt<TAB>target` lines (blank lines and '#' comments skipped)."""
+    pairs = []
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()  # noqa: SIM115
+    except OSError as err:
+        raise SpecError("probes", path, f"cannot be read ({err.strerror})") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        if "\t" not in line:
+            raise SpecError(f"probes:{number}", line, "expected prompt<TAB>target")
+        prompt, target = line.split("\t", 1)
+        pairs.append((prompt, target))
+    return pairs
+
+
+@torch.no_grad()
+def probe_probabilities(model, tokenizer, probes, device) -> dict[str, float]:
+    """P(target | prompt) = product of the target tokens' probabilities after the prompt."""
+    was_training = model.training
+    model.eval()
+    out = {}
+    for prompt, target in probes:
+        p_ids, t_ids = tokenizer.encode(prompt), tokenizer.encode(target)
+        ids = torch.tensor([p_ids + t_ids], device=device)
+        logits = model(ids[:, :-1])[0].float()  # (1, P + T - 1, V)
+        logp = logits.log_softmax(-1)[0, len(p_ids) - 1 :]  # predictions of the target tokens
+        out[f"{prompt}->{target}"] = math.exp(
+            float(logp.gather(-1, torch.tensor(t_ids, device=device)[:, None]).sum())
+        )
+    model.train(was_training)
+    return out
+
+
+@torch.no_grad()
+def sample(
+    model,
+    tokenizer,
+    prompt: str,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int,
+    device,
+    seed: int = 0,
+) -> str:
+    """Autoregressive sampling (temperature, top-k) within the model's context."""
+    if temperature <= 0:
+        raise SpecError("temperature", temperature, "must be positive")
+    gen = torch.Generator(device=device).manual_seed(seed)
+    ids = torch.tensor([tokenizer.encode(prompt) or [0]], device=device)
+    context = model.spec.max_seq_len
+    model.eval()
+    for _ in range(max_new_tokens):
+        logits = model(ids[:, -context:])[0][:, -1].float() / temperature  # (1, V)
+        if top_k > 0:
+            kth = logits.topk(min(top_k, logits.shape[-1])).values[:, -1, None]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        nxt = torch.multinomial(logits.softmax(-1), 1, generator=gen)
+        ids = torch.cat([ids, nxt], dim=1)
+    return tokenizer.decode(ids[0].tolist())

@@ -1,0 +1,287 @@
+"""The training loop: data, model, optimizer and schedule from a TrainConfig, and on every
+logged step the plan (core) beside what was measured."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import random
+import statistics
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from trainbudget.core.errors import SpecError
+from trainbudget.core.model_arg import resolve_model
+from trainbudget.core.model_spec import ModelSpec
+from trainbudget.model.optim import MasterWeightOptimizer, weight_dtype
+from trainbudget.model.transformer import build_model
+from trainbudget.profile.device import identify_device
+from trainbudget.train.accounting import make_budget
+from trainbudget.train.checkpoint import load_checkpoint, save_checkpoint
+from trainbudget.train.config import TrainConfig
+from trainbudget.train.data import open_data
+from trainbudget.train.distributed import (
+    all_reduce_mean,
+    barrier,
+    init_distributed,
+    shutdown,
+    wrap_model,
+)
+from trainbudget.train.evaluate import evaluate, probe_probabilities, read_probes
+from trainbudget.train.metrics import MetricsWriter, Progress
+from trainbudget.train.optimizers import build_optimizer
+from trainbudget.train.schedule import Schedule, apply_lr
+
+
+def seed_everything(seed: int) -> None:
+    """Python, numpy and torch (the seeds' advice: seed every source of randomness)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SpecError("device", name, "no CUDA device is available")
+    return torch.device(name)
+
+
+def model_spec(cfg: TrainConfig, vocab_size: int) -> ModelSpec:
+    spec = resolve_model(cfg.model, cfg.overrides)
+    if not isinstance(spec, ModelSpec):
+        raise SpecError("model", cfg.model, "training needs an architecture, not dense:N")
+    if spec.vocab_size < vocab_size:
+        raise SpecError(
+            "vocab_size",
+            spec.vocab_size,
+            f"is smaller than the data's tokenizer ({vocab_size} tokens)",
+        )
+    if spec.position == "learned" and cfg.seq_len > spec.max_seq_len:
+        raise SpecError("seq_len", cfg.seq_len, f"exceeds max_seq_len ({spec.max_seq_len})")
+    return spec
+
+
+def make_optimizer(model, cfg: TrainConfig):
+    if cfg.precision == "bf16-mixed":
+        return MasterWeightOptimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay)
+    return build_optimizer(
+        cfg.optimizer, model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+    )
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Run `cfg`; returns the summary (also written to <out>/summary.json)."""
+    device = pick_device(cfg.device)
+    info = init_distributed(device.type)
+    if info.enabled and device.type == "cuda":
+        device = torch.device("cuda", info.local_rank)
+    seed_everything(cfg.seed)
+    run_dir = cfg.run_dir
+    if info.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+    data = open_data(cfg, main=info.is_main, barrier=lambda: barrier(info))
+    spec = model_spec(cfg, data.vocab_size)
+    model = build_model(
+        spec,
+        device=device,
+        recompute=cfg.recompute,
+        seed=cfg.seed,
+        dtype=weight_dtype(cfg.precision),
+    )
+    model.train()
+    batches = data.train_batches(
+        cfg.micro_batch, cfg.seq_len, seed=cfg.seed, rank=info.rank, world_size=info.world_size
+    )
+    start_step = 0
+    if cfg.resume and (run_dir / "checkpoint").exists():
+        start_step = load_checkpoint(run_dir / "checkpoint", model=model, loader=batches)
+    net = wrap_model(model, info, cfg.strategy, device)
+    optimizer = make_optimizer(model, cfg)
+    if cfg.resume and (run_dir / "checkpoint").exists():
+        load_checkpoint(run_dir / "checkpoint", optimizer=optimizer)
+    schedule = Schedule(
+        kind=cfg.schedule,
+        base_lr=cfg.lr,
+        warmup_steps=cfg.warmup_steps,
+        total_steps=cfg.steps,
+        min_lr_ratio=cfg.min_lr_ratio,
+    )
+    budget = make_budget(
+        spec,
+        device=identify_device(device),
+        precision=cfg.precision,
+        optimizer=cfg.optimizer,
+        micro_batch=cfg.micro_batch,
+        grad_accum=cfg.grad_accum,
+        seq_len=cfg.seq_len,
+        recompute=cfg.recompute,
+        world_size=info.world_size,
+    )
+    if cfg.compile:
+        net = torch.compile(net)
+    writer = MetricsWriter(run_dir, tensorboard=cfg.tensorboard, enabled=info.is_main)
+    progress = Progress(cfg.steps, enabled=info.is_main)
+    probes = read_probes(cfg.probes) if cfg.probes else []
+    tokens_per_step = cfg.micro_batch * cfg.grad_accum * cfg.seq_len * info.world_size
+    step_times: list[float] = []
+    first_loss = last_loss = None
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    for step in range(start_step, cfg.steps):
+        logged = (step + 1) % cfg.log_interval == 0 or step + 1 == cfg.steps
+        phases = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
+        lr = schedule.lr_at(step)
+        apply_lr(optimizer, lr)
+        _sync(device)
+        t_step = time.perf_counter()
+        loss_sum = torch.zeros((), device=device)
+        for micro in range(cfg.grad_accum):
+            t = time.perf_counter()
+            x, y, _ = batches.next_batch(device)
+            phases["data"] += time.perf_counter() - t
+            sync_grads = micro == cfg.grad_accum - 1
+            no_sync = (
+                net.no_sync()
+                if info.enabled and cfg.strategy == "ddp" and not sync_grads
+                else contextlib.nullcontext()
+            )
+            with no_sync:
+                t = time.perf_counter()
+                logits = net(x)[0]
+                # accumulation sums gradients: divide so the step uses the mean loss
+                loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) / cfg.grad_accum
+                if logged:
+                    _sync(device)
+                phases["forward"] += time.perf_counter() - t
+                t = time.perf_counter()
+                loss.backward()
+                if logged:
+                    _sync(device)
+                phases["backward"] += time.perf_counter() - t
+            loss_sum += loss.detach()
+        t = time.perf_counter()
+        grad_norm = (
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            if cfg.grad_clip > 0
+            else _grad_norm(model)
+        )
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        _sync(device)
+        phases["optimizer"] = time.perf_counter() - t
+        seconds = time.perf_counter() - t_step
+        if step > start_step:  # the first step includes warm-up (allocation, compilation)
+            step_times.append(seconds)
+        if not logged and step + 1 < cfg.steps:
+            continue
+        loss_value = float(all_reduce_mean(loss_sum, info))
+        first_loss = loss_value if first_loss is None else first_loss
+        last_loss = loss_value
+        tps = tokens_per_step / seconds
+        record = {
+            "step": step + 1,
+            "loss": loss_value,
+            "lr": lr,
+            "grad_norm": float(grad_norm),
+            "tokens_per_second": tps,
+            "step_seconds": seconds,
+            "predicted_step_seconds": budget.predicted_step_seconds,
+            "achieved_flops_per_second": budget.model_flops_per_token * tps,
+            "mfu": budget.mfu(tps / info.world_size),
+            "hfu": budget.hfu(tps / info.world_size),
+            "memory_bytes": _memory(device, budget),
+            "phases_seconds": phases,
+        }
+        if (step + 1) % cfg.eval_interval == 0 or step + 1 == cfg.steps:
+            record["eval"] = evaluate(model, data, cfg, device)
+            if probes:
+                record["probes"] = probe_probabilities(model, data.tokenizer, probes, device)
+        writer.write(record)
+        mfu = f"  MFU {100 * record['mfu']:.1f}%" if record["mfu"] is not None else ""
+        progress.update(step + 1, f"loss {loss_value:.3f}  {tps:,.0f} tok/s{mfu}")
+    progress.close()
+    if info.is_main:
+        save_checkpoint(
+            run_dir / "checkpoint",
+            model=model,
+            optimizer=optimizer,
+            loader=batches,
+            step=cfg.steps,
+            config=dataclasses.asdict(cfg),
+            spec=spec,
+        )
+    summary = _summary(
+        cfg,
+        data,
+        budget,
+        step_times,
+        first_loss,
+        last_loss,
+        device,
+        tokens_per_step,
+        info.world_size,
+    )
+    if info.is_main:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
+    writer.close()
+    barrier(info)
+    shutdown(info)
+    return summary
+
+
+def _grad_norm(model) -> torch.Tensor:
+    norms = [p.grad.detach().float().norm() for p in model.parameters() if p.grad is not None]
+    return torch.stack(norms).norm() if norms else torch.zeros(())
+
+
+def _memory(device: torch.device, budget) -> dict:
+    measured = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    return {"predicted_peak": budget.predicted_peak_memory_bytes, "measured_peak": measured}
+
+
+def _summary(
+    cfg, data, budget, step_times, first_loss, last_loss, device, tokens_per_step, world_size
+) -> dict:
+    measured = statistics.median(step_times) if step_times else None
+    tps = tokens_per_step / measured if measured else None
+    out = {
+        "steps": cfg.steps,
+        "tokens_per_step": tokens_per_step,
+        "loss_first_logged": first_loss,
+        "loss_final": last_loss,
+        "unigram_entropy_nats": data.unigram_entropy(),
+        "step_seconds": {"measured_median": measured, "predicted": budget.predicted_step_seconds},
+        "tokens_per_second": tps,
+        "mfu": {"measured": budget.mfu(tps / world_size) if tps else None},
+        "memory_bytes": _memory(device, budget),
+        "device": budget.device.as_dict(),
+        "world_size": world_size,
+        "notes": list(budget.notes),
+    }
+    if out["step_seconds"]["predicted"] and measured:
+        out["step_seconds"]["error"] = measured / out["step_seconds"]["predicted"] - 1
+    mem = out["memory_bytes"]
+    if mem["measured_peak"]:
+        mem["error"] = mem["measured_peak"] / mem["predicted_peak"] - 1
+    else:
+        out["notes"].append(
+            "measured peak memory needs a CUDA device (torch's allocator "
+            "statistics); `trainbudget profile` measures it on fake tensors"
+        )
+    if last_loss is not None and math.isfinite(last_loss):
+        out["perplexity_final"] = math.exp(last_loss)
+    return out
