@@ -447,6 +447,22 @@ def test_mfu_text() -> None:
 # ---------------------------------------------------------------- help and no arguments
 
 SUBCOMMAND_OPTIONS = {
+    "train": (
+        "--config",
+        "--model",
+        "--set",
+        "--data",
+        "--out",
+        "--steps",
+        "--micro-batch",
+        "--grad-accum",
+        "--seq-len",
+        "--lr",
+        "--precision",
+        "--device",
+        "--resume",
+        "--json",
+    ),
     "profile": (
         "--model",
         "--set",
