@@ -474,6 +474,27 @@ SUBCOMMAND_OPTIONS = {
         "--device",
         "--json",
     ),
+    "plot": ("RUN_DIR", "--out", "--json"),
+    "eval": (
+        "--checkpoint",
+        "--data",
+        "--batches",
+        "--micro-batch",
+        "--seq-len",
+        "--device",
+        "--json",
+    ),
+    "sample": (
+        "--checkpoint",
+        "--data",
+        "--prompt",
+        "--max-new-tokens",
+        "--temperature",
+        "--top-k",
+        "--seed",
+        "--device",
+        "--json",
+    ),
     "validate": ("--markdown", "--json"),
     "data": ("prepare",),  # `data` has one action; its options: `data prepare --help`
     "bench": (

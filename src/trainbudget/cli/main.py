@@ -50,6 +50,15 @@ COMMANDS = {
         "trainbudget.cli.train_cmd",
         "train the reference model with predicted vs measured on every log line",
     ),
+    "plot": (
+        "trainbudget.cli.plot_cmd",
+        "loss curves (train, validation) and tokens/s of training runs as a PNG",
+    ),
+    "eval": (
+        "trainbudget.cli.eval_cmd",
+        "validation loss and perplexity of a checkpoint, per data source",
+    ),
+    "sample": ("trainbudget.cli.sample_cmd", "generate text from a checkpoint"),
 }
 
 
