@@ -5,8 +5,9 @@ Data-parallel: `torchrun --nproc-per-node N -m trainbudget.train [same options]`
 from __future__ import annotations
 
 import argparse
+import os
 
-from trainbudget.cli.args import dumps_json, positive_int
+from trainbudget.cli.args import dumps_json
 
 # flag -> (config field, parser); None parser = a string kept as given
 _FLAGS = {
@@ -65,9 +66,11 @@ def config_from_args(args: argparse.Namespace):
             flags[field] = value
             continue
         try:
-            flags[field] = positive_int(field, value) if parse is int else float(value)
+            # range rules (positive, warmup <= steps, ...) are TrainConfig's, in one place
+            flags[field] = parse(value)
         except ValueError:
-            raise SpecError(field, value, f"must be a {parse.__name__}") from None
+            kind = "an integer" if parse is int else "a number"
+            raise SpecError(field, value, f"must be {kind}") from None
     if args.overrides is not None:
         flags["overrides"] = tuple(args.overrides)
         if args.model is None:
@@ -83,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     from trainbudget.train.loop import train  # imports torch: only when training
 
     summary = train(cfg)
+    if os.environ.get("RANK", "0") != "0":
+        return 0  # under torchrun only rank 0 reports
     if args.json:
         print(dumps_json(summary))
         return 0

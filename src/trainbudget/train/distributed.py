@@ -1,15 +1,33 @@
 """torchrun support: one process per device, gloo on CPU and NCCL on GPU, the model wrapped in
 DDP (replicated) or FSDP2 `fully_shard` (parameters, gradients and optimizer state sharded:
-ZeRO-3). Nothing here runs unless torchrun set WORLD_SIZE > 1."""
+ZeRO-3). Nothing here runs unless torchrun set WORLD_SIZE > 1.
+
+What makes an N-rank run the same computation as one process with the same global batch:
+- the data: every rank takes its rows of one global batch per step (train.data.TrainBatches);
+- the gradient: DDP and FSDP2 average gradients over ranks (reduce-scatter/all-reduce of the
+  sum divided by N), and each rank's loss is its local mean over equal-sized micro-batches
+  divided by grad_accum, so the synchronised gradient is that of the global mean loss;
+- accumulation: gradients are synchronised once per step, on the last micro-batch
+  (`grad_sync`: DDP's no_sync, FSDP2's set_requires_gradient_sync(False) on the others);
+- clipping: torch.nn.utils.clip_grad_norm_ on FSDP2's DTensor gradients reduces the shards'
+  norms across ranks, so the norm is the full model's (`total_grad_norm` likewise);
+- the logged loss: the mean over ranks of each rank's mean (`all_reduce_mean`), the global
+  batch's mean because every rank has the same number of rows.
+Checkpoints hold full (unsharded) tensors in the single-process format: `full_state` gathers
+FSDP2's shards for rank 0 to write, `ShardingLoad` cuts a full optimizer state back into them.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 
 @dataclass(frozen=True)
@@ -41,7 +59,10 @@ def init_distributed(device_kind: str) -> DistInfo:
 
 
 def wrap_model(model: nn.Module, info: DistInfo, strategy: str, device: torch.device) -> nn.Module:
-    """DDP or FSDP2 around `model`; the model itself when running alone."""
+    """DDP or FSDP2 around `model`; the model itself when running alone.
+
+    FSDP2 shards the model in place (its parameters become DTensors), so the optimizer must be
+    built after this call, from the model's parameters then."""
     if not info.enabled:
         return model
     if strategy == "fsdp":
@@ -59,11 +80,128 @@ def wrap_model(model: nn.Module, info: DistInfo, strategy: str, device: torch.de
     return DistributedDataParallel(model, device_ids=ids)
 
 
+def grad_sync(net: nn.Module, info: DistInfo, strategy: str, *, sync: bool):
+    """The context for one micro-batch's forward and backward: gradients are synchronised across
+    ranks only when `sync` (the step's last micro-batch); before it they accumulate locally.
+
+    DDP: `no_sync()`. FSDP2: `set_requires_gradient_sync(False)`, without which every backward
+    would reduce-scatter (same result, grad_accum times the communication); the last
+    micro-batch's backward then reduce-scatters the accumulated unsharded gradients."""
+    if not info.enabled or sync:
+        return contextlib.nullcontext()
+    if strategy == "fsdp":
+        return _fsdp_no_sync(net)
+    return net.no_sync()
+
+
+@contextlib.contextmanager
+def _fsdp_no_sync(net: nn.Module) -> Iterator[None]:
+    net.set_requires_gradient_sync(False)  # a torch.compile wrapper forwards the attribute
+    try:
+        yield
+    finally:
+        net.set_requires_gradient_sync(True)
+
+
+def total_grad_norm(parameters) -> torch.Tensor:
+    """The L2 norm of all gradients, as one vector (what clip_grad_norm_ returns), without
+    changing them; under FSDP2 the norm of the full gradients, not of this rank's shards."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    # clip_grad_norm_'s own reduction (per-tensor norms, then the norm of those); on DTensor
+    # shards each norm is a partial that DTensor reduces across ranks
+    norms = [torch.linalg.vector_norm(g.float()) for g in grads]
+    norm = torch.linalg.vector_norm(torch.stack(norms))
+    return norm.full_tensor() if isinstance(norm, DTensor) else norm
+
+
 def all_reduce_mean(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
     if info.enabled:
         dist.all_reduce(value, op=dist.ReduceOp.SUM)
         value /= info.world_size
     return value
+
+
+def is_sharded(module: nn.Module) -> bool:
+    """Whether FSDP2 has sharded `module`'s parameters (they are DTensors)."""
+    return any(isinstance(p, DTensor) for p in module.parameters())
+
+
+def full_state(state, info: DistInfo):
+    """`state` (a state_dict, nested dicts/lists of tensors) with every DTensor gathered into the
+    full tensor, on the CPU: the single-process state_dict's format (what
+    torch.distributed.checkpoint.state_dict's full_state_dict=True, cpu_offload=True gives for
+    the model). A collective under FSDP2: every rank must call it, in the same order. Rank 0
+    keeps the gathered tensors; the other ranks get None (so at most one full tensor at a time
+    is alive there). Without DTensors (one process, DDP) `state` itself comes back."""
+
+    def gather(value):
+        if isinstance(value, DTensor):
+            full = value.full_tensor()
+            return full.cpu() if info.is_main else None
+        if isinstance(value, dict):
+            return {k: gather(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(gather(v) for v in value)
+        return value
+
+    gathered = gather(state)
+    return gathered if info.is_main else None
+
+
+class Snapshot:
+    """A state dict already taken, where save_checkpoint expects something with .state_dict()."""
+
+    def __init__(self, state: dict) -> None:
+        self.state = state
+
+    def state_dict(self) -> dict:
+        return self.state
+
+
+class ShardingLoad:
+    """Where load_checkpoint expects an optimizer: loads a full (single-process format)
+    optimizer state into an optimizer over FSDP2's DTensor parameters, each state tensor of a
+    parameter's shape cut into that parameter's shard (every rank read the same file, so each
+    slices its own part: no communication). Scalars such as Adam's `step` stay as they are.
+    model.optim.MasterWeightOptimizer's state (its fp32 masters, DTensors like the parameters
+    they copy, and its inner optimizer's state) is cut the same way."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(_shard_optimizer_state(self.optimizer, state))
+
+
+def _shard_optimizer_state(optimizer, state: dict) -> dict:
+    if "masters" in state and hasattr(optimizer, "masters"):  # MasterWeightOptimizer
+        masters = [
+            _shard_like(value, master)
+            for value, master in zip(state["masters"], optimizer.masters, strict=True)
+        ]
+        return {
+            "inner": _shard_optimizer_state(optimizer.inner, state["inner"]),
+            "masters": masters,
+        }
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    sharded = {
+        index: {
+            key: value if key == "step" else _shard_like(value, params[int(index)])
+            for key, value in per_param.items()
+        }
+        for index, per_param in state["state"].items()
+    }
+    return {**state, "state": sharded}
+
+
+def _shard_like(value, param):
+    if not (isinstance(param, DTensor) and torch.is_tensor(value) and value.shape == param.shape):
+        return value
+    return distribute_tensor(
+        value.to(param.device), param.device_mesh, param.placements, src_data_rank=None
+    )
 
 
 def barrier(info: DistInfo) -> None:

@@ -82,7 +82,8 @@ def sample(
     if temperature <= 0:
         raise SpecError("temperature", temperature, "must be positive")
     gen = torch.Generator(device=device).manual_seed(seed)
-    ids = torch.tensor([tokenizer.encode(prompt) or [0]], device=device)
+    # an empty prompt starts from the end-of-text token, as a new document would
+    ids = torch.tensor([tokenizer.encode(prompt) or [tokenizer.eot_id]], device=device)
     context = model.spec.max_seq_len
     model.eval()
     for _ in range(max_new_tokens):

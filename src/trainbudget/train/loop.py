@@ -3,7 +3,6 @@ logged step the plan (core) beside what was measured."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -26,10 +25,16 @@ from trainbudget.train.checkpoint import load_checkpoint, save_checkpoint
 from trainbudget.train.config import TrainConfig
 from trainbudget.train.data import open_data
 from trainbudget.train.distributed import (
+    ShardingLoad,
+    Snapshot,
     all_reduce_mean,
     barrier,
+    full_state,
+    grad_sync,
     init_distributed,
+    is_sharded,
     shutdown,
+    total_grad_norm,
     wrap_model,
 )
 from trainbudget.train.evaluate import evaluate, probe_probabilities, read_probes
@@ -102,16 +107,25 @@ def train(cfg: TrainConfig) -> dict:
         dtype=weight_dtype(cfg.precision),
     )
     model.train()
+    # distributed: this rank's rows of one global batch per step, drawn alike by every rank
+    # and by a 1-process run with the same global batch (see data.TrainBatches)
     batches = data.train_batches(
-        cfg.micro_batch, cfg.seq_len, seed=cfg.seed, rank=info.rank, world_size=info.world_size
+        cfg.micro_batch,
+        cfg.seq_len,
+        seed=cfg.seed,
+        grad_accum=cfg.grad_accum,
+        rank=info.rank,
+        world_size=info.world_size,
     )
     start_step = 0
     if cfg.resume and (run_dir / "checkpoint").exists():
         start_step = load_checkpoint(run_dir / "checkpoint", model=model, loader=batches)
     net = wrap_model(model, info, cfg.strategy, device)
-    optimizer = make_optimizer(model, cfg)
+    optimizer = make_optimizer(model, cfg)  # after wrap_model: FSDP2's DTensor parameters
     if cfg.resume and (run_dir / "checkpoint").exists():
-        load_checkpoint(run_dir / "checkpoint", optimizer=optimizer)
+        # distributed: under FSDP2 the full saved optimizer state is cut into this rank's shards
+        target = ShardingLoad(optimizer) if is_sharded(model) else optimizer
+        load_checkpoint(run_dir / "checkpoint", optimizer=target)
     schedule = Schedule(
         kind=cfg.schedule,
         base_lr=cfg.lr,
@@ -132,7 +146,9 @@ def train(cfg: TrainConfig) -> dict:
     )
     if cfg.compile:
         net = torch.compile(net)
-    writer = MetricsWriter(run_dir, tensorboard=cfg.tensorboard, enabled=info.is_main)
+    writer = MetricsWriter(
+        run_dir, tensorboard=cfg.tensorboard, enabled=info.is_main, append=start_step > 0
+    )
     progress = Progress(cfg.steps, enabled=info.is_main)
     probes = read_probes(cfg.probes) if cfg.probes else []
     tokens_per_step = cfg.micro_batch * cfg.grad_accum * cfg.seq_len * info.world_size
@@ -153,13 +169,8 @@ def train(cfg: TrainConfig) -> dict:
             t = time.perf_counter()
             x, y, _ = batches.next_batch(device)
             phases["data"] += time.perf_counter() - t
-            sync_grads = micro == cfg.grad_accum - 1
-            no_sync = (
-                net.no_sync()
-                if info.enabled and cfg.strategy == "ddp" and not sync_grads
-                else contextlib.nullcontext()
-            )
-            with no_sync:
+            # distributed: gradients synced on the step's last micro-batch only (DDP and FSDP2)
+            with grad_sync(net, info, cfg.strategy, sync=micro == cfg.grad_accum - 1):
                 t = time.perf_counter()
                 logits = net(x)[0]
                 # accumulation sums gradients: divide so the step uses the mean loss
@@ -177,7 +188,7 @@ def train(cfg: TrainConfig) -> dict:
         grad_norm = (
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             if cfg.grad_clip > 0
-            else _grad_norm(model)
+            else total_grad_norm(model.parameters())  # distributed: the full norm under FSDP2
         )
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -214,11 +225,15 @@ def train(cfg: TrainConfig) -> dict:
         mfu = f"  MFU {100 * record['mfu']:.1f}%" if record["mfu"] is not None else ""
         progress.update(step + 1, f"loss {loss_value:.3f}  {tps:,.0f} tok/s{mfu}")
     progress.close()
+    # distributed: every rank gathers (FSDP2's shards -> full tensors, a collective), rank 0
+    # writes the single-process format
+    model_state = full_state(model.state_dict(), info)
+    optimizer_state = full_state(optimizer.state_dict(), info)
     if info.is_main:
         save_checkpoint(
             run_dir / "checkpoint",
-            model=model,
-            optimizer=optimizer,
+            model=Snapshot(model_state),
+            optimizer=Snapshot(optimizer_state),
             loader=batches,
             step=cfg.steps,
             config=dataclasses.asdict(cfg),
@@ -241,11 +256,6 @@ def train(cfg: TrainConfig) -> dict:
     barrier(info)
     shutdown(info)
     return summary
-
-
-def _grad_norm(model) -> torch.Tensor:
-    norms = [p.grad.detach().float().norm() for p in model.parameters() if p.grad is not None]
-    return torch.stack(norms).norm() if norms else torch.zeros(())
 
 
 def _memory(device: torch.device, budget) -> dict:

@@ -13,14 +13,18 @@ from pathlib import Path
 
 
 class MetricsWriter:
-    def __init__(self, run_dir: Path, *, tensorboard: bool = True, enabled: bool = True) -> None:
+    def __init__(
+        self, run_dir: Path, *, tensorboard: bool = True, enabled: bool = True, append: bool = False
+    ) -> None:
         self.enabled = enabled
         self._file = None
         self._tb = None
         if not enabled:
             return
         run_dir.mkdir(parents=True, exist_ok=True)
-        self._file = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        # a resumed run continues its file; a fresh run into the same directory starts a new one
+        mode = "a" if append else "w"
+        self._file = open(run_dir / "metrics.jsonl", mode, encoding="utf-8")  # noqa: SIM115
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
