@@ -108,8 +108,12 @@ def measure_step_memory(
     check_device(device)
     fake = device in FAKE_DEVICES
     if fake and spec.is_moe:
-        raise SpecError("device", device, "MoE routing has data-dependent shapes that fake "
-                        "tensors cannot run; measure MoE models on cpu or cuda")
+        raise SpecError(
+            "device",
+            device,
+            "MoE routing has data-dependent shapes that fake "
+            "tensors cannot run; measure MoE models on cpu or cuda",
+        )
     where = device.removeprefix("fake-")
     with FakeTensorMode() if fake else contextlib.nullcontext():
         model = build_model(
