@@ -96,18 +96,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_summary(cfg, s: dict) -> None:
-    step = s["step_seconds"]
+    def num(value, fmt: str, missing: str = "n/a") -> str:
+        return missing if value is None else format(value, fmt)
+
+    step, mem = s["step_seconds"], s["memory_bytes"]
     print(
-        f"\n{cfg.steps} steps -> {cfg.out}: loss {s['loss_first_logged']:.3f} -> "
-        f"{s['loss_final']:.3f} nats (unigram entropy of the corpus "
-        f"{s['unigram_entropy_nats']:.3f})"
+        f"\n{cfg.steps} steps -> {cfg.out}: loss {num(s['loss_first_logged'], '.3f')} -> "
+        f"{num(s['loss_final'], '.3f')} nats (unigram entropy of the corpus "
+        f"{num(s['unigram_entropy_nats'], '.3f')})"
     )
-    pred = f"{step['predicted']:.4g} s" if step["predicted"] else "n/a (no catalog peak)"
     print(
-        f"step time: measured {step['measured_median']:.4g} s, predicted {pred}; "
-        f"{s['tokens_per_second']:,.0f} tokens/s"
+        f"step time: measured {num(step['measured_median'], '.4g', 'n/a (one step)')} s, "
+        f"predicted {num(step['predicted'], '.4g', 'n/a (no catalog peak)')} s; "
+        f"{num(s['tokens_per_second'], ',.0f')} tokens/s"
     )
-    mem = s["memory_bytes"]
     measured = f"{mem['measured_peak'] / 1e6:.1f} MB" if mem["measured_peak"] else "n/a on CPU"
     print(f"peak memory: predicted {mem['predicted_peak'] / 1e6:.1f} MB, measured {measured}")
     for note in s["notes"]:

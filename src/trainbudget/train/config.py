@@ -5,6 +5,7 @@ minutes."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ SCHEDULES = ("cosine", "linear", "constant", "wsd")
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 STRATEGIES = ("ddp", "fsdp")
+OPTIMIZERS = ("adamw", "adam", "sgd", "momentum", "adagrad")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +78,13 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise SpecError(name, value, "must be a positive integer")
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
+        for name in ("lr", "grad_clip", "weight_decay", "min_lr_ratio"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise SpecError(name, value, "must be a number")
+            if not math.isfinite(value):
+                raise SpecError(name, value, "must be a finite number")
+        if self.lr <= 0:
             raise SpecError("lr", self.lr, "must be a positive number")
         if self.warmup_steps < 0 or self.warmup_steps > self.steps:
             raise SpecError(
@@ -88,7 +96,12 @@ class TrainConfig:
             raise SpecError("grad_clip", self.grad_clip, "must be >= 0 (0 turns clipping off)")
         if self.weight_decay < 0:
             raise SpecError("weight_decay", self.weight_decay, "must not be negative")
+        if not isinstance(self.overrides, tuple) or not all(
+            isinstance(o, str) for o in self.overrides
+        ):
+            raise SpecError("overrides", self.overrides, 'must be a list of "field=value" strings')
         for name, allowed in (
+            ("optimizer", OPTIMIZERS),
             ("schedule", SCHEDULES),
             ("precision", PRECISIONS),
             ("device", DEVICES),
@@ -125,6 +138,10 @@ def load_toml(path: str) -> dict:
         if key not in known:
             raise SpecError(f"{path}:{key}", doc[key], "unknown key; known: " + ", ".join(known))
     if "overrides" in doc:
+        if not isinstance(doc["overrides"], list):
+            raise SpecError(
+                f"{path}:overrides", doc["overrides"], 'must be a list of "field=value" strings'
+            )
         doc["overrides"] = tuple(doc["overrides"])
     return doc
 
@@ -134,8 +151,13 @@ def make_config(file_values: dict, flag_values: dict) -> TrainConfig:
     values = {**file_values, **{k: v for k, v in flag_values.items() if v is not None}}
     for name, value in values.items():
         default = config_fields()[name].default
-        if isinstance(default, bool) and not isinstance(value, bool):
-            raise SpecError(name, value, "must be true or false")
+        if isinstance(default, bool) != isinstance(value, bool):
+            rule = (
+                "must be true or false"
+                if isinstance(default, bool)
+                else f"must be a {type(default).__name__}, not true/false"
+            )
+            raise SpecError(name, value, rule)
         if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
             values[name] = float(value)
         elif (

@@ -120,6 +120,12 @@ def train(cfg: TrainConfig) -> dict:
     start_step = 0
     if cfg.resume and (run_dir / "checkpoint").exists():
         start_step = load_checkpoint(run_dir / "checkpoint", model=model, loader=batches)
+    if start_step >= cfg.steps:
+        raise SpecError(
+            "steps",
+            cfg.steps,
+            f"the checkpoint is already at step {start_step}; give more steps to continue",
+        )
     net = wrap_model(model, info, cfg.strategy, device)
     optimizer = make_optimizer(model, cfg)  # after wrap_model: FSDP2's DTensor parameters
     if cfg.resume and (run_dir / "checkpoint").exists():
