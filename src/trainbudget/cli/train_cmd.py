@@ -110,7 +110,12 @@ def _print_summary(cfg, s: dict) -> None:
         f"predicted {num(step['predicted'], '.4g', 'n/a (no catalog peak)')} s; "
         f"{num(s['tokens_per_second'], ',.0f')} tokens/s"
     )
-    measured = f"{mem['measured_peak'] / 1e6:.1f} MB" if mem["measured_peak"] else "n/a on CPU"
+    if mem.get("measured_peak"):
+        measured = f"{mem['measured_peak'] / 1e6:.1f} MB"
+    elif mem.get("measured_peak_fake_tensors"):
+        measured = f"{mem['measured_peak_fake_tensors'] / 1e6:.1f} MB (MemTracker, fake tensors)"
+    else:
+        measured = "n/a"
     print(f"peak memory: predicted {mem['predicted_peak'] / 1e6:.1f} MB, measured {measured}")
     for note in s["notes"]:
         print(f"note: {note}")

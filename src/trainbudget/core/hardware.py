@@ -40,6 +40,8 @@ class Hardware:
     inter_node_link: str
     source_urls: tuple[str, ...]
     notes: str = ""
+    measured: bool = False
+    """A row built from a benchmark of this machine (no datasheet, so no source URL)."""
 
     def __post_init__(self) -> None:
         for attr in ("dense_flops_per_second", "sparse_flops_per_second"):
@@ -60,7 +62,9 @@ class Hardware:
             _require_positive(f"{self.name}.{attr}", getattr(self, attr))
         if self.gpus_per_node < 1:
             raise SpecError(f"{self.name}.gpus_per_node", self.gpus_per_node, "must be >= 1")
-        if not self.source_urls or not all(u.startswith("https://") for u in self.source_urls):
+        if not self.measured and (
+            not self.source_urls or not all(u.startswith("https://") for u in self.source_urls)
+        ):
             raise SpecError(f"{self.name}.source_urls", self.source_urls, "need >= 1 https:// URL")
         for dtype, sparse in self.sparse_flops_per_second.items():
             dense = self.dense_flops_per_second.get(dtype)

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 
 from trainbudget.core.cluster import Cluster
 from trainbudget.core.flops import training_flops
-from trainbudget.core.hardware import get_hardware
+from trainbudget.core.hardware import Hardware, get_hardware
 from trainbudget.core.model_spec import ModelSpec
 from trainbudget.core.peak_memory import training_peak
 from trainbudget.core.plan import Plan
 from trainbudget.core.precision import get_optimizer, get_precision
-from trainbudget.core.step_time import step_time
+from trainbudget.core.step_time import DEFAULT_EFFICIENCY, Efficiency, step_time
+from trainbudget.core.units import MiB
 from trainbudget.profile.device import DeviceInfo
 
 
@@ -70,26 +71,39 @@ def make_budget(
         micro_batch=micro_batch,
         recompute=recompute,
     ).total_bytes
-    peak = predicted = None
-    if device.catalog_key is None:
-        notes.append(
-            f"no catalog peak for {device.name}: MFU and predicted step time are not "
-            "reported (achieved FLOP/s is)"
-        )
-    else:
+    peak = None
+    efficiency = DEFAULT_EFFICIENCY
+    if device.catalog_key is not None:
         hw = get_hardware(device.catalog_key)
         peak = hw.peak_flops_per_second(prec.compute_dtype)
-        cluster = Cluster(hardware=hw, n_gpus=world_size)
-        plan = Plan(
-            dp=world_size,
-            micro_batch=micro_batch,
-            grad_accum=grad_accum,
-            recompute=recompute,
-            flash_attention=True,
+    else:
+        # no datasheet: predict from this machine's own roofline, measured now
+        hw = measured_hardware(device, prec.compute_dtype)
+        efficiency = Efficiency(matmul=1.0, attention=DEFAULT_EFFICIENCY.attention, hbm=1.0)
+        rate = hw.dense_flops_per_second[prec.compute_dtype]
+        notes.append(
+            f"no catalog peak for {device.name}: MFU is not reported; the predicted step time "
+            f"uses this machine's roofline measured at start-up ({rate:.3g} FLOP/s "
+            f"{prec.compute_dtype} matmul, {hw.hbm_bytes_per_second:.3g} bytes/s copy)"
         )
-        predicted = step_time(
-            spec, plan, cluster, seq_len=seq_len, precision=prec, optimizer=get_optimizer(optimizer)
-        ).step_seconds
+    gpus_per_node = max(1, world_size) if hw.measured else 0
+    cluster = Cluster(hardware=hw, n_gpus=world_size, gpus_per_node=gpus_per_node)
+    plan = Plan(
+        dp=world_size,
+        micro_batch=micro_batch,
+        grad_accum=grad_accum,
+        recompute=recompute,
+        flash_attention=True,
+    )
+    predicted = step_time(
+        spec,
+        plan,
+        cluster,
+        seq_len=seq_len,
+        precision=prec,
+        optimizer=get_optimizer(optimizer),
+        efficiency=efficiency,
+    ).step_seconds
     notes.append(
         "FLOPs per token from core.flops with causal attention (the kernel skips the "
         "masked half); MFU = model FLOPs x tokens/s / peak"
@@ -102,4 +116,30 @@ def make_budget(
         predicted_step_seconds=predicted,
         device=device,
         notes=tuple(notes),
+    )
+
+
+def measured_hardware(device: DeviceInfo, compute_dtype: str) -> Hardware:
+    """A hardware row for a device outside the catalog (a CPU): matmul FLOP/s at n = 512 and
+    copy bandwidth from `profile.bench` (about a second), used as the achievable peaks."""
+    from trainbudget.profile.bench import bandwidth_bench, time_matmul
+
+    n = 512
+    flops = 2 * n**3 / time_matmul(n, compute_dtype, "cpu", warmup=1, repeats=3)
+    bandwidth = bandwidth_bench(64 * MiB, "cpu", warmup=1, repeats=3)
+    return Hardware(
+        name="this-machine",
+        description=device.name,
+        memory_bytes=float(device.total_memory_bytes or 1),
+        hbm_bytes_per_second=bandwidth,
+        dense_flops_per_second={compute_dtype: flops},
+        sparse_flops_per_second={},
+        intra_node_bytes_per_second=bandwidth,
+        inter_node_bytes_per_second=bandwidth,
+        gpus_per_node=1,
+        intra_node_link="shared memory",
+        inter_node_link="none",
+        source_urls=(),
+        notes="measured at start-up by trainbudget.train",
+        measured=True,
     )

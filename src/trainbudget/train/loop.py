@@ -20,6 +20,7 @@ from trainbudget.core.model_spec import ModelSpec
 from trainbudget.model.optim import MasterWeightOptimizer, weight_dtype
 from trainbudget.model.transformer import build_model
 from trainbudget.profile.device import identify_device
+from trainbudget.profile.memory import measure_step_memory
 from trainbudget.train.accounting import make_budget
 from trainbudget.train.checkpoint import load_checkpoint, save_checkpoint
 from trainbudget.train.config import TrainConfig
@@ -255,6 +256,7 @@ def train(cfg: TrainConfig) -> dict:
         device,
         tokens_per_step,
         info.world_size,
+        spec,
     )
     if info.is_main:
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
@@ -270,7 +272,7 @@ def _memory(device: torch.device, budget) -> dict:
 
 
 def _summary(
-    cfg, data, budget, step_times, first_loss, last_loss, device, tokens_per_step, world_size
+    cfg, data, budget, step_times, first_loss, last_loss, device, tokens_per_step, world_size, spec
 ) -> dict:
     measured = statistics.median(step_times) if step_times else None
     tps = tokens_per_step / measured if measured else None
@@ -293,10 +295,23 @@ def _summary(
     mem = out["memory_bytes"]
     if mem["measured_peak"]:
         mem["error"] = mem["measured_peak"] / mem["predicted_peak"] - 1
-    else:
+    elif not spec.is_moe and world_size == 1:
+        # no allocator statistics off CUDA: PyTorch's MemTracker measures the same step of
+        # the reference model on fake tensors instead (profile.memory)
+        fake = measure_step_memory(
+            spec,
+            micro_batch=cfg.micro_batch,
+            seq_len=cfg.seq_len,
+            precision=cfg.precision,
+            optimizer=cfg.optimizer,
+            recompute=cfg.recompute,
+            device="fake-cpu",
+        )
+        mem["measured_peak_fake_tensors"] = fake.peak
+        mem["error"] = fake.peak / mem["predicted_peak"] - 1
         out["notes"].append(
-            "measured peak memory needs a CUDA device (torch's allocator "
-            "statistics); `trainbudget profile` measures it on fake tensors"
+            "peak memory measured by torch's MemTracker on fake tensors (one step of the "
+            "reference model, single-tensor optimizer): the CPU allocator keeps no statistics"
         )
     if last_loss is not None and math.isfinite(last_loss):
         out["perplexity_final"] = math.exp(last_loss)
