@@ -28,24 +28,17 @@ def profile_step(
     time_it: bool = False,
 ) -> dict:
     """predicted, measured and error (measured / predicted - 1) for one configuration."""
-    peak = training_peak(
-        spec,
-        precision=precision,
-        optimizer=optimizer,
-        seq_len=seq_len,
-        micro_batch=micro_batch,
-        recompute=recompute,
-    )
+    # the one step every measurement and prediction below describes
+    step = {
+        "micro_batch": micro_batch,
+        "seq_len": seq_len,
+        "precision": precision,
+        "optimizer": optimizer,
+        "recompute": recompute,
+    }
+    peak = training_peak(spec, **step)
     p = peak.peak
-    measured_memory = measure_step_memory(
-        spec,
-        micro_batch=micro_batch,
-        seq_len=seq_len,
-        precision=precision,
-        optimizer=optimizer,
-        recompute=recompute,
-        device=device,
-    )
+    measured_memory = measure_step_memory(spec, **step, device=device)
     flops = compare_flops(spec, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute)
     grads = peak.phases[-1].grads_bytes  # every gradient exists by the optimizer step
     predicted = {
@@ -86,31 +79,12 @@ def profile_step(
         ],
     }
     if time_it and device not in FAKE_DEVICES:
-        seconds, max_allocated = time_steps(
-            spec,
-            micro_batch=micro_batch,
-            seq_len=seq_len,
-            precision=precision,
-            optimizer=optimizer,
-            recompute=recompute,
-            device=device,
-        )
+        seconds, max_allocated = time_steps(spec, **step, device=device)
         out["step_seconds"] = seconds
         out["achieved_flops_per_second"] = flops.measured_total / seconds
         if max_allocated is not None:
             out["max_memory_allocated"] = max_allocated
-        out.update(
-            _timing_extras(
-                spec,
-                micro_batch=micro_batch,
-                seq_len=seq_len,
-                precision=precision,
-                optimizer=optimizer,
-                recompute=recompute,
-                device=device,
-                step_seconds=seconds,
-            )
-        )
+        out.update(_timing_extras(spec, **step, device=device, step_seconds=seconds))
     return out
 
 
