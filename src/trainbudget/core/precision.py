@@ -6,6 +6,7 @@ Policies (the bytes each keeps per parameter):
   optimizer state, the accounting of ZeRO (Rajbhandari et al. 2020, arXiv 1910.02054, Sec. 3.1:
   2 + 2 + K bytes, K = 12 for Adam) and of seed 004 (LLaMA-2 70B: 140 + 140 + 840 GB).
 - bf16: everything in bf16, no master copy (pure 16-bit training).
+- amp-bf16 / amp-fp16: PyTorch autocast: fp32 weights, gradients and state, 16-bit compute.
 """
 
 from __future__ import annotations
@@ -71,6 +72,27 @@ PRECISIONS = MappingProxyType(
                 state_bytes=2,
                 activation_bytes=2,
                 compute_dtype="bf16",
+            ),
+            # PyTorch autocast (torch.autocast): fp32 weights, gradients and state; matmuls
+            # and most activations in 16 bits (norms, softmax and the loss stay fp32, which
+            # the 2-byte activation figure leaves out); fp16 adds a gradient scaler
+            Precision(
+                name="amp-bf16",
+                weight_bytes=4,
+                grad_bytes=4,
+                master_bytes=0,
+                state_bytes=4,
+                activation_bytes=2,
+                compute_dtype="bf16",
+            ),
+            Precision(
+                name="amp-fp16",
+                weight_bytes=4,
+                grad_bytes=4,
+                master_bytes=0,
+                state_bytes=4,
+                activation_bytes=2,
+                compute_dtype="fp16",
             ),
         )
     }

@@ -98,4 +98,6 @@ def weight_dtype(precision: str) -> torch.dtype:
         "bf16-mixed": torch.bfloat16,
         "bf16": torch.bfloat16,
         "fp16-mixed": torch.float16,
+        "amp-bf16": torch.float32,  # autocast keeps fp32 weights
+        "amp-fp16": torch.float32,
     }[get_precision(precision).name]

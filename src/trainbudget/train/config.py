@@ -12,7 +12,7 @@ from pathlib import Path
 from trainbudget.core.errors import SpecError
 
 SCHEDULES = ("cosine", "linear", "constant", "wsd")
-PRECISIONS = ("fp32", "bf16-mixed", "bf16")
+PRECISIONS = ("fp32", "bf16-mixed", "bf16", "amp-bf16", "amp-fp16")
 DEVICES = ("auto", "cpu", "cuda")
 STRATEGIES = ("ddp", "fsdp")
 OPTIMIZERS = ("adamw", "adam", "sgd", "momentum", "adagrad")

@@ -3,6 +3,7 @@ logged step the plan (core) beside what was measured."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -82,6 +83,19 @@ def make_optimizer(model, cfg: TrainConfig):
     )
 
 
+def mixed_precision(precision: str, device: torch.device):
+    """(autocast context, gradient scaler) for a precision policy: torch.autocast for the
+    amp-* policies (fp32 weights, 16-bit matmuls), a GradScaler for fp16 (its small range
+    underflows gradients without loss scaling, Micikevicius et al. 2018, arXiv 1710.03740);
+    no-ops otherwise."""
+    dtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(precision)
+    autocast = (
+        torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+    )
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "amp-fp16")
+    return autocast, scaler
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -159,6 +173,7 @@ def train(cfg: TrainConfig) -> dict:
     progress = Progress(cfg.steps, enabled=info.is_main)
     probes = read_probes(cfg.probes) if cfg.probes else []
     tokens_per_step = cfg.micro_batch * cfg.grad_accum * cfg.seq_len * info.world_size
+    autocast, scaler = mixed_precision(cfg.precision, device)
     step_times: list[float] = []
     first_loss = last_loss = None
     if device.type == "cuda":
@@ -179,25 +194,29 @@ def train(cfg: TrainConfig) -> dict:
             # distributed: gradients synced on the step's last micro-batch only (DDP and FSDP2)
             with grad_sync(net, info, cfg.strategy, sync=micro == cfg.grad_accum - 1):
                 t = time.perf_counter()
-                logits = net(x)[0]
-                # accumulation sums gradients: divide so the step uses the mean loss
-                loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) / cfg.grad_accum
+                with autocast:
+                    logits = net(x)[0]
+                    # accumulation sums gradients: divide so the step uses the mean loss
+                    loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+                    loss = loss / cfg.grad_accum
                 if logged:
                     _sync(device)
                 phases["forward"] += time.perf_counter() - t
                 t = time.perf_counter()
-                loss.backward()
+                scaler.scale(loss).backward()
                 if logged:
                     _sync(device)
                 phases["backward"] += time.perf_counter() - t
             loss_sum += loss.detach()
         t = time.perf_counter()
+        scaler.unscale_(optimizer)  # fp16: clip and report the true gradient norm
         grad_norm = (
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             if cfg.grad_clip > 0
             else total_grad_norm(model.parameters())  # distributed: the full norm under FSDP2
         )
-        optimizer.step()
+        scaler.step(optimizer)  # skips the step when fp16 gradients overflowed
+        scaler.update()
         optimizer.zero_grad(set_to_none=True)
         _sync(device)
         phases["optimizer"] = time.perf_counter() - t
@@ -295,7 +314,7 @@ def _summary(
     mem = out["memory_bytes"]
     if mem["measured_peak"]:
         mem["error"] = mem["measured_peak"] / mem["predicted_peak"] - 1
-    elif not spec.is_moe and world_size == 1:
+    elif not spec.is_moe and world_size == 1 and not cfg.precision.startswith("amp"):
         # no allocator statistics off CUDA: PyTorch's MemTracker measures the same step of
         # the reference model on fake tensors instead (profile.memory)
         fake = measure_step_memory(
