@@ -25,12 +25,6 @@ TFLOPS = 1e12  # the sources quote TFLOP/s = 1e12 FLOP/s
 PRE_FLASH = ("korthikanti", "mtnlg", "narayanan", "bloom")
 
 
-def trains_with_dropout(run: dict) -> bool:
-    """Megatron's GPT runs of 2021-2022 kept GPT-3's 0.1 attention and hidden dropout
-    (Megatron-LM defaults); BLOOM set both to 0 (its model card), later runs use none."""
-    return run["id"].startswith(("korthikanti", "mtnlg", "narayanan"))
-
-
 def spec_of(run: dict) -> ModelSpec:
     m = run["model"]
     gated = m["mlp"] == "swiglu"

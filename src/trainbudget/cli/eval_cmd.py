@@ -19,7 +19,6 @@ from trainbudget.core.errors import SpecError
 
 STATE_FILE = "state.json"
 WEIGHTS_FILE = "model.pt"
-DEVICES = ("auto", "cpu", "cuda")
 
 
 def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
@@ -121,15 +120,12 @@ def open_data_dir(ckpt: Checkpoint, data: str | None) -> Path:
 
 
 def pick_device(name: str):
+    """The torch device for --device (profile.device.resolve_device's rules)."""
     import torch
 
-    if name not in DEVICES:
-        raise SpecError("device", name, "must be one of " + ", ".join(DEVICES))
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise SpecError("device", name, "no CUDA device is available")
-    return torch.device(name)
+    from trainbudget.profile.device import resolve_device
+
+    return torch.device(resolve_device(name))
 
 
 def load_model(ckpt: Checkpoint, device):

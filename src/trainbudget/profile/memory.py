@@ -146,6 +146,21 @@ def measure_step_memory(
     )
 
 
+def real_training_setup(
+    spec: ModelSpec, *, precision: str, optimizer: str, recompute: str, device: str, seed: int = 0
+):
+    """The reference model (initialised, in training mode) and its optimizer on a real device:
+    what every timed measurement runs."""
+    check_device(device)
+    if device in FAKE_DEVICES:
+        raise SpecError("device", device, "fake tensors do no work: time on cpu or cuda")
+    model = build_model(
+        spec, device=device, recompute=recompute, seed=seed, dtype=weight_dtype(precision)
+    )
+    model.train()
+    return model, make_optimizer(model, precision=precision, optimizer=optimizer)
+
+
 def time_steps(
     spec: ModelSpec,
     *,
@@ -160,12 +175,9 @@ def time_steps(
 ) -> tuple[float, int | None]:
     """Median seconds per training step on a real device (synchronised, warm-up dropped) and,
     on CUDA, torch.cuda.max_memory_allocated over the timed steps."""
-    check_device(device)
-    if device in FAKE_DEVICES:
-        raise SpecError("device", device, "fake tensors do no work: time on cpu or cuda")
-    model = build_model(spec, device=device, recompute=recompute, dtype=weight_dtype(precision))
-    model.train()
-    opt = make_optimizer(model, precision=precision, optimizer=optimizer)
+    model, opt = real_training_setup(
+        spec, precision=precision, optimizer=optimizer, recompute=recompute, device=device
+    )
     idx = torch.randint(0, spec.vocab_size, (micro_batch, seq_len), device=device)
     cuda = device == "cuda"
 

@@ -44,9 +44,7 @@ import torch.nn.functional as F
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.model_spec import ModelSpec
-from trainbudget.model.optim import make_optimizer, weight_dtype
-from trainbudget.model.transformer import build_model
-from trainbudget.profile.memory import FAKE_DEVICES, check_device
+from trainbudget.profile.memory import real_training_setup
 
 PHASES = ("data_loading", "forward", "loss", "backward", "grad_sync", "optimizer", "logging")
 
@@ -191,16 +189,16 @@ def time_phases(
 ) -> PhaseTimes:
     """Median seconds of each phase (`PHASES`) of a training step of the reference model on a
     real device; `log` receives each step's log line (inside the logging phase)."""
-    check_device(device)
-    if device in FAKE_DEVICES:
-        raise SpecError("device", device, "fake tensors do no work: time on cpu or cuda")
     if steps < 1 or warmup < 0:
         raise SpecError("steps", (steps, warmup), "need steps >= 1 and warmup >= 0")
-    model = build_model(
-        spec, device=device, recompute=recompute, seed=seed, dtype=weight_dtype(precision)
+    model, opt = real_training_setup(
+        spec,
+        precision=precision,
+        optimizer=optimizer,
+        recompute=recompute,
+        device=device,
+        seed=seed,
     )
-    model.train()
-    opt = make_optimizer(model, precision=precision, optimizer=optimizer)
     tokens = make_tokens(
         spec.vocab_size, max(DEFAULT_TOKENS, 4 * micro_batch * (seq_len + 1)), seed
     )

@@ -46,7 +46,3 @@ def load_checkpoint(path: Path, *, model=None, optimizer=None, loader=None) -> i
     if loader is not None:
         loader.load_state_dict(state["loader"])
     return int(state["step"])
-
-
-def spec_from_checkpoint(path: Path) -> ModelSpec:
-    return ModelSpec(**read_state(path)["spec"])

@@ -20,7 +20,7 @@ from trainbudget.core.model_arg import resolve_model
 from trainbudget.core.model_spec import ModelSpec
 from trainbudget.model.optim import MasterWeightOptimizer, weight_dtype
 from trainbudget.model.transformer import build_model
-from trainbudget.profile.device import identify_device
+from trainbudget.profile.device import identify_device, resolve_device
 from trainbudget.profile.memory import measure_step_memory
 from trainbudget.train.accounting import make_budget
 from trainbudget.train.checkpoint import load_checkpoint, save_checkpoint
@@ -50,14 +50,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise SpecError("device", name, "no CUDA device is available")
-    return torch.device(name)
 
 
 def model_spec(cfg: TrainConfig, vocab_size: int) -> ModelSpec:
@@ -103,7 +95,7 @@ def _sync(device: torch.device) -> None:
 
 def train(cfg: TrainConfig) -> dict:
     """Run `cfg`; returns the summary (also written to <out>/summary.json)."""
-    device = pick_device(cfg.device)
+    device = torch.device(resolve_device(cfg.device))
     info = init_distributed(device.type)
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
