@@ -6,86 +6,170 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from trainbudget.cli.args import dumps_json
 
-# flag -> (config field, parser); None parser = a string kept as given
-_FLAGS = {
-    "--model": ("model", None),
-    "--data": ("data", None),
-    "--out": ("out", None),
-    "--steps": ("steps", int),
-    "--micro-batch": ("micro_batch", int),
-    "--grad-accum": ("grad_accum", int),
-    "--seq-len": ("seq_len", int),
-    "--lr": ("lr", float),
-    "--warmup-steps": ("warmup_steps", int),
-    "--schedule": ("schedule", None),
-    "--optimizer": ("optimizer", None),
-    "--weight-decay": ("weight_decay", float),
-    "--grad-clip": ("grad_clip", float),
-    "--precision": ("precision", None),
-    "--device": ("device", None),
-    "--recompute": ("recompute", None),
-    "--seed": ("seed", int),
-    "--log-interval": ("log_interval", int),
-    "--eval-interval": ("eval_interval", int),
-    "--eval-batches": ("eval_batches", int),
-    "--probes": ("probes", None),
-    "--strategy": ("strategy", None),
+# the flags, grouped for --help; each is its config field with "-" for "_" (--micro-batch)
+GROUPS = {
+    "model and data": ("model", "overrides", "data", "out", "seq_len"),
+    "optimisation": (
+        "steps",
+        "micro_batch",
+        "grad_accum",
+        "lr",
+        "min_lr_ratio",
+        "warmup_steps",
+        "schedule",
+        "optimizer",
+        "weight_decay",
+        "grad_clip",
+        "seed",
+    ),
+    "precision, device and parallelism": (
+        "precision",
+        "device",
+        "recompute",
+        "compile",
+        "strategy",
+        "plan",
+    ),
+    "checkpoints and faults": (
+        "resume",
+        "checkpoint_every",
+        "checkpoint_minutes",
+        "gpu_failure_rate_per_day",
+        "keep",
+        "on_nonfinite",
+        "max_consecutive_skips",
+        "spike_window",
+        "spike_sigmas",
+        "spike_min_excess",
+        "max_rollbacks",
+    ),
+    "logging and evaluation": (
+        "log_interval",
+        "eval_interval",
+        "eval_batches",
+        "probes",
+        "tensorboard",
+    ),
+}
+_METAVARS = {"model": "M", "data": "DIR", "out": "DIR", "probes": "FILE", "plan": "FILE"}
+_KIND_METAVARS = {"int": "N", "float": "X", "float | str": "{X,auto}"}
+_PARSE_RULES = {
+    "int": (int, "must be an integer"),
+    "float": (float, "must be a number"),
+    "float | str": (lambda v: v if v == "auto" else float(v), 'must be a number or "auto"'),
 }
 
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
-    p.add_argument("--config", metavar="FILE.toml", help="settings file; flags override it")
-    for flag, (field, _) in _FLAGS.items():
-        p.add_argument(flag, dest=field, help=f"config field {field}")
+    # the config module is pure and cheap (no torch): the help text is the fields' docstrings
+    from trainbudget.train.config import CHOICES, config_fields, field_docs
+
+    fields, docs = config_fields(), field_docs()
     p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        metavar="FIELD=VALUE",
-        help="override a model field (repeatable; replaces the default overrides)",
+        "--config",
+        metavar="FILE",
+        help="settings file (.toml or .json, keys as the fields below with _); flags override it",
     )
-    p.add_argument(
-        "--resume", action="store_true", default=None, help="continue from <out>/checkpoint"
-    )
-    p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
-    p.add_argument("--no-tensorboard", dest="tensorboard", action="store_false", default=None)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    for title, names in GROUPS.items():
+        group = p.add_argument_group(title)
+        for name in names:
+            field = fields[name]
+            text = _help(docs.get(name, ""), field.default)
+            if name == "overrides":
+                group.add_argument(
+                    "--set",
+                    dest="overrides",
+                    action="append",
+                    metavar="FIELD=VALUE",
+                    help=text + "; repeatable, replaces the default overrides",
+                )
+            elif field.type == "bool":
+                group.add_argument(
+                    _flag(name), dest=name, action=argparse.BooleanOptionalAction, help=text
+                )
+            else:
+                choices = CHOICES.get(name)
+                metavar = (
+                    "{" + ",".join(choices) + "}"
+                    if choices
+                    else _METAVARS.get(name, _KIND_METAVARS.get(field.type, "TEXT"))
+                )
+                group.add_argument(_flag(name), dest=name, metavar=metavar, help=text)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _help(doc: str, default: object) -> str:
+    if isinstance(default, tuple):
+        shown = " ".join(default)
+    elif default == "":
+        shown = ""  # the docstring says what empty means
+    else:
+        shown = str(default).lower() if isinstance(default, bool) else str(default)
+    text = f"{doc} (default: {shown})" if shown else doc
+    return text.replace("%", "%%")  # argparse expands %-formats in help
+
+
+def _given(args: argparse.Namespace) -> dict:
+    """The fields set by flags (not given: absent), parsed to the field's type."""
+    from trainbudget.core.errors import SpecError
+    from trainbudget.train.config import config_fields
+
+    flags: dict = {}
+    for name, field in config_fields().items():
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if name == "overrides":
+            flags[name] = tuple(value)
+            continue
+        parse, rule = _PARSE_RULES.get(field.type, (None, ""))
+        try:
+            # range rules (positive, warmup <= steps, ...) are TrainConfig's, in one place
+            flags[name] = parse(value) if parse else value
+        except ValueError:
+            raise SpecError(name, value, rule) from None
+    return flags
+
+
+def config_and_given(args: argparse.Namespace):
+    """(TrainConfig, the names of the fields the file or the flags set)."""
+    from trainbudget.train.config import load_config_file, make_config
+
+    file_values = load_config_file(args.config) if args.config else {}
+    flags = _given(args)
+    cfg = make_config(file_values, flags, source=args.config or "")
+    return cfg, set(file_values) | set(flags)
 
 
 def config_from_args(args: argparse.Namespace):
-    from trainbudget.core.errors import SpecError
-    from trainbudget.train.config import load_toml, make_config
-
-    flags: dict = {}
-    for field, parse in _FLAGS.values():
-        value = getattr(args, field)
-        if value is None or parse is None:
-            flags[field] = value
-            continue
-        try:
-            # range rules (positive, warmup <= steps, ...) are TrainConfig's, in one place
-            flags[field] = parse(value)
-        except ValueError:
-            kind = "an integer" if parse is int else "a number"
-            raise SpecError(field, value, f"must be {kind}") from None
-    if args.overrides is not None:
-        flags["overrides"] = tuple(args.overrides)
-        if args.model is None:
-            flags.setdefault("model", "gpt2")
-    for field in ("resume", "compile", "tensorboard"):
-        flags[field] = getattr(args, field)
-    file_values = load_toml(args.config) if args.config else {}
-    return make_config(file_values, flags)
+    return config_and_given(args)[0]
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args)
-    from trainbudget.train.loop import train  # imports torch: only when training
+    from trainbudget.train.preflight import preflight
 
-    summary = train(cfg)
+    cfg, given = config_and_given(args)
+    # every check that needs no torch, before anything is written
+    cfg = preflight(cfg, explicit=given).config
+    # imports torch: only when training
+    from trainbudget.train.loop import Interrupted, TrainingHalted, train
+
+    try:
+        summary = train(cfg)
+    except TrainingHalted as err:
+        sys.stderr.write(f"trainbudget train: halted: {err}\n")
+        return 1
+    except Interrupted as err:
+        sys.stderr.write(f"trainbudget train: {err}\n")
+        return 128 + err.signum  # the shell's convention for a process ended by a signal
     if os.environ.get("RANK", "0") != "0":
         return 0  # under torchrun only rank 0 reports
     if args.json:

@@ -271,15 +271,19 @@ def eval_batches(
     seq_len: int,
     max_batches: int | None = None,
     device: str | torch.device | None = None,
+    *,
+    max_rows: int | None = None,
 ) -> Iterator[Batch]:
     """Deterministic evaluation batches, source by source: non-overlapping windows at stride T
-    from each source's start, at most `max_batches` batches per source, each batch from one
-    source (the last of a source may have fewer rows). A source's last < T targets, and any
-    source shorter than T + 1 tokens, are not scored."""
+    from each source's start, at most `max_batches` batches (or `max_rows` windows) per source,
+    each batch from one source (the last of a source may have fewer rows). A source's last < T
+    targets, and any source shorter than T + 1 tokens, are not scored."""
     for source_id, s in enumerate(dataset.sources):
         n_rows = max(0, (s.n_tokens - 1) // seq_len)
         if max_batches is not None:
             n_rows = min(n_rows, max_batches * micro_batch)
+        if max_rows is not None:
+            n_rows = min(n_rows, max_rows)
         for first in range(0, n_rows, micro_batch):
             rows = np.arange(first, min(first + micro_batch, n_rows), dtype=np.int64)
             ids = np.full(len(rows), source_id, dtype=np.int64)

@@ -1,48 +1,191 @@
-"""A run's checkpoint: model, optimizer and data-loader state, the step and the config, in a
-directory. Tensors go through torch.save and are read back with weights_only=True; everything
-else is JSON. (Atomic, verified checkpoints are the next issue's work.)"""
+"""Checkpoints that survive a kill at any moment and refuse a corrupt or malicious file.
+
+`save_checkpoint` writes every file into a temporary folder beside the checkpoints, fsyncs them,
+writes a manifest with each file's SHA-256 and size last, then renames the folder into place
+and fsyncs the parent (the layout and the torch-free half: `manifest.py`). Loading goes through
+`load_file` only: JSON, or torch.load(weights_only=True), which unpickles tensors and plain
+containers and refuses anything that would call code. nanoGPT overwrites its one checkpoint in
+place and torch.load accepts a flipped bit silently; here a kill leaves the previous checkpoint,
+and `verify_checkpoint` rejects a bad file by name so that resume falls back to an older one.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from trainbudget.core.model_spec import ModelSpec
+from trainbudget.core.errors import SpecError
+from trainbudget.train.manifest import (
+    CHECKPOINTS_DIR,
+    MANIFEST,
+    NAME_RULE,
+    TMP_PREFIX,
+    CheckpointError,
+    checkpoint_name,
+    checkpoint_step,
+    clean_partial,
+    fsync_dir,
+    latest_valid_checkpoint,
+    list_checkpoints,
+    prune,
+    publish,
+    valid_file_name,
+    verify_checkpoint,
+    write_manifest,
+)
+
+__all__ = [
+    "CHECKPOINTS_DIR",
+    "MANIFEST",
+    "CheckpointError",
+    "checkpoint_name",
+    "checkpoint_step",
+    "clean_partial",
+    "latest_valid_checkpoint",
+    "list_checkpoints",
+    "load_file",
+    "save_checkpoint",
+    "verify_checkpoint",
+]
+
+
+def _no_fault(_point: str) -> None:
+    pass
 
 
 def save_checkpoint(
-    path: Path, *, model, optimizer, loader, step: int, config: dict, spec: ModelSpec
-) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), path / "model.pt")
-    torch.save(optimizer.state_dict(), path / "optimizer.pt")
-    spec_dict = {k: v for k, v in dataclasses.asdict(spec).items() if k != "sources"}
-    (path / "state.json").write_text(
-        json.dumps(
-            {"step": step, "config": config, "spec": spec_dict, "loader": loader.state_dict()},
-            indent=2,
+    root: Path,
+    step: int,
+    *,
+    files: dict[str, object],
+    keep: int = 3,
+    rank: int = 0,
+    world_size: int = 1,
+    barrier: Callable[[], None] = lambda: None,
+    fault: Callable[[str], None] | None = None,
+) -> Path:
+    """Write checkpoint `root/step-XXXXXXXX` atomically; returns its folder. A collective.
+
+    Every rank calls it with its own `files` (name -> payload; names unique across ranks). A
+    name ending in `.json` is written as JSON, anything else with torch.save (tensors, dicts,
+    lists, numbers, str, None: what torch.load(weights_only=True) reads back). Rank 0 then lists
+    the temporary folder to write the manifest, so every rank's files must be visible to it: a
+    file system shared by the ranks is assumed. `barrier` synchronises the ranks (a no-op for
+    one process). Rank 0 keeps the newest `keep` (>= 2) checkpoints and deletes older ones and
+    the leftovers of killed saves; the one just written is never deleted. Saving a step that
+    exists (after a rollback or a resume) replaces it atomically.
+
+    `fault(point)` is for tests: called at "tmp-created", "file-written:<name>",
+    "before-manifest", "manifest-written", "before-rename", "renamed" and "pruned".
+    An error on one rank leaves the others waiting in `barrier`.
+    """
+    _check_arguments(step, files, keep, rank, world_size)
+    fault = fault or _no_fault
+    root = Path(root)
+    final = root / checkpoint_name(step)
+    tmp = root / (TMP_PREFIX + final.name)
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)  # a killed save of the same step
+        tmp.mkdir()
+        fault("tmp-created")
+    barrier()
+    for name, payload in files.items():
+        _write_file(tmp / name, payload)
+        fault(f"file-written:{name}")
+    barrier()
+    if rank == 0:
+        fault("before-manifest")
+        write_manifest(tmp, step, world_size)
+        fault("manifest-written")
+        fsync_dir(tmp)
+        fault("before-rename")
+        publish(tmp, final)
+        fault("renamed")
+        prune(root, keep, protect=final)
+        fault("pruned")
+    barrier()
+    return final
+
+
+def _check_arguments(step, files, keep, rank, world_size) -> None:
+    """Checked alike on every rank before the first barrier, so all ranks fail together."""
+    for field, value, low in (("step", step, 0), ("world_size", world_size, 1), ("rank", rank, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise SpecError(field, value, f"must be an integer >= {low}")
+    if rank >= world_size:
+        raise SpecError("rank", rank, f"must be < world_size ({world_size})")
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 2:
+        raise SpecError(
+            "keep", keep, "must be >= 2 (while one checkpoint is written the previous one stays)"
         )
-    )
+    if not isinstance(files, dict):
+        raise SpecError("files", type(files).__name__, "must be a dict of name -> payload")
+    for name in files:
+        if not valid_file_name(name):
+            raise SpecError("files", name, f"is not a valid checkpoint file name ({NAME_RULE})")
 
 
-def read_state(path: Path) -> dict:
-    return json.loads((path / "state.json").read_text())
+def _write_file(path: Path, payload: object) -> None:
+    """Create `path` (never overwrite: another rank using the same name is an error), write,
+    flush and fsync, so the bytes are on disk before the manifest vouches for them."""
+    data = _json_bytes(path, payload) if path.name.endswith(".json") else None
+    try:
+        f = open(path, "xb")  # noqa: SIM115 (a `with` below, once the name is known to be free)
+    except FileExistsError:
+        raise CheckpointError(
+            path, "written twice (file names must be unique across ranks)"
+        ) from None
+    with f:
+        if data is None:
+            torch.save(payload, f)
+        else:
+            f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
-def load_checkpoint(path: Path, *, model=None, optimizer=None, loader=None) -> int:
-    """Restore whatever is given; returns the step the checkpoint was taken at."""
-    state = read_state(path)
-    if model is not None:
-        model.load_state_dict(
-            torch.load(
-                path / "model.pt", weights_only=True, map_location=next(model.parameters()).device
-            )
-        )
-    if optimizer is not None:
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
-    if loader is not None:
-        loader.load_state_dict(state["loader"])
-    return int(state["step"])
+def _json_bytes(path: Path, payload: object) -> bytes:
+    try:
+        return json.dumps(payload, indent=2, allow_nan=False).encode()
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(path, f"cannot be written as JSON ({err})") from None
+
+
+def load_file(path: Path, name: str, *, map_location=None):
+    """One file of a checkpoint: `.json` parsed, anything else through
+    torch.load(weights_only=True). Any failure is a CheckpointError naming the file. Verify the
+    checkpoint first (`verify_checkpoint`): this reads whatever bytes are there."""
+    file = Path(path) / name
+    if name.endswith(".json"):
+        try:
+            return json.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise CheckpointError(file, "missing") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise CheckpointError(file, f"cannot be read as JSON ({err})") from None
+    try:
+        return torch.load(file, weights_only=True, map_location=map_location)
+    except FileNotFoundError:
+        raise CheckpointError(file, "missing") from None
+    except Exception as err:  # unpickling fails in many types: UnpicklingError, RuntimeError, ...
+        raise CheckpointError(
+            file, f"refused by torch.load(weights_only=True): {_reason(err)}"
+        ) from err
+
+
+# torch's weights-only refusal opens with generic advice (including to retry unsafely); the
+# line that says what was refused comes after it
+_GENERIC = ("Weights only load failed", "Please file an issue", "Check the documentation")
+
+
+def _reason(err: Exception) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    specific = [line for line in lines if not line.startswith(_GENERIC)]
+    return (specific or lines or [type(err).__name__])[0]

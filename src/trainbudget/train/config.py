@@ -1,10 +1,17 @@
-"""What a training run is: one frozen dataclass, from a TOML file and/or command-line flags,
-validated in one place. Defaults train a small model on the embedded corpus on a CPU in a few
-minutes."""
+"""What a training run is: one frozen dataclass, from a settings file (TOML or JSON, read as data,
+never executed) and/or command-line flags, validated in one place. Defaults train a small model
+on the embedded corpus on a CPU in a few minutes.
+
+Rules that need a file (the model, the data folder, a plan, probes) are `preflight.preflight`'s."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import difflib
+import functools
+import itertools
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +23,23 @@ PRECISIONS = ("fp32", "bf16-mixed", "bf16", "amp-bf16", "amp-fp16")
 DEVICES = ("auto", "cpu", "cuda")
 STRATEGIES = ("ddp", "fsdp")
 OPTIMIZERS = ("adamw", "adam", "sgd", "momentum", "adagrad")
+CHOICES = {
+    "optimizer": OPTIMIZERS,
+    "schedule": SCHEDULES,
+    "precision": PRECISIONS,
+    "device": DEVICES,
+    "strategy": STRATEGIES,
+    "recompute": ("none", "full"),
+    "on_nonfinite": ("skip", "halt"),
+}
+SEED_LIMIT = 2**32  # numpy's generators take seeds in [0, 2**32)
+CONFIG_SUFFIXES = (".toml", ".json")
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     model: str = "gpt2"
-    """A preset, a config.json path or a preset with overrides (see `overrides`)."""
+    """A preset (`trainbudget models`) or a Hugging Face config.json; changed by overrides."""
     overrides: tuple[str, ...] = (
         "n_layers=4",
         "d_model=128",
@@ -30,140 +48,318 @@ class TrainConfig:
         "vocab_size=257",
         "max_seq_len=256",
     )
-    """`field=value` changes to the model (the default: a 1M-parameter byte-level GPT)."""
+    """`field=value` changes to the model. The default makes gpt2 a 1M-parameter byte-level GPT;
+    a settings file or flags that name a model and no overrides get none."""
     data: str = ""
     """A directory from `trainbudget data prepare`; empty: the embedded corpus, prepared once
     into <out>/data with the byte tokenizer."""
     out: str = "runs/default"
+    """The run's folder: config, metrics, checkpoints, summary."""
     steps: int = 300
+    """Optimizer steps in the whole run."""
     micro_batch: int = 16
+    """Sequences per forward/backward pass on each process."""
     grad_accum: int = 1
+    """Micro-batches whose gradients are summed before each optimizer step."""
     seq_len: int = 128
+    """Tokens per training sequence."""
     lr: float = 3e-3
+    """Peak learning rate (after warmup)."""
     min_lr_ratio: float = 0.1
+    """The final learning rate as a fraction of lr, in [0, 1]."""
     warmup_steps: int = -1
-    """-1: a tenth of the steps."""
+    """Steps of linear warmup, 0 to steps (-1: a tenth of the steps)."""
     schedule: str = "cosine"
+    """The learning-rate decay after warmup."""
     optimizer: str = "adamw"
+    """The update rule."""
     weight_decay: float = 0.1
+    """Decoupled weight decay (AdamW) or L2 penalty, >= 0."""
     grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0: no clipping)."""
     precision: str = "fp32"
+    """Weights and compute: fp32; bf16-mixed (bf16 weights, fp32 master copy); bf16; amp-*
+    (fp32 weights, 16-bit matmuls under autocast)."""
     device: str = "auto"
+    """auto: a GPU when one is usable, else the CPU."""
     recompute: str = "none"
+    """Activation recomputation: none, or full (each block's forward again in backward)."""
     compile: bool = False
+    """torch.compile the model."""
     seed: int = 1337
+    """Seeds Python, numpy and torch and the data order, in [0, 2**32)."""
     log_interval: int = 10
+    """Log (and measure) every N steps, and the last step."""
     eval_interval: int = 100
+    """Evaluate on the held-out split every N steps (a multiple of log_interval), and at the
+    end."""
     eval_batches: int = 8
+    """Held-out batches per evaluation."""
     probes: str = ""
     """A TSV file of `prompt<TAB>target` pairs whose probability is tracked (empty: none)."""
     strategy: str = "ddp"
     """Under torchrun: 'ddp' (replicate) or 'fsdp' (FSDP2 fully_shard)."""
+    plan: str = ""
+    """A JSON file from `trainbudget plan --json`: its best layout is used (empty: none). It must
+    be data parallel only with dp = the number of processes; it decides strategy (ZeRO-3 ->
+    'fsdp', ZeRO 0-2 -> 'ddp'), micro_batch and grad_accum (giving others is an error)."""
     resume: bool = False
+    """Continue from the newest verified checkpoint in <out>/checkpoints (start afresh if none)."""
     tensorboard: bool = True
+    """Also write TensorBoard event files."""
+    checkpoint_every: int = 100
+    """Save a checkpoint every N steps (0: only at the end and on SIGTERM/SIGINT)."""
+    checkpoint_minutes: float | str = 0.0
+    """Also save when this many minutes passed since the last save (0: off); "auto": the
+    Young-Daly interval sqrt(2 x write time x job MTBF) from the measured write time."""
+    gpu_failure_rate_per_day: float = 0.0027
+    """Per-device failure probability per day, for checkpoint_minutes = "auto" (seed 004:
+    8 % of GPUs per month = 0.27 % per day)."""
+    keep: int = 3
+    """How many checkpoints to keep (>= 2; the newest valid one is never deleted)."""
+    on_nonfinite: str = "skip"
+    """A NaN/inf loss or gradient norm: 'skip' the step (counted) or 'halt' the run."""
+    max_consecutive_skips: int = 20
+    """Halt when this many steps in a row were skipped (the run cannot recover by itself)."""
+    spike_window: int = 50
+    """Loss-spike detection over the last N step losses (0: off; else >= 8)."""
+    spike_sigmas: float = 6.0
+    """A spike: loss above the window's median by more than this many robust standard
+    deviations (1.4826 x median absolute deviation) and by spike_min_excess of the median."""
+    spike_min_excess: float = 0.1
+    """The least excess over the window's median that counts as a spike, as a fraction of it."""
+    max_rollbacks: int = 3
+    """Spike remedy (roll back to the last checkpoint, skip the offending batches) at most this
+    many times; then the run halts."""
 
     def __post_init__(self) -> None:
-        if self.warmup_steps == -1 and isinstance(self.steps, int):
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, checked_value(f.name, getattr(self, f.name)))
+        if self.warmup_steps == -1:
             object.__setattr__(self, "warmup_steps", self.steps // 10)
-        positive = (
-            "steps",
-            "micro_batch",
-            "grad_accum",
-            "seq_len",
-            "log_interval",
-            "eval_interval",
-            "eval_batches",
-        )
-        for name in positive:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise SpecError(name, value, "must be a positive integer")
-        for name in ("lr", "grad_clip", "weight_decay", "min_lr_ratio"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise SpecError(name, value, "must be a number")
-            if not math.isfinite(value):
-                raise SpecError(name, value, "must be a finite number")
-        if self.lr <= 0:
-            raise SpecError("lr", self.lr, "must be a positive number")
-        if self.warmup_steps < 0 or self.warmup_steps > self.steps:
-            raise SpecError(
-                "warmup_steps", self.warmup_steps, f"must be between 0 and steps ({self.steps})"
-            )
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise SpecError("min_lr_ratio", self.min_lr_ratio, "must be in [0, 1]")
-        if self.grad_clip < 0:
-            raise SpecError("grad_clip", self.grad_clip, "must be >= 0 (0 turns clipping off)")
-        if self.weight_decay < 0:
-            raise SpecError("weight_decay", self.weight_decay, "must not be negative")
-        if not isinstance(self.overrides, tuple) or not all(
-            isinstance(o, str) for o in self.overrides
-        ):
-            raise SpecError("overrides", self.overrides, 'must be a list of "field=value" strings')
-        for name, allowed in (
-            ("optimizer", OPTIMIZERS),
-            ("schedule", SCHEDULES),
-            ("precision", PRECISIONS),
-            ("device", DEVICES),
-            ("strategy", STRATEGIES),
-            ("recompute", ("none", "full")),
-        ):
-            if getattr(self, name) not in allowed:
-                raise SpecError(name, getattr(self, name), "must be one of " + ", ".join(allowed))
+        _check_ranges(self)
+        _check_together(self)
 
     @property
     def run_dir(self) -> Path:
         return Path(self.out)
 
 
+def _check_ranges(cfg: TrainConfig) -> None:
+    """One field at a time: signs, bounds, choices."""
+    for name in (
+        "steps",
+        "micro_batch",
+        "grad_accum",
+        "seq_len",
+        "log_interval",
+        "eval_interval",
+        "eval_batches",
+        "max_consecutive_skips",
+    ):
+        if getattr(cfg, name) <= 0:
+            raise SpecError(name, getattr(cfg, name), "must be a positive integer")
+    for name in ("checkpoint_every", "spike_window", "max_rollbacks"):
+        if getattr(cfg, name) < 0:
+            raise SpecError(name, getattr(cfg, name), "must be an integer >= 0")
+    if cfg.keep < 2:
+        raise SpecError(
+            "keep", cfg.keep, "must be >= 2 (the newest valid checkpoint and one to fall back to)"
+        )
+    if 0 < cfg.spike_window < 8:
+        raise SpecError(
+            "spike_window", cfg.spike_window, "must be 0 (off) or >= 8 (a median needs samples)"
+        )
+    if not 0 <= cfg.seed < SEED_LIMIT:
+        raise SpecError("seed", cfg.seed, "must be in [0, 2**32) (numpy's seed range)")
+    for name in ("lr", "spike_sigmas"):
+        if getattr(cfg, name) <= 0:
+            raise SpecError(name, getattr(cfg, name), "must be a positive number")
+    for name in ("weight_decay", "spike_min_excess"):
+        if getattr(cfg, name) < 0:
+            raise SpecError(name, getattr(cfg, name), "must not be negative")
+    if cfg.grad_clip < 0:
+        raise SpecError("grad_clip", cfg.grad_clip, "must be >= 0 (0 turns clipping off)")
+    if not 0 <= cfg.min_lr_ratio <= 1:
+        raise SpecError("min_lr_ratio", cfg.min_lr_ratio, "must be in [0, 1]")
+    if not 0 < cfg.gpu_failure_rate_per_day < 1:
+        raise SpecError(
+            "gpu_failure_rate_per_day",
+            cfg.gpu_failure_rate_per_day,
+            "must be a probability in (0, 1)",
+        )
+    if cfg.checkpoint_minutes != "auto" and cfg.checkpoint_minutes < 0:
+        raise SpecError(
+            "checkpoint_minutes", cfg.checkpoint_minutes, 'must be minutes >= 0 or "auto"'
+        )
+    if not cfg.out.strip():
+        raise SpecError("out", cfg.out, "must name a folder for the run")
+    for name, allowed in CHOICES.items():
+        if getattr(cfg, name) not in allowed:
+            raise SpecError(name, getattr(cfg, name), "must be one of " + ", ".join(allowed))
+
+
+def _check_together(cfg: TrainConfig) -> None:
+    """Rules across fields."""
+    if not 0 <= cfg.warmup_steps <= cfg.steps:
+        raise SpecError(
+            "warmup_steps",
+            cfg.warmup_steps,
+            f"must be between 0 and steps ({cfg.steps}); -1 means a tenth of the steps",
+        )
+    # the loop evaluates only on logged steps (and the last): an eval_interval that is not a
+    # multiple of log_interval would evaluate only every lcm of the two, silently
+    if cfg.eval_interval % cfg.log_interval and cfg.eval_interval < cfg.steps:
+        raise SpecError(
+            "eval_interval",
+            cfg.eval_interval,
+            f"must be a multiple of log_interval ({cfg.log_interval}): evaluation runs on "
+            "logged steps only",
+        )
+
+
+# ---- types ----------------------------------------------------------------------------------
+
+_KIND_RULES = {
+    "int": "must be an integer",
+    "float": "must be a number",
+    "str": "must be a string",
+    "bool": "must be true or false",
+    "tuple[str, ...]": 'must be a list of "field=value" strings',
+    "float | str": 'must be a number of minutes or "auto"',
+}
+
+
+def checked_value(name: str, value: object) -> object:
+    """`value` as field `name`'s type (an int for a float field becomes a float, a list of
+    strings for `overrides` a tuple), or a SpecError naming the field: no bool for a number,
+    no float for an integer, no number for a string."""
+    kind = config_fields()[name].type
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "bool" and isinstance(value, bool):
+        return value
+    if kind == "int" and number and isinstance(value, int):
+        return value
+    if kind == "str" and isinstance(value, str):
+        return value
+    if kind in ("float", "float | str") and number:
+        if not math.isfinite(value):
+            raise SpecError(name, value, "must be a finite number")
+        return float(value)
+    if kind == "float | str" and value == "auto":
+        return value
+    if (
+        kind == "tuple[str, ...]"
+        and isinstance(value, (list, tuple))
+        and all(isinstance(v, str) for v in value)
+    ):
+        return tuple(value)
+    raise SpecError(name, value, _KIND_RULES[kind])
+
+
+@functools.cache
 def config_fields() -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
-def load_toml(path: str) -> dict:
-    """A TOML file's keys, checked against the config's fields (an unknown key is an error)."""
+@functools.cache
+def field_docs() -> dict[str, str]:
+    """Each field's docstring (the string literal under it in TrainConfig), read from this
+    file's source with `ast`: the CLI's help text, written once, beside the field."""
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    body = next(n.body for n in tree.body if getattr(n, "name", "") == "TrainConfig")
+    docs = {}
+    for node, after in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+# ---- files and flags ------------------------------------------------------------------------
+
+
+def load_config_file(path: str) -> dict:
+    """A settings file's keys and values: TOML or JSON (by suffix), parsed as data only.
+
+    Unknown keys and wrong types are errors naming `FILE:key`; ranges are TrainConfig's."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in CONFIG_SUFFIXES:
+        raise SpecError("--config", path, "must be a .toml or .json file")
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise SpecError("--config", path, f"cannot be read ({err.strerror})") from None
+    doc = _parse_toml(path, raw) if suffix == ".toml" else _parse_json(path, raw)
+    known = config_fields()
+    values = {}
+    for key, value in doc.items():
+        if key not in known:
+            raise SpecError(f"{path}:{key}", value, unknown_key_rule(key, list(known)))
+        try:
+            values[key] = checked_value(key, value)
+        except SpecError as err:
+            raise SpecError(f"{path}:{key}", value, err.rule) from None
+    return values
+
+
+def _parse_toml(path: str, raw: bytes) -> dict:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         raise SpecError("--config", path, "TOML needs Python 3.11+ (tomllib)") from None
     try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except OSError as err:
-        raise SpecError("--config", path, f"cannot be read ({err.strerror})") from None
-    except tomllib.TOMLDecodeError as err:
+        return tomllib.loads(raw.decode("utf-8"))
+    except ValueError as err:  # TOMLDecodeError and UnicodeDecodeError
         raise SpecError("--config", path, f"is not valid TOML ({err})") from None
-    known = config_fields()
-    for key in doc:
-        if key not in known:
-            raise SpecError(f"{path}:{key}", doc[key], "unknown key; known: " + ", ".join(known))
-    if "overrides" in doc:
-        if not isinstance(doc["overrides"], list):
-            raise SpecError(
-                f"{path}:overrides", doc["overrides"], 'must be a list of "field=value" strings'
-            )
-        doc["overrides"] = tuple(doc["overrides"])
+
+
+def _parse_json(path: str, raw: bytes) -> dict:
+    def no_duplicates(pairs: list[tuple[str, object]]) -> dict:
+        seen: dict = {}
+        for key, value in pairs:
+            if key in seen:
+                raise SpecError(f"{path}:{key}", value, "is given twice")
+            seen[key] = value
+        return seen
+
+    try:
+        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+        raise SpecError("--config", path, f"is not valid JSON ({err})") from None
+    if not isinstance(doc, dict):
+        raise SpecError(
+            "--config", path, f"must hold a JSON object of settings, not a {type(doc).__name__}"
+        )
     return doc
 
 
-def make_config(file_values: dict, flag_values: dict) -> TrainConfig:
-    """Defaults, then the TOML file, then command-line flags; types checked per field."""
-    values = {**file_values, **{k: v for k, v in flag_values.items() if v is not None}}
-    for name, value in values.items():
-        default = config_fields()[name].default
-        if isinstance(default, bool) != isinstance(value, bool):
-            rule = (
-                "must be true or false"
-                if isinstance(default, bool)
-                else f"must be a {type(default).__name__}, not true/false"
-            )
-            raise SpecError(name, value, rule)
-        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-            values[name] = float(value)
-        elif (
-            isinstance(default, (int, float, str))
-            and not isinstance(default, bool)
-            and not isinstance(values[name], type(default))
-        ):
-            raise SpecError(name, value, f"must be a {type(default).__name__}")
-    return TrainConfig(**values)
+def unknown_key_rule(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key.replace("-", "_"), known, n=1)
+    if close:
+        return f"unknown key; did you mean {close[0]!r}?"
+    return "unknown key; known: " + ", ".join(known)
+
+
+def make_config(file_values: dict, flag_values: dict, *, source: str = "") -> TrainConfig:
+    """Defaults, then the settings file's values, then command-line flags (None: not given).
+
+    An error about a value that came from the file (`source`) names `FILE:key`."""
+    flags = {k: v for k, v in flag_values.items() if v is not None}
+    for name in flags:
+        if name not in config_fields():
+            raise SpecError(name, flags[name], unknown_key_rule(name, list(config_fields())))
+    values = {**file_values, **flags}
+    if "model" in values and "overrides" not in values:
+        values["overrides"] = ()  # a model named alone is trained as it is, not shrunk
+    try:
+        return TrainConfig(**values)
+    except SpecError as err:
+        if source and err.field in file_values and err.field not in flags:
+            raise SpecError(f"{source}:{err.field}", err.value, err.rule) from None
+        raise

@@ -4,6 +4,7 @@ among the ranks: `TrainBatches`) and held-out batches per source."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -76,6 +77,13 @@ class TrainBatches:
             starts = rng.integers(s.starts[ids], s.stops[ids])
             self._drawn = (step, ids.astype(np.int64), starts)
         return self._drawn[1], self._drawn[2]
+
+    def fingerprint(self) -> int:
+        """CRC-32 of the next step's whole global batch (its sources and window starts): equal
+        fingerprints, equal tokens. Logged per step to prove a resumed run reads the stream of
+        the uninterrupted one."""
+        ids, starts = self._global(self.step)
+        return zlib.crc32(starts.astype(np.int64).tobytes(), zlib.crc32(ids.tobytes()))
 
     def rows(self, micro: int) -> slice:
         """This rank's rows of a step's global batch for micro-batch `micro`."""
@@ -165,12 +173,13 @@ class RunData:
         )
 
     def eval_batches(
-        self, micro_batch: int, seq_len: int, max_batches: int
+        self, micro_batch: int, seq_len: int, max_windows: int
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, str]]:
-        """(x, y, source name) over the held-out split."""
+        """(x, y, source name) over the held-out split: the first `max_windows` windows of each
+        source, `micro_batch` at a time (so the set does not depend on the batch size)."""
         if len(self.val) == 0:
             return
-        for x, y, ids in eval_batches(self.val, micro_batch, seq_len, max_batches):
+        for x, y, ids in eval_batches(self.val, micro_batch, seq_len, max_rows=max_windows):
             yield x, y, self.val.source_names[int(ids[0])]
 
     def unigram_entropy(self) -> float:

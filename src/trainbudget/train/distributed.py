@@ -11,7 +11,7 @@ What makes an N-rank run the same computation as one process with the same globa
   (`grad_sync`: DDP's no_sync, FSDP2's set_requires_gradient_sync(False) on the others);
 - clipping: torch.nn.utils.clip_grad_norm_ on FSDP2's DTensor gradients reduces the shards'
   norms across ranks, so the norm is the full model's (`total_grad_norm` likewise);
-- the logged loss: the mean over ranks of each rank's mean (`all_reduce_mean`), the global
+- the logged loss: the mean over ranks of each rank's mean (the loop's per-step `all_reduce_sum`, divided by N), the global
   batch's mean because every rank has the same number of rows.
 Checkpoints hold full (unsharded) tensors in the single-process format: `full_state` gathers
 FSDP2's shards for rank 0 to write, `ShardingLoad` cuts a full optimizer state back into them.
@@ -116,10 +116,9 @@ def total_grad_norm(parameters) -> torch.Tensor:
     return norm.full_tensor() if isinstance(norm, DTensor) else norm
 
 
-def all_reduce_mean(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
+def all_reduce_sum(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
     if info.enabled:
         dist.all_reduce(value, op=dist.ReduceOp.SUM)
-        value /= info.world_size
     return value
 
 

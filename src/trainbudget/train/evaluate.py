@@ -11,24 +11,49 @@ import torch.nn.functional as F
 from trainbudget.core.errors import SpecError
 
 
+EVAL_WINDOWS_PER_BATCH = 16
+"""`eval_batches` counts batches of 16 windows (the default micro-batch) per source, whatever the
+run's micro-batch: runs with different batch sizes are scored on the same held-out windows."""
+
+
 @torch.no_grad()
-def evaluate(model, data, cfg, device) -> dict:
-    """Mean loss and perplexity over the held-out split, overall and per source."""
+def evaluate(model, data, cfg, device, info=None, *, sharded: bool = False) -> dict:
+    """Mean loss and perplexity over the held-out split, overall and per source: the mean over
+    tokens (every window has seq_len of them).
+
+    Distributed (`info` with world_size > 1): the ranks split the batches and add up their sums,
+    each batch scored once. Under FSDP2 (`sharded`) every rank runs every batch instead, since
+    each forward is a collective that all ranks must join."""
     was_training = model.training
     model.eval()
-    totals: dict[str, list[float]] = {}
-    for x, y, source in data.eval_batches(cfg.micro_batch, cfg.seq_len, cfg.eval_batches):
-        logits = model(x.to(device))[0]
-        loss = F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten())
-        totals.setdefault(source, []).append(float(loss))
+    names = list(data.val.source_names)
+    sums = torch.zeros(len(names), dtype=torch.float64, device=device)
+    counts = torch.zeros(len(names), dtype=torch.float64, device=device)
+    split = info is not None and info.world_size > 1 and not sharded
+    rank, world = (info.rank, info.world_size) if split else (0, 1)
+    windows = cfg.eval_batches * EVAL_WINDOWS_PER_BATCH
+    for i, (x, y, source) in enumerate(data.eval_batches(cfg.micro_batch, cfg.seq_len, windows)):
+        if i % world != rank:
+            continue
+        logits = model(x.to(device))[0]  # (B, T, V)
+        per_window = F.cross_entropy(
+            logits.float().transpose(1, 2), y.to(device), reduction="none"
+        ).mean(1)  # (B,)
+        k = names.index(source)
+        sums[k] += per_window.double().sum()
+        counts[k] += len(per_window)
+    if split:
+        torch.distributed.all_reduce(sums)
+        torch.distributed.all_reduce(counts)
     model.train(was_training)
-    if not totals:
+    if not counts.sum():
         return {}
-    all_losses = [v for vs in totals.values() for v in vs]
-    out = {"val_loss": sum(all_losses) / len(all_losses)}
-    out["val_perplexity"] = math.exp(out["val_loss"])
-    out["per_source"] = {s: sum(v) / len(v) for s, v in totals.items()}
-    return out
+    val_loss = float(sums.sum() / counts.sum())
+    return {
+        "val_loss": val_loss,
+        "val_perplexity": math.exp(val_loss),
+        "per_source": {n: float(sums[k] / counts[k]) for k, n in enumerate(names) if counts[k]},
+    }
 
 
 def read_probes(path: str) -> list[tuple[str, str]]:

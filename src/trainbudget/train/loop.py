@@ -1,5 +1,7 @@
-"""The training loop: data, model, optimizer and schedule from a TrainConfig, and on every
-logged step the plan (core) beside what was measured."""
+"""The training loop: data, model, optimizer and schedule from a TrainConfig; on every logged
+step the plan (core) beside what was measured; and a run that never loses work -- verified
+checkpoints every N steps or T minutes and on SIGTERM/SIGINT, exact resume, non-finite steps
+skipped, loss spikes rolled back (train.resume, train.guard)."""
 
 from __future__ import annotations
 
@@ -7,31 +9,27 @@ import contextlib
 import dataclasses
 import json
 import math
-import random
-import statistics
+import signal
+import threading
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.model_arg import resolve_model
-from trainbudget.core.model_spec import ModelSpec
-from trainbudget.model.optim import MasterWeightOptimizer, weight_dtype
+from trainbudget.core.reliability import mtbf_seconds, young_interval_seconds
+from trainbudget.model.optim import weight_dtype
 from trainbudget.model.transformer import build_model
 from trainbudget.profile.device import identify_device, resolve_device
-from trainbudget.profile.memory import measure_step_memory
 from trainbudget.train.accounting import make_budget
-from trainbudget.train.checkpoint import load_checkpoint, save_checkpoint
+from trainbudget.train.checkpoint import CHECKPOINTS_DIR, clean_partial, list_checkpoints
 from trainbudget.train.config import TrainConfig
 from trainbudget.train.data import open_data
 from trainbudget.train.distributed import (
-    ShardingLoad,
-    Snapshot,
-    all_reduce_mean,
+    all_reduce_sum,
     barrier,
-    full_state,
     grad_sync,
     init_distributed,
     is_sharded,
@@ -40,72 +38,110 @@ from trainbudget.train.distributed import (
     wrap_model,
 )
 from trainbudget.train.evaluate import evaluate, probe_probabilities, read_probes
+from trainbudget.train.faults import Faults
+from trainbudget.train.guard import StepGuard, Verdict
 from trainbudget.train.metrics import MetricsWriter, Progress
-from trainbudget.train.optimizers import build_optimizer
+from trainbudget.train.preflight import preflight
+from trainbudget.train.resume import find_checkpoint, log_main, restore_run, save_run
 from trainbudget.train.schedule import Schedule, apply_lr
+from trainbudget.train.setup import make_optimizer, mixed_precision, seed_everything
+from trainbudget.train.summary import summarize
 
 
-def seed_everything(seed: int) -> None:
-    """Python, numpy and torch (the seeds' advice: seed every source of randomness)."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+class TrainingHalted(RuntimeError):
+    """The run stopped itself (non-finite steps or spikes it may not get past); the last
+    checkpoint is intact."""
 
 
-def model_spec(cfg: TrainConfig, vocab_size: int) -> ModelSpec:
-    spec = resolve_model(cfg.model, cfg.overrides)
-    if not isinstance(spec, ModelSpec):
-        raise SpecError("model", cfg.model, "training needs an architecture, not dense:N")
-    if spec.vocab_size < vocab_size:
-        raise SpecError(
-            "vocab_size",
-            spec.vocab_size,
-            f"is smaller than the data's tokenizer ({vocab_size} tokens)",
-        )
-    if spec.position == "learned" and cfg.seq_len > spec.max_seq_len:
-        raise SpecError("seq_len", cfg.seq_len, f"exceeds max_seq_len ({spec.max_seq_len})")
-    return spec
+class Interrupted(RuntimeError):
+    """SIGTERM/SIGINT: a checkpoint was saved and the run stopped; `--resume` continues it."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.signum = signum
 
 
-def make_optimizer(model, cfg: TrainConfig):
-    if cfg.precision == "bf16-mixed":
-        return MasterWeightOptimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay)
-    return build_optimizer(
-        cfg.optimizer, model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
-    )
+@dataclass(eq=False)
+class Run:
+    """Everything the steps of one run share."""
+
+    cfg: TrainConfig
+    info: object
+    device: torch.device
+    spec: object
+    data: object
+    model: torch.nn.Module
+    net: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    batches: object
+    schedule: Schedule
+    budget: object
+    guard: StepGuard
+    scaler: torch.amp.GradScaler
+    autocast: object
+    faults: Faults
+    checkpoint_root: Path
+    tokens_per_step: int
+    step: int = 0
+    """Iterations done (skipped non-finite steps count; a rollback goes back)."""
+    signal: int = 0
+    last_save_step: int = -1
+    last_save_time: float = field(default_factory=time.monotonic)
+    save_seconds: float | None = None
+    checkpoints_written: int = 0
+    step_times: list[float] = field(default_factory=list)
+    first_loss: float | None = None
+    last_loss: float | None = None
 
 
-def mixed_precision(precision: str, device: torch.device):
-    """(autocast context, gradient scaler) for a precision policy: torch.autocast for the
-    amp-* policies (fp32 weights, 16-bit matmuls), a GradScaler for fp16 (its small range
-    underflows gradients without loss scaling, Micikevicius et al. 2018, arXiv 1710.03740);
-    no-ops otherwise."""
-    dtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(precision)
-    autocast = (
-        torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
-    )
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "amp-fp16")
-    return autocast, scaler
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def train(cfg: TrainConfig) -> dict:
+def train(cfg: TrainConfig, *, faults: Faults | None = None) -> dict:
     """Run `cfg`; returns the summary (also written to <out>/summary.json)."""
+    run = _start(cfg, faults if faults is not None else Faults.from_env())
+    writer = MetricsWriter(
+        run.checkpoint_root.parent,
+        tensorboard=cfg.tensorboard,
+        enabled=run.info.is_main,
+        append=run.step > 0,
+    )
+    progress = Progress(cfg.steps, enabled=run.info.is_main, first_step=run.step)
+    try:
+        with _signals(run):
+            _loop(run, writer, progress)
+    finally:
+        progress.close()
+        writer.close()
+    summary = summarize(run)
+    if run.info.is_main:
+        text = json.dumps(summary, indent=2, allow_nan=False)
+        (run.checkpoint_root.parent / "summary.json").write_text(text)
+    barrier(run.info)
+    shutdown(run.info)
+    return summary
+
+
+def _start(cfg: TrainConfig, faults: Faults) -> Run:
+    """Check everything, then build the run; resume it when asked. Nothing is written before
+    the checks pass."""
     device = torch.device(resolve_device(cfg.device))
     info = init_distributed(device.type)
+    pre = preflight(cfg, world_size=info.world_size)
+    cfg, spec = pre.config, pre.spec
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
-    seed_everything(cfg.seed)
     run_dir = cfg.run_dir
+    root = run_dir / CHECKPOINTS_DIR
+    if not cfg.resume and list_checkpoints(root):
+        raise SpecError(
+            "out",
+            cfg.out,
+            f"holds checkpoints of an earlier run ({root}); pass --resume to continue it or "
+            "choose another --out",
+        )
+    seed_everything(cfg.seed)
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
     data = open_data(cfg, main=info.is_main, barrier=lambda: barrier(info))
-    spec = model_spec(cfg, data.vocab_size)
     model = build_model(
         spec,
         device=device,
@@ -124,206 +160,338 @@ def train(cfg: TrainConfig) -> dict:
         rank=info.rank,
         world_size=info.world_size,
     )
-    start_step = 0
-    if cfg.resume and (run_dir / "checkpoint").exists():
-        start_step = load_checkpoint(run_dir / "checkpoint", model=model, loader=batches)
-    if start_step >= cfg.steps:
-        raise SpecError(
-            "steps",
-            cfg.steps,
-            f"the checkpoint is already at step {start_step}; give more steps to continue",
-        )
     net = wrap_model(model, info, cfg.strategy, device)
     optimizer = make_optimizer(model, cfg)  # after wrap_model: FSDP2's DTensor parameters
-    if cfg.resume and (run_dir / "checkpoint").exists():
-        # distributed: under FSDP2 the full saved optimizer state is cut into this rank's shards
-        target = ShardingLoad(optimizer) if is_sharded(model) else optimizer
-        load_checkpoint(run_dir / "checkpoint", optimizer=target)
-    schedule = Schedule(
-        kind=cfg.schedule,
-        base_lr=cfg.lr,
-        warmup_steps=cfg.warmup_steps,
-        total_steps=cfg.steps,
-        min_lr_ratio=cfg.min_lr_ratio,
-    )
-    budget = make_budget(
-        spec,
-        device=identify_device(device),
-        precision=cfg.precision,
-        optimizer=cfg.optimizer,
-        micro_batch=cfg.micro_batch,
-        grad_accum=cfg.grad_accum,
-        seq_len=cfg.seq_len,
-        recompute=cfg.recompute,
-        world_size=info.world_size,
-    )
-    if cfg.compile:
-        net = torch.compile(net)
-    writer = MetricsWriter(
-        run_dir, tensorboard=cfg.tensorboard, enabled=info.is_main, append=start_step > 0
-    )
-    progress = Progress(cfg.steps, enabled=info.is_main)
-    probes = read_probes(cfg.probes) if cfg.probes else []
-    tokens_per_step = cfg.micro_batch * cfg.grad_accum * cfg.seq_len * info.world_size
     autocast, scaler = mixed_precision(cfg.precision, device)
-    step_times: list[float] = []
-    first_loss = last_loss = None
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-    for step in range(start_step, cfg.steps):
-        logged = (step + 1) % cfg.log_interval == 0 or step + 1 == cfg.steps
-        phases = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
-        lr = schedule.lr_at(step)
-        apply_lr(optimizer, lr)
-        _sync(device)
-        t_step = time.perf_counter()
-        loss_sum = torch.zeros((), device=device)
-        for micro in range(cfg.grad_accum):
-            t = time.perf_counter()
-            x, y, _ = batches.next_batch(device)
-            phases["data"] += time.perf_counter() - t
-            # distributed: gradients synced on the step's last micro-batch only (DDP and FSDP2)
-            with grad_sync(net, info, cfg.strategy, sync=micro == cfg.grad_accum - 1):
-                t = time.perf_counter()
-                with autocast:
-                    logits = net(x)[0]
-                    # accumulation sums gradients: divide so the step uses the mean loss
-                    loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-                    loss = loss / cfg.grad_accum
-                if logged:
-                    _sync(device)
-                phases["forward"] += time.perf_counter() - t
-                t = time.perf_counter()
-                scaler.scale(loss).backward()
-                if logged:
-                    _sync(device)
-                phases["backward"] += time.perf_counter() - t
-            loss_sum += loss.detach()
-        t = time.perf_counter()
-        scaler.unscale_(optimizer)  # fp16: clip and report the true gradient norm
-        grad_norm = (
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            if cfg.grad_clip > 0
-            else total_grad_norm(model.parameters())  # distributed: the full norm under FSDP2
-        )
-        scaler.step(optimizer)  # skips the step when fp16 gradients overflowed
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        _sync(device)
-        phases["optimizer"] = time.perf_counter() - t
-        seconds = time.perf_counter() - t_step
-        if step > start_step:  # the first step includes warm-up (allocation, compilation)
-            step_times.append(seconds)
-        if not logged and step + 1 < cfg.steps:
-            continue
-        loss_value = float(all_reduce_mean(loss_sum, info))
-        first_loss = loss_value if first_loss is None else first_loss
-        last_loss = loss_value
-        tps = tokens_per_step / seconds
-        record = {
-            "step": step + 1,
-            "loss": loss_value,
-            "lr": lr,
-            "grad_norm": float(grad_norm),
-            "tokens_per_second": tps,
-            "step_seconds": seconds,
-            "predicted_step_seconds": budget.predicted_step_seconds,
-            "achieved_flops_per_second": budget.model_flops_per_token * tps,
-            "mfu": budget.mfu(tps / info.world_size),
-            "hfu": budget.hfu(tps / info.world_size),
-            "memory_bytes": _memory(device, budget),
-            "phases_seconds": phases,
-        }
-        if (step + 1) % cfg.eval_interval == 0 or step + 1 == cfg.steps:
-            record["eval"] = evaluate(model, data, cfg, device)
-            if probes:
-                record["probes"] = probe_probabilities(model, data.tokenizer, probes, device)
-        writer.write(record)
-        mfu = f"  MFU {100 * record['mfu']:.1f}%" if record["mfu"] is not None else ""
-        progress.update(step + 1, f"loss {loss_value:.3f}  {tps:,.0f} tok/s{mfu}")
-    progress.close()
-    # distributed: every rank gathers (FSDP2's shards -> full tensors, a collective), rank 0
-    # writes the single-process format
-    model_state = full_state(model.state_dict(), info)
-    optimizer_state = full_state(optimizer.state_dict(), info)
-    if info.is_main:
-        save_checkpoint(
-            run_dir / "checkpoint",
-            model=Snapshot(model_state),
-            optimizer=Snapshot(optimizer_state),
-            loader=batches,
-            step=cfg.steps,
-            config=dataclasses.asdict(cfg),
-            spec=spec,
-        )
-    summary = _summary(
-        cfg,
-        data,
-        budget,
-        step_times,
-        first_loss,
-        last_loss,
-        device,
-        tokens_per_step,
-        info.world_size,
-        spec,
+    run = Run(
+        cfg=cfg,
+        info=info,
+        device=device,
+        spec=spec,
+        data=data,
+        model=model,
+        net=torch.compile(net) if cfg.compile else net,
+        optimizer=optimizer,
+        batches=batches,
+        schedule=Schedule(
+            kind=cfg.schedule,
+            base_lr=cfg.lr,
+            warmup_steps=cfg.warmup_steps,
+            total_steps=cfg.steps,
+            min_lr_ratio=cfg.min_lr_ratio,
+        ),
+        budget=make_budget(
+            spec,
+            device=identify_device(device),
+            precision=cfg.precision,
+            optimizer=cfg.optimizer,
+            micro_batch=cfg.micro_batch,
+            grad_accum=cfg.grad_accum,
+            seq_len=cfg.seq_len,
+            recompute=cfg.recompute,
+            world_size=info.world_size,
+        ),
+        guard=StepGuard(
+            window=cfg.spike_window, sigmas=cfg.spike_sigmas, min_excess=cfg.spike_min_excess
+        ),
+        scaler=scaler,
+        autocast=autocast,
+        faults=faults,
+        checkpoint_root=root,
+        tokens_per_step=cfg.micro_batch * cfg.grad_accum * cfg.seq_len * info.world_size,
     )
-    if info.is_main:
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
-    writer.close()
-    barrier(info)
-    shutdown(info)
-    return summary
+    if cfg.resume:
+        _resume(run)
+    return run
 
 
-def _memory(device: torch.device, budget) -> dict:
+def _resume(run: Run) -> None:
+    if run.info.is_main:
+        for path in clean_partial(run.checkpoint_root):
+            log_main(run, f"removed a partial checkpoint write: {path.name}")
+    path = find_checkpoint(run)
+    if path is None:
+        log_main(run, f"no checkpoint in {run.checkpoint_root}: starting at step 0")
+        return
+    restore_run(run, path)
+    run.last_save_step = run.step
+    log_main(
+        run, f"resumed from {path} (step {run.step}, {run.step * run.tokens_per_step:,} tokens)"
+    )
+    if run.step >= run.cfg.steps:
+        raise SpecError(
+            "steps",
+            run.cfg.steps,
+            f"the checkpoint is already at step {run.step}; give more steps to continue",
+        )
+
+
+@contextlib.contextmanager
+def _signals(run: Run):
+    """SIGTERM/SIGINT set a flag; the step in progress finishes, every rank learns of it in the
+    step's all-reduce, and the run saves a checkpoint and stops. A second signal stops at once."""
+
+    def handler(signum, _frame):
+        if run.signal:
+            raise KeyboardInterrupt
+        run.signal = signum
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
+    cfg = run.cfg
+    probes = read_probes(cfg.probes) if cfg.probes else []
+    if run.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(run.device)
+    first = run.step
+    while run.step < cfg.steps:
+        logged = (run.step + 1) % cfg.log_interval == 0 or run.step + 1 == cfg.steps
+        lr = run.schedule.lr_at(run.step)
+        apply_lr(run.optimizer, lr)
+        batch_crc = run.batches.fingerprint()
+        _sync(run.device)
+        t_step = time.perf_counter()
+        loss, grad_norm, verdict, flags, phases = _step(run, logged)
+        seconds = time.perf_counter() - t_step
+        run.guard.record(loss, verdict)
+        if verdict.reason == "spike":
+            _rollback(run, writer, loss, verdict)
+            continue
+        run.step += 1
+        if verdict.reason == "nonfinite":
+            _skipped(run, writer, loss, grad_norm, verdict)
+        if run.step > first + 1:  # the first step includes warm-up (allocation, compilation)
+            run.step_times.append(seconds)
+        if verdict.ok and (logged or run.step == cfg.steps):
+            record = _record(run, loss, lr, grad_norm, seconds, phases, batch_crc)
+            if run.step % cfg.eval_interval == 0 or run.step == cfg.steps:
+                record["eval"] = evaluate(
+                    run.model,
+                    run.data,
+                    cfg,
+                    run.device,
+                    run.info,
+                    sharded=is_sharded(run.model),
+                )
+                if probes:
+                    record["probes"] = probe_probabilities(
+                        run.model, run.data.tokenizer, probes, run.device
+                    )
+            writer.write(record)
+            mfu = f"  MFU {100 * record['mfu']:.1f}%" if record["mfu"] is not None else ""
+            tps = record["tokens_per_second"]
+            progress.update(run.step, f"loss {loss:.3f}  {tps:,.0f} tok/s{mfu}")
+        run.faults.maybe_kill(run.step, run.info.rank)
+        _maybe_save(run, writer, time_due=flags["time_due"], force=bool(flags["signal"]))
+        if flags["signal"]:
+            signum = run.signal or signal.SIGTERM  # another rank's signal: stop like SIGTERM
+            name = signal.Signals(signum).name
+            writer.write({"step": run.step, "event": "interrupted", "signal": name})
+            raise Interrupted(
+                signum,
+                f"stopped by {name} at step {run.step}; checkpoint saved in "
+                f"{run.checkpoint_root}; continue with --resume",
+            )
+
+
+def _step(run: Run, logged: bool):
+    """One iteration: forward and backward over grad_accum micro-batches, the global loss and
+    gradient norm, and the update unless the guard says no. Returns (loss, grad_norm, verdict,
+    flags agreed by all ranks, phase seconds)."""
+    cfg = run.cfg
+    phases = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
+    batch = run.batches.step + 1  # 1-based, as faults count batches
+    factor = run.faults.loss_factor(batch)
+    loss_sum = torch.zeros((), device=run.device)
+    for micro in range(cfg.grad_accum):
+        t = time.perf_counter()
+        x, y, _ = run.batches.next_batch(run.device)
+        phases["data"] += time.perf_counter() - t
+        # distributed: gradients synced on the step's last micro-batch only (DDP and FSDP2)
+        with grad_sync(run.net, run.info, cfg.strategy, sync=micro == cfg.grad_accum - 1):
+            t = time.perf_counter()
+            with run.autocast:
+                logits = run.net(x)[0]
+                # accumulation sums gradients: divide so the step uses the mean loss
+                loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) / cfg.grad_accum
+                if factor is not None:
+                    loss = loss * factor
+            if logged:
+                _sync(run.device)
+            phases["forward"] += time.perf_counter() - t
+            t = time.perf_counter()
+            run.scaler.scale(loss).backward()
+            if logged:
+                _sync(run.device)
+            phases["backward"] += time.perf_counter() - t
+        loss_sum += loss.detach()
+    t = time.perf_counter()
+    if batch in run.faults.nan_grad_batches:
+        next(p for p in run.model.parameters() if p.grad is not None).grad.fill_(math.nan)
+    run.scaler.unscale_(run.optimizer)  # fp16: clip and judge the true gradient norm
+    grad_norm = (
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+        if cfg.grad_clip > 0
+        else total_grad_norm(run.model.parameters())  # distributed: the full norm under FSDP2
+    )
+    # one all-reduce: the global mean loss and the flags every rank must agree on
+    time_due = run.info.is_main and _time_due(run)
+    packet = torch.stack(
+        [
+            loss_sum.float(),
+            torch.tensor(float(run.signal), device=run.device),
+            torch.tensor(float(time_due), device=run.device),
+        ]
+    )
+    packet = all_reduce_sum(packet, run.info).tolist()
+    loss_value = packet[0] / run.info.world_size
+    grad_norm_value = float(grad_norm)
+    verdict = run.guard.judge(loss_value, grad_norm_value)
+    if verdict.reason == "nonfinite" and run.scaler.is_enabled() and math.isfinite(loss_value):
+        verdict = Verdict()  # fp16 overflow: GradScaler skips the update and lowers its scale
+    if verdict.ok:
+        run.scaler.step(run.optimizer)
+    run.scaler.update()
+    run.optimizer.zero_grad(set_to_none=True)
+    _sync(run.device)
+    phases["optimizer"] = time.perf_counter() - t
+    flags = {"signal": packet[1], "time_due": packet[2] > 0}
+    return loss_value, grad_norm_value, verdict, flags, phases
+
+
+def _record(run: Run, loss, lr, grad_norm, seconds, phases, batch_crc) -> dict:
+    tps = run.tokens_per_step / seconds
+    budget = run.budget
+    if run.first_loss is None:
+        run.first_loss = loss
+    run.last_loss = loss
+    return {
+        "step": run.step,
+        "loss": loss,
+        "lr": lr,
+        "grad_norm": grad_norm,
+        "tokens_per_second": tps,
+        "tokens_seen": run.step * run.tokens_per_step,
+        "batch_crc32": batch_crc,
+        "step_seconds": seconds,
+        "predicted_step_seconds": budget.predicted_step_seconds,
+        "achieved_flops_per_second": budget.model_flops_per_token * tps,
+        "mfu": budget.mfu(tps / run.info.world_size),
+        "hfu": budget.hfu(tps / run.info.world_size),
+        "memory_bytes": memory_bytes(run.device, budget),
+        "phases_seconds": phases,
+        **run.guard.counters(),
+    }
+
+
+def _skipped(run: Run, writer, loss, grad_norm, verdict: Verdict) -> None:
+    writer.write(
+        {
+            "step": run.step,
+            "event": "skipped_nonfinite",
+            "detail": verdict.detail,
+            "loss": loss if math.isfinite(loss) else None,
+            "grad_norm": grad_norm if math.isfinite(grad_norm) else None,
+            **run.guard.counters(),
+        }
+    )
+    log_main(run, f"step {run.step}: {verdict.detail}; update skipped")
+    cfg = run.cfg
+    if cfg.on_nonfinite == "halt":
+        raise TrainingHalted(
+            f"step {run.step}: {verdict.detail} (on_nonfinite = halt); the last checkpoint is "
+            f"in {run.checkpoint_root}"
+        )
+    if run.guard.consecutive_skips >= cfg.max_consecutive_skips:
+        raise TrainingHalted(
+            f"{run.guard.consecutive_skips} steps in a row were not finite (max_consecutive_skips"
+            f" = {cfg.max_consecutive_skips}); lower the learning rate and resume from "
+            f"{run.checkpoint_root}"
+        )
+
+
+def _rollback(run: Run, writer, loss: float, verdict: Verdict) -> None:
+    """The article's remedy for a loss spike: back to the newest good checkpoint, and skip the
+    batches since then (the bad batch among them). At most max_rollbacks times."""
+    guard, cfg = run.guard, run.cfg
+    bad_batch = run.batches.step - 1  # 0-based: the batch just drawn
+    if guard.rollbacks >= cfg.max_rollbacks:
+        raise TrainingHalted(
+            f"loss spike at step {run.step + 1} ({verdict.detail}) after {guard.rollbacks} "
+            f"rollbacks (max_rollbacks = {cfg.max_rollbacks})"
+        )
+    path = find_checkpoint(run)
+    guard.rollbacks += 1
+    if path is None:  # nothing to go back to: drop the batch, keep the weights
+        first_bad, target = bad_batch, "none (update skipped)"
+        run.step += 1
+    else:
+        state = restore_run(run, path, rollback=True)
+        first_bad, target = int(state["data_step"]), path.name
+    guard.skipped_data_steps.extend(range(first_bad, bad_batch + 1))
+    run.batches.step, run.batches.micro = bad_batch + 1, 0
+    event = {
+        "step": run.step,
+        "event": "rollback",
+        "detail": verdict.detail,
+        "loss": loss,
+        "checkpoint": target,
+        "skipped_batches": [first_bad + 1, bad_batch + 1],
+        **guard.counters(),
+    }
+    writer.write(event)
+    log_main(
+        run,
+        f"loss spike ({verdict.detail}): rolled back to {target}, skipping batches "
+        f"{first_bad + 1}-{bad_batch + 1} (rollback {guard.rollbacks}/{cfg.max_rollbacks})",
+    )
+
+
+def _interval_seconds(run: Run) -> float | None:
+    minutes = run.cfg.checkpoint_minutes
+    if minutes == "auto":
+        if run.save_seconds is None:
+            return 0.0  # save once early to measure the write time
+        mtbf = mtbf_seconds(run.info.world_size, run.cfg.gpu_failure_rate_per_day)
+        # Young-Daly: sqrt(2 x write seconds x MTBF); a write of 0 s would mean "always"
+        return young_interval_seconds(max(run.save_seconds, 1e-3), mtbf)
+    return minutes * 60 if minutes else None
+
+
+def _time_due(run: Run) -> bool:
+    interval = _interval_seconds(run)
+    return interval is not None and time.monotonic() - run.last_save_time >= interval
+
+
+def _maybe_save(run: Run, writer, *, time_due: bool, force: bool) -> None:
+    every = run.cfg.checkpoint_every
+    due = force or time_due or run.step == run.cfg.steps or (every and run.step % every == 0)
+    if not due or run.last_save_step == run.step:
+        return
+    t = time.perf_counter()
+    path = save_run(run)
+    run.save_seconds = time.perf_counter() - t
+    run.last_save_step, run.last_save_time = run.step, time.monotonic()
+    run.checkpoints_written += 1
+    writer.write(
+        {"step": run.step, "event": "checkpoint", "path": str(path), "seconds": run.save_seconds}
+    )
+
+
+def memory_bytes(device: torch.device, budget) -> dict:
     measured = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     return {"predicted_peak": budget.predicted_peak_memory_bytes, "measured_peak": measured}
 
 
-def _summary(
-    cfg, data, budget, step_times, first_loss, last_loss, device, tokens_per_step, world_size, spec
-) -> dict:
-    measured = statistics.median(step_times) if step_times else None
-    tps = tokens_per_step / measured if measured else None
-    out = {
-        "steps": cfg.steps,
-        "tokens_per_step": tokens_per_step,
-        "loss_first_logged": first_loss,
-        "loss_final": last_loss,
-        "unigram_entropy_nats": data.unigram_entropy(),
-        "step_seconds": {"measured_median": measured, "predicted": budget.predicted_step_seconds},
-        "tokens_per_second": tps,
-        "mfu": {"measured": budget.mfu(tps / world_size) if tps else None},
-        "memory_bytes": _memory(device, budget),
-        "device": budget.device.as_dict(),
-        "world_size": world_size,
-        "notes": list(budget.notes),
-    }
-    if out["step_seconds"]["predicted"] and measured:
-        out["step_seconds"]["error"] = measured / out["step_seconds"]["predicted"] - 1
-    mem = out["memory_bytes"]
-    if mem["measured_peak"]:
-        mem["error"] = mem["measured_peak"] / mem["predicted_peak"] - 1
-    elif not spec.is_moe and world_size == 1 and not cfg.precision.startswith("amp"):
-        # no allocator statistics off CUDA: PyTorch's MemTracker measures the same step of
-        # the reference model on fake tensors instead (profile.memory)
-        fake = measure_step_memory(
-            spec,
-            micro_batch=cfg.micro_batch,
-            seq_len=cfg.seq_len,
-            precision=cfg.precision,
-            optimizer=cfg.optimizer,
-            recompute=cfg.recompute,
-            device="fake-cpu",
-        )
-        mem["measured_peak_fake_tensors"] = fake.peak
-        mem["error"] = fake.peak / mem["predicted_peak"] - 1
-        out["notes"].append(
-            "peak memory measured by torch's MemTracker on fake tensors (one step of the "
-            "reference model, single-tensor optimizer): the CPU allocator keeps no statistics"
-        )
-    if last_loss is not None and math.isfinite(last_loss):
-        out["perplexity_final"] = math.exp(last_loss)
-    return out
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()

@@ -71,8 +71,10 @@ class Progress:
     """`[####......] step 120/300  loss 2.31  ETA 1m05s` redrawn in place on a terminal;
     a plain line per call otherwise (CI logs, files)."""
 
-    def __init__(self, total: int, *, enabled: bool = True, stream=None) -> None:
-        self.total, self.enabled = total, enabled
+    def __init__(
+        self, total: int, *, enabled: bool = True, stream=None, first_step: int = 0
+    ) -> None:
+        self.total, self.enabled, self.first_step = total, enabled, first_step
         self.stream = stream or sys.stderr
         self.start = time.perf_counter()
         self.interactive = enabled and self.stream.isatty()
@@ -82,7 +84,9 @@ class Progress:
             return
         done = step / self.total
         elapsed = time.perf_counter() - self.start
-        eta = elapsed / done * (1 - done) if done > 0 else 0.0
+        # a resumed run: the rate is that of the steps this process ran
+        ran = (step - self.first_step) / self.total
+        eta = elapsed / ran * (1 - done) if ran > 0 else 0.0
         line = f"step {step}/{self.total}  {text}  ETA {int(eta // 60)}m{int(eta % 60):02d}s"
         if self.interactive:
             width = 20

@@ -37,7 +37,8 @@ class RunMetrics:
     val_steps: list[int] = field(default_factory=list)
     val_loss: list[float] = field(default_factory=list)
     skipped: int = 0
-    """Records before the last restart of the step count (an earlier run in the same folder)."""
+    """Records replaced by a later record of the same step (a resume or a rollback re-logs
+    the steps after its checkpoint)."""
     unigram_entropy: float | None = None
     tokens_per_step: int | None = None
 
@@ -114,14 +115,16 @@ def load_run(run: RunArg, name: str | None = None) -> RunMetrics:
     """A run directory (or its metrics.jsonl) as series ready to plot."""
     path = metrics_path(run)
     numbered = _read_numbered(path)
-    # metrics.jsonl is appended to: a new run in the same folder starts counting again; keep
-    # the records from the last such restart
-    start = 0
-    for i in range(1, len(numbered)):
-        if numbered[i][1]["step"] <= numbered[i - 1][1]["step"]:
-            start = i
-    out = RunMetrics(name=name or _run_name(path), path=path, skipped=start)
-    for number, record in numbered[start:]:
+    # a resumed run appends to metrics.jsonl and logs again the steps after its checkpoint
+    # (and a rollback those after the checkpoint it went back to): the last record of a step
+    # wins. Event records (checkpoint, rollback, skipped step) are not points of the curves.
+    last: dict[int, tuple[int, dict]] = {}
+    for number, record in numbered:
+        if "event" not in record:
+            last[record["step"]] = (number, record)
+    steps = [r for r in numbered if "event" not in r[1]]
+    out = RunMetrics(name=name or _run_name(path), path=path, skipped=len(steps) - len(last))
+    for _, (number, record) in sorted(last.items()):
         where = f"{path}:{number}"
         out.steps.append(record["step"])
         out.loss.append(_number(record, "loss", where, required=True))

@@ -1,0 +1,207 @@
+"""`trainbudget report`: one self-contained HTML page with plots, for a planned run
+(`--model ...`, the same flags as `plan`) or for a training run directory (`--run DIR`).
+matplotlib is imported only when drawing; the PNGs are also written beside the page."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from trainbudget.cli.args import dumps_json, fraction, nonnegative_float, positive_int
+from trainbudget.cli.plan_cmd import _policy as policy_from_args
+from trainbudget.cli.plan_view import add_cluster_args, cluster_from_args, efficiency_from_args
+from trainbudget.cli.reliability_cmd import _probability
+from trainbudget.cli.reliability_view import add_reliability_options
+from trainbudget.core.errors import SpecError
+from trainbudget.core.units import GB, parse_bandwidth
+
+# Llama 3 405B saw 419 unexpected interruptions in 54 days on 16,384 H100s (Dubey et al. 2024,
+# arXiv 2407.21783, Sec. 3.3.4): 4.7e-4 per GPU-day, the failure rate used when none is given
+DEFAULT_GPU_FAILURE_RATE_PER_DAY = 419 / (54 * 16384)
+DEFAULT_CHECKPOINT_WRITE_BYTES_PER_SECOND = 50 * GB
+PLAN_ONLY = ("gpus", "global_batch", "tokens", "calibration", "gpu_failure_rate_per_day")
+
+
+def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
+    what = p.add_argument_group("what to report on (one of)")
+    what.add_argument("--model", metavar="M", help="a planned run: preset, config.json or field")
+    what.add_argument("--run", metavar="DIR", help="a run directory from `trainbudget train --out`")
+    p.add_argument("--out", default="report.html", help="the HTML file (default report.html)")
+    p.add_argument("--png-dir", help="where the PNGs go too (default: OUT's name + _files/)")
+    p.add_argument("--json", action="store_true", help="print the gathered numbers as JSON")
+    g = p.add_argument_group("planned run (with --model; the flags of `trainbudget plan`)")
+    g.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE")
+    g.add_argument("--gpus", help="GPUs in the cluster")
+    g.add_argument("--gpu", default="h100-sxm", help="accelerator (see `trainbudget hardware`)")
+    g.add_argument("--global-batch", help="sequences per optimizer step")
+    g.add_argument("--seq-len", help="tokens per sequence (default: the model's max_seq_len)")
+    g.add_argument("--tokens", help="training tokens, e.g. 15T")
+    g.add_argument("--precision", default="bf16-mixed", help="precision policy")
+    g.add_argument("--optimizer", default="adamw", help="optimizer")
+    g.add_argument("--top", default="5", help="candidate layouts shown (default 5)")
+    g.add_argument("--price-per-gpu-hour", help="price of one GPU-hour: cost besides GPU-hours")
+    g.add_argument(
+        "--scaling-gpus", help="GPU counts of the scaling curve (default: GPUS x 1/16 ... 16)"
+    )
+    add_cluster_args(g)
+    add_reliability_options(p)
+    pol = p.add_argument_group("layout search (as in `trainbudget plan`)")
+    pol.add_argument("--max-tp", help="largest TP degree (default: GPUs per node)")
+    pol.add_argument("--zero-stages", default="0,1,2,3", help="ZeRO stages to try")
+    pol.add_argument("--recompute-options", default="none,selective,full")
+    pol.add_argument("--allow-offload", action="store_true", help="also try optimizer offload")
+    pol.add_argument("--no-cp", action="store_true", help="do not try context parallelism")
+    pol.add_argument("--no-flash-attention", action="store_true")
+    pol.add_argument("--max-micro-batch", default="16", help="largest micro-batch (default 16)")
+    pol.add_argument("--memory-headroom", default="0.9", help="usable fraction of GPU memory")
+
+
+def run(args: argparse.Namespace) -> int:
+    if (args.model is None) == (args.run is None):
+        raise SpecError(
+            "--model/--run",
+            args.model or args.run,
+            "give exactly one: --model M ... for a planned run, or --run DIR for a training run",
+        )
+    if args.run is not None:
+        given = [f"--{n.replace('_', '-')}" for n in PLAN_ONLY if getattr(args, n) is not None]
+        if given:
+            raise SpecError(given[0], getattr(args, given[0][2:].replace("-", "_")), "is for "
+                            "--model reports; a --run report reads everything from the run")  # fmt: skip
+        return _run_report(args)
+    return _plan_report(args)
+
+
+def _question(args: argparse.Namespace):
+    from trainbudget.core.hardware import get_hardware
+    from trainbudget.core.model_arg import resolve_model
+    from trainbudget.core.model_spec import ModelSpec
+    from trainbudget.core.precision import get_optimizer, get_precision
+    from trainbudget.report.plan_data import PlanQuestion
+
+    for flag in ("gpus", "global_batch", "tokens"):
+        if getattr(args, flag) is None:
+            raise SpecError(f"--{flag.replace('_', '-')}", None, "is needed with --model")
+    model = resolve_model(args.model, args.overrides)
+    if not isinstance(model, ModelSpec):
+        raise SpecError("--model", args.model, "the report needs an architecture, not dense:N")
+    hardware = get_hardware(args.gpu)
+    notes = []
+    rate = args.gpu_failure_rate_per_day
+    if rate is None:
+        rate = DEFAULT_GPU_FAILURE_RATE_PER_DAY
+        notes.append(
+            f"GPU failure rate {rate:.3g} per GPU-day (default: Llama 3 405B's 419 unexpected "
+            "interruptions in 54 days on 16,384 H100s, arXiv 2407.21783 Sec. 3.3.4); set "
+            "--gpu-failure-rate-per-day"
+        )
+    else:
+        rate = _probability("gpu_failure_rate_per_day", rate)
+    write = args.checkpoint_write_bytes_per_second
+    if write is None:
+        write = DEFAULT_CHECKPOINT_WRITE_BYTES_PER_SECOND
+        notes.append(
+            f"checkpoint write bandwidth {write / GB:g} GB/s for the whole job (default, not "
+            "measured); set --checkpoint-write-bytes-per-second"
+        )
+    else:
+        write = parse_bandwidth(write, "checkpoint_write_bytes_per_second")
+        if write <= 0:
+            raise SpecError("checkpoint_write_bytes_per_second", write, "must be positive")
+    scaling = ()
+    if args.scaling_gpus is not None:
+        scaling = tuple(positive_int("scaling_gpus", s) for s in args.scaling_gpus.split(","))
+    price = None
+    if args.price_per_gpu_hour is not None:
+        price = nonnegative_float("price_per_gpu_hour", args.price_per_gpu_hour)
+    return PlanQuestion(
+        model=model,
+        cluster=cluster_from_args(args, hardware, positive_int("gpus", args.gpus)),
+        tokens=nonnegative_float("tokens", args.tokens),
+        global_batch=positive_int("global_batch", args.global_batch),
+        seq_len=positive_int("seq_len", args.seq_len) if args.seq_len else model.max_seq_len,
+        precision=get_precision(args.precision),
+        optimizer=get_optimizer(args.optimizer),
+        policy=policy_from_args(args),
+        efficiency=efficiency_from_args(args, hardware),
+        efficiency_source=(
+            f"the calibration file {args.calibration}"
+            if args.calibration
+            else "the defaults of core.step_time.Efficiency"
+        ),
+        top=positive_int("top", args.top),
+        price_per_gpu_hour=price,
+        gpu_failure_rate_per_day=rate,
+        checkpoint_write_bytes_per_second=write,
+        restart_seconds=nonnegative_float("restart_seconds", args.restart_seconds),
+        scaling_gpus=scaling,
+        measured=_measured(args.calibration),
+        notes=tuple(notes),
+    )
+
+
+def _measured(path: str | None):
+    if path is None:
+        return None
+    from trainbudget.profile.bench import load_calibration
+    from trainbudget.report.roofline_data import MeasuredRoofline
+
+    cal = load_calibration(path)
+    return MeasuredRoofline(
+        source=Path(path).name,
+        device_name=cal.device_name,
+        best_flops_per_second=dict(cal.best_flops_per_second),
+        bandwidth_bytes_per_second=cal.bandwidth_bytes_per_second,
+    )
+
+
+def _png_dir(args: argparse.Namespace) -> Path | None:
+    return Path(args.png_dir) if args.png_dir else None
+
+
+def _plan_report(args: argparse.Namespace) -> int:
+    fraction("memory_headroom", args.memory_headroom)  # every input checked before drawing
+    question = _question(args)
+    from trainbudget.report.figures import require_matplotlib
+
+    require_matplotlib()
+    from trainbudget.report.page import write_report
+    from trainbudget.report.plan_charts import plan_charts
+    from trainbudget.report.plan_data import as_json, plan_report
+    from trainbudget.report.plan_page import headline, plan_page
+
+    report = plan_report(question)
+    charts = plan_charts(report)
+    out = Path(args.out)
+    pngs = write_report(out, plan_page(report, charts), charts, _png_dir(args))
+    if args.json:
+        doc = {"out": str(out), "png_files": [str(p) for p in pngs], "report": as_json(report)}
+        print(dumps_json(doc))
+        return 0
+    print(headline(report)[1])
+    print(f"wrote {out} ({len(pngs)} plots, also as PNG files in {pngs[0].parent})")
+    return 0
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from trainbudget.report.run_data import load_run_report
+
+    report = load_run_report(args.run)  # bad input fails here, before matplotlib is imported
+    from trainbudget.report.figures import require_matplotlib
+
+    require_matplotlib()
+    from trainbudget.report.page import write_report
+    from trainbudget.report.plan_data import as_json
+    from trainbudget.report.run_charts import run_charts
+    from trainbudget.report.run_page import run_headline, run_page
+
+    charts = run_charts(report)
+    out = Path(args.out)
+    pngs = write_report(out, run_page(report, charts), charts, _png_dir(args))
+    if args.json:
+        doc = {"out": str(out), "png_files": [str(p) for p in pngs], "report": as_json(report)}
+        print(dumps_json(doc))
+        return 0
+    print(run_headline(report))
+    print(f"wrote {out} ({len(pngs)} plots, also as PNG files in {pngs[0].parent})")
+    return 0

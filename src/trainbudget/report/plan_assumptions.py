@@ -1,0 +1,86 @@
+"""Every assumption behind a plan report, worded with the values actually used. Pure.
+
+The overlap rules are read from `core.step_time`'s module docstring, where the step-time model
+states them, so the page cannot drift from the model; the failure assumptions are the ones
+`trainbudget reliability --json` lists.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trainbudget.cli.reliability_cmd import ASSUMPTIONS as RELIABILITY_ASSUMPTIONS
+from trainbudget.core import step_time as step_time_module
+from trainbudget.core.planner import RankedPlan
+from trainbudget.core.units import format_bytes, format_flops_rate
+
+if TYPE_CHECKING:
+    from trainbudget.report.plan_data import PlanQuestion
+
+
+def overlap_rules() -> list[str]:
+    """The bullets under 'Overlap model' in core.step_time's docstring, one string each."""
+    bullets: list[str] = []
+    inside = False
+    for line in (step_time_module.__doc__ or "").splitlines():
+        if line.startswith("Overlap model"):
+            inside = True
+        elif inside and line.startswith("- "):
+            bullets.append(line[2:].strip())
+        elif inside and line.startswith("  ") and bullets:
+            bullets[-1] += " " + line.strip()
+        elif inside and bullets:
+            break
+    return bullets
+
+
+def plan_assumptions(q: PlanQuestion, best: RankedPlan) -> tuple[str, ...]:
+    c, hw, p, eff, pol = q.cluster, q.cluster.hardware, q.precision, q.efficiency, q.policy
+    dtype = p.compute_dtype
+    state = q.optimizer.state_bytes_per_param(p)
+    out = [
+        "FLOPs are matmul FLOPs (multiply-add = 2) with non-causal attention and backward = 2 x "
+        "forward; MFU counts model FLOPs (3 x forward), HFU adds the recomputed forward",
+        f"peak: {hw.description} dense {dtype} {format_flops_rate(hw.peak_flops_per_second(dtype))}"
+        f" (datasheet, no sparsity); HBM {format_bytes(hw.hbm_bytes_per_second)}/s; "
+        f"{format_bytes(hw.memory_bytes)} per GPU",
+        f"kernel efficiencies from {q.efficiency_source}: matmul {eff.matmul:.3g} of peak, "
+        f"attention (FlashAttention) {eff.attention:.3g}, HBM {eff.hbm:.3g} of bandwidth",
+        f"{c.gpus_per_node} GPUs per node over {hw.intra_node_link} "
+        f"({format_bytes(hw.intra_node_bytes_per_second)}/s per GPU, one direction), nodes over "
+        f"{hw.inter_node_link} ({format_bytes(hw.inter_node_bytes_per_second)}/s per GPU); "
+        f"collectives reach {c.link_efficiency:.3g} of it, with {c.intra_node_latency_seconds * 1e6:g}"
+        f" us / {c.inter_node_latency_seconds * 1e6:g} us latency per step inside / across nodes "
+        "(alpha-beta ring or tree, whichever is faster)",
+        f"{p.name}: weights {p.weight_bytes} B, gradients {p.grad_bytes} B, fp32 master "
+        f"{p.master_bytes} B per parameter; {q.optimizer.name} state {state:g} B per parameter; "
+        f"activations {p.activation_bytes} B per element, no dropout",
+        "memory per GPU is the sum of its parts on the most loaded pipeline stage; a plan fits "
+        f"when that is at most {pol.memory_headroom:.0%} of the GPU's memory (the rest for the "
+        "CUDA context, allocator fragmentation and communication buffers not modelled)",
+        f"layouts searched: TP up to {pol.max_tp or c.gpus_per_node}, ZeRO stages "
+        f"{', '.join(map(str, pol.zero_stages))}, recomputation {', '.join(pol.recompute)}, "
+        f"context parallelism {'on' if pol.allow_cp else 'off'}, optimizer offload "
+        f"{'allowed' if pol.allow_offload else 'off'}, micro-batch up to {pol.max_micro_batch}, "
+        f"FlashAttention {'on' if pol.flash_attention else 'off'}; ranked by time per token, "
+        "equal times by memory",
+        *(f"overlap: {rule}" for rule in overlap_rules()),
+        f"chosen plan: {best.time.overlap_note}",
+        *best.time.notes,
+        f"training time = {q.tokens:.4g} tokens / the chosen plan's predicted tokens per second,"
+        " failure-free; the failures section adds restarts and checkpoint writes",
+        "GPU-hours = training hours x GPUs"
+        + (
+            f"; cost at {q.price_per_gpu_hour:g} per GPU-hour"
+            if q.price_per_gpu_hour is not None
+            else "; no price given (--price-per-gpu-hour), so cost is shown in GPU-hours"
+        ),
+        f"scaling curve: the same model, tokens and global batch ({q.global_batch} sequences of "
+        f"{q.seq_len} tokens) and the same search at every GPU count; more GPUs than the batch "
+        "can spread over need TP, PP or CP, whose communication and bubble do not shrink",
+        "roofline: one forward GEMM of one micro-batch on one GPU of the chosen plan; the "
+        "attention core and element-wise ops are not placed",
+        *RELIABILITY_ASSUMPTIONS,
+        *q.notes,
+    ]
+    return tuple(out)

@@ -1,0 +1,277 @@
+"""The plan report's figures: memory and step time per candidate layout, the scaling curve,
+the roofline and the failure/checkpoint curve. Each takes the gathered numbers and returns a
+Chart; nothing is computed here beyond unit scaling for the axes."""
+
+from __future__ import annotations
+
+from trainbudget.core.units import GB, SECONDS_PER_HOUR
+from trainbudget.report.figures import COLORS, Chart, draw, log2_gpu_axis
+from trainbudget.report.plan_data import MEMORY_PARTS, STEP_PARTS, PlanReport
+
+TFLOPS = 1e12  # axis unit: 1 TFLOP/s = 1e12 FLOP/s
+SECONDS_PER_MINUTE = 60
+MEMORY_LABELS = {
+    "params": "weights",
+    "grads": "gradients",
+    "optimizer": "master + optimizer state",
+    "activations": "activations",
+    "buffers": "buffers (ZeRO-3 gather, DDP buckets)",
+}
+STEP_LABELS = {
+    "compute": "compute",
+    "exposed_comm": "exposed communication",
+    "pipeline_bubble": "pipeline bubble",
+    "optimizer": "optimizer step",
+    "offload": "offload transfers",
+}
+EFFICIENCY_KNEE = 0.8
+"""The scaling chart marks the first GPU count whose GPU-hours exceed 1/0.8 of the smallest's."""
+
+
+def _plan_labels(r: PlanReport) -> list[str]:
+    return [f"#{c.rank} {c.plan}" + ("" if c.fits else " (does not fit)") for c in r.candidates]
+
+
+def memory_chart(r: PlanReport) -> Chart:
+    def paint(fig) -> None:
+        ax = fig.subplots()
+        labels = _plan_labels(r)
+        y = range(len(labels))
+        left = [0.0] * len(labels)
+        for part in MEMORY_PARTS:
+            widths = [c.memory_bytes[part] / GB for c in r.candidates]
+            ax.barh(y, widths, left=left, color=COLORS[part], label=MEMORY_LABELS[part], height=0.6)
+            left = [a + b for a, b in zip(left, widths, strict=True)]
+        for i, c in enumerate(r.candidates):
+            ax.text(left[i], i, f" {c.total_memory_bytes / GB:.1f} GB", va="center", fontsize=10)
+        capacity = r.gpu_memory_bytes / GB
+        ax.axvline(capacity, color="black", lw=2, label=f"{r.gpu} capacity {capacity:.0f} GB")
+        ax.axvline(
+            capacity * r.memory_headroom,
+            color="black",
+            ls="--",
+            lw=1.2,
+            label=f"usable ({r.memory_headroom:.0%}): plans must fit under it",
+        )
+        ax.set_yticks(list(y), labels)
+        ax.invert_yaxis()  # best plan on top
+        ax.set_xlim(0, max(capacity, max(left)) * 1.18)
+        ax.set_xlabel("memory per GPU on the most loaded stage (GB = 1e9 bytes)")
+        ax.set_title(f"Memory per GPU of the {len(labels)} fastest layouts")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False)
+        ax.grid(axis="y", visible=False)
+
+    height = 2.6 + 0.55 * len(r.candidates)
+    return draw("memory", "stacked memory per GPU of each candidate layout", (11, height), paint)
+
+
+def step_chart(r: PlanReport) -> Chart:
+    def paint(fig) -> None:
+        ax = fig.subplots()
+        labels = _plan_labels(r)
+        y = range(len(labels))
+        left = [0.0] * len(labels)
+        for part in STEP_PARTS:
+            widths = [c.step_seconds_by_part[part] for c in r.candidates]
+            if not any(widths):
+                continue  # no offload in any plan: no empty legend entry
+            ax.barh(y, widths, left=left, color=COLORS[part], label=STEP_LABELS[part], height=0.6)
+            left = [a + b for a, b in zip(left, widths, strict=True)]
+        for i, c in enumerate(r.candidates):
+            ax.text(
+                left[i],
+                i,
+                f" {c.step_seconds:.3g} s, MFU {c.mfu:.1%}",
+                va="center",
+                fontsize=10,
+            )
+        ax.set_yticks(list(y), labels)
+        ax.invert_yaxis()
+        ax.set_xlim(0, max(left) * 1.3)
+        ax.set_xlabel(f"seconds per optimizer step ({r.global_batch} x {r.seq_len} tokens)")
+        ax.set_title("Step time by part: what is not hidden behind compute")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, frameon=False)
+        ax.grid(axis="y", visible=False)
+
+    height = 2.4 + 0.55 * len(r.candidates)
+    return draw("step_time", "stacked step time of each candidate layout", (11, height), paint)
+
+
+def scaling_chart(r: PlanReport) -> Chart:
+    pts = r.scaling
+    counts = [p.n_gpus for p in pts]
+
+    def paint(fig) -> None:
+        ax_t, ax_s = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+        days = [p.train_days for p in pts]
+        ideal = [days[0] * counts[0] / n for n in counts]
+        ax_t.plot(counts, ideal, color="0.55", ls=":", lw=1.5, label="linear speed-up")
+        ax_t.plot(counts, days, "o-", color=COLORS["measured"], lw=2, label="training days")
+        for n, d in zip(counts, days, strict=True):
+            ax_t.annotate(f"{d:.3g}", (n, d), textcoords="offset points", xytext=(4, 6))
+        ax_t.set_yscale("log")
+        ax_t.set_ylabel("training time (days, log)")
+        ax_t.axvline(r.n_gpus, color="0.3", lw=1, ls="--")
+        ax_t.text(r.n_gpus, max(days), f" asked: {r.n_gpus:,} GPUs", va="top", fontsize=10)
+        ax_c = ax_t.twinx()
+        money = all(p.cost is not None for p in pts)
+        cost = [p.cost if money else p.gpu_hours for p in pts]
+        ax_c.plot(counts, cost, "s--", color=COLORS["predicted"], lw=1.3, ms=5)
+        ax_c.set_ylabel("cost" if money else "GPU-hours", color=COLORS["predicted"])
+        ax_c.set_ylim(0, max(cost) * 1.25)
+        ax_c.grid(False)
+        ax_c.spines["right"].set_visible(True)
+        handles, labels = ax_t.get_legend_handles_labels()
+        handles.append(ax_c.lines[0])
+        labels.append("cost" if money else "GPU-hours (right axis)")
+        ax_t.legend(handles, labels, loc="lower left")
+        knee = next((p for p in pts if p.scaling_efficiency < EFFICIENCY_KNEE), None)
+        title = f"Time and cost to train {r.tokens:.3g} tokens vs GPUs"
+        if knee is not None:
+            ax_t.axvspan(knee.n_gpus / 1.2, counts[-1] * 1.2, color="#C44E52", alpha=0.07)
+            title += f": speed-up fades from {knee.n_gpus:,} GPUs"
+        ax_t.set_title(title)
+
+        bottom = [0.0] * len(pts)
+        for part in STEP_PARTS:
+            share = [100 * p.step_seconds_by_part[part] / p.step_seconds for p in pts]
+            if not any(share):
+                continue
+            ax_s.bar(
+                counts,
+                share,
+                bottom=bottom,
+                width=[n * 0.35 for n in counts],
+                color=COLORS[part],
+                label=STEP_LABELS[part],
+            )
+            bottom = [a + b for a, b in zip(bottom, share, strict=True)]
+        eff = [100 * p.scaling_efficiency for p in pts]
+        ax_s.plot(counts, eff, "k^-", lw=1.3, label="scaling efficiency")
+        ax_s.set_ylim(0, max(110, max(eff) + 10))
+        ax_s.set_ylabel("% of step time")
+        ax_s.set_xlabel("GPUs (log 2); the best layout at each count")
+        ax_s.legend(loc="lower left", ncol=3, fontsize=9)
+        log2_gpu_axis(ax_s, counts)
+
+    return draw("scaling", "training time, cost and step-time shares against GPU count", (11, 8), paint)
+
+
+def roofline_chart(r: PlanReport) -> Chart:
+    rf = r.roofline
+
+    def paint(fig) -> None:
+        ax = fig.subplots()
+        ops = rf.ops
+        lo = min([1.0] + [o.intensity_flops_per_byte / 4 for o in ops])
+        hi = max([rf.ridge_flops_per_byte * 8] + [o.intensity_flops_per_byte * 4 for o in ops])
+        xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+
+        def roof(flops: float, bandwidth: float) -> list[float]:
+            return [min(flops, x * bandwidth) / TFLOPS for x in xs]
+
+        peak, hbm = rf.peak_flops_per_second, rf.hbm_bytes_per_second
+        ax.plot(xs, roof(peak, hbm), color="black", lw=2, label=f"{rf.gpu} datasheet ({rf.dtype})")
+        ax.plot(
+            xs,
+            roof(peak * rf.matmul_efficiency, hbm * rf.hbm_efficiency),
+            color="0.45",
+            ls="--",
+            lw=1.5,
+            label=f"achievable: matmul {rf.matmul_efficiency:.2g} x peak, "
+            f"HBM {rf.hbm_efficiency:.2g} x bandwidth",
+        )
+        if rf.measured is not None and rf.measured_flops_per_second is not None:
+            ax.plot(
+                xs,
+                roof(rf.measured_flops_per_second, rf.measured.bandwidth_bytes_per_second),
+                color=COLORS["validation"],
+                ls="-.",
+                lw=1.8,
+                label=f"measured ({rf.measured.device_name})",
+            )
+            ax.plot(
+                [rf.measured_ridge_flops_per_byte],
+                [rf.measured_flops_per_second / TFLOPS],
+                "D",
+                color=COLORS["validation"],
+                ms=8,
+                label=f"measured ridge {rf.measured_ridge_flops_per_byte:.3g} FLOP/byte",
+            )
+        ax.axvline(rf.ridge_flops_per_byte, color="0.6", lw=1, ls=":")
+        ax.text(
+            rf.ridge_flops_per_byte,
+            peak / TFLOPS * 0.03,
+            f" ridge {rf.ridge_flops_per_byte:.0f} FLOP/byte",
+            fontsize=9.5,
+            color="0.35",
+        )
+        for i, o in enumerate(ops):
+            y = o.achieved_flops_per_second / TFLOPS
+            ax.plot([o.intensity_flops_per_byte], [y], "o", ms=9, color=f"C{i}", label=o.name)
+            ax.annotate(
+                o.name,
+                (o.intensity_flops_per_byte, y),
+                textcoords="offset points",
+                xytext=(0, -16 - 13 * (i % 3)),
+                ha="center",
+                fontsize=9,
+                color=f"C{i}",
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(peak / TFLOPS * 1e-3 * max(1.0, lo), peak / TFLOPS * 2.5)
+        ax.set_xlabel("arithmetic intensity (FLOP per byte moved to and from HBM)")
+        ax.set_ylabel(f"achieved {rf.dtype} TFLOP/s per GPU")
+        ax.set_title("Roofline: the model's matmuls in the chosen layout, one micro-batch")
+        ax.legend(loc="lower right", fontsize=9)
+
+    return draw("roofline", "roofline of the GPU with the model's matmuls placed on it", (11, 6.5), paint)
+
+
+def failures_chart(r: PlanReport) -> Chart:
+    f = r.failures
+
+    def paint(fig) -> None:
+        ax = fig.subplots()
+        minutes = [t / SECONDS_PER_MINUTE for t, _ in f.goodput_curve]
+        ax.plot(minutes, [100 * g for _, g in f.goodput_curve], color=COLORS["measured"], lw=2)
+        daly = f.daly_interval_seconds / SECONDS_PER_MINUTE
+        young = f.young_interval_seconds / SECONDS_PER_MINUTE
+        ax.plot([daly], [100 * f.goodput], "o", ms=9, color=COLORS["predicted"])
+        ax.annotate(
+            f"Daly optimum: every {daly:.0f} min, goodput {f.goodput:.1%}",
+            (daly, 100 * f.goodput),
+            textcoords="offset points",
+            xytext=(10, 10),
+        )
+        ax.axvline(young, color="0.5", ls=":", lw=1.2, label=f"Young interval {young:.0f} min")
+        ax.set_xscale("log")
+        ax.set_xlabel("compute time between checkpoints (minutes, log)")
+        ax.set_ylabel("goodput (% of wall-clock time that trains)")
+        mtbf_hours = f.mtbf_seconds / SECONDS_PER_HOUR
+        ax.set_title(
+            f"Checkpoint interval vs goodput: {r.n_gpus:,} GPUs, MTBF {mtbf_hours:.3g} h, "
+            f"{f.checkpoint_write_seconds:.3g} s per checkpoint"
+        )
+        ax.legend(loc="lower center")
+        wall = f.wall_clock_days
+        ax.text(
+            0.01,
+            0.04,
+            f"{f.useful_days:.1f} failure-free days -> {wall:.1f} wall-clock days, "
+            f"{f.expected_failures:.0f} expected failures",
+            transform=ax.transAxes,
+            fontsize=10,
+        )
+
+    return draw("failures", "goodput against checkpoint interval", (11, 5), paint)
+
+
+def plan_charts(r: PlanReport) -> dict[str, Chart]:
+    charts = [memory_chart(r), step_chart(r), roofline_chart(r), failures_chart(r)]
+    if r.scaling:
+        charts.append(scaling_chart(r))
+    return {c.name: c for c in charts}
+

@@ -1,0 +1,287 @@
+"""Everything about a run that can be checked before torch is imported and before anything is
+written: the model, the data folder, the probes file and the parallel plan, against the config.
+
+Pure: reads the few small files the config names (meta.json, the plan JSON, the probes TSV),
+imports no torch and no numpy. The CLI calls `preflight` first; the training loop calls it
+again and uses `Preflight.config` (the plan applied) and `Preflight.spec`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainbudget.core.errors import SpecError
+from trainbudget.core.model_arg import resolve_model
+from trainbudget.core.model_spec import ModelSpec
+from trainbudget.core.plan import Plan, layout_problems
+from trainbudget.data.files import read_meta, split_file
+from trainbudget.data.tokenizers import BYTE_VOCAB_SIZE
+from trainbudget.train.config import TrainConfig, config_fields
+
+TOKEN_BYTES = {"uint16": 2, "uint32": 4}  # the dtypes of data.files.token_dtype_name
+PLAN_DECIDES = ("strategy", "micro_batch", "grad_accum")
+_PLAN_INTS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "micro_batch", "grad_accum")
+_TRAINER_AXES = ("tp", "pp", "vpp", "cp", "ep")  # the trainer runs each of these at 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Preflight:
+    config: TrainConfig
+    """The run's config with the plan applied (micro_batch, grad_accum, strategy)."""
+    spec: ModelSpec
+    """The model, overrides applied."""
+    data_meta: dict | None
+    """meta.json of the prepared data folder; None for the embedded corpus (prepared later)."""
+    vocab_size: int
+    """Token ids in the data (the embedded corpus: the byte tokenizer's)."""
+    plan: Plan | None
+    """The layout from `config.plan` (its first plan); None without one."""
+    probes: tuple[tuple[str, str], ...]
+    """(prompt, target) pairs from `config.probes`."""
+    world_size: int
+    """Processes in the run."""
+
+
+def preflight(
+    cfg: TrainConfig, *, world_size: int | None = None, explicit: Collection[str] | None = None
+) -> Preflight:
+    """Check `cfg` against the files it names; SpecError naming the field on the first problem.
+
+    world_size: processes (default: $WORLD_SIZE as torchrun sets it, else 1). explicit: the
+    fields the user gave (file or flag), so that a plan conflicts only with values they chose;
+    default: the fields that differ from TrainConfig's defaults."""
+    world = world_size if world_size is not None else _env_world_size()
+    out = Path(cfg.out)
+    if out.exists() and not out.is_dir():
+        raise SpecError("out", cfg.out, "is a file; the run needs a folder")
+    plan = None
+    if cfg.plan:
+        plan = read_plan(cfg.plan, seq_len=cfg.seq_len)
+        cfg = apply_plan(cfg, plan, world_size=world, explicit=explicit)
+    meta = read_data_meta(cfg.data) if cfg.data else None
+    vocab_size = meta["vocab_size"] if meta else BYTE_VOCAB_SIZE
+    spec = model_spec(cfg, vocab_size)
+    if meta:
+        _check_windows(meta, cfg.seq_len)
+    probes = read_probes(cfg.probes) if cfg.probes else ()
+    return Preflight(
+        config=cfg,
+        spec=spec,
+        data_meta=meta,
+        vocab_size=vocab_size,
+        plan=plan,
+        probes=probes,
+        world_size=world,
+    )
+
+
+def _env_world_size() -> int:
+    text = os.environ.get("WORLD_SIZE", "1")
+    if not text.isdigit() or int(text) < 1:
+        raise SpecError("WORLD_SIZE", text, "must be a positive integer (torchrun sets it)")
+    return int(text)
+
+
+def model_spec(cfg: TrainConfig, vocab_size: int) -> ModelSpec:
+    """The model to train: an architecture (not dense:N) that covers the data's vocabulary and,
+    with learned positions, the sequence length."""
+    spec = resolve_model(cfg.model, cfg.overrides)
+    if not isinstance(spec, ModelSpec):
+        raise SpecError("model", cfg.model, "training needs an architecture, not dense:N")
+    if spec.vocab_size < vocab_size:
+        raise SpecError(
+            "vocab_size",
+            spec.vocab_size,
+            f"is smaller than the data's tokenizer ({vocab_size} tokens)",
+        )
+    if spec.position == "learned" and cfg.seq_len > spec.max_seq_len:
+        raise SpecError(
+            "seq_len",
+            cfg.seq_len,
+            f"exceeds the model's max_seq_len ({spec.max_seq_len}, learned positions)",
+        )
+    return spec
+
+
+# ---- data -----------------------------------------------------------------------------------
+
+
+def read_data_meta(data: str) -> dict:
+    """meta.json of a prepared folder, with the keys training reads, and its train.bin."""
+    meta = read_meta(data)  # a folder, a readable meta.json, the format and its version
+    where = str(Path(data) / "meta.json")
+
+    def need(ok: bool, key: str, what: str) -> None:
+        if not ok:
+            raise SpecError("data", where, f"{key} must be {what} (re-prepare the folder)")
+
+    vocab, dtype, tokens, sources = (
+        meta.get(k) for k in ("vocab_size", "dtype", "tokens", "sources")
+    )
+    need(_is_count(vocab) and vocab > 0, "vocab_size", "a positive integer")
+    need(dtype in TOKEN_BYTES, "dtype", " or ".join(TOKEN_BYTES))
+    need(isinstance(tokens, dict) and _is_count(tokens.get("train")), "tokens.train", "a count")
+    need(isinstance(sources, list) and bool(sources), "sources", "a non-empty list")
+    for i, s in enumerate(sources):
+        span = s.get("ranges", {}).get("train") if isinstance(s, dict) else None
+        need(
+            isinstance(span, list) and len(span) == 2 and all(map(_is_count, span)),
+            f"sources[{i}].ranges.train",
+            "[start, end]",
+        )
+        weight = s.get("weight")
+        need(_is_number(weight) and weight >= 0, f"sources[{i}].weight", "a number >= 0")
+    path = Path(data) / split_file("train")
+    size = tokens["train"] * TOKEN_BYTES[dtype]
+    if not path.is_file() or path.stat().st_size != size:
+        raise SpecError(
+            "data", str(path), f"should hold {tokens['train']} {dtype} tokens (re-prepare)"
+        )
+    return meta
+
+
+def _check_windows(meta: dict, seq_len: int) -> None:
+    """Every source that is sampled (weight > 0) must hold one window of seq_len + 1 tokens
+    (the input and its next-token targets), as the loader requires."""
+    for s in meta["sources"]:
+        start, end = s["ranges"]["train"]
+        if s["weight"] > 0 and end - start < seq_len + 1:
+            raise SpecError(
+                "seq_len",
+                seq_len,
+                f"source {s.get('name')!r} has {end - start} train tokens; a window needs "
+                "seq_len + 1 (lower seq_len or give it weight 0)",
+            )
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def read_probes(path: str) -> tuple[tuple[str, str], ...]:
+    """`prompt<TAB>target` lines (blank lines and '#' comments skipped)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as err:
+        raise SpecError("probes", path, f"cannot be read ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise SpecError("probes", path, "is not UTF-8 text") from None
+    pairs = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        if "\t" not in line:
+            raise SpecError(f"probes:{number}", line, "expected prompt<TAB>target")
+        prompt, target = line.split("\t", 1)
+        pairs.append((prompt, target))
+    return tuple(pairs)
+
+
+# ---- plan -----------------------------------------------------------------------------------
+
+
+def read_plan(path: str, *, seq_len: int | None = None) -> Plan:
+    """The first (best) plan of a `trainbudget plan --json` file, checked by the core's layout
+    rules; with `seq_len`, against the plan's own when the file records one."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise SpecError("plan", path, f"cannot be read ({err.strerror})") from None
+    except ValueError as err:
+        raise SpecError("plan", path, f"is not valid JSON ({err})") from None
+    hint = "; expected the output of `trainbudget plan --json`"
+    if not isinstance(doc, dict) or not isinstance(doc.get("plans"), list):
+        raise SpecError("plan", path, 'has no "plans" list' + hint)
+    if not doc["plans"]:
+        raise SpecError("plan", path, "has no plans (no layout fit the GPUs)")
+    first = doc["plans"][0]
+    layout = first.get("plan") if isinstance(first, dict) else None
+    if not isinstance(layout, dict):
+        raise SpecError("plan", path, 'plans[0] has no "plan" object' + hint)
+    for key in (*_PLAN_INTS, "global_batch"):
+        if key not in layout:
+            raise SpecError("plan", path, f'plans[0].plan has no "{key}"' + hint)
+        if not _is_count(layout[key]):
+            raise SpecError(
+                "plan", path, f"plans[0].plan.{key} ({layout[key]!r}) must be an integer >= 0"
+            )
+    if first.get("fits") is False:
+        raise SpecError("plan", path, "its best plan does not fit in GPU memory (fits: false)")
+    fields = {f.name for f in dataclasses.fields(Plan)}
+    plan = Plan(**{k: v for k, v in layout.items() if k in fields})
+    problems = layout_problems(
+        plan, n_gpus=plan.n_gpus, seq_len=seq_len or 1, global_batch=layout["global_batch"]
+    )
+    if problems:
+        raise SpecError("plan", path, "plans[0].plan: " + problems[0])
+    inputs = doc.get("inputs")
+    planned = inputs.get("seq_len") if isinstance(inputs, dict) else None
+    if seq_len is not None and planned is not None and planned != seq_len:
+        raise SpecError(
+            "seq_len", seq_len, f"the plan {path} is for seq_len {planned}; use the same"
+        )
+    return plan
+
+
+def apply_plan(
+    cfg: TrainConfig, plan: Plan, *, world_size: int, explicit: Collection[str] | None = None
+) -> TrainConfig:
+    """`cfg` with the plan's micro-batching and strategy, after checking the trainer can run
+    it: data parallel only, one process per dp rank, no offload or hybrid sharding."""
+    for axis in _TRAINER_AXES:
+        degree = getattr(plan, axis)
+        if degree != 1:
+            raise SpecError(
+                "plan",
+                cfg.plan,
+                f"the trainer runs data parallel only; this plan needs {axis}={degree}",
+            )
+    if plan.zero_shard:
+        raise SpecError(
+            "plan",
+            cfg.plan,
+            f"the trainer shards over all dp ranks; this plan needs HSDP (zero_shard="
+            f"{plan.zero_shard})",
+        )
+    for name in ("offload_optimizer", "offload_params"):
+        if getattr(plan, name) != "none":
+            raise SpecError(
+                "plan",
+                cfg.plan,
+                f"the trainer does not offload; this plan has {name}={getattr(plan, name)}",
+            )
+    if plan.dp != world_size:
+        raise SpecError(
+            "plan",
+            cfg.plan,
+            f"the plan is for dp={plan.dp} processes and this run has {world_size}; run it with "
+            f"torchrun --nproc-per-node {plan.dp}",
+        )
+    decided = {
+        "strategy": "fsdp" if plan.zero == 3 else "ddp",
+        "micro_batch": plan.micro_batch,
+        "grad_accum": plan.grad_accum,
+    }
+    defaults = config_fields()
+    for name, value in decided.items():
+        given = (
+            name in explicit
+            if explicit is not None
+            else (getattr(cfg, name) != defaults[name].default)
+        )
+        if given and getattr(cfg, name) != value:
+            raise SpecError(
+                name,
+                getattr(cfg, name),
+                f"conflicts with the plan ({plan.describe()}: {name} {value}); the plan decides "
+                f"{', '.join(PLAN_DECIDES)}: leave {name} out or drop the plan",
+            )
+    return dataclasses.replace(cfg, **decided)

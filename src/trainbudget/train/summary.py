@@ -1,0 +1,68 @@
+"""The end of a run: predicted vs measured step time, memory and MFU, the loss against the
+corpus's unigram entropy, and what the run survived (skipped steps, rollbacks, checkpoints)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import torch
+
+from trainbudget.profile.memory import measure_step_memory
+
+
+def summarize(run) -> dict:
+    cfg, budget, world_size = run.cfg, run.budget, run.info.world_size
+    measured = statistics.median(run.step_times) if run.step_times else None
+    tps = run.tokens_per_step / measured if measured else None
+    device = run.device
+    out = {
+        "steps": cfg.steps,
+        "tokens_per_step": run.tokens_per_step,
+        "loss_first_logged": run.first_loss,
+        "loss_final": run.last_loss,
+        "unigram_entropy_nats": run.data.unigram_entropy(),
+        "step_seconds": {"measured_median": measured, "predicted": budget.predicted_step_seconds},
+        "tokens_per_second": tps,
+        "mfu": {"measured": budget.mfu(tps / world_size) if tps else None},
+        "memory_bytes": {
+            "predicted_peak": budget.predicted_peak_memory_bytes,
+            "measured_peak": (
+                torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+            ),
+        },
+        "device": budget.device.as_dict(),
+        "world_size": world_size,
+        "reliability": {
+            **run.guard.counters(),
+            "checkpoints_written": run.checkpoints_written,
+            "last_checkpoint_seconds": run.save_seconds,
+        },
+        "notes": list(budget.notes),
+    }
+    if out["step_seconds"]["predicted"] and measured:
+        out["step_seconds"]["error"] = measured / out["step_seconds"]["predicted"] - 1
+    mem = out["memory_bytes"]
+    if mem["measured_peak"]:
+        mem["error"] = mem["measured_peak"] / mem["predicted_peak"] - 1
+    elif not run.spec.is_moe and world_size == 1 and not cfg.precision.startswith("amp"):
+        # no allocator statistics off CUDA: PyTorch's MemTracker measures the same step of
+        # the reference model on fake tensors instead (profile.memory)
+        fake = measure_step_memory(
+            run.spec,
+            micro_batch=cfg.micro_batch,
+            seq_len=cfg.seq_len,
+            precision=cfg.precision,
+            optimizer=cfg.optimizer,
+            recompute=cfg.recompute,
+            device="fake-cpu",
+        )
+        mem["measured_peak_fake_tensors"] = fake.peak
+        mem["error"] = fake.peak / mem["predicted_peak"] - 1
+        out["notes"].append(
+            "peak memory measured by torch's MemTracker on fake tensors (one step of the "
+            "reference model, single-tensor optimizer): the CPU allocator keeps no statistics"
+        )
+    if run.last_loss is not None and math.isfinite(run.last_loss):
+        out["perplexity_final"] = math.exp(run.last_loss)
+    return out
