@@ -3,10 +3,11 @@ output back under it, so the worked examples never drift from what the tool prin
 
 README.zh-CN.md carries the same console blocks (commands and output are not translated): each
 of its blocks is set to README.md's block for the same command, byte for byte, or to the fresh
-output where README.md has no such command. Each command runs once for both files.
+output where README.md has no such command. The console blocks of docs/ (English and zh-CN)
+are refreshed the same way. Each command runs once for all the files.
 
-    python scripts/refresh_readme.py        # rewrites README.md and README.zh-CN.md
-    python scripts/refresh_readme.py --check  # exit 1 if any block of either is out of date
+    python scripts/refresh_readme.py        # rewrites README.md, README.zh-CN.md and docs/
+    python scripts/refresh_readme.py --check  # exit 1 if any block of any of them is out of date
 """
 
 from __future__ import annotations
@@ -73,8 +74,10 @@ def stale_copies(zh: str, english: dict[str, str], output_for) -> list[str]:
     return stale
 
 
-def main() -> int:
-    check = "--check" in sys.argv
+def updates(check: bool) -> tuple[dict[Path, str], list[str]]:
+    """The refreshed text of every file with console blocks, and "file: command" for each block
+    that was out of date. With `check`, the Chinese README is compared with README.md as it is
+    on disk; otherwise with README.md as refreshed."""
     outputs: dict[str, str] = {}
 
     def fresh(command: str) -> str:
@@ -82,30 +85,37 @@ def main() -> int:
             outputs[command] = run(command)
         return outputs[command]
 
-    path = ROOT / "README.md"
-    readme = path.read_text()
-    updated, stale = refresh(readme, fresh)
-    # the Chinese README copies the English blocks exactly: as written (--check) or as refreshed
-    english = {m.group(1): m.group(2) for m in BLOCK.finditer(readme if check else updated)}
-    zh_path = ROOT / "README.zh-CN.md"
-    zh_updated, zh_stale = None, []
-    if zh_path.exists():
-        zh = zh_path.read_text()
-        zh_updated, _ = refresh(zh, lambda c: english[c] if c in english else fresh(c))
-        zh_stale = stale_copies(zh, english, fresh)
+    new: dict[Path, str] = {}
+    stale: list[str] = []
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    new[readme], readme_stale = refresh(text, fresh)
+    stale += [f"README.md: {c}" for c in readme_stale]
+    english = {m.group(1): m.group(2) for m in BLOCK.finditer(text if check else new[readme])}
+    zh = ROOT / "README.zh-CN.md"
+    if zh.exists():
+        zh_text = zh.read_text()
+        new[zh], _ = refresh(zh_text, lambda c: english[c] if c in english else fresh(c))
+        stale += [f"README.zh-CN.md: {c}" for c in stale_copies(zh_text, english, fresh)]
+    for doc in sorted((ROOT / "docs").rglob("*.md")):  # docs/ and docs/zh-CN/
+        doc_text = doc.read_text()
+        if BLOCK.search(doc_text):
+            new[doc], doc_stale = refresh(doc_text, fresh)
+            stale += [f"{doc.relative_to(ROOT)}: {c}" for c in doc_stale]
+    return new, stale
+
+
+def main() -> int:
+    check = "--check" in sys.argv
+    new, stale = updates(check)
     if check:
-        for c in stale:
-            print(f"out of date: {c}")
-        for c in zh_stale:
-            print(f"out of date in README.zh-CN.md: {c}")
-        return 1 if stale or zh_stale else 0
-    path.write_text(updated)
-    print(f"{len(BLOCK.findall(readme))} blocks, {len(stale)} refreshed")
-    if zh_updated is not None:
-        zh_path.write_text(zh_updated)
-        print(
-            f"README.zh-CN.md: {len(BLOCK.findall(zh_updated))} blocks, {len(zh_stale)} refreshed"
-        )
+        for line in stale:
+            print(f"out of date: {line}")
+        return 1 if stale else 0
+    for path, text in new.items():
+        if path.read_text() != text:
+            path.write_text(text)
+    print(f"{len(new)} files, {len(stale)} blocks refreshed")
     return 0
 
 

@@ -20,13 +20,16 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
-from trainbudget.core.errors import SpecError  # noqa: E402
-from trainbudget.train import manifest as manifest_module  # noqa: E402
-from trainbudget.train.checkpoint import (  # noqa: E402
+import torch
+
+from trainbudget.core.errors import SpecError
+from trainbudget.train import manifest as manifest_module
+from trainbudget.train.checkpoint import (
     MANIFEST,
     CheckpointError,
     checkpoint_name,
@@ -38,8 +41,8 @@ from trainbudget.train.checkpoint import (  # noqa: E402
     save_checkpoint,
     verify_checkpoint,
 )
-from trainbudget.train.manifest import write_manifest  # noqa: E402
-from trainbudget.train.rng import capture_rng_state, restore_rng_state  # noqa: E402
+from trainbudget.train.manifest import write_manifest
+from trainbudget.train.rng import capture_rng_state, restore_rng_state
 
 pytestmark = pytest.mark.torch
 
@@ -82,6 +85,15 @@ def test_names() -> None:
         checkpoint_step(Path("out/checkpoints/.tmp-step-00000120"))
 
 
+def test_the_manifest_half_and_the_cli_need_no_torch() -> None:
+    code = (
+        "import sys, trainbudget.train.manifest, trainbudget.cli.eval_cmd\n"
+        "assert 'torch' not in sys.modules"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+
+
 def test_round_trip(tmp_path: Path) -> None:
     random.seed(5)
     saved = files(120)
@@ -121,7 +133,7 @@ def test_retention_keeps_the_newest(tmp_path: Path, keep: int) -> None:
         assert steps(tmp_path) == list(range(step, 0, -10))[: min(i + 1, keep)]
     # a rollback re-saves an older step: the one just written is never deleted
     save_checkpoint(tmp_path, 20, files=files(20), keep=keep)
-    assert steps(tmp_path) == [60, 50, 40][:keep] + [20]
+    assert steps(tmp_path) == [*[60, 50, 40][:keep], 20]
     assert loaded_step(tmp_path / "step-00000020") == 20
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
@@ -142,6 +154,16 @@ def test_bad_file_names_are_refused(tmp_path: Path, name: str) -> None:
 def test_json_is_strict(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"state\.json.*JSON"):
         save_checkpoint(tmp_path, 1, files={"state.json": {"loss": float("nan")}})
+    assert not tmp_path.joinpath(".tmp-step-00000001").exists()  # failed before writing
+
+
+def test_a_payload_that_would_not_load_is_refused_at_save(tmp_path: Path) -> None:
+    """A numpy array pickles, but torch.load(weights_only=True) refuses it: found when saving,
+    not at resume."""
+    with pytest.raises(CheckpointError) as caught:
+        save_checkpoint(tmp_path, 1, files={"extra.pt": {"a": np.zeros(3)}})
+    assert caught.value.value == str(tmp_path / ".tmp-step-00000001" / "extra.pt")
+    assert "would be refused by torch.load(weights_only=True)" in caught.value.rule
     assert steps(tmp_path) == []
 
 
@@ -183,6 +205,26 @@ def test_resaving_a_step_replaces_it_atomically(tmp_path: Path, monkeypatch) -> 
     assert list_checkpoints(tmp_path) == []
     assert clean_partial(tmp_path) == [tmp_path / ".tmp-step-00000100"]
     assert load_file(verify_checkpoint_path(tmp_path, 100), "state.json")["v"] == 2
+
+
+def test_clean_partial_removes_leftovers_only(tmp_path: Path) -> None:
+    for step in (100, 200):
+        save_checkpoint(tmp_path, step, files=files(step))
+    (tmp_path / ".tmp-step-00000300").mkdir()  # a killed save
+    (tmp_path / ".tmp-step-00000300" / "model.pt").write_bytes(b"half a file")
+    shutil.copytree(tmp_path / "step-00000100", tmp_path / ".del-step-00000050")  # killed prune
+    shutil.copytree(tmp_path / "step-00000200", tmp_path / ".old-step-00000200")  # replaced
+    (tmp_path / ".old-step-00000150").mkdir()  # no manifest: nothing to put back
+    removed = clean_partial(tmp_path)
+    assert sorted(p.name for p in removed) == [
+        ".del-step-00000050",
+        ".old-step-00000150",
+        ".old-step-00000200",
+        ".tmp-step-00000300",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000100", "step-00000200"]
+    assert clean_partial(tmp_path) == []
+    assert clean_partial(tmp_path / "absent") == []
 
 
 def verify_checkpoint_path(root: Path, step: int) -> Path:
@@ -294,13 +336,13 @@ def check_after_kill(root: Path, kill: dict, outcome: dict, where: str) -> None:
     assert latest == root / checkpoint_name(200 if published else 100), where
     assert loaded_step(latest) == (200 if published else 100), where
     tmp = root / ".tmp-step-00000200"
+    # every named point and write comes after the temporary folder exists; a timed kill may not
+    assert tmp.exists() != published or kill["kind"] == "time", where
     if kill["kind"] == "write":  # died inside torch.save: a truncated file was left
         assert (tmp / kill["file"]).stat().st_size == kill["bytes"], where
-    partial = [tmp] if tmp.exists() else []  # absent only when killed before creating it
+    partial = [tmp] if tmp.exists() else []
     assert clean_partial(root) == partial, where
-    assert sorted(p.name for p in root.iterdir()) == [checkpoint_name(s) for s in steps(root)][
-        ::-1
-    ], where
+    assert [p.name for p in root.iterdir() if p.name.startswith(".")] == [], where
     save_checkpoint(root, 300, files=files(300), keep=2)  # the run goes on
     assert steps(root) == [300, 200 if published else 100], where
     assert loaded_step(latest_valid_checkpoint(root, log=pytest.fail)) == 300, where
@@ -389,8 +431,9 @@ def test_no_valid_checkpoint_left(two_checkpoints) -> None:
     assert len(lines) == 2
     assert lines[0].endswith("falling back to step-00000100")
     assert lines[1].startswith("checkpoint step-00000100 rejected: checkpoint = ")
-    assert lines[1].endswith("SHA-256 differs from the manifest (file corrupt); no older valid "
-                             "checkpoint")
+    assert lines[1].endswith(
+        "SHA-256 differs from the manifest (file corrupt); no older valid checkpoint"
+    )
 
 
 def test_a_flipped_bit_loads_silently_without_the_hash(two_checkpoints) -> None:

@@ -1,8 +1,8 @@
-"""The run config: TOML loading, typing and precedence (defaults < file < flags), validation
-naming the field, and `trainbudget train`'s malformed inputs (exit 2, one line on stderr).
+"""The run config: settings files (TOML, JSON), typing and precedence (defaults < file < flags),
+validation naming the field, and the help text taken from the fields' docstrings.
 
-Everything here but the last two CLI cases runs without torch (the config and the CLI's
-argument handling do not import it)."""
+Nothing here imports torch (the config and the CLI's argument handling do not); the malformed
+inputs of the whole CLI are test_config_errors.py's."""
 
 from __future__ import annotations
 
@@ -14,7 +14,13 @@ from clirun import cli
 from trainbudget.cli.main import build_parser
 from trainbudget.cli.train_cmd import config_from_args
 from trainbudget.core.errors import SpecError
-from trainbudget.train.config import TrainConfig, load_toml, make_config
+from trainbudget.train.config import (
+    TrainConfig,
+    config_fields,
+    field_docs,
+    load_config_file,
+    make_config,
+)
 
 TINY = ("n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=257", "max_seq_len=32")
 
@@ -29,7 +35,7 @@ def from_argv(*argv: str) -> TrainConfig:
     return config_from_args(build_parser().parse_args(["train", *argv]))
 
 
-# ---- TOML -------------------------------------------------------------------------------------
+# ---- files -------------------------------------------------------------------------------------
 
 
 def test_toml_values_reach_the_config(tmp_path):
@@ -38,7 +44,7 @@ def test_toml_values_reach_the_config(tmp_path):
         'steps = 40\nlr = 1e-3\nschedule = "linear"\ntensorboard = false\n'
         'overrides = ["n_layers=2", "d_model=64"]\n',
     )
-    doc = load_toml(path)
+    doc = load_config_file(path)
     assert doc["overrides"] == ("n_layers=2", "d_model=64")  # a tuple, like the default
     cfg = make_config(doc, {})
     assert (cfg.steps, cfg.lr, cfg.schedule, cfg.tensorboard) == (40, 1e-3, "linear", False)
@@ -46,64 +52,113 @@ def test_toml_values_reach_the_config(tmp_path):
     assert cfg.micro_batch == TrainConfig().micro_batch  # untouched fields keep the defaults
 
 
-def test_toml_unknown_key_is_named(tmp_path):
+def test_json_values_reach_the_config(tmp_path):
+    path = write(
+        tmp_path,
+        '{"steps": 40, "lr": 1, "overrides": ["n_layers=2"], "checkpoint_minutes": "auto"}',
+        "run.json",
+    )
+    cfg = make_config(load_config_file(path), {})
+    assert (cfg.steps, cfg.lr, cfg.overrides, cfg.checkpoint_minutes) == (
+        40,
+        1.0,
+        ("n_layers=2",),
+        "auto",
+    )
+    assert isinstance(cfg.lr, float)
+
+
+def test_unknown_key_is_named_with_a_suggestion(tmp_path):
     path = write(tmp_path, "steps = 10\nlearning_rate = 0.1\n")
     with pytest.raises(SpecError) as err:
-        load_toml(path)
-    assert "learning_rate" in err.value.field
-    assert "unknown key" in str(err.value)
-    assert "lr" in err.value.rule  # the known keys are listed
+        load_config_file(path)
+    assert err.value.field == f"{path}:learning_rate"
+    assert "unknown key" in err.value.rule
+    assert "lr" in err.value.rule  # nothing close: the known keys are listed
+    path = write(tmp_path, '{"micro-batch": 4}', "dash.json")
+    with pytest.raises(SpecError, match="did you mean 'micro_batch'") as err:
+        load_config_file(path)
+    assert err.value.field == f"{path}:micro-batch"
 
 
 @pytest.mark.parametrize(
     ("text", "field", "rule"),
     [
-        ('steps = "ten"\n', "steps", "must be"),
-        ("steps = 1.5\n", "steps", "must be"),
-        ("lr = true\n", "lr", "must be"),
-        ('lr = "fast"\n', "lr", "must be"),
+        ('steps = "ten"\n', "steps", "must be an integer"),
+        ("steps = 1.5\n", "steps", "must be an integer"),
+        ("lr = true\n", "lr", "must be a number"),
+        ('lr = "fast"\n', "lr", "must be a number"),
         ("tensorboard = 1\n", "tensorboard", "true or false"),
-        ("schedule = 3\n", "schedule", "must be"),
+        ("schedule = 3\n", "schedule", "must be a string"),
+        ('model = ["gpt2"]\n', "model", "must be a string"),
+        ("seed = true\n", "seed", "must be an integer"),
+        ('overrides = "n_layers=2"\n', "overrides", "list"),
+        ('checkpoint_minutes = "sometimes"\n', "checkpoint_minutes", '"auto"'),
     ],
 )
-def test_toml_wrong_type_names_the_field(tmp_path, text, field, rule):
+def test_file_wrong_type_names_the_file_and_key(tmp_path, text, field, rule):
+    path = write(tmp_path, text)
     with pytest.raises(SpecError) as err:
-        make_config(load_toml(write(tmp_path, text)), {})
-    assert err.value.field == field
+        load_config_file(path)
+    assert err.value.field == f"{path}:{field}"
     assert rule in err.value.rule
 
 
-def test_toml_bool_for_an_int_field_is_refused(tmp_path):
+def test_wrong_types_without_a_file_name_the_field():
     with pytest.raises(SpecError) as err:
-        make_config(load_toml(write(tmp_path, "seed = true\n")), {})
-    assert err.value.field == "seed"
+        make_config({"steps": "ten"}, {})
+    assert (err.value.field, err.value.rule) == ("steps", "must be an integer")
+    with pytest.raises(SpecError) as err:
+        TrainConfig(compile="yes")
+    assert err.value.field == "compile"
 
 
-def test_toml_int_for_a_float_field_is_accepted(tmp_path):
-    cfg = make_config(load_toml(write(tmp_path, "lr = 1\ngrad_clip = 0\n")), {})
+def test_range_error_of_a_file_value_names_the_file(tmp_path):
+    path = write(tmp_path, "keep = 1\nsteps = 5\n")
+    with pytest.raises(SpecError) as err:
+        make_config(load_config_file(path), {}, source=path)
+    assert err.value.field == f"{path}:keep"
+    # a flag that sets it is what is wrong, and is named as the field
+    with pytest.raises(SpecError) as err:
+        make_config(load_config_file(path), {"keep": 0}, source=path)
+    assert err.value.field == "keep"
+
+
+def test_int_for_a_float_field_is_accepted(tmp_path):
+    cfg = make_config(load_config_file(write(tmp_path, "lr = 1\ngrad_clip = 0\n")), {})
     assert cfg.lr == 1.0 and isinstance(cfg.lr, float)
     assert cfg.grad_clip == 0.0 and isinstance(cfg.grad_clip, float)
 
 
-def test_toml_overrides_must_be_a_list(tmp_path):
-    with pytest.raises(SpecError) as err:
-        make_config(load_toml(write(tmp_path, 'overrides = "n_layers=2"\n')), {})
-    # named like the unknown-key errors: the file, then the key
-    assert err.value.field.endswith(":overrides")
-
-
-def test_toml_syntax_error_and_missing_file(tmp_path):
-    with pytest.raises(SpecError, match="not valid TOML") as err:
-        load_toml(write(tmp_path, "steps = = 3\n"))
+@pytest.mark.parametrize(
+    ("name", "text", "rule"),
+    [
+        ("bad.toml", "steps = = 3\n", "not valid TOML"),
+        ("bad.json", '{"steps": 3,}', "not valid JSON"),
+        ("list.json", "[1, 2]", "JSON object"),
+        ("run.yaml", "steps: 3\n", ".toml or .json"),
+        ("run.py", "steps = 3\n", ".toml or .json"),  # a config is data, never executed
+    ],
+)
+def test_file_that_is_not_a_settings_file(tmp_path, name, text, rule):
+    with pytest.raises(SpecError, match=rule) as err:
+        load_config_file(write(tmp_path, text, name))
     assert err.value.field == "--config"
+
+
+def test_missing_file_and_duplicate_json_key(tmp_path):
     with pytest.raises(SpecError, match="cannot be read") as err:
-        load_toml(str(tmp_path / "missing.toml"))
+        load_config_file(str(tmp_path / "missing.toml"))
     assert err.value.field == "--config"
+    path = write(tmp_path, '{"steps": 3, "steps": 4}', "dup.json")
+    with pytest.raises(SpecError, match="given twice") as err:
+        load_config_file(path)
+    assert err.value.field == f"{path}:steps"
 
 
 def test_flags_override_file_values(tmp_path):
     path = write(tmp_path, 'steps = 40\nlr = 1e-3\nprecision = "bf16-mixed"\nseed = 7\n')
-    cfg = make_config(load_toml(path), {"steps": 50, "lr": None, "precision": "fp32"})
+    cfg = make_config(load_config_file(path), {"steps": 50, "lr": None, "precision": "fp32"})
     assert (cfg.steps, cfg.lr, cfg.precision, cfg.seed) == (50, 1e-3, "fp32", 7)
     # the same through the CLI's own argument handling
     cfg = from_argv("--config", path, "--steps", "60", "--lr", "2e-3")
@@ -113,6 +168,16 @@ def test_flags_override_file_values(tmp_path):
     path = write(tmp_path, 'overrides = ["n_layers=2"]\ntensorboard = true\n', "b.toml")
     cfg = from_argv("--config", path, "--set", "n_layers=3", "--no-tensorboard")
     assert cfg.overrides == ("n_layers=3",) and cfg.tensorboard is False
+
+
+def test_a_model_named_alone_gets_no_default_overrides(tmp_path):
+    assert make_config({}, {"model": "gpt2"}).overrides == ()
+    assert make_config({"model": "gpt2"}, {}).overrides == ()
+    assert make_config({}, {}).overrides == TrainConfig().overrides  # the tiny default
+    # --set alone keeps the file's model and replaces its overrides
+    path = write(tmp_path, 'model = "llama-2-7b"\noverrides = ["n_layers=2"]\n')
+    cfg = from_argv("--config", path, "--set", "n_layers=1")
+    assert (cfg.model, cfg.overrides) == ("llama-2-7b", ("n_layers=1",))
 
 
 # ---- validation -------------------------------------------------------------------------------
@@ -141,6 +206,21 @@ def test_flags_override_file_values(tmp_path):
         ({"device": "tpu"}, "device"),
         ({"strategy": "zero3"}, "strategy"),
         ({"recompute": "selective"}, "recompute"),
+        ({"seed": -1}, "seed"),
+        ({"seed": 2**32}, "seed"),
+        ({"out": " "}, "out"),
+        ({"log_interval": 10, "eval_interval": 15}, "eval_interval"),
+        ({"keep": 1}, "keep"),
+        ({"spike_window": 3}, "spike_window"),
+        ({"max_rollbacks": -1}, "max_rollbacks"),
+        ({"checkpoint_every": -1}, "checkpoint_every"),
+        ({"checkpoint_minutes": "sometimes"}, "checkpoint_minutes"),
+        ({"checkpoint_minutes": -1.0}, "checkpoint_minutes"),
+        ({"gpu_failure_rate_per_day": 1.0}, "gpu_failure_rate_per_day"),
+        ({"on_nonfinite": "ignore"}, "on_nonfinite"),
+        ({"spike_sigmas": 0.0}, "spike_sigmas"),
+        ({"spike_min_excess": -0.1}, "spike_min_excess"),
+        ({"max_consecutive_skips": 0}, "max_consecutive_skips"),
     ],
 )
 def test_validation_names_the_field(kwargs, field):
@@ -150,11 +230,24 @@ def test_validation_names_the_field(kwargs, field):
     assert str(err.value).startswith(f"{field} = ")
 
 
+def test_eval_interval_is_a_multiple_of_log_interval():
+    # the loop evaluates on logged steps only: 15 with logs every 10 would evaluate at 30, 60, ...
+    with pytest.raises(SpecError, match="multiple of log_interval") as err:
+        TrainConfig(log_interval=10, eval_interval=15, steps=100)
+    assert err.value.field == "eval_interval"
+    assert TrainConfig(log_interval=10, eval_interval=30).eval_interval == 30
+    # at or past the end: only the final evaluation, which every run does
+    assert TrainConfig(steps=25, log_interval=10, eval_interval=25).eval_interval == 25
+
+
 def test_valid_edges_are_accepted():
     assert TrainConfig(steps=10, warmup_steps=10).warmup_steps == 10  # warmup == steps
     assert TrainConfig(steps=10, warmup_steps=0).warmup_steps == 0
     assert TrainConfig(steps=5).warmup_steps == 0  # 5 // 10
     assert TrainConfig(grad_clip=0.0, weight_decay=0.0, min_lr_ratio=0.0).grad_clip == 0.0
+    assert TrainConfig(seed=0).seed == 0 and TrainConfig(seed=2**32 - 1).seed == 2**32 - 1
+    assert TrainConfig(spike_window=0, checkpoint_every=0, max_rollbacks=0).spike_window == 0
+    assert TrainConfig(checkpoint_minutes=5).checkpoint_minutes == 5.0
 
 
 def test_unknown_optimizer_is_refused_by_the_config():
@@ -195,68 +288,41 @@ def test_steps_zero_says_positive():
     assert "steps = 0: must be a positive integer" in err
 
 
-def one_error_line(code: int, out: str, err: str, *needles: str) -> None:
-    assert code == 2, (out, err)
-    assert out == ""
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("trainbudget train: error: "), err
-    for needle in needles:
-        assert needle in lines[0], (needle, err)
+def test_flags_for_booleans_turn_file_values_off(tmp_path):
+    path = write(tmp_path, "resume = true\ncompile = true\n")
+    cfg = from_argv("--config", path, "--no-resume", "--no-compile")
+    assert (cfg.resume, cfg.compile) == (False, False)
+    assert from_argv("--resume").resume is True
 
 
-@pytest.mark.parametrize(
-    ("argv", "needles"),
-    [
-        (("--steps", "ten"), ("steps", "ten")),
-        (("--steps", "0"), ("steps",)),
-        (("--steps", "1.5"), ("steps", "1.5")),
-        (("--micro-batch", "-4"), ("micro_batch",)),
-        (("--lr", "fast"), ("lr", "fast")),
-        (("--precision", "fp8"), ("precision", "fp8", "bf16-mixed")),
-        (("--schedule", "step"), ("schedule", "step", "cosine")),
-        (("--device", "tpu"), ("device", "tpu")),
-        (("--strategy", "zero3"), ("strategy", "zero3")),
-        (("--steps", "10", "--warmup-steps", "20"), ("warmup_steps", "20")),
-        (("--config", "{tmp}/missing.toml"), ("--config", "missing.toml", "cannot be read")),
-        (("--config", "{tmp}/bad.toml"), ("bad.toml", "stepz", "unknown key")),
-        (("--config", "{tmp}/typed.toml"), ("steps", "must be")),
-    ],
-)
-def test_cli_malformed_input_exits_2_with_one_line(tmp_path, argv, needles):
-    write(tmp_path, "stepz = 3\n", "bad.toml")
-    write(tmp_path, 'steps = "many"\n', "typed.toml")
-    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    one_error_line(*cli("train", "--out", str(tmp_path / "run"), *argv), *needles)
-    assert not (tmp_path / "run").exists()  # refused before anything was written
+# ---- help -------------------------------------------------------------------------------------
 
 
-@pytest.mark.torch
-def test_cli_data_not_a_prepared_dir(tmp_path):
-    pytest.importorskip("torch")
-    (tmp_path / "raw").mkdir()
-    (tmp_path / "raw" / "notes.txt").write_text("just text\n")
-    code, out, err = cli(
-        "train", "--data", str(tmp_path / "raw"), "--out", str(tmp_path / "run"), "--steps", "2"
-    )
-    one_error_line(code, out, err, "data", "raw", "meta.json")
+def test_every_field_has_a_docstring():
+    docs = field_docs()
+    assert set(docs) == set(config_fields())
+    assert all(docs.values())
+    assert docs["keep"].startswith("How many checkpoints to keep")
+    assert "\n" not in docs["checkpoint_minutes"]  # whitespace collapsed for the help
 
 
-@pytest.mark.torch
-def test_cli_set_unknown_model_field(tmp_path):
-    pytest.importorskip("torch")
-    from trainbudget.data.prepare import prepare
-
-    prepare(None, tmp_path / "data", tokenizer="byte")
-    code, out, err = cli(
-        "train",
-        "--data",
-        str(tmp_path / "data"),
-        "--out",
-        str(tmp_path / "run"),
-        "--steps",
-        "2",
-        "--set",
-        "n_layerz=2",
-    )
-    one_error_line(code, out, err, "n_layerz")
+def test_help_shows_docstrings_defaults_and_groups():
+    code, out, _ = cli("train", "--help")
+    assert code == 0
+    text = " ".join(out.split())  # argparse wraps lines
+    for title in (
+        "model and data:",
+        "optimisation:",
+        "precision, device and parallelism:",
+        "checkpoints and faults:",
+        "logging and evaluation:",
+    ):
+        assert title in text
+    assert "--keep N How many checkpoints to keep" in text
+    assert "(default: 3)" in text
+    assert "8 % of GPUs per month" in text  # % survives argparse's formatting
+    assert "--schedule {cosine,linear,constant,wsd}" in text
+    assert "--resume, --no-resume" in text
+    for name in config_fields():
+        flag = "--set" if name == "overrides" else "--" + name.replace("_", "-")
+        assert flag in text, flag

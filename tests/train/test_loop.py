@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.torch
 
 from clirun import cli  # noqa: E402  (after the importorskip above)
 from trainbudget.data.prepare import prepare  # noqa: E402
+from trainbudget.train.checkpoint import list_checkpoints  # noqa: E402
 from trainbudget.train.config import TrainConfig  # noqa: E402
 from trainbudget.train.loop import train  # noqa: E402
 
@@ -53,7 +55,12 @@ def run(data_dir, out, **kw) -> tuple[dict, list[dict]]:
     settings.setdefault("eval_interval", settings["steps"])
     summary = train(TrainConfig(**settings))
     lines = (out / "metrics.jsonl").read_text().splitlines()
-    return summary, [json.loads(line) for line in lines]
+    return summary, [r for r in map(json.loads, lines) if "event" not in r]  # no checkpoints
+
+
+def newest(out: Path) -> Path:
+    """The run's newest checkpoint folder."""
+    return list_checkpoints(out / "checkpoints")[0]
 
 
 def losses(records: list[dict]) -> list[float]:
@@ -94,7 +101,7 @@ def test_metrics_and_summary(data_dir, tmp_path):
     assert any("MFU" in n for n in summary["notes"])
     assert summary["perplexity_final"] == pytest.approx(math.exp(summary["loss_final"]))
     assert json.loads((tmp_path / "run" / "config.json").read_text())["steps"] == 20
-    assert (tmp_path / "run" / "checkpoint" / "state.json").exists()
+    assert (newest(tmp_path / "run") / "state.json").exists()
 
 
 def test_loss_decreases(data_dir, tmp_path):
@@ -126,7 +133,7 @@ def test_resume_continues_exactly(data_dir, tmp_path):
     np.testing.assert_allclose(
         [r["grad_norm"] for r in part2], [r["grad_norm"] for r in whole[10:]], rtol=1e-5
     )
-    state = json.loads((tmp_path / "resumed" / "checkpoint" / "state.json").read_text())
+    state = json.loads((newest(tmp_path / "resumed") / "state.json").read_text())
     assert state["step"] == 20 and state["loader"]["step"] == 20
 
 
@@ -151,7 +158,7 @@ def test_grad_accumulation_equals_a_bigger_batch(data_dir, tmp_path):
         [r["grad_norm"] for r in acc], [r["grad_norm"] for r in big], rtol=1e-4
     )
     assert losses(acc)[0] == pytest.approx(losses(big)[0], abs=1e-6)  # same rows, same model
-    state = json.loads((tmp_path / "acc" / "checkpoint" / "state.json").read_text())
+    state = json.loads((newest(tmp_path / "acc") / "state.json").read_text())
     assert state["loader"]["step"] == 10  # optimizer steps, whatever the accumulation
 
 
@@ -179,11 +186,11 @@ def test_precisions_and_optimizers_train(data_dir, tmp_path, precision, optimize
     assert all(math.isfinite(x) for x in losses(records))
     assert math.isfinite(summary["loss_final"])
     assert summary["loss_final"] < summary["loss_first_logged"]
-    weights = torch.load(tmp_path / "run" / "checkpoint" / "model.pt", weights_only=True)
+    weights = torch.load(newest(tmp_path / "run") / "model.pt", weights_only=True)
     expected = torch.float32 if precision == "fp32" else torch.bfloat16
     assert {t.dtype for t in weights.values()} == {expected}
     if precision == "bf16-mixed":  # the fp32 master copy is in the optimizer's checkpoint
-        state = torch.load(tmp_path / "run" / "checkpoint" / "optimizer.pt", weights_only=True)
+        state = torch.load(newest(tmp_path / "run") / "optimizer.pt", weights_only=True)
         assert {m.dtype for m in state["masters"]} == {torch.float32}
 
 

@@ -1,18 +1,27 @@
 """After a run: `plot` (loss-curve PNG), `eval` (validation loss of the checkpoint), `sample`
-(text from it) and the TensorBoard logs, on one tiny run trained once through the CLI; and
-their malformed inputs (exit 2, one line on stderr naming the field)."""
+(text from it) and the TensorBoard logs, on one tiny run trained once through the CLI, and
+`eval`/`sample` on checkpoints written directly with train.checkpoint.save_checkpoint (the
+newest valid one, a fallback past a corrupt one, a malicious pickle refused); and their
+malformed inputs (exit 2, one line on stderr naming the field)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("torch")
 
+import torch
+
 from clirun import cli
+from trainbudget.train.checkpoint import CHECKPOINTS_DIR, checkpoint_name, save_checkpoint
+from trainbudget.train.manifest import MANIFEST, write_manifest
 
 pytestmark = pytest.mark.torch
 
@@ -41,7 +50,9 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def records(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    """The logged steps (event lines, such as a checkpoint written, left out, as plot does)."""
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if "event" not in r]
 
 
 def run_json(*argv: str) -> dict:
@@ -123,8 +134,10 @@ def test_eval_matches_the_last_validation_of_the_run(run_dir: Path) -> None:
     assert set(d["per_source"]) == set(last["per_source"])
     for source, loss in last["per_source"].items():
         assert abs(d["per_source"][source] - loss) < 1e-4, source
-    # the checkpoint/ folder itself works too, and fewer batches are a different sample
-    same = run_json("eval", "--checkpoint", str(run_dir / "checkpoint"))
+    # the checkpoint folder itself works too, and fewer batches are a different sample
+    final = run_dir / CHECKPOINTS_DIR / checkpoint_name(STEPS)
+    assert d["checkpoint"] == str(final)
+    same = run_json("eval", "--checkpoint", str(final))
     assert same["val_loss"] == d["val_loss"]
     one = run_json("eval", "--checkpoint", str(run_dir), "--batches", "1")
     assert one["batches"] == 1 and 0 < one["val_loss"] < 10
@@ -138,7 +151,7 @@ def test_eval_text_names_loss_and_perplexity(run_dir: Path) -> None:
 
 def test_eval_finds_the_data_of_a_moved_run(run_dir: Path, tmp_path: Path) -> None:
     moved = tmp_path / "moved"
-    shutil.copytree(run_dir / "checkpoint", moved / "checkpoint")
+    shutil.copytree(run_dir / CHECKPOINTS_DIR, moved / CHECKPOINTS_DIR)
     code, _, err = cli("eval", "--checkpoint", str(moved), "--json")
     assert code == 2 and "--data" in err  # RUN_DIR/data is not there
     d = run_json("eval", "--checkpoint", str(moved), "--data", str(run_dir / "data"))
@@ -165,6 +178,155 @@ def test_sample_continues_the_prompt(run_dir: Path) -> None:
     code, out, err = cli(*argv, "--max-new-tokens", str(n), "--seed", "3")
     assert code == 0, err
     assert out == text + "\n"
+
+
+# ---------------------------------------------------------------- checkpoints written directly
+
+SPEC_OVERRIDES = ("n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=257")
+EVAL_CONFIG = {"eval_batches": 2, "micro_batch": 4, "seq_len": 32}
+
+
+def save_model(root: Path, step: int, data: Path):
+    """A checkpoint as the trainer writes it (its files, a randomly initialised model);
+    returns the model."""
+    from trainbudget.core.model_arg import resolve_model
+    from trainbudget.model.transformer import build_model
+    from trainbudget.train.rng import capture_rng_state
+
+    spec = resolve_model("gpt2", (*SPEC_OVERRIDES, "max_seq_len=64"))
+    model = build_model(spec, seed=step)
+    spec_dict = {k: v for k, v in dataclasses.asdict(spec).items() if k != "sources"}
+    state = {
+        "step": step,
+        "tokens_seen": 128 * step,
+        "config": {**EVAL_CONFIG, "data": str(data)},
+        "spec": spec_dict,
+        "loader": {},
+    }
+    files = {
+        "model.pt": model.state_dict(),
+        "optimizer.pt": {},
+        "state.json": state,
+        "rank-00000.pt": {"rng": capture_rng_state()},
+    }
+    save_checkpoint(root / CHECKPOINTS_DIR, step, files=files)
+    return model
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory):
+    """(run folder with checkpoints at steps 1 and 2, data folder, {step: model})."""
+    from trainbudget.data.prepare import prepare
+
+    base = tmp_path_factory.mktemp("built")
+    prepare(None, base / "data", tokenizer="byte")
+    run = base / "run"
+    models = {step: save_model(run, step, base / "data") for step in (1, 2)}
+    return run, base / "data", models
+
+
+@pytest.fixture
+def run_copy(built, tmp_path: Path) -> Path:
+    """A copy of the built run, free to corrupt."""
+    shutil.copytree(built[0], tmp_path / "run")
+    return tmp_path / "run"
+
+
+def step_folder(run: Path, step: int) -> Path:
+    return run / CHECKPOINTS_DIR / checkpoint_name(step)
+
+
+def test_eval_reads_the_newest_checkpoint(built) -> None:
+    from trainbudget.train.data import RunData
+    from trainbudget.train.evaluate import evaluate
+
+    run, data, models = built
+    d = run_json("eval", "--checkpoint", str(run))
+    assert d["step"] == 2 and d["checkpoint"] == str(step_folder(run, 2))
+    assert d["data"] == str(data)  # from the config in state.json
+    expected = evaluate(models[2], RunData(data), SimpleNamespace(**EVAL_CONFIG), "cpu")
+    assert d["val_loss"] == pytest.approx(expected["val_loss"], abs=1e-5)
+    # one step folder, or the checkpoints/ folder
+    older = run_json("eval", "--checkpoint", str(step_folder(run, 1)))
+    assert older["step"] == 1 and older["val_loss"] != d["val_loss"]
+    assert run_json("eval", "--checkpoint", str(run / CHECKPOINTS_DIR))["step"] == 2
+
+
+def test_sample_reads_the_newest_checkpoint(built) -> None:
+    run, _, _ = built
+    d = run_json("sample", "--checkpoint", str(run), "--prompt", "The ", "--max-new-tokens", "5")
+    assert d["step"] == 2 and d["text"].startswith("The ") and d["new_tokens"] == 5
+
+
+def flip_middle_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def test_eval_falls_back_past_a_corrupt_checkpoint(run_copy: Path) -> None:
+    newest = step_folder(run_copy, 2)
+    flip_middle_byte(newest / "model.pt")
+    code, out, err = cli("eval", "--checkpoint", str(run_copy), "--json")
+    assert code == 0, err
+    assert json.loads(out)["step"] == 1
+    assert err.count("\n") == 1, err
+    assert err.startswith("checkpoint step-00000002 rejected: ")
+    assert str(newest / "model.pt") in err and "SHA-256 differs" in err
+    assert err.rstrip().endswith("falling back to step-00000001")
+    # the corrupt folder given by name: refused, naming the file
+    code, out, err = cli("sample", "--checkpoint", str(newest), "--prompt", "x")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert str(newest / "model.pt") in err and "SHA-256" in err
+    # nothing valid left
+    (step_folder(run_copy, 1) / "state.json").unlink()
+    code, out, err = cli("eval", "--checkpoint", str(run_copy))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 3, err  # two rejections, then the error
+    assert "missing (listed in the manifest)" in err and "has no valid checkpoint" in err
+
+
+class Shell:
+    """Unpickling this runs a shell command: pickle calls os.system(command)."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self):
+        return (os.system, (self.command,))
+
+
+def rewrite_manifest(folder: Path) -> None:
+    """What an attacker who controls the folder does: hashes that match the files."""
+    (folder / MANIFEST).unlink()
+    write_manifest(folder, int(folder.name.split("-")[1]), 1)
+
+
+def test_eval_refuses_a_malicious_pickle(run_copy: Path, tmp_path: Path) -> None:
+    pwned = tmp_path / "pwned"
+    newest = step_folder(run_copy, 2)
+    torch.save({"w": Shell(f"touch {pwned}")}, newest / "model.pt")
+    rewrite_manifest(newest)
+    for argv in (
+        ["eval", "--checkpoint", str(run_copy)],
+        ["sample", "--checkpoint", str(newest), "--prompt", "x"],
+    ):
+        code, out, err = cli(*argv)
+        assert code == 2 and out == "" and err.count("\n") == 1, err
+        assert str(newest / "model.pt") in err
+        assert "refused by torch.load(weights_only=True)" in err
+    assert not pwned.exists()
+
+
+def test_eval_names_a_bad_state_file(run_copy: Path) -> None:
+    newest = step_folder(run_copy, 2)
+    state = json.loads((newest / "state.json").read_text())
+    del state["spec"]
+    (newest / "state.json").write_text(json.dumps(state))
+    rewrite_manifest(newest)
+    code, out, err = cli("eval", "--checkpoint", str(run_copy))
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert str(newest / "state.json") in err and "'spec'" in err
 
 
 # ---------------------------------------------------------------- TensorBoard
@@ -211,6 +373,10 @@ def test_plot_rejects_bad_metrics_lines(case: str, tmp_path: Path) -> None:
 
 def _bad_cases(run: Path, tmp: Path) -> dict[str, tuple[list[str], tuple[str, ...]]]:
     (tmp / "empty").mkdir()
+    (tmp / "old" / "checkpoint").mkdir(parents=True)  # the layout before checkpoints/
+    (tmp / "old" / "checkpoint" / "state.json").write_text("{}")
+    (tmp / "no-ckpt" / CHECKPOINTS_DIR).mkdir(parents=True)
+    (tmp / "step-00000005").mkdir()
     synthetic_run(tmp / "a")
     synthetic_run(tmp / "b")
     ckpt = ["--checkpoint", str(run)]
@@ -226,6 +392,18 @@ def _bad_cases(run: Path, tmp: Path) -> dict[str, tuple[list[str], tuple[str, ..
         ),
         "eval_missing": (["eval", "--checkpoint", str(tmp / "nope")], ("checkpoint", "nope")),
         "eval_not_a_run": (["eval", "--checkpoint", str(tmp / "empty")], ("checkpoint",)),
+        "eval_old_layout": (
+            ["eval", "--checkpoint", str(tmp / "old")],
+            ("checkpoint", "not a run directory or a checkpoint"),
+        ),
+        "eval_no_checkpoint": (
+            ["eval", "--checkpoint", str(tmp / "no-ckpt")],
+            ("checkpoint", "has no valid checkpoint"),
+        ),
+        "eval_step_without_manifest": (
+            ["eval", "--checkpoint", str(tmp / "step-00000005")],
+            ("checkpoint", MANIFEST, "missing"),
+        ),
         "eval_batches_zero": (["eval", *ckpt, "--batches", "0"], ("batches", "0")),
         "eval_seq_len_too_long": (["eval", *ckpt, "--seq-len", "65"], ("seq_len", "65")),
         "eval_bad_data": (["eval", *ckpt, "--data", str(tmp / "empty")], ("data",)),

@@ -10,9 +10,11 @@ import random
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
-from trainbudget.train.rng import capture_rng_state, restore_rng_state  # noqa: E402
+import torch
+
+from trainbudget.train.rng import capture_rng_state, restore_rng_state
 
 pytestmark = pytest.mark.torch
 

@@ -1,14 +1,15 @@
 """`trainbudget eval --checkpoint RUN_DIR`: validation loss and perplexity of a trained model,
-overall and per source, on the held-out split its run trained beside (or --data). The model is
-rebuilt from checkpoint/state.json (spec and config) and its weights are read with
-torch.load(weights_only=True). torch is imported inside run() only.
+overall and per source, on the held-out split its run trained beside (or --data). RUN_DIR picks
+its newest checkpoint that verifies (RUN_DIR/checkpoints/step-*, train/manifest.py); a step-*
+folder is verified and used as it is. The model is rebuilt from the checkpoint's state.json
+(spec and config) and its weights are read through checkpoint.load_file
+(torch.load(weights_only=True)). torch is imported inside run() only.
 
 `open_checkpoint` and `open_data_dir` are shared with `trainbudget sample`."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,14 @@ from types import SimpleNamespace
 
 from trainbudget.cli.args import dumps_json, positive_int
 from trainbudget.core.errors import SpecError
+from trainbudget.train.manifest import (
+    CHECKPOINTS_DIR,
+    MANIFEST,
+    CheckpointError,
+    latest_valid_checkpoint,
+    load_json,
+    verify_checkpoint,
+)
 
 STATE_FILE = "state.json"
 WEIGHTS_FILE = "model.pt"
@@ -26,7 +35,8 @@ def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
         "--checkpoint",
         required=True,
         metavar="DIR",
-        help="a run directory from `trainbudget train --out`, or its checkpoint/ folder",
+        help="a run directory from `trainbudget train --out` (its newest valid checkpoint), "
+        "or one checkpoint folder, RUN_DIR/checkpoints/step-XXXXXXXX",
     )
     p.add_argument(
         "--data",
@@ -65,7 +75,8 @@ class Checkpoint:
 
 
 def open_checkpoint(arg: str) -> Checkpoint:
-    """A run directory or its checkpoint/ folder, checked; torch is not needed yet."""
+    """A run directory (its newest valid checkpoint), its checkpoints/ folder, or one
+    checkpoint folder, verified against its manifest; torch is not needed yet."""
     from trainbudget.core.model_spec import ModelSpec
 
     path = Path(arg)
@@ -73,33 +84,42 @@ def open_checkpoint(arg: str) -> Checkpoint:
         raise SpecError("checkpoint", arg, "no such directory")
     if not path.is_dir():
         raise SpecError("checkpoint", arg, "is not a directory (give the run's --out folder)")
-    if (path / STATE_FILE).is_file():
-        ckpt = path
-    elif (path / "checkpoint" / STATE_FILE).is_file():
-        ckpt = path / "checkpoint"
-    else:
-        raise SpecError(
-            "checkpoint",
-            arg,
-            "is not a run directory or its checkpoint/ (no checkpoint/state.json: "
-            "training writes it when it finishes)",
-        )
-    if not (ckpt / WEIGHTS_FILE).is_file():
-        raise SpecError("checkpoint", str(ckpt), f"has no {WEIGHTS_FILE}")
-    try:
-        state = json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SpecError("checkpoint", str(ckpt / STATE_FILE), f"cannot be read ({err})") from None
+    ckpt = _checkpoint_folder(path, arg)
+    if WEIGHTS_FILE not in verify_checkpoint(ckpt)["files"]:
+        raise CheckpointError(ckpt / WEIGHTS_FILE, "missing (not in the manifest)")
+    state = load_json(ckpt, STATE_FILE)
+    file = ckpt / STATE_FILE
     if not isinstance(state, dict):
-        raise SpecError("checkpoint", str(ckpt / STATE_FILE), "is not a JSON object")
-    for key in ("step", "config", "spec"):
-        if key not in state:
-            raise SpecError(f"{ckpt / STATE_FILE}: {key}", None, "is missing")
+        raise CheckpointError(file, "is not a JSON object")
+    for key, kind in (("step", int), ("config", dict), ("spec", dict)):
+        if not isinstance(state.get(key), kind) or isinstance(state[key], bool):
+            raise CheckpointError(file, f"has no {key!r} ({kind.__name__})")
     try:
         spec = ModelSpec(**state["spec"])
     except (TypeError, ValueError) as err:
-        raise SpecError(f"{ckpt / STATE_FILE}: spec", "...", f"is not a model ({err})") from None
-    return Checkpoint(ckpt, ckpt.parent, int(state["step"]), state["config"], spec)
+        raise CheckpointError(file, f"spec is not a model ({err})") from None
+    run_dir = ckpt.parent.parent if ckpt.parent.name == CHECKPOINTS_DIR else ckpt.parent
+    return Checkpoint(ckpt, run_dir, state["step"], state["config"], spec)
+
+
+def _checkpoint_folder(path: Path, arg: str) -> Path:
+    """`path` itself when it is a checkpoint (a step-* folder, or one with a manifest), else
+    the newest valid one in path/checkpoints/, or in path when it is a checkpoints/ folder
+    (the rejected ones are logged on stderr, one line each)."""
+    if path.name.startswith("step-") or (path / MANIFEST).exists():
+        return path
+    root = path if path.name == CHECKPOINTS_DIR else path / CHECKPOINTS_DIR
+    if not root.is_dir():
+        raise SpecError(
+            "checkpoint",
+            arg,
+            f"is not a run directory or a checkpoint (no {CHECKPOINTS_DIR}/ and no {MANIFEST}: "
+            "training writes them)",
+        )
+    latest = latest_valid_checkpoint(root)
+    if latest is None:
+        raise SpecError("checkpoint", arg, f"has no valid checkpoint in {root}")
+    return latest
 
 
 def open_data_dir(ckpt: Checkpoint, data: str | None) -> Path:
@@ -133,23 +153,20 @@ def load_model(ckpt: Checkpoint, device):
     import torch
 
     from trainbudget.model.transformer import build_model
+    from trainbudget.train.checkpoint import load_file
 
-    try:
-        weights = torch.load(ckpt.dir / WEIGHTS_FILE, weights_only=True, map_location=device)
-    except Exception as err:  # unpickling raises many types
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise SpecError(
-            "checkpoint", str(ckpt.dir / WEIGHTS_FILE), f"cannot be read ({first})"
-        ) from None
+    weights = load_file(ckpt.dir, WEIGHTS_FILE, map_location=device)
+    if not isinstance(weights, dict) or not all(
+        isinstance(t, torch.Tensor) for t in weights.values()
+    ):
+        raise CheckpointError(ckpt.dir / WEIGHTS_FILE, "is not a state dict of tensors")
     floats = [t.dtype for t in weights.values() if t.is_floating_point()]
     model = build_model(ckpt.spec, device=device, init=False, dtype=floats[0] if floats else None)
     try:
         model.load_state_dict(weights)
     except RuntimeError as err:
         first = str(err).strip().splitlines()[-1].strip()
-        raise SpecError(
-            "checkpoint", str(ckpt.dir / WEIGHTS_FILE), f"does not fit its spec ({first})"
-        ) from None
+        raise CheckpointError(ckpt.dir / WEIGHTS_FILE, f"does not fit its spec ({first})") from None
     model.eval()
     return model
 

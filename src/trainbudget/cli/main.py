@@ -50,6 +50,10 @@ COMMANDS = {
         "trainbudget.cli.train_cmd",
         "train the reference model with predicted vs measured on every log line",
     ),
+    "report": (
+        "trainbudget.cli.report_cmd",
+        "one HTML page with plots: a planned run (--model) or a training run (--run)",
+    ),
     "plot": (
         "trainbudget.cli.plot_cmd",
         "loss curves (train, validation) and tokens/s of training runs as a PNG",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trainbudget.cli.args import dumps_json, fraction, nonnegative_float, positive_int
+from trainbudget.cli.args import dumps_json, nonnegative_float, positive_int
 from trainbudget.cli.plan_cmd import _policy as policy_from_args
 from trainbudget.cli.plan_view import add_cluster_args, cluster_from_args, efficiency_from_args
 from trainbudget.cli.reliability_cmd import _probability
@@ -19,18 +19,36 @@ from trainbudget.core.units import GB, parse_bandwidth
 # arXiv 2407.21783, Sec. 3.3.4): 4.7e-4 per GPU-day, the failure rate used when none is given
 DEFAULT_GPU_FAILURE_RATE_PER_DAY = 419 / (54 * 16384)
 DEFAULT_CHECKPOINT_WRITE_BYTES_PER_SECOND = 50 * GB
-PLAN_ONLY = ("gpus", "global_batch", "tokens", "calibration", "gpu_failure_rate_per_day")
+# options a --run report has no use for: given with --run they are an error, not ignored
+PLAN_ONLY = (
+    "gpus",
+    "global_batch",
+    "seq_len",
+    "tokens",
+    "price_per_gpu_hour",
+    "scaling_gpus",
+    "calibration",
+    "gpu_failure_rate_per_day",
+    "checkpoint_write_bytes_per_second",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     what = p.add_argument_group("what to report on (one of)")
-    what.add_argument("--model", metavar="M", help="a planned run: preset, config.json or field")
+    what.add_argument("--model", metavar="M", help="a planned run: a preset or a config.json path")
     what.add_argument("--run", metavar="DIR", help="a run directory from `trainbudget train --out`")
     p.add_argument("--out", default="report.html", help="the HTML file (default report.html)")
     p.add_argument("--png-dir", help="where the PNGs go too (default: OUT's name + _files/)")
     p.add_argument("--json", action="store_true", help="print the gathered numbers as JSON")
     g = p.add_argument_group("planned run (with --model; the flags of `trainbudget plan`)")
-    g.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE")
+    g.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a model field, e.g. --set n_layers=40 (repeatable)",
+    )
     g.add_argument("--gpus", help="GPUs in the cluster")
     g.add_argument("--gpu", default="h100-sxm", help="accelerator (see `trainbudget hardware`)")
     g.add_argument("--global-batch", help="sequences per optimizer step")
@@ -48,15 +66,23 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     pol = p.add_argument_group("layout search (as in `trainbudget plan`)")
     pol.add_argument("--max-tp", help="largest TP degree (default: GPUs per node)")
     pol.add_argument("--zero-stages", default="0,1,2,3", help="ZeRO stages to try")
-    pol.add_argument("--recompute-options", default="none,selective,full")
+    pol.add_argument(
+        "--recompute-options", default="none,selective,full", help="recomputation policies to try"
+    )
     pol.add_argument("--allow-offload", action="store_true", help="also try optimizer offload")
     pol.add_argument("--no-cp", action="store_true", help="do not try context parallelism")
-    pol.add_argument("--no-flash-attention", action="store_true")
+    pol.add_argument(
+        "--no-flash-attention", action="store_true", help="plans without FlashAttention"
+    )
     pol.add_argument("--max-micro-batch", default="16", help="largest micro-batch (default 16)")
-    pol.add_argument("--memory-headroom", default="0.9", help="usable fraction of GPU memory")
+    pol.add_argument(
+        "--memory-headroom", default="0.9", help="usable fraction of GPU memory (default 0.9)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainbudget.report.page import check_out
+
     if (args.model is None) == (args.run is None):
         raise SpecError(
             "--model/--run",
@@ -64,11 +90,16 @@ def run(args: argparse.Namespace) -> int:
             "give exactly one: --model M ... for a planned run, or --run DIR for a training run",
         )
     if args.run is not None:
-        given = [f"--{n.replace('_', '-')}" for n in PLAN_ONLY if getattr(args, n) is not None]
-        if given:
-            raise SpecError(given[0], getattr(args, given[0][2:].replace("-", "_")), "is for "
-                            "--model reports; a --run report reads everything from the run")  # fmt: skip
+        for name in PLAN_ONLY:
+            if getattr(args, name) is not None:
+                raise SpecError(
+                    f"--{name.replace('_', '-')}",
+                    getattr(args, name),
+                    "is for --model reports; a --run report reads everything from the run",
+                )
+        check_out(Path(args.out))
         return _run_report(args)
+    check_out(Path(args.out))
     return _plan_report(args)
 
 
@@ -160,7 +191,6 @@ def _png_dir(args: argparse.Namespace) -> Path | None:
 
 
 def _plan_report(args: argparse.Namespace) -> int:
-    fraction("memory_headroom", args.memory_headroom)  # every input checked before drawing
     question = _question(args)
     from trainbudget.report.figures import require_matplotlib
 

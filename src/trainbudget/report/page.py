@@ -101,14 +101,19 @@ def default_png_dir(out: Path) -> Path:
     return out.with_name(out.stem + "_files")
 
 
-def write_report(
-    out: Path, page: str, charts: dict[str, Chart], png_dir: Path | None = None
-) -> list[Path]:
-    """Write the page and each chart as `png_dir/NAME.png`; returns the PNG paths."""
+def check_out(out: Path) -> None:
+    """An .html file in an existing folder (checked before any work is done)."""
     if out.suffix.lower() not in (".html", ".htm"):
         raise SpecError("out", str(out), "must be an .html file")
     if not out.parent.is_dir():
         raise SpecError("out", str(out), f"its folder {out.parent} does not exist")
+
+
+def write_report(
+    out: Path, page: str, charts: dict[str, Chart], png_dir: Path | None = None
+) -> list[Path]:
+    """Write the page and each chart as `png_dir/NAME.png`; returns the PNG paths."""
+    check_out(out)
     png_dir = png_dir if png_dir is not None else default_png_dir(out)
     try:
         png_dir.mkdir(parents=True, exist_ok=True)

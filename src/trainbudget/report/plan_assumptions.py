@@ -14,8 +14,10 @@ from trainbudget.core import step_time as step_time_module
 from trainbudget.core.planner import RankedPlan
 from trainbudget.core.units import format_bytes, format_flops_rate
 
+MICROSECONDS_PER_SECOND = 1e6
+
 if TYPE_CHECKING:
-    from trainbudget.report.plan_data import PlanQuestion
+    from trainbudget.report.plan_question import PlanQuestion
 
 
 def overlap_rules() -> list[str]:
@@ -49,8 +51,10 @@ def plan_assumptions(q: PlanQuestion, best: RankedPlan) -> tuple[str, ...]:
         f"{c.gpus_per_node} GPUs per node over {hw.intra_node_link} "
         f"({format_bytes(hw.intra_node_bytes_per_second)}/s per GPU, one direction), nodes over "
         f"{hw.inter_node_link} ({format_bytes(hw.inter_node_bytes_per_second)}/s per GPU); "
-        f"collectives reach {c.link_efficiency:.3g} of it, with {c.intra_node_latency_seconds * 1e6:g}"
-        f" us / {c.inter_node_latency_seconds * 1e6:g} us latency per step inside / across nodes "
+        f"collectives reach {c.link_efficiency:.3g} of it, with "
+        f"{c.intra_node_latency_seconds * MICROSECONDS_PER_SECOND:g} us / "
+        f"{c.inter_node_latency_seconds * MICROSECONDS_PER_SECOND:g} us latency per step inside / "
+        "across nodes "
         "(alpha-beta ring or tree, whichever is faster)",
         f"{p.name}: weights {p.weight_bytes} B, gradients {p.grad_bytes} B, fp32 master "
         f"{p.master_bytes} B per parameter; {q.optimizer.name} state {state:g} B per parameter; "

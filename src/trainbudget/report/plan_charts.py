@@ -15,7 +15,7 @@ MEMORY_LABELS = {
     "grads": "gradients",
     "optimizer": "master + optimizer state",
     "activations": "activations",
-    "buffers": "buffers (ZeRO-3 gather, DDP buckets)",
+    "buffers": "buffers",
 }
 STEP_LABELS = {
     "compute": "compute",
@@ -25,7 +25,9 @@ STEP_LABELS = {
     "offload": "offload transfers",
 }
 EFFICIENCY_KNEE = 0.8
-"""The scaling chart marks the first GPU count whose GPU-hours exceed 1/0.8 of the smallest's."""
+"""The scaling chart shades the GPU counts, beyond the cheapest, below this efficiency."""
+MILLION = 1e6
+MARKERS = ("o", "s", "D", "^", "v", "P", "X")
 
 
 def _plan_labels(r: PlanReport) -> list[str]:
@@ -108,24 +110,27 @@ def scaling_chart(r: PlanReport) -> Chart:
         ax_t.plot(counts, ideal, color="0.55", ls=":", lw=1.5, label="linear speed-up")
         ax_t.plot(counts, days, "o-", color=COLORS["measured"], lw=2, label="training days")
         for n, d in zip(counts, days, strict=True):
-            ax_t.annotate(f"{d:.3g}", (n, d), textcoords="offset points", xytext=(4, 6))
+            text = f"{d:,.0f}" if d >= 100 else f"{d:.3g}"
+            ax_t.annotate(text, (n, d), textcoords="offset points", xytext=(5, 6), fontsize=10)
         ax_t.set_yscale("log")
         ax_t.set_ylabel("training time (days, log)")
         ax_t.axvline(r.n_gpus, color="0.3", lw=1, ls="--")
         ax_t.text(r.n_gpus, max(days), f" asked: {r.n_gpus:,} GPUs", va="top", fontsize=10)
         ax_c = ax_t.twinx()
         money = all(p.cost is not None for p in pts)
-        cost = [p.cost if money else p.gpu_hours for p in pts]
+        cost = [(p.cost if money else p.gpu_hours) / MILLION for p in pts]
+        cost_label = "cost (millions)" if money else "million GPU-hours"
         ax_c.plot(counts, cost, "s--", color=COLORS["predicted"], lw=1.3, ms=5)
-        ax_c.set_ylabel("cost" if money else "GPU-hours", color=COLORS["predicted"])
+        ax_c.set_ylabel(cost_label, color=COLORS["predicted"])
         ax_c.set_ylim(0, max(cost) * 1.25)
         ax_c.grid(False)
         ax_c.spines["right"].set_visible(True)
         handles, labels = ax_t.get_legend_handles_labels()
         handles.append(ax_c.lines[0])
-        labels.append("cost" if money else "GPU-hours (right axis)")
+        labels.append(f"{cost_label} (right axis)")
         ax_t.legend(handles, labels, loc="lower left")
-        knee = next((p for p in pts if p.scaling_efficiency < EFFICIENCY_KNEE), None)
+        cheapest = max(range(len(pts)), key=lambda i: pts[i].scaling_efficiency)
+        knee = next((p for p in pts[cheapest:] if p.scaling_efficiency < EFFICIENCY_KNEE), None)
         title = f"Time and cost to train {r.tokens:.3g} tokens vs GPUs"
         if knee is not None:
             ax_t.axvspan(knee.n_gpus / 1.2, counts[-1] * 1.2, color="#C44E52", alpha=0.07)
@@ -151,10 +156,12 @@ def scaling_chart(r: PlanReport) -> Chart:
         ax_s.set_ylim(0, max(110, max(eff) + 10))
         ax_s.set_ylabel("% of step time")
         ax_s.set_xlabel("GPUs (log 2); the best layout at each count")
-        ax_s.legend(loc="lower left", ncol=3, fontsize=9)
+        ax_s.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=5, frameon=False)
         log2_gpu_axis(ax_s, counts)
 
-    return draw("scaling", "training time, cost and step-time shares against GPU count", (11, 8), paint)
+    return draw(
+        "scaling", "training time, cost and step-time shares against GPU count", (11, 8), paint
+    )
 
 
 def roofline_chart(r: PlanReport) -> Chart:
@@ -208,15 +215,16 @@ def roofline_chart(r: PlanReport) -> Chart:
         )
         for i, o in enumerate(ops):
             y = o.achieved_flops_per_second / TFLOPS
-            ax.plot([o.intensity_flops_per_byte], [y], "o", ms=9, color=f"C{i}", label=o.name)
-            ax.annotate(
-                o.name,
-                (o.intensity_flops_per_byte, y),
-                textcoords="offset points",
-                xytext=(0, -16 - 13 * (i % 3)),
-                ha="center",
-                fontsize=9,
+            # the matmuls of one layer often sit close together: told apart by marker and colour
+            ax.plot(
+                [o.intensity_flops_per_byte],
+                [y],
+                MARKERS[i % len(MARKERS)],
+                ms=10,
                 color=f"C{i}",
+                mec="black",
+                mew=0.6,
+                label=f"{o.name}: {o.intensity_flops_per_byte:,.0f} FLOP/byte, {y:,.0f} TFLOP/s",
             )
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -227,11 +235,14 @@ def roofline_chart(r: PlanReport) -> Chart:
         ax.set_title("Roofline: the model's matmuls in the chosen layout, one micro-batch")
         ax.legend(loc="lower right", fontsize=9)
 
-    return draw("roofline", "roofline of the GPU with the model's matmuls placed on it", (11, 6.5), paint)
+    return draw(
+        "roofline", "roofline of the GPU with the model's matmuls placed on it", (11, 6.5), paint
+    )
 
 
 def failures_chart(r: PlanReport) -> Chart:
     f = r.failures
+    assert f is not None
 
     def paint(fig) -> None:
         ax = fig.subplots()
@@ -244,7 +255,7 @@ def failures_chart(r: PlanReport) -> Chart:
             f"Daly optimum: every {daly:.0f} min, goodput {f.goodput:.1%}",
             (daly, 100 * f.goodput),
             textcoords="offset points",
-            xytext=(10, 10),
+            xytext=(12, -22),
         )
         ax.axvline(young, color="0.5", ls=":", lw=1.2, label=f"Young interval {young:.0f} min")
         ax.set_xscale("log")
@@ -255,7 +266,7 @@ def failures_chart(r: PlanReport) -> Chart:
             f"Checkpoint interval vs goodput: {r.n_gpus:,} GPUs, MTBF {mtbf_hours:.3g} h, "
             f"{f.checkpoint_write_seconds:.3g} s per checkpoint"
         )
-        ax.legend(loc="lower center")
+        ax.legend(loc="lower right")
         wall = f.wall_clock_days
         ax.text(
             0.01,
@@ -270,8 +281,9 @@ def failures_chart(r: PlanReport) -> Chart:
 
 
 def plan_charts(r: PlanReport) -> dict[str, Chart]:
-    charts = [memory_chart(r), step_chart(r), roofline_chart(r), failures_chart(r)]
+    charts = [memory_chart(r), step_chart(r), roofline_chart(r)]
+    if r.failures is not None:
+        charts.append(failures_chart(r))
     if r.scaling:
         charts.append(scaling_chart(r))
     return {c.name: c for c in charts}
-

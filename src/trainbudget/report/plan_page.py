@@ -82,8 +82,9 @@ def _scaling(r: PlanReport) -> Raw:
         for p in r.scaling
     ]
     headers = ("GPUs", "best plan", "days", "GPU-hours", "cost", "tokens/s", "MFU", "efficiency")
-    skipped = [paragraph("Not shown: " + "; ".join(r.scaling_skipped), "muted")]
-    return Raw(table(headers, rows, numeric=2) + (skipped[0] if r.scaling_skipped else ""))
+    shown = table(headers, rows, numeric=2) if rows else ""
+    skipped = paragraph("Not shown: " + "; ".join(r.scaling_skipped), "muted")
+    return Raw(shown + (skipped if r.scaling_skipped else ""))
 
 
 def _roofline(r: PlanReport) -> Raw:
@@ -118,15 +119,20 @@ def _roofline(r: PlanReport) -> Raw:
     return Raw(paragraph(text) + table(headers, rows, numeric=2))
 
 
-def _failures(r: PlanReport) -> Raw:
+def _failures(r: PlanReport, charts: dict[str, Chart]) -> Raw:
     f = r.failures
+    if f is None:
+        return paragraph(f"No failure figures: {r.failures_problem}", "muted")
     rows = [
         ("GPU failure probability per day", f"{f.gpu_failure_rate_per_day:.3g}"),
         ("job failure probability per day", f"{f.job_failure_probability_per_day:.1%}"),
         ("job MTBF", format_seconds(f.mtbf_seconds)),
         ("checkpoint size", format_bytes(f.checkpoint_bytes)),
-        ("checkpoint write", f"{format_seconds(f.checkpoint_write_seconds)} at "
-         f"{format_bytes(f.write_bytes_per_second)}/s"),
+        (
+            "checkpoint write",
+            f"{format_seconds(f.checkpoint_write_seconds)} at "
+            f"{format_bytes(f.write_bytes_per_second)}/s",
+        ),
         ("restart after a failure", format_seconds(f.restart_seconds)),
         ("checkpoint interval (Daly 2006)", format_seconds(f.daly_interval_seconds)),
         ("checkpoint interval (Young 1974)", format_seconds(f.young_interval_seconds)),
@@ -135,8 +141,9 @@ def _failures(r: PlanReport) -> Raw:
         ("failure-free training", f"{f.useful_days:.2f} days"),
         ("wall-clock training", f"{f.wall_clock_days:.2f} days"),
         ("expected failures", f"{f.expected_failures:.0f}"),
-    ]  # fmt: skip
-    return table(("quantity", "value"), rows)
+    ]
+    chart = figure(charts["failures"], "Goodput at other checkpoint intervals, same job.")
+    return Raw(chart + table(("quantity", "value"), rows))
 
 
 def plan_page(r: PlanReport, charts: dict[str, Chart]) -> str:
@@ -169,12 +176,13 @@ def plan_page(r: PlanReport, charts: dict[str, Chart]) -> str:
             ),
         ),
     ]
+    scaling = paragraph("No GPU count of the curve has a layout that fits.", "muted")
     if "scaling" in charts:
         scaling = figure(
             charts["scaling"],
-            "Efficiency = GPU-hours at the smallest count / GPU-hours at this count.",
+            "Efficiency = the least GPU-hours of any count shown / GPU-hours at this count.",
         )
-        sections.append(("scaling", "Scaling with the number of GPUs", scaling + _scaling(r)))
+    sections.append(("scaling", "Scaling with the number of GPUs", scaling + _scaling(r)))
     sections += [
         (
             "roofline",
@@ -185,9 +193,8 @@ def plan_page(r: PlanReport, charts: dict[str, Chart]) -> str:
         (
             "failures",
             "Failures and checkpoints",
-            figure(charts["failures"], "Goodput at other checkpoint intervals, same job.")
-            + _failures(r),
+            _failures(r, charts),
         ),
         ("assumptions", "Assumptions", bullets(r.assumptions, "assumptions")),
     ]
-    return document(f"{r.model}: {answer}", header, sections)
+    return document(f"trainbudget report: {r.model} on {r.n_gpus:,} x {r.gpu}", header, sections)

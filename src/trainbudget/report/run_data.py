@@ -2,9 +2,10 @@
 summary.json (absent while the run is going) and config.json. Pure: no matplotlib, no torch.
 
 metrics.jsonl is read and checked by `train.plot.read_metrics` (one JSON object per line with
-an integer step). Then: the LAST record of a step wins (a resumed run logs some steps again),
-records with an "event" key (a rollback, a skipped step) become markers, unknown keys are
-ignored and a value of the wrong type reads as missing, so a page is drawn for any run.
+an integer step). Then, as `train.plot.load_run` reads it: the LAST record of a step wins (a
+resumed run or a rollback logs some steps again) and records with an "event" key (checkpoint,
+rollback, skipped step, interruption) are markers, not points. Unknown keys are ignored and a
+value of the wrong type reads as missing, so a page is drawn for any run.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ class RunSummary:
     step_seconds_predicted: float | None
     step_seconds_error: float | None
     tokens_per_second: float | None
+    """Measured: tokens_per_step / the median step time."""
+    predicted_tokens_per_second: float | None
+    """tokens_per_step / the predicted step time."""
     mfu_measured: float | None
     memory_predicted_peak_bytes: float | None
     memory_measured_peak_bytes: float | None
@@ -71,6 +75,8 @@ class RunSummary:
     memory_error: float | None
     device: str | None
     world_size: int | None
+    reliability: dict[str, float]
+    """What the run survived: skipped steps, rollbacks, checkpoints written, ..."""
     notes: tuple[str, ...]
 
 
@@ -109,7 +115,10 @@ def _sub(record: dict, key: str) -> dict:
 
 def _point(record: dict, tokens_per_step: int | None) -> RunPoint:
     memory, ev = _sub(record, "memory_bytes"), _sub(record, "eval")
-    tps, predicted = _num(record.get("tokens_per_second")), _num(record.get("predicted_step_seconds"))
+    tps, predicted = (
+        _num(record.get("tokens_per_second")),
+        _num(record.get("predicted_step_seconds")),
+    )
     predicted_tps = tokens_per_step / predicted if tokens_per_step and predicted else None
     mfu = _num(record.get("mfu"))
     return RunPoint(
@@ -122,7 +131,9 @@ def _point(record: dict, tokens_per_step: int | None) -> RunPoint:
         predicted_step_seconds=predicted,
         predicted_tokens_per_second=predicted_tps,
         mfu=mfu,
-        predicted_mfu=mfu * predicted_tps / tps if mfu is not None and predicted_tps and tps else None,
+        predicted_mfu=mfu * predicted_tps / tps
+        if mfu is not None and predicted_tps and tps
+        else None,
         predicted_peak_bytes=_num(memory.get("predicted_peak")),
         measured_peak_bytes=_num(memory.get("measured_peak")),
         phases_seconds=_table(record.get("phases_seconds")),
@@ -131,11 +142,20 @@ def _point(record: dict, tokens_per_step: int | None) -> RunPoint:
     )
 
 
+def _short(value: object) -> str:
+    """A value for an event's detail: floats to 4 significant digits, the rest as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return json.dumps(value)
+
+
 def _event(record: dict) -> RunEvent:
     scalars = [
-        f"{k}={v}"
+        f"{k}={_short(v)}"
         for k, v in record.items()
-        if k not in ("step", "event") and isinstance(v, (str, int, float, bool))
+        if k not in ("step", "event") and not isinstance(v, dict)
     ]
     detail = ", ".join(scalars)
     return RunEvent(
@@ -176,16 +196,21 @@ def _summary(doc: dict) -> RunSummary:
     device = _sub(doc, "device")
     steps, world = doc.get("steps"), doc.get("world_size")
     notes = doc.get("notes")
+    tokens_per_step = _tokens_per_step(doc, [])
+    predicted = _num(step_s.get("predicted"))
     return RunSummary(
         steps=steps if isinstance(steps, int) else None,
-        tokens_per_step=_tokens_per_step(doc, []),
+        tokens_per_step=tokens_per_step,
         loss_first_logged=_num(doc.get("loss_first_logged")),
         loss_final=_num(doc.get("loss_final")),
         unigram_entropy_nats=_num(doc.get("unigram_entropy_nats")),
         step_seconds_measured_median=_num(step_s.get("measured_median")),
-        step_seconds_predicted=_num(step_s.get("predicted")),
+        step_seconds_predicted=predicted,
         step_seconds_error=_num(step_s.get("error")),
         tokens_per_second=_num(doc.get("tokens_per_second")),
+        predicted_tokens_per_second=tokens_per_step / predicted
+        if tokens_per_step and predicted
+        else None,
         mfu_measured=_num(mfu.get("measured")),
         memory_predicted_peak_bytes=_num(memory.get("predicted_peak")),
         memory_measured_peak_bytes=measured,
@@ -193,6 +218,7 @@ def _summary(doc: dict) -> RunSummary:
         memory_error=_num(memory.get("error")),
         device=str(device["name"]) if "name" in device else None,
         world_size=world if isinstance(world, int) else None,
+        reliability=_table(doc.get("reliability")),
         notes=tuple(str(n) for n in notes) if isinstance(notes, list) else (),
     )
 
@@ -210,8 +236,7 @@ def load_run_report(run: str | Path) -> RunReport:
     for record in records:
         if "event" in record:
             events.append(_event(record))
-            if _num(record.get("loss")) is None:
-                continue  # a marker only
+            continue
         replaced += record["step"] in by_step
         by_step[record["step"]] = _point(record, tokens_per_step)
     notes = []

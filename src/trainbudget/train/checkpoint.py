@@ -32,6 +32,7 @@ from trainbudget.train.manifest import (
     fsync_dir,
     latest_valid_checkpoint,
     list_checkpoints,
+    load_json,
     prune,
     publish,
     valid_file_name,
@@ -89,6 +90,8 @@ def save_checkpoint(
     root = Path(root)
     final = root / checkpoint_name(step)
     tmp = root / (TMP_PREFIX + final.name)
+    # JSON is encoded before anything is written: a NaN fails here, not half-way
+    encoded = {n: _json_bytes(tmp / n, p) for n, p in files.items() if n.endswith(".json")}
     if rank == 0:
         root.mkdir(parents=True, exist_ok=True)
         if tmp.exists():
@@ -97,7 +100,7 @@ def save_checkpoint(
         fault("tmp-created")
     barrier()
     for name, payload in files.items():
-        _write_file(tmp / name, payload)
+        _write_file(tmp / name, payload, encoded.get(name))
         fault(f"file-written:{name}")
     barrier()
     if rank == 0:
@@ -132,10 +135,10 @@ def _check_arguments(step, files, keep, rank, world_size) -> None:
             raise SpecError("files", name, f"is not a valid checkpoint file name ({NAME_RULE})")
 
 
-def _write_file(path: Path, payload: object) -> None:
-    """Create `path` (never overwrite: another rank using the same name is an error), write,
-    flush and fsync, so the bytes are on disk before the manifest vouches for them."""
-    data = _json_bytes(path, payload) if path.name.endswith(".json") else None
+def _write_file(path: Path, payload: object, encoded: bytes | None) -> None:
+    """Create `path` (never overwrite: another rank using the same name is an error), write
+    `encoded` (JSON), else `payload` through torch.save, flush and fsync, so the bytes are on
+    disk before the manifest vouches for them."""
     try:
         f = open(path, "xb")  # noqa: SIM115 (a `with` below, once the name is known to be free)
     except FileExistsError:
@@ -143,12 +146,27 @@ def _write_file(path: Path, payload: object) -> None:
             path, "written twice (file names must be unique across ranks)"
         ) from None
     with f:
-        if data is None:
+        if encoded is None:
             torch.save(payload, f)
         else:
-            f.write(data)
+            f.write(encoded)
         f.flush()
         os.fsync(f.fileno())
+    if encoded is None:
+        _check_loadable(path)
+
+
+def _check_loadable(path: Path) -> None:
+    """Unpickle the file as resume will, weights-only (memory-mapped: tensor data is not read),
+    so that a payload holding, say, a numpy array fails now rather than at resume."""
+    try:
+        torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+    except Exception as err:
+        raise CheckpointError(
+            path,
+            f"would be refused by torch.load(weights_only=True): {_reason(err)} (save only "
+            "tensors, dicts, lists, tuples, numbers, str and None)",
+        ) from err
 
 
 def _json_bytes(path: Path, payload: object) -> bytes:
@@ -162,14 +180,9 @@ def load_file(path: Path, name: str, *, map_location=None):
     """One file of a checkpoint: `.json` parsed, anything else through
     torch.load(weights_only=True). Any failure is a CheckpointError naming the file. Verify the
     checkpoint first (`verify_checkpoint`): this reads whatever bytes are there."""
-    file = Path(path) / name
     if name.endswith(".json"):
-        try:
-            return json.loads(file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise CheckpointError(file, "missing") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise CheckpointError(file, f"cannot be read as JSON ({err})") from None
+        return load_json(path, name)
+    file = Path(path) / name
     try:
         return torch.load(file, weights_only=True, map_location=map_location)
     except FileNotFoundError:

@@ -266,7 +266,10 @@ def config_fields() -> dict[str, dataclasses.Field]:
 def field_docs() -> dict[str, str]:
     """Each field's docstring (the string literal under it in TrainConfig), read from this
     file's source with `ast`: the CLI's help text, written once, beside the field."""
-    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    try:
+        tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    except OSError:  # installed without sources (bytecode only): help without the docstrings
+        return {}
     body = next(n.body for n in tree.body if getattr(n, "name", "") == "TrainConfig")
     docs = {}
     for node, after in itertools.pairwise(body):
@@ -330,6 +333,8 @@ def _parse_json(path: str, raw: bytes) -> dict:
 
     try:
         doc = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
+    except SpecError:
+        raise
     except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
         raise SpecError("--config", path, f"is not valid JSON ({err})") from None
     if not isinstance(doc, dict):

@@ -11,7 +11,8 @@ What makes an N-rank run the same computation as one process with the same globa
   (`grad_sync`: DDP's no_sync, FSDP2's set_requires_gradient_sync(False) on the others);
 - clipping: torch.nn.utils.clip_grad_norm_ on FSDP2's DTensor gradients reduces the shards'
   norms across ranks, so the norm is the full model's (`total_grad_norm` likewise);
-- the logged loss: the mean over ranks of each rank's mean (the loop's per-step `all_reduce_sum`, divided by N), the global
+- the logged loss: the mean over ranks of each rank's mean (the loop's
+  per-step `all_reduce_sum`, divided by N), the global
   batch's mean because every rank has the same number of rows.
 Checkpoints hold full (unsharded) tensors in the single-process format: `full_state` gathers
 FSDP2's shards for rank 0 to write, `ShardingLoad` cuts a full optimizer state back into them.
@@ -20,6 +21,7 @@ FSDP2's shards for rank 0 to write, `ShardingLoad` cuts a full optimizer state b
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -52,7 +54,25 @@ def init_distributed(device_kind: str) -> DistInfo:
         return DistInfo(0, 0, 1)
     rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
+        backend = "nccl" if device_kind == "cuda" else "gloo"
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+        if attempt is not None and "MASTER_ADDR" in os.environ:
+            # torchrun --max-restarts: the restarted workers meet in the same store as the dead
+            # ones, where gloo would find the dead ranks' addresses (seen: "connectFullMesh
+            # failed ... Connection refused"); a prefix per attempt gives each its own keys
+            store = dist.PrefixStore(
+                f"trainbudget/attempt-{attempt}",
+                dist.TCPStore(
+                    os.environ["MASTER_ADDR"],
+                    int(os.environ["MASTER_PORT"]),
+                    world,
+                    is_master=False,
+                    timeout=datetime.timedelta(minutes=10),
+                ),
+            )
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world)
+        else:
+            dist.init_process_group(backend=backend)
     if device_kind == "cuda":
         torch.cuda.set_device(local)
     return DistInfo(rank, local, world)

@@ -10,7 +10,6 @@ import torch.nn.functional as F
 
 from trainbudget.core.errors import SpecError
 
-
 EVAL_WINDOWS_PER_BATCH = 16
 """`eval_batches` counts batches of 16 windows (the default micro-batch) per source, whatever the
 run's micro-batch: runs with different batch sizes are scored on the same held-out windows."""

@@ -38,6 +38,9 @@ class Faults:
     kill_attempt: int = 0
     """...and only in this torchrun attempt (TORCHELASTIC_RESTART_COUNT), so a restarted worker
     runs through."""
+    term_step: int = 0
+    """Send SIGTERM to this process (every rank) right after step N's update (0: never): what a
+    scheduler does before preempting a job."""
 
     @classmethod
     def from_env(cls) -> Faults:
@@ -65,3 +68,5 @@ class Faults:
         attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         if self.kill_step == step and self.kill_rank == rank and self.kill_attempt == attempt:
             os.kill(os.getpid(), signal.SIGKILL)
+        if self.term_step == step:
+            os.kill(os.getpid(), signal.SIGTERM)

@@ -178,9 +178,25 @@ def verify_checkpoint(path: Path) -> dict:
         if file.name != MANIFEST and file.name not in listed:
             raise CheckpointError(file, "not in the manifest")
     for name, entry in listed.items():
-        if file_sha256(path / name) != entry["sha256"]:
+        try:
+            digest = file_sha256(path / name)
+        except OSError as err:
+            raise CheckpointError(path / name, f"cannot be read ({err.strerror})") from None
+        if digest != entry["sha256"]:
             raise CheckpointError(path / name, "SHA-256 differs from the manifest (file corrupt)")
     return manifest
+
+
+def load_json(path: Path, name: str):
+    """A JSON file of a checkpoint, parsed (what `checkpoint.load_file` does for `.json`,
+    without torch); a CheckpointError names the file."""
+    file = Path(path) / name
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(file, "missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(file, f"cannot be read as JSON ({err})") from None
 
 
 def _stderr(line: str) -> None:
@@ -226,18 +242,19 @@ def clean_partial(root: Path) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
         return []
-    removed = []
+    removed, restored = [], False
     for path in sorted(root.iterdir()):
         if path.name.startswith(OLD_PREFIX):
             final = root / path.name[len(OLD_PREFIX) :]
             if not final.exists() and (path / MANIFEST).is_file():
                 os.rename(path, final)
+                restored = True
                 continue
         elif not path.name.startswith((TMP_PREFIX, DEL_PREFIX)):
             continue
         _remove(path)
         removed.append(path)
-    if removed:
+    if removed or restored:
         fsync_dir(root)
     return removed
 

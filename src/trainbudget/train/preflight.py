@@ -217,13 +217,17 @@ def read_plan(path: str, *, seq_len: int | None = None) -> Plan:
         raise SpecError("plan", path, "its best plan does not fit in GPU memory (fits: false)")
     fields = {f.name for f in dataclasses.fields(Plan)}
     plan = Plan(**{k: v for k, v in layout.items() if k in fields})
+    inputs = doc.get("inputs")
+    planned = inputs.get("seq_len") if isinstance(inputs, dict) else None
+    # the core's layout rules; the plan's own seq_len (unknown: one that cp divides) for cp's
     problems = layout_problems(
-        plan, n_gpus=plan.n_gpus, seq_len=seq_len or 1, global_batch=layout["global_batch"]
+        plan,
+        n_gpus=plan.n_gpus,
+        seq_len=planned if _is_count(planned) else 2 * plan.cp,
+        global_batch=layout["global_batch"],
     )
     if problems:
         raise SpecError("plan", path, "plans[0].plan: " + problems[0])
-    inputs = doc.get("inputs")
-    planned = inputs.get("seq_len") if isinstance(inputs, dict) else None
     if seq_len is not None and planned is not None and planned != seq_len:
         raise SpecError(
             "seq_len", seq_len, f"the plan {path} is for seq_len {planned}; use the same"

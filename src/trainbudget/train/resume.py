@@ -116,6 +116,8 @@ def check_compatible(run, state: dict, path: Path) -> None:
     where = f"(checkpoint {path.name})"
     for key, old in state["spec"].items():
         new = spec_dict(run.spec).get(key)
+        if key == "name":  # derived from the fields (preset[overrides]): compare the fields
+            continue
         if new != old:
             raise SpecError(
                 f"model {key}", new, f"differs from {old!r} {where}; resume needs the same model"

@@ -1,0 +1,101 @@
+"""report.run_data: a run directory's files as the run report's numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from synthetic_runs import PREDICTED_STEP_SECONDS, TOKENS_PER_STEP, record, write_run
+
+from trainbudget.core.errors import SpecError
+from trainbudget.report.run_data import load_run_report
+
+
+def test_the_last_record_of_a_step_wins(synthetic_run: Path) -> None:
+    r = load_run_report(synthetic_run)
+    assert [p.step for p in r.points] == list(range(2, 31, 2))  # one point per step, sorted
+    by_step = {p.step: p for p in r.points}
+    assert by_step[20].loss == pytest.approx(record(20)["loss"])
+    assert by_step[22].loss == pytest.approx(record(22, loss_scale=0.95)["loss"])
+    assert r.replaced_records == 5
+    assert any("last record wins" in n for n in r.notes)
+
+
+def test_events_are_markers_not_points(synthetic_run: Path) -> None:
+    r = load_run_report(synthetic_run)
+    assert [(e.step, e.event) for e in r.events] == [(16, "rollback"), (20, "checkpoint")]
+    assert "skipped_batches=[15, 16]" in r.events[0].detail
+    # the rollback's spike loss (99) is not a point of the loss curve
+    assert all(p.loss is not None and p.loss < 10 for p in r.points)
+
+
+def test_fields_and_predictions(synthetic_run: Path) -> None:
+    r = load_run_report(synthetic_run)
+    p = r.points[-1]
+    assert r.tokens_per_step == TOKENS_PER_STEP
+    assert p.predicted_tokens_per_second == pytest.approx(TOKENS_PER_STEP / PREDICTED_STEP_SECONDS)
+    # MFU scales with tokens/s: the predicted step time's MFU
+    assert p.predicted_mfu == pytest.approx(0.3 * p.step_seconds / PREDICTED_STEP_SECONDS)
+    assert p.phases_seconds == {
+        "data": 0.001,
+        "forward": 0.04,
+        "backward": 0.08,
+        "optimizer": 0.004,
+    }
+    assert p.val_loss_by_source.keys() == {"docs", "code"}
+    s = r.summary
+    assert s is not None and s.step_seconds_error == 0.25
+    # no CUDA figure: the fake-tensor measurement stands in, and says so
+    assert s.memory_measured_peak_bytes == 88_231_640
+    assert s.memory_measured_by == "torch MemTracker on fake tensors"
+    assert s.predicted_tokens_per_second == pytest.approx(TOKENS_PER_STEP / 0.1)
+    assert s.reliability == {"rollbacks": 1, "checkpoints_written": 1}
+    assert r.config == {"model": "gpt2", "steps": 30}
+
+
+def test_a_running_run_has_no_summary(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "running", summary=False, config=False)
+    r = load_run_report(run)
+    assert r.summary is None and r.config == {}
+    assert any("still going" in n for n in r.notes)
+    # tokens per step from a record: tokens/s x step seconds
+    assert r.tokens_per_step == TOKENS_PER_STEP
+
+
+def test_wrong_types_and_unknown_keys_read_as_missing(tmp_path: Path) -> None:
+    run = tmp_path / "odd"
+    run.mkdir()
+    rows = [
+        {"step": 1, "loss": "high", "mfu": None, "memory_bytes": [1, 2], "eval": "n/a", "x": {}},
+        {"step": 2, "loss": 2.0, "tokens_per_second": True, "phases_seconds": {"data": "fast"}},
+        {"step": 3, "event": {"nested": "object"}},
+    ]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    (run / "summary.json").write_text("[not an object]")
+    r = load_run_report(run / "metrics.jsonl")  # the file itself works too
+    assert [(p.step, p.loss, p.tokens_per_second) for p in r.points] == [
+        (1, None, None),
+        (2, 2.0, None),
+    ]
+    assert r.points[1].phases_seconds == {}
+    assert r.summary is None
+    assert r.events[0].event == "{'nested': 'object'}"
+
+
+@pytest.mark.parametrize(
+    "content, field",
+    [("{not json\n", "metrics.jsonl:1"), ('{"loss": 1}\n', "step"), ("", "metrics")],
+)
+def test_bad_metrics_name_the_line(tmp_path: Path, content: str, field: str) -> None:
+    run = tmp_path / "bad"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(content)
+    with pytest.raises(SpecError) as err:
+        load_run_report(run)
+    assert field in err.value.field
+
+
+def test_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="not a run directory"):
+        load_run_report(tmp_path)

@@ -1,0 +1,320 @@
+"""preflight: the model, the data folder, the probes and the parallel plan, checked against the
+config before torch is imported and before anything is written; a plan from a real
+`trainbudget plan --json` resolved into the run's micro-batching and strategy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clirun import cli_json
+from trainbudget.core.errors import SpecError
+from trainbudget.data.prepare import prepare
+from trainbudget.data.tokenizers import BYTE_VOCAB_SIZE
+from trainbudget.train.config import TrainConfig
+from trainbudget.train.preflight import preflight, read_plan, read_probes
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+PLAN_ARGS = ("--model", "gpt2", "--gpus", "2", "--gpu", "h100-sxm", "--global-batch", "32")
+
+
+@pytest.fixture(scope="module")
+def plan_doc() -> dict:
+    """A real plan for 2 GPUs: data parallel, ZeRO 0-2 (the planner's pick)."""
+    return cli_json("plan", *PLAN_ARGS, "--seq-len", "1024", "--zero-stages", "1")
+
+
+@pytest.fixture(scope="module")
+def plan3_doc() -> dict:
+    return cli_json("plan", *PLAN_ARGS, "--seq-len", "1024", "--zero-stages", "3")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    text = root / "tiny.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 100, encoding="utf-8")
+    prepare([str(text)], root / "prepared", tokenizer="byte")
+    return root / "prepared"
+
+
+def write_json(path: Path, doc: object) -> str:
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return str(path)
+
+
+def config(tmp_path: Path, **kw) -> TrainConfig:
+    return TrainConfig(out=str(tmp_path / "run"), **kw)
+
+
+def refused(cfg: TrainConfig, **kw) -> SpecError:
+    with pytest.raises(SpecError) as err:
+        preflight(cfg, **kw)
+    return err.value
+
+
+# ---- the plan -------------------------------------------------------------------------------
+
+
+def test_plan_decides_micro_batching_and_strategy(tmp_path, plan_doc):
+    layout = plan_doc["plans"][0]["plan"]
+    assert (layout["dp"], layout["tp"], layout["zero"]) == (2, 1, 1)
+    pre = preflight(config(tmp_path, plan=write_json(tmp_path / "p.json", plan_doc)), world_size=2)
+    cfg = pre.config
+    assert (cfg.micro_batch, cfg.grad_accum, cfg.strategy) == (
+        layout["micro_batch"],
+        layout["grad_accum"],
+        "ddp",  # ZeRO 1: replicated weights
+    )
+    # the run's global batch is the plan's: micro_batch x grad_accum x processes
+    assert cfg.micro_batch * cfg.grad_accum * pre.world_size == layout["global_batch"]
+    assert pre.plan is not None and pre.plan.describe() == layout["description"]
+    # the loop calls preflight again on the resolved config: nothing changes, nothing conflicts
+    assert preflight(cfg, world_size=2).config == cfg
+
+
+def test_zero3_plan_runs_fsdp(tmp_path, plan3_doc):
+    assert plan3_doc["plans"][0]["plan"]["zero"] == 3
+    path = write_json(tmp_path / "p.json", plan3_doc)
+    assert preflight(config(tmp_path, plan=path), world_size=2).config.strategy == "fsdp"
+
+
+def test_plan_dp_must_match_the_processes(tmp_path, plan_doc, monkeypatch):
+    cfg = config(tmp_path, plan=write_json(tmp_path / "p.json", plan_doc))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    err = refused(cfg)  # alone: one process
+    assert err.field == "plan"
+    assert "dp=2" in err.rule and "torchrun --nproc-per-node 2" in err.rule
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it
+    assert preflight(cfg).world_size == 2
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    assert refused(cfg).field == "WORLD_SIZE"
+
+
+@pytest.mark.parametrize(
+    ("given", "explicit", "conflict"),
+    [
+        ({"micro_batch": 4}, {"micro_batch"}, "micro_batch"),
+        ({"grad_accum": 3}, {"grad_accum"}, "grad_accum"),
+        ({"strategy": "fsdp"}, {"strategy"}, "strategy"),
+        ({"micro_batch": 4}, None, "micro_batch"),  # not the default: taken as given
+        ({"strategy": "ddp"}, {"strategy"}, None),  # the plan's own value: no conflict
+        ({}, {"micro_batch"}, "micro_batch"),  # the default 16, given explicitly
+        ({}, None, None),  # defaults: the plan replaces them
+    ],
+)
+def test_plan_conflicts_with_values_the_user_gave(tmp_path, plan_doc, given, explicit, conflict):
+    cfg = config(tmp_path, plan=write_json(tmp_path / "p.json", plan_doc), **given)
+    if conflict is None:
+        resolved = preflight(cfg, world_size=2, explicit=explicit).config
+        assert resolved.micro_batch == plan_doc["plans"][0]["plan"]["micro_batch"]
+        return
+    err = refused(cfg, world_size=2, explicit=explicit)
+    assert err.field == conflict
+    assert "conflicts with the plan" in err.rule and "dp2" in err.rule
+
+
+def test_plan_with_model_parallelism_is_refused(tmp_path):
+    doc = cli_json(
+        "plan",
+        *("--model", "llama-2-70b", "--gpus", "16", "--gpu", "h100-sxm"),
+        *("--global-batch", "64", "--seq-len", "4096"),
+    )
+    assert doc["plans"][0]["plan"]["tp"] > 1
+    err = refused(config(tmp_path, plan=write_json(tmp_path / "p.json", doc)), world_size=16)
+    assert err.field == "plan"
+    assert f"data parallel only; this plan needs tp={doc['plans'][0]['plan']['tp']}" in err.rule
+
+
+def edited(doc: dict, **changes) -> dict:
+    doc = json.loads(json.dumps(doc))
+    for key, value in changes.items():
+        if value is None:
+            del doc["plans"][0]["plan"][key]
+        else:
+            doc["plans"][0]["plan"][key] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (lambda d: {"plan": d["plans"][0]["plan"]}, '"plans" list'),
+        (lambda d: [d], '"plans" list'),
+        (lambda d: {**d, "plans": []}, "no plans"),
+        (lambda d: {**d, "plans": [{"fits": True}]}, '"plan" object'),
+        (lambda d: edited(d, dp=None), 'no "dp"'),
+        (lambda d: edited(d, grad_accum=None), 'no "grad_accum"'),
+        (lambda d: edited(d, global_batch=None), 'no "global_batch"'),
+        (lambda d: edited(d, dp="2"), "plans[0].plan.dp"),
+        (lambda d: edited(d, global_batch=48), "global_batch (48)"),
+        (lambda d: edited(d, zero=4), "zero (4)"),
+        (lambda d: edited(d, tp=2, dp=1, global_batch=16), "needs tp=2"),
+        (lambda d: edited(d, zero_shard=1), "HSDP"),
+        (lambda d: edited(d, offload_optimizer="cpu"), "offload_optimizer=cpu"),
+        (lambda d: {**d, "plans": [{**d["plans"][0], "fits": False}]}, "does not fit"),
+    ],
+)
+def test_malformed_plan_file_names_the_problem(tmp_path, plan_doc, make, needle):
+    err = refused(
+        config(tmp_path, plan=write_json(tmp_path / "p.json", make(plan_doc))), world_size=2
+    )
+    assert err.field == "plan"
+    assert needle in err.rule
+
+
+def test_plan_file_unreadable_or_not_json(tmp_path):
+    assert "cannot be read" in refused(config(tmp_path, plan=str(tmp_path / "no.json"))).rule
+    (tmp_path / "p.json").write_text("dp = 2\n")
+    assert "not valid JSON" in refused(config(tmp_path, plan=str(tmp_path / "p.json"))).rule
+
+
+def test_plan_seq_len_is_checked_only_when_the_file_records_it(tmp_path, plan_doc):
+    assert "inputs" not in plan_doc  # `plan --json` does not record it: nothing to check
+    path = write_json(tmp_path / "p.json", {**plan_doc, "inputs": {"seq_len": 1024}})
+    assert read_plan(path, seq_len=1024).dp == 2
+    with pytest.raises(SpecError, match="seq_len 1024") as err:
+        read_plan(path, seq_len=128)
+    assert err.value.field == "seq_len"
+
+
+# ---- the model ------------------------------------------------------------------------------
+
+
+def test_embedded_corpus_resolves_the_default_model(tmp_path):
+    pre = preflight(config(tmp_path))
+    assert pre.data_meta is None and pre.vocab_size == BYTE_VOCAB_SIZE == 257
+    assert (pre.spec.n_layers, pre.spec.d_model, pre.spec.vocab_size) == (4, 128, 257)
+    assert pre.plan is None and pre.probes == () and pre.world_size == 1
+    assert not (tmp_path / "run").exists()  # preflight writes nothing
+
+
+@pytest.mark.parametrize(
+    ("kw", "field", "needle"),
+    [
+        ({"model": "dense:7B", "overrides": ()}, "model", "architecture"),
+        ({"model": "no-such-model"}, "model", "unknown"),
+        ({"overrides": ("n_layerz=2",)}, "--set", "unknown field"),
+        ({"overrides": ("n_heads=5",)}, "n_heads", "d_model"),
+        ({"overrides": ("vocab_size=100",)}, "vocab_size", "257"),
+        ({"seq_len": 512}, "seq_len", "max_seq_len (256"),
+    ],
+)
+def test_model_rules(tmp_path, kw, field, needle):
+    err = refused(config(tmp_path, **kw))
+    assert err.field == field
+    assert needle in str(err)
+
+
+def test_rope_positions_have_no_length_limit(tmp_path):
+    overrides = (*TrainConfig().overrides, "position=rope")
+    assert preflight(config(tmp_path, seq_len=512, overrides=overrides)).spec.position == "rope"
+
+
+def test_out_must_not_be_a_file(tmp_path):
+    (tmp_path / "run").write_text("not a folder")
+    assert refused(config(tmp_path)).field == "out"
+
+
+# ---- the data -------------------------------------------------------------------------------
+
+
+def test_prepared_folder_gives_its_meta(tmp_path, data_dir):
+    pre = preflight(config(tmp_path, data=str(data_dir)))
+    assert pre.data_meta["vocab_size"] == pre.vocab_size == 257
+    assert pre.data_meta["tokenizer"]["kind"] == "byte"
+
+
+def test_sequences_longer_than_a_source_are_refused(tmp_path, data_dir):
+    meta = json.loads((data_dir / "meta.json").read_text())
+    start, end = meta["sources"][0]["ranges"]["train"]
+    overrides = (*TrainConfig().overrides, "position=rope")
+    err = refused(config(tmp_path, data=str(data_dir), seq_len=end - start, overrides=overrides))
+    assert err.field == "seq_len" and "seq_len + 1" in err.rule
+    cfg = config(tmp_path, data=str(data_dir), seq_len=end - start - 1, overrides=overrides)
+    assert preflight(cfg).config.seq_len == end - start - 1
+
+
+def broken_copy(data_dir: Path, tmp_path: Path, meta_text=None, train_bytes=None) -> str:
+    copy = tmp_path / "data"
+    copy.mkdir()
+    meta = (data_dir / "meta.json").read_text()
+    (copy / "meta.json").write_text(meta if meta_text is None else meta_text(json.loads(meta)))
+    train = (data_dir / "train.bin").read_bytes()
+    (copy / "train.bin").write_bytes(train if train_bytes is None else train[:train_bytes])
+    return str(copy)
+
+
+def without(key: str):
+    return lambda meta: json.dumps({k: v for k, v in meta.items() if k != key})
+
+
+@pytest.mark.parametrize(
+    ("meta_text", "train_bytes", "needle"),
+    [
+        (lambda meta: "{not json", None, "cannot be read"),
+        (lambda meta: json.dumps({**meta, "format": "other"}), None, "sidecar"),
+        (without("vocab_size"), None, "vocab_size must be"),
+        (without("tokens"), None, "tokens.train must be"),
+        (lambda meta: json.dumps({**meta, "dtype": "float32"}), None, "dtype must be"),
+        (lambda meta: json.dumps({**meta, "sources": []}), None, "sources must be"),
+        (None, 100, "should hold"),
+    ],
+)
+def test_broken_data_folder_is_refused(tmp_path, data_dir, meta_text, train_bytes, needle):
+    data = broken_copy(data_dir, tmp_path, meta_text, train_bytes)
+    err = refused(config(tmp_path, data=data))
+    assert err.field == "data"
+    assert needle in err.rule
+
+
+def test_data_folder_without_meta(tmp_path):
+    (tmp_path / "raw").mkdir()
+    err = refused(config(tmp_path, data=str(tmp_path / "raw")))
+    assert err.field == "data" and "meta.json" in err.rule
+
+
+# ---- probes ---------------------------------------------------------------------------------
+
+
+def test_probes_are_read_up_front(tmp_path):
+    good = tmp_path / "probes.tsv"
+    good.write_text("# capitals\nThe capital of France is\t Paris\n\nOne, two,\t three\n")
+    pre = preflight(config(tmp_path, probes=str(good)))
+    assert pre.probes == (("The capital of France is", " Paris"), ("One, two,", " three"))
+    assert refused(config(tmp_path, probes=str(tmp_path / "none.tsv"))).field == "probes"
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("ok\tfine\nno tab here\n")
+    with pytest.raises(SpecError) as err:
+        read_probes(str(bad))
+    assert err.value.field == "probes:2"
+
+
+# ---- purity ---------------------------------------------------------------------------------
+
+
+def test_refusals_import_no_torch(tmp_path, plan_doc):
+    """In a fresh interpreter: the CLI's refusals (a config rule, a plan, a data folder) happen
+    before torch (and numpy) is imported."""
+    plan = write_json(tmp_path / "p.json", plan_doc)
+    code = (
+        "import contextlib, io, sys\n"
+        "from trainbudget.cli.main import main\n"
+        "codes = []\n"
+        "with contextlib.redirect_stderr(io.StringIO()):\n"
+        f"    for argv in ({['--steps', '0']!r}, {['--plan', plan]!r}, {['--data', SRC]!r}):\n"
+        f"        codes.append(main(['train', '--out', {str(tmp_path / 'run')!r}, *argv]))\n"
+        "print(codes, 'torch' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": SRC}
+    env.pop("WORLD_SIZE", None)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+    ).stdout
+    assert out.split() == ["[2,", "2,", "2]", "False"]
+    assert not (tmp_path / "run").exists()
