@@ -46,12 +46,12 @@ def _events(ax, r: RunReport) -> None:
         ax.axvline(e.step, color="#C44E52", ls="-.", lw=1.2)
         ax.annotate(
             e.event,
-            (e.step, 1),
+            (e.step, 0),  # at the bottom: legends sit at the top
             xycoords=("data", "axes fraction"),
-            xytext=(3, -3),
+            xytext=(3, 4),
             textcoords="offset points",
             rotation=90,
-            va="top",
+            va="bottom",
             fontsize=9,
             color="#C44E52",
         )
