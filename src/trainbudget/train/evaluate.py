@@ -55,23 +55,6 @@ def evaluate(model, data, cfg, device, info=None, *, sharded: bool = False) -> d
     }
 
 
-def read_probes(path: str) -> list[tuple[str, str]]:
-    """`prompt<TAB>target` lines (blank lines and '#' comments skipped)."""
-    pairs = []
-    try:
-        lines = open(path, encoding="utf-8").read().splitlines()  # noqa: SIM115
-    except OSError as err:
-        raise SpecError("probes", path, f"cannot be read ({err.strerror})") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        if "\t" not in line:
-            raise SpecError(f"probes:{number}", line, "expected prompt<TAB>target")
-        prompt, target = line.split("\t", 1)
-        pairs.append((prompt, target))
-    return pairs
-
-
 @torch.no_grad()
 def probe_probabilities(model, tokenizer, probes, device) -> dict[str, float]:
     """P(target | prompt) = product of the target tokens' probabilities after the prompt."""

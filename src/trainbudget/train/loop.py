@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.reliability import mtbf_seconds, young_interval_seconds
 from trainbudget.model.optim import weight_dtype
 from trainbudget.model.transformer import build_model
 from trainbudget.profile.device import identify_device, resolve_device
@@ -37,28 +36,22 @@ from trainbudget.train.distributed import (
     total_grad_norm,
     wrap_model,
 )
-from trainbudget.train.evaluate import evaluate, probe_probabilities, read_probes
+from trainbudget.train.evaluate import evaluate, probe_probabilities
 from trainbudget.train.faults import Faults
 from trainbudget.train.guard import StepGuard, Verdict
 from trainbudget.train.metrics import MetricsWriter, Progress
 from trainbudget.train.preflight import preflight
-from trainbudget.train.resume import find_checkpoint, log_main, restore_run, save_run
+from trainbudget.train.recovery import (
+    Interrupted,
+    maybe_save,
+    rollback,
+    skip_step,
+    time_due,
+)
+from trainbudget.train.resume import find_checkpoint, log_main, restore_run
 from trainbudget.train.schedule import Schedule, apply_lr
 from trainbudget.train.setup import make_optimizer, mixed_precision, seed_everything
 from trainbudget.train.summary import summarize
-
-
-class TrainingHalted(RuntimeError):
-    """The run stopped itself (non-finite steps or spikes it may not get past); the last
-    checkpoint is intact."""
-
-
-class Interrupted(RuntimeError):
-    """SIGTERM/SIGINT: a checkpoint was saved and the run stopped; `--resume` continues it."""
-
-    def __init__(self, signum: int, message: str) -> None:
-        super().__init__(message)
-        self.signum = signum
 
 
 @dataclass(eq=False)
@@ -82,6 +75,7 @@ class Run:
     faults: Faults
     checkpoint_root: Path
     tokens_per_step: int
+    probes: tuple[tuple[str, str], ...] = ()
     step: int = 0
     """Iterations done (skipped non-finite steps count; a rollback goes back)."""
     signal: int = 0
@@ -199,6 +193,7 @@ def _start(cfg: TrainConfig, faults: Faults) -> Run:
         faults=faults,
         checkpoint_root=root,
         tokens_per_step=cfg.micro_batch * cfg.grad_accum * cfg.seq_len * info.world_size,
+        probes=pre.probes,
     )
     if cfg.resume:
         _resume(run)
@@ -249,7 +244,7 @@ def _signals(run: Run):
 
 def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
     cfg = run.cfg
-    probes = read_probes(cfg.probes) if cfg.probes else []
+    probes = run.probes
     if run.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(run.device)
     first = run.step
@@ -264,11 +259,11 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         seconds = time.perf_counter() - t_step
         run.guard.record(loss, verdict)
         if verdict.reason == "spike":
-            _rollback(run, writer, loss, verdict)
+            rollback(run, writer, loss, verdict)
             continue
         run.step += 1
         if verdict.reason == "nonfinite":
-            _skipped(run, writer, loss, grad_norm, verdict)
+            skip_step(run, writer, loss, grad_norm, verdict)
         if run.step > first + 1:  # the first step includes warm-up (allocation, compilation)
             run.step_times.append(seconds)
         if verdict.ok and (logged or run.step == cfg.steps):
@@ -291,7 +286,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
             tps = record["tokens_per_second"]
             progress.update(run.step, f"loss {loss:.3f}  {tps:,.0f} tok/s{mfu}")
         run.faults.maybe_kill(run.step, run.info.rank)
-        _maybe_save(run, writer, time_due=flags["time_due"], force=bool(flags["signal"]))
+        maybe_save(run, writer, time_due=flags["time_due"], force=bool(flags["signal"]))
         if flags["signal"]:
             signum = run.signal or signal.SIGTERM  # another rank's signal: stop like SIGTERM
             name = signal.Signals(signum).name
@@ -344,12 +339,12 @@ def _step(run: Run, logged: bool):
         else total_grad_norm(run.model.parameters())  # distributed: the full norm under FSDP2
     )
     # one all-reduce: the global mean loss and the flags every rank must agree on
-    time_due = run.info.is_main and _time_due(run)
+    save_by_time = run.info.is_main and time_due(run)
     packet = torch.stack(
         [
             loss_sum.float(),
             torch.tensor(float(run.signal), device=run.device),
-            torch.tensor(float(time_due), device=run.device),
+            torch.tensor(float(save_by_time), device=run.device),
         ]
     )
     packet = all_reduce_sum(packet, run.info).tolist()
@@ -391,100 +386,6 @@ def _record(run: Run, loss, lr, grad_norm, seconds, phases, batch_crc) -> dict:
         "phases_seconds": phases,
         **run.guard.counters(),
     }
-
-
-def _skipped(run: Run, writer, loss, grad_norm, verdict: Verdict) -> None:
-    writer.write(
-        {
-            "step": run.step,
-            "event": "skipped_nonfinite",
-            "detail": verdict.detail,
-            "loss": loss if math.isfinite(loss) else None,
-            "grad_norm": grad_norm if math.isfinite(grad_norm) else None,
-            **run.guard.counters(),
-        }
-    )
-    log_main(run, f"step {run.step}: {verdict.detail}; update skipped")
-    cfg = run.cfg
-    if cfg.on_nonfinite == "halt":
-        raise TrainingHalted(
-            f"step {run.step}: {verdict.detail} (on_nonfinite = halt); the last checkpoint is "
-            f"in {run.checkpoint_root}"
-        )
-    if run.guard.consecutive_skips >= cfg.max_consecutive_skips:
-        raise TrainingHalted(
-            f"{run.guard.consecutive_skips} steps in a row were not finite (max_consecutive_skips"
-            f" = {cfg.max_consecutive_skips}); lower the learning rate and resume from "
-            f"{run.checkpoint_root}"
-        )
-
-
-def _rollback(run: Run, writer, loss: float, verdict: Verdict) -> None:
-    """The article's remedy for a loss spike: back to the newest good checkpoint, and skip the
-    batches since then (the bad batch among them). At most max_rollbacks times."""
-    guard, cfg = run.guard, run.cfg
-    bad_batch = run.batches.step - 1  # 0-based: the batch just drawn
-    if guard.rollbacks >= cfg.max_rollbacks:
-        raise TrainingHalted(
-            f"loss spike at step {run.step + 1} ({verdict.detail}) after {guard.rollbacks} "
-            f"rollbacks (max_rollbacks = {cfg.max_rollbacks})"
-        )
-    path = find_checkpoint(run)
-    guard.rollbacks += 1
-    if path is None:  # nothing to go back to: drop the batch, keep the weights
-        first_bad, target = bad_batch, "none (update skipped)"
-        run.step += 1
-    else:
-        state = restore_run(run, path, rollback=True)
-        first_bad, target = int(state["data_step"]), path.name
-    guard.skipped_data_steps.extend(range(first_bad, bad_batch + 1))
-    run.batches.step, run.batches.micro = bad_batch + 1, 0
-    event = {
-        "step": run.step,
-        "event": "rollback",
-        "detail": verdict.detail,
-        "loss": loss,
-        "checkpoint": target,
-        "skipped_batches": [first_bad + 1, bad_batch + 1],
-        **guard.counters(),
-    }
-    writer.write(event)
-    log_main(
-        run,
-        f"loss spike ({verdict.detail}): rolled back to {target}, skipping batches "
-        f"{first_bad + 1}-{bad_batch + 1} (rollback {guard.rollbacks}/{cfg.max_rollbacks})",
-    )
-
-
-def _interval_seconds(run: Run) -> float | None:
-    minutes = run.cfg.checkpoint_minutes
-    if minutes == "auto":
-        if run.save_seconds is None:
-            return 0.0  # save once early to measure the write time
-        mtbf = mtbf_seconds(run.info.world_size, run.cfg.gpu_failure_rate_per_day)
-        # Young-Daly: sqrt(2 x write seconds x MTBF); a write of 0 s would mean "always"
-        return young_interval_seconds(max(run.save_seconds, 1e-3), mtbf)
-    return minutes * 60 if minutes else None
-
-
-def _time_due(run: Run) -> bool:
-    interval = _interval_seconds(run)
-    return interval is not None and time.monotonic() - run.last_save_time >= interval
-
-
-def _maybe_save(run: Run, writer, *, time_due: bool, force: bool) -> None:
-    every = run.cfg.checkpoint_every
-    due = force or time_due or run.step == run.cfg.steps or (every and run.step % every == 0)
-    if not due or run.last_save_step == run.step:
-        return
-    t = time.perf_counter()
-    path = save_run(run)
-    run.save_seconds = time.perf_counter() - t
-    run.last_save_step, run.last_save_time = run.step, time.monotonic()
-    run.checkpoints_written += 1
-    writer.write(
-        {"step": run.step, "event": "checkpoint", "path": str(path), "seconds": run.save_seconds}
-    )
 
 
 def memory_bytes(device: torch.device, budget) -> dict:
