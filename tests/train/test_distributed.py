@@ -35,6 +35,7 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 from trainbudget.core.errors import SpecError  # noqa: E402
 from trainbudget.data.loader import TokenDataset  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
+from trainbudget.train.checkpoint import list_checkpoints  # noqa: E402
 from trainbudget.train.data import TrainBatches  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -276,6 +277,10 @@ def test_bf16_mixed_master_weights_work_under_fsdp(runs):
     _assert_same_trajectory(got, want, {"loss": RTOL_BF16, "grad_norm": 2**-5, "lr": 1e-12})
 
 
+def _newest(out: Path) -> Path:
+    return list_checkpoints(out / "checkpoints")[0]
+
+
 def _load(path: Path) -> dict:
     return torch.load(path, weights_only=True, map_location="cpu")
 
@@ -292,11 +297,11 @@ def test_rank0_writes_full_checkpoint_and_summary_once(runs, name):
     assert summary["world_size"] == 2
     assert summary["tokens_per_step"] == 8 * 32  # the global batch, as in the 1-process run
     assert summary["loss_final"] == records[-1]["loss"]
-    state = json.loads((out / "checkpoint" / "state.json").read_text())
+    state = json.loads((_newest(out) / "state.json").read_text())
     assert state["step"] == STEPS
     assert state["loader"]["global_batch"] == 8 and state["loader"]["micro"] == 0
     # the model: the single-process format (no DDP "module." prefix, no FSDP2 DTensor shards)
-    model, ref = _load(out / "checkpoint" / "model.pt"), _load(ref_out / "checkpoint" / "model.pt")
+    model, ref = _load(_newest(out) / "model.pt"), _load(_newest(ref_out) / "model.pt")
     assert list(model) == list(ref)
     for key, value in model.items():
         assert type(value) is torch.Tensor and value.shape == ref[key].shape, key
@@ -307,8 +312,8 @@ def test_rank0_writes_full_checkpoint_and_summary_once(runs, name):
     # Adam, parameters whose gradient is ~0, such as attention's key bias, move by ~lr on
     # rounding noise, so the moments are compared rather than those parameters)
     opt, ref_opt = (
-        _load(out / "checkpoint" / "optimizer.pt"),
-        _load(ref_out / "checkpoint" / "optimizer.pt"),
+        _load(_newest(out) / "optimizer.pt"),
+        _load(_newest(ref_out) / "optimizer.pt"),
     )
     assert opt["param_groups"] == ref_opt["param_groups"]
     assert sorted(opt["state"]) == sorted(ref_opt["state"])
@@ -316,3 +321,43 @@ def test_rank0_writes_full_checkpoint_and_summary_once(runs, name):
         for key, value in per_param.items():
             assert type(value) is torch.Tensor
             torch.testing.assert_close(value, ref_opt["state"][index][key], rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_the_plan_from_trainbudget_plan_decides_the_layout(tmp_path):
+    # issue 5: "the plan (DP/ZeRO degree) can come from trainbudget plan"
+    from clirun import cli_json
+
+    model = [arg for arg in TINY[: TINY.index("--seq-len")]]
+    plan = cli_json(
+        "plan",
+        "--model",
+        "gpt2",
+        *model,
+        "--gpus",
+        "2",
+        "--gpu",
+        "h100-sxm",
+        "--global-batch",
+        "8",
+        "--seq-len",
+        "32",
+        "--zero-stages",
+        "3",
+        "--recompute-options",
+        "none",
+    )
+    layout = plan["plans"][0]["plan"]
+    assert (layout["dp"], layout["zero"]) == (2, 3)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    data = tmp_path / "data"
+    prepare(None, data, tokenizer="byte")
+    records = _train(tmp_path / "run", data, "--plan", str(path), *ADAMW, nproc=2, steps=4)
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["strategy"] == "fsdp"
+    assert (config["micro_batch"], config["grad_accum"]) == (
+        layout["micro_batch"],
+        layout["grad_accum"],
+    )
+    assert [r["step"] for r in records] == [1, 2, 3, 4]

@@ -84,6 +84,19 @@ def test_zero3_plan_runs_fsdp(tmp_path, plan3_doc):
     assert preflight(config(tmp_path, plan=path), world_size=2).config.strategy == "fsdp"
 
 
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_plan_decides_recomputation(tmp_path, plan_doc, recompute):
+    path = write_json(tmp_path / "p.json", edited(plan_doc, recompute=recompute))
+    assert preflight(config(tmp_path, plan=path), world_size=2).config.recompute == recompute
+
+
+def test_selective_recomputation_is_refused(tmp_path, plan_doc):
+    path = write_json(tmp_path / "p.json", edited(plan_doc, recompute="selective"))
+    err = refused(config(tmp_path, plan=path), world_size=2)
+    assert err.field == "plan" and "recompute=selective" in err.rule
+    assert "--recompute-options none,full" in err.rule
+
+
 def test_plan_dp_must_match_the_processes(tmp_path, plan_doc, monkeypatch):
     cfg = config(tmp_path, plan=write_json(tmp_path / "p.json", plan_doc))
     monkeypatch.delenv("WORLD_SIZE", raising=False)

@@ -23,7 +23,7 @@ from trainbudget.data.tokenizers import BYTE_VOCAB_SIZE
 from trainbudget.train.config import TrainConfig, config_fields
 
 TOKEN_BYTES = {"uint16": 2, "uint32": 4}  # the dtypes of data.files.token_dtype_name
-PLAN_DECIDES = ("strategy", "micro_batch", "grad_accum")
+PLAN_DECIDES = ("strategy", "micro_batch", "grad_accum", "recompute")
 _PLAN_INTS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "micro_batch", "grad_accum")
 _TRAINER_AXES = ("tp", "pp", "vpp", "cp", "ep")  # the trainer runs each of these at 1
 
@@ -269,10 +269,18 @@ def apply_plan(
             f"the plan is for dp={plan.dp} processes and this run has {world_size}; run it with "
             f"torchrun --nproc-per-node {plan.dp}",
         )
+    if plan.recompute not in ("none", "full"):
+        raise SpecError(
+            "plan",
+            cfg.plan,
+            f"the trainer recomputes none or full; this plan has recompute={plan.recompute} "
+            "(plan with --recompute-options none,full)",
+        )
     decided = {
         "strategy": "fsdp" if plan.zero == 3 else "ddp",
         "micro_batch": plan.micro_batch,
         "grad_accum": plan.grad_accum,
+        "recompute": plan.recompute,
     }
     defaults = config_fields()
     for name, value in decided.items():
