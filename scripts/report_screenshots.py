@@ -2,8 +2,12 @@
 docs/report-70b.png (the 70B / 15T / 1024 H100 plan) and docs/report-run.png (a short training
 run of the default model on this machine's CPU, trained first unless --run is given).
 
-    python scripts/report_screenshots.py                 # trains ~120 steps (30-60 s on 2 cores)
+    python scripts/report_screenshots.py                 # trains 120 steps first (about a minute)
     python scripts/report_screenshots.py --run RUN_DIR   # reuse a finished run
+
+The run trains on one CPU thread (OMP_NUM_THREADS=1 unless set): on a machine shared with
+other work, two threads that wait for each other time steps far from what the roofline measured
+at start-up predicts, one thread much less.
 
 Needs matplotlib, torch (for the training run) and a Chromium binary (chromium,
 chromium-browser or google-chrome on PATH). The screenshots are cut below the page's last line.
@@ -12,6 +16,7 @@ chromium-browser or google-chrome on PATH). The screenshots are cut below the pa
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # read when torch is imported, by `train`
 
 from trainbudget.cli.main import main  # noqa: E402  (after the path above)
 

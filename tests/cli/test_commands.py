@@ -447,6 +447,17 @@ def test_mfu_text() -> None:
 # ---------------------------------------------------------------- help and no arguments
 
 SUBCOMMAND_OPTIONS = {
+    "report": (
+        "--model",
+        "--run",
+        "--out",
+        "--png-dir",
+        "--json",
+        "--gpus",
+        "--tokens",
+        "--calibration",
+        "--scaling-gpus",
+    ),
     "train": (
         "--config",
         "--model",

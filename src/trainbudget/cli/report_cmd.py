@@ -103,20 +103,8 @@ def run(args: argparse.Namespace) -> int:
     return _plan_report(args)
 
 
-def _question(args: argparse.Namespace):
-    from trainbudget.core.hardware import get_hardware
-    from trainbudget.core.model_arg import resolve_model
-    from trainbudget.core.model_spec import ModelSpec
-    from trainbudget.core.precision import get_optimizer, get_precision
-    from trainbudget.report.plan_data import PlanQuestion
-
-    for flag in ("gpus", "global_batch", "tokens"):
-        if getattr(args, flag) is None:
-            raise SpecError(f"--{flag.replace('_', '-')}", None, "is needed with --model")
-    model = resolve_model(args.model, args.overrides)
-    if not isinstance(model, ModelSpec):
-        raise SpecError("--model", args.model, "the report needs an architecture, not dense:N")
-    hardware = get_hardware(args.gpu)
+def _failure_inputs(args: argparse.Namespace) -> tuple[float, float, list[str]]:
+    """(GPU failure rate per day, checkpoint write bytes/s, notes on the defaults used)."""
     notes = []
     rate = args.gpu_failure_rate_per_day
     if rate is None:
@@ -139,6 +127,24 @@ def _question(args: argparse.Namespace):
         write = parse_bandwidth(write, "checkpoint_write_bytes_per_second")
         if write <= 0:
             raise SpecError("checkpoint_write_bytes_per_second", write, "must be positive")
+    return rate, write, notes
+
+
+def _question(args: argparse.Namespace):
+    from trainbudget.core.hardware import get_hardware
+    from trainbudget.core.model_arg import resolve_model
+    from trainbudget.core.model_spec import ModelSpec
+    from trainbudget.core.precision import get_optimizer, get_precision
+    from trainbudget.report.plan_data import PlanQuestion
+
+    for flag in ("gpus", "global_batch", "tokens"):
+        if getattr(args, flag) is None:
+            raise SpecError(f"--{flag.replace('_', '-')}", None, "is needed with --model")
+    model = resolve_model(args.model, args.overrides)
+    if not isinstance(model, ModelSpec):
+        raise SpecError("--model", args.model, "the report needs an architecture, not dense:N")
+    hardware = get_hardware(args.gpu)
+    rate, write, notes = _failure_inputs(args)
     scaling = ()
     if args.scaling_gpus is not None:
         scaling = tuple(positive_int("scaling_gpus", s) for s in args.scaling_gpus.split(","))

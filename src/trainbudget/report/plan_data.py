@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from trainbudget.core.errors import SpecError
 from trainbudget.core.memory import checkpoint_bytes
 from trainbudget.core.params import count_params
-from trainbudget.core.planner import RankedPlan, why_best
+from trainbudget.core.planner import PlannerResult, RankedPlan, why_best
+from trainbudget.core.training_time import TrainingTime
 from trainbudget.report.failures_data import Failures, failures
 from trainbudget.report.plan_assumptions import plan_assumptions
 from trainbudget.report.plan_question import (
@@ -127,14 +128,9 @@ def _candidate(rank: int, r: RankedPlan) -> Candidate:
     )
 
 
-def plan_report(q: PlanQuestion) -> PlanReport:
-    """Search the layouts, answer the question, and gather every section's numbers."""
-    if q.tokens <= 0:
-        raise SpecError("tokens", q.tokens, "must be positive: the report answers how long")
-    result = search(q, q.cluster, top=q.top)
+def _answer(result: PlannerResult, t: TrainingTime) -> Answer:
     best = result.plans[0]
-    t = train_time(best, q.tokens, q.price_per_gpu_hour)
-    answer = Answer(
+    return Answer(
         plan=best.plan.describe(),
         fits=best.fits,
         step_seconds=best.time.step_seconds,
@@ -148,11 +144,13 @@ def plan_report(q: PlanQuestion) -> PlanReport:
         evaluated=result.evaluated,
         n_fitting=result.n_fitting,
     )
-    points, skipped = scaling(q, result)
-    hw = q.cluster.hardware
-    job_failures, problem = None, ""
+
+
+def _failures(q: PlanQuestion, useful_seconds: float) -> tuple[Failures | None, str]:
+    """(the job's failure figures, '') or (None, why not): the rest of the page still answers
+    the question when failures are so frequent that the job never finishes."""
     try:
-        job_failures = failures(
+        job = failures(
             n_gpus=q.cluster.n_gpus,
             gpu_failure_rate_per_day=q.gpu_failure_rate_per_day,
             checkpoint_bytes=checkpoint_bytes(
@@ -160,10 +158,23 @@ def plan_report(q: PlanQuestion) -> PlanReport:
             ),
             write_bytes_per_second=q.checkpoint_write_bytes_per_second,
             restart_seconds=q.restart_seconds,
-            useful_seconds=t.seconds,
+            useful_seconds=useful_seconds,
         )
-    except SpecError as err:  # the rest of the page still answers the question
-        problem = str(err)
+    except SpecError as err:
+        return None, str(err)
+    return job, ""
+
+
+def plan_report(q: PlanQuestion) -> PlanReport:
+    """Search the layouts, answer the question, and gather every section's numbers."""
+    if q.tokens <= 0:
+        raise SpecError("tokens", q.tokens, "must be positive: the report answers how long")
+    result = search(q, q.cluster, top=q.top)
+    best = result.plans[0]
+    t = train_time(best, q.tokens, q.price_per_gpu_hour)
+    points, skipped = scaling(q, result)
+    job_failures, problem = _failures(q, t.seconds)
+    hw = q.cluster.hardware
     return PlanReport(
         model=q.model.name,
         n_params=count_params(q.model).total,
@@ -178,7 +189,7 @@ def plan_report(q: PlanQuestion) -> PlanReport:
         precision=q.precision.name,
         optimizer=q.optimizer.name,
         price_per_gpu_hour=q.price_per_gpu_hour,
-        answer=answer,
+        answer=_answer(result, t),
         candidates=tuple(_candidate(i, r) for i, r in enumerate(result.plans, 1)),
         scaling=points,
         scaling_skipped=skipped,

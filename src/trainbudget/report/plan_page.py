@@ -72,7 +72,7 @@ def _scaling(r: PlanReport) -> Raw:
         (
             f"{p.n_gpus:,}",
             p.plan,
-            f"{p.train_days:.3g}",
+            f"{p.train_days:,.0f}" if p.train_days >= 100 else f"{p.train_days:.3g}",
             f"{p.gpu_hours:,.0f}",
             f"{p.cost:,.0f}" if p.cost is not None else "-",
             f"{p.tokens_per_second:,.0f}",

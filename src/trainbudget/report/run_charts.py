@@ -62,58 +62,55 @@ def _from_zero(ax, values: list[float]) -> None:
         ax.set_ylim(0, 1.25 * max(values))
 
 
+def _validation(ax, r: RunReport) -> None:
+    """Validation loss, per data source when there are several, and the unigram baseline."""
+    v_steps, v_loss = _series(r.points, "val_loss")
+    if v_steps:
+        ax.plot(
+            v_steps,
+            v_loss,
+            "D--",
+            color=COLORS["validation"],
+            ms=7,
+            lw=1.2,
+            label="validation loss",
+        )
+    sources = sorted({s for p in r.points for s in p.val_loss_by_source})
+    if len(sources) > 1:  # one source: the same numbers as the validation loss
+        for i, source in enumerate(sources):
+            pts = [
+                (p.step, p.val_loss_by_source[source])
+                for p in r.points
+                if source in p.val_loss_by_source
+            ]
+            ax.plot(
+                *zip(*pts, strict=True),
+                ls=":",
+                marker="o",
+                ms=4,
+                color=f"C{(i + 4) % 10}",
+                label=f"validation: {source}",
+            )
+    s = r.summary
+    if s is not None and s.unigram_entropy_nats is not None:
+        label = f"unigram entropy {s.unigram_entropy_nats:.2f} (no-context baseline)"
+        ax.axhline(s.unigram_entropy_nats, color="0.45", ls=":", lw=1.3, label=label)
+
+
 def loss_chart(r: RunReport) -> Chart:
     def paint(fig) -> None:
         ax = fig.subplots()
         steps, loss = _series(r.points, "loss")
-        ax.plot(
-            steps, loss, color=COLORS["measured"], lw=1.8, label="train loss", **_dots(len(steps))
-        )
-        v_steps, v_loss = _series(r.points, "val_loss")
-        if v_steps:
-            ax.plot(
-                v_steps,
-                v_loss,
-                "D--",
-                color=COLORS["validation"],
-                ms=7,
-                lw=1.2,
-                label="validation loss",
-            )
-        sources = sorted({s for p in r.points for s in p.val_loss_by_source})
-        if len(sources) > 1:  # one source: the same numbers as the validation loss
-            for i, source in enumerate(sources):
-                pts = [
-                    (p.step, p.val_loss_by_source[source])
-                    for p in r.points
-                    if source in p.val_loss_by_source
-                ]
-                ax.plot(
-                    *zip(*pts, strict=True),
-                    ls=":",
-                    marker="o",
-                    ms=4,
-                    color=f"C{(i + 4) % 10}",
-                    label=f"validation: {source}",
-                )
-        s = r.summary
-        if s is not None and s.unigram_entropy_nats is not None:
-            ax.axhline(
-                s.unigram_entropy_nats,
-                color="0.45",
-                ls=":",
-                lw=1.3,
-                label=f"unigram entropy {s.unigram_entropy_nats:.2f} (no-context baseline)",
-            )
+        dots = _dots(len(steps))
+        ax.plot(steps, loss, color=COLORS["measured"], lw=1.8, label="train loss", **dots)
+        _validation(ax, r)
         _events(ax, r)
-        if not steps:
+        title = f"Loss of {r.name}"
+        if len(loss) > 1:
+            title += f": {loss[0]:.3f} -> {loss[-1]:.3f} nats/token in {steps[-1]} steps"
+        elif not steps:
             _empty(ax, "no training loss logged yet")
-        elif len(loss) > 1:
-            ax.set_title(
-                f"Loss of {r.name}: {loss[0]:.3f} -> {loss[-1]:.3f} nats/token in {steps[-1]} steps"
-            )
-        else:
-            ax.set_title(f"Loss of {r.name}")
+        ax.set_title(title)
         if r.tokens_per_step:
             k = r.tokens_per_step
             top = ax.secondary_xaxis("top", functions=(lambda x: x * k, lambda t: t / k))
@@ -124,6 +121,40 @@ def loss_chart(r: RunReport) -> Chart:
         ax.legend(loc="upper right")
 
     return draw("loss", "training and validation loss against step", (11, 5.2), paint)
+
+
+def _mfu(ax, r: RunReport) -> None:
+    m_steps, mfu = _series(r.points, "mfu")
+    p_steps, pmfu = _series(r.points, "predicted_mfu")
+    ax.plot(m_steps, [100 * v for v in mfu], color=COLORS["measured"], lw=1.6, label="measured MFU")
+    ax.plot(
+        p_steps,
+        [100 * v for v in pmfu],
+        color=COLORS["predicted"],
+        ls="--",
+        lw=1.6,
+        label="predicted MFU",
+    )
+    _from_zero(ax, [100 * v for v in mfu + pmfu])
+    ax.set_ylabel("MFU (% of peak FLOP/s)")
+    ax.legend(loc="lower right")
+
+
+def _throughput_title(r: RunReport, ax, tps: list[float], p_tps: list[float]) -> str:
+    """The summary's median against the prediction (robust to a busy machine's slow steps);
+    while the run goes, the last logged step's."""
+    s = r.summary
+    title = "Throughput, measured vs predicted"
+    if s is not None and s.tokens_per_second is not None:
+        median = s.tokens_per_second
+        ax.axhline(median, color="black", lw=1.3, label="measured, median step")
+        if s.predicted_tokens_per_second:
+            error = median / s.predicted_tokens_per_second - 1
+            title += f": median {median:,.0f} vs {s.predicted_tokens_per_second:,.0f} "
+            title += f"tokens/s ({error:+.1%})"
+    elif tps and p_tps:
+        title += f" (last step {tps[-1]:,.0f} vs {p_tps[-1]:,.0f} tokens/s)"
+    return title
 
 
 def throughput_chart(r: RunReport) -> Chart:
@@ -143,47 +174,15 @@ def throughput_chart(r: RunReport) -> Chart:
             lw=1.8,
             label="predicted (core step-time model)",
         )
-        s = r.summary
-        title = "Throughput, measured vs predicted"
-        if s is not None and s.tokens_per_second is not None:
-            # the summary's figure: the median step, robust to a busy machine's slow steps
-            median = s.tokens_per_second
-            ax.axhline(median, color="black", lw=1.3, label="measured, median step")
-            if s.predicted_tokens_per_second:
-                error = median / s.predicted_tokens_per_second - 1
-                title += f": median {median:,.0f} vs {s.predicted_tokens_per_second:,.0f} "
-                title += f"tokens/s ({error:+.1%})"
-        elif tps and p_tps:
-            title += f" (last step {tps[-1]:,.0f} vs {p_tps[-1]:,.0f} tokens/s)"
+        ax.set_title(_throughput_title(r, ax, tps, p_tps))
         _from_zero(ax, tps + p_tps)
         ax.set_ylabel("throughput (tokens/s)")
         if not steps:
             _empty(ax, "no throughput logged yet")
-        ax.set_title(title)
         _events(ax, r)
         ax.legend(loc="upper left", ncol=2)
         if has_mfu:
-            ax_m = axes[1]
-            m_steps, mfu = _series(r.points, "mfu")
-            pm_steps, pmfu = _series(r.points, "predicted_mfu")
-            ax_m.plot(
-                m_steps,
-                [100 * v for v in mfu],
-                color=COLORS["measured"],
-                lw=1.6,
-                label="measured MFU",
-            )
-            ax_m.plot(
-                pm_steps,
-                [100 * v for v in pmfu],
-                color=COLORS["predicted"],
-                ls="--",
-                lw=1.6,
-                label="predicted MFU",
-            )
-            _from_zero(ax_m, [100 * v for v in mfu + pmfu])
-            ax_m.set_ylabel("MFU (% of peak FLOP/s)")
-            ax_m.legend(loc="lower right")
+            _mfu(axes[1], r)
         axes[-1].set_xlabel("optimizer step")
 
     size = (11, 6.5) if has_mfu else (11, 4.2)
