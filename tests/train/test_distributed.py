@@ -203,13 +203,13 @@ def runs(tmp_path_factory):
         # AdamW, gradient clipping at 1.0 (active: norms ~2): global batch 8 rows
         "single-adamw": (1, ("--micro-batch", "8", *ADAMW)),
         "ddp-adamw": (2, ("--micro-batch", "2", "--grad-accum", "2", *ADAMW)),
-        # SGD without clipping (the norm-only path); eval every 2 steps (same micro_batch: the
-        # held-out batches depend on it), FSDP2's forward outside training included
+        # SGD without clipping (the norm-only path); eval every 2 steps, FSDP2's forward
+        # outside training included
         "single-sgd": (
             1,
             ("--micro-batch", "4", "--grad-accum", "2", "--eval-interval", "2", *SGD),
         ),
-        "ddp-sgd": (2, ("--micro-batch", "4", *SGD)),
+        "ddp-sgd": (2, ("--micro-batch", "4", "--eval-interval", "2", *SGD)),
         "fsdp-sgd": (2, ("--micro-batch", "4", "--eval-interval", "2", "--strategy", "fsdp", *SGD)),
         "single-bf16": (1, ("--micro-batch", "8", *ADAMW, "--precision", "bf16-mixed")),
         "fsdp-bf16": (
@@ -253,9 +253,13 @@ def test_two_ranks_follow_the_single_process_trajectory(runs, strategy, optimize
 
 
 @pytest.mark.slow
-def test_fsdp_evaluates_like_one_process_between_steps(runs):
+@pytest.mark.parametrize("name", ["fsdp-sgd", "ddp-sgd"])
+def test_ranks_evaluate_like_one_process_between_steps(runs, name):
+    # FSDP2: every rank scores every held-out batch (each forward is a collective); DDP: the
+    # ranks split the batches and add up their sums. The held-out windows are the same whatever
+    # the micro-batch (ddp-sgd runs 4 rows per rank, single-sgd 4 x 2 accumulated)
     _, want = runs("single-sgd")
-    _, got = runs("fsdp-sgd")
+    _, got = runs(name)
     evals = [
         (g["eval"]["val_loss"], w["eval"]["val_loss"])
         for g, w in zip(got, want, strict=True)
