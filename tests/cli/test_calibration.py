@@ -48,6 +48,18 @@ def test_plan_uses_the_measured_matmul_efficiency(tmp_path):
     assert calibrated["step_seconds"] > default["step_seconds"]
 
 
+def test_the_matmul_fraction_of_the_runs_compute_dtype_is_used(tmp_path):
+    # an fp32 run takes the fp32 measurement; a file without one is refused by name, not
+    # silently calibrated with bf16's fraction
+    both = _calibration(tmp_path, matmul_fraction_of_peak={"bf16": 0.5, "fp32": 0.9})
+    fp32 = (*PLAN, "--precision", "fp32", "--calibration")
+    fast = cli_json(*fp32, both)["plans"][0]["step_seconds"]
+    slow_file = _calibration(tmp_path, matmul_fraction_of_peak={"bf16": 0.9, "fp32": 0.5})
+    assert cli_json(*fp32, slow_file)["plans"][0]["step_seconds"] > fast
+    code, _, err = cli(*fp32, _calibration(tmp_path))
+    assert code == 2 and "has no fp32 entry" in err
+
+
 def test_estimate_plan_mode_uses_it_too(tmp_path):
     args = (
         "estimate",

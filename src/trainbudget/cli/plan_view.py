@@ -10,6 +10,7 @@ from trainbudget.core.errors import SpecError
 from trainbudget.core.hardware import Hardware
 from trainbudget.core.plan import Plan
 from trainbudget.core.planner import RankedPlan
+from trainbudget.core.precision import get_precision
 from trainbudget.core.step_time import DEFAULT_EFFICIENCY, Efficiency
 from trainbudget.core.units import format_bytes
 
@@ -40,7 +41,10 @@ def efficiency_from_args(args: argparse.Namespace, hardware: Hardware) -> Effici
             args.calibration,
             f"was measured on {cal.catalog_key or cal.device_name}, not on {hardware.name}",
         )
-    return efficiency_from_calibration(cal)
+    # the matmul fraction measured in the dtype the run computes in (fp32 for --precision fp32)
+    precision = getattr(args, "precision", None)
+    dtype = get_precision(precision).compute_dtype if precision else "bf16"
+    return efficiency_from_calibration(cal, dtype=dtype)
 
 
 def add_plan_args(p: argparse.ArgumentParser) -> None:
