@@ -1,6 +1,7 @@
 """train/checkpoint.py and train/manifest.py: the checkpoint store of issue 6.
 
-Round trip, listing, retention, atomic replacement, two ranks; must-show 2 (SIGKILL at 20 random
+Round trip, listing, retention, atomic replacement, two ranks, a writer's dcp/ sub-folder (the
+manifest's names: plain, or dcp/NAME); must-show 2 (SIGKILL at 20 random
 points of a save, plus time-based kills: the previous checkpoint survives, the partial one is
 ignored and cleaned up); must-show 3 (truncated, flipped, missing, extra files and bad manifests
 are named at load and resume falls back); must-show 4 (a pickle that calls os.system is refused).
@@ -41,7 +42,7 @@ from trainbudget.train.checkpoint import (
     save_checkpoint,
     verify_checkpoint,
 )
-from trainbudget.train.manifest import write_manifest
+from trainbudget.train.manifest import read_manifest, valid_file_name, write_manifest
 from trainbudget.train.rng import capture_rng_state, restore_rng_state
 
 pytestmark = pytest.mark.torch
@@ -145,10 +146,23 @@ def test_keep_below_two_is_refused(tmp_path: Path, keep) -> None:
     assert not (tmp_path / "ckpt").exists()
 
 
-@pytest.mark.parametrize("name", ["../x.pt", ".hidden", MANIFEST, "a/b.pt", ""])
+@pytest.mark.parametrize(
+    "name", ["../x.pt", ".hidden", MANIFEST, "a/b.pt", "", "/abs.pt", "dcp/x.pt", "dcp/../x.pt"]
+)
 def test_bad_file_names_are_refused(tmp_path: Path, name: str) -> None:
+    # `files` are plain names; dcp/ is filled by a `writer` only
     with pytest.raises(SpecError, match="files"):
         save_checkpoint(tmp_path, 1, files={name: 1})
+
+
+def test_manifest_names_are_plain_or_one_level_in_dcp() -> None:
+    for name in ("model.pt", "state.json", "dcp/.metadata", "dcp/__0_0.distcp", "dcp/..x"):
+        assert valid_file_name(name), name
+    for name in (
+        *("", MANIFEST, ".hidden", "..", "../x.pt", "/etc/passwd", "a/b.pt", "other/.metadata"),
+        *("dcp/", "dcp/.", "dcp/..", "dcp/a/b", "dcp//x", "/dcp/x", "dcp/a\\b", "a\\b", None, 3),
+    ):
+        assert not valid_file_name(name), name
 
 
 def test_json_is_strict(tmp_path: Path) -> None:
@@ -261,6 +275,80 @@ def test_two_ranks_write_one_checkpoint(tmp_path: Path) -> None:
     errors = [e for e in results.values() if isinstance(e, CheckpointError)]
     assert len(errors) == 1 and "written twice" in str(errors[0]), results
     assert steps(tmp_path) == [7]
+
+
+def fake_dcp(tmp: Path) -> None:
+    """A writer as train.sharded's: DCP's files in tmp/dcp/, a hidden index among them."""
+    (tmp / "dcp").mkdir()
+    (tmp / "dcp" / "__0_0.distcp").write_bytes(bytes(range(256)) * 64)
+    (tmp / "dcp" / ".metadata").write_bytes(b"index")
+
+
+def test_a_writer_adds_a_dcp_folder_that_the_manifest_covers(tmp_path: Path) -> None:
+    points: list[str] = []
+    saved = {"state.json": {"step": 5}, "rank-00000.pt": {"rng": 1}}
+    path = save_checkpoint(tmp_path, 5, files=saved, writer=fake_dcp, fault=points.append)
+    # the writer runs after the ranks' files and before the manifest
+    assert points.index("writer-done") == points.index("before-manifest") - 1
+    assert points.index("writer-done") > points.index("file-written:state.json")
+    manifest = verify_checkpoint(path)
+    assert sorted(manifest["files"]) == [
+        "dcp/.metadata",
+        "dcp/__0_0.distcp",
+        "rank-00000.pt",
+        "state.json",
+    ]
+    assert manifest["files"]["dcp/__0_0.distcp"]["bytes"] == 256 * 64
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000005"]
+
+
+DCP_CORRUPTIONS = {
+    "flipped_bit": (lambda p: flip_middle_byte(p / "dcp" / "__0_0.distcp"), "dcp/__0_0.distcp"),
+    "missing_index": (lambda p: (p / "dcp" / ".metadata").unlink(), "dcp/.metadata"),
+    "extra_in_dcp": (lambda p: (p / "dcp" / "__1_0.distcp").write_bytes(b"x"), "dcp/__1_0.distcp"),
+    "folder_in_dcp": (lambda p: (p / "dcp" / "sub").mkdir(), "dcp/sub"),
+    "other_folder": (lambda p: (p / "other").mkdir(), "other"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DCP_CORRUPTIONS))
+def test_a_bad_dcp_file_is_named_and_resume_falls_back(tmp_path: Path, case: str) -> None:
+    for step in (100, 200):
+        save_checkpoint(tmp_path, step, files=files(step), writer=fake_dcp)
+    newer = tmp_path / "step-00000200"
+    corrupt, name = DCP_CORRUPTIONS[case]
+    corrupt(newer)
+    with pytest.raises(CheckpointError) as caught:
+        verify_checkpoint(newer)
+    assert caught.value.value == str(newer / name), str(caught.value)
+    lines: list[str] = []
+    assert latest_valid_checkpoint(tmp_path, log=lines.append) == tmp_path / "step-00000100"
+    assert lines[0].endswith("falling back to step-00000100")
+
+
+def test_a_manifest_naming_a_path_outside_the_checkpoint_is_refused(tmp_path: Path) -> None:
+    path = save_checkpoint(tmp_path, 1, files=files(1), writer=fake_dcp)
+    for bad in ("dcp/../../x", "/etc/passwd", "other/x", "dcp/sub/x"):
+
+        def outside(m: dict, bad=bad) -> dict:
+            m["files"][bad] = m["files"]["dcp/.metadata"]
+            return m
+
+        edit_manifest(path, outside)
+        with pytest.raises(CheckpointError, match=f"lists '{bad}', not a valid file name"):
+            read_manifest(path)
+        (path / MANIFEST).unlink()
+        write_manifest(path, 1, 1)
+
+
+def test_a_writer_may_not_write_outside_dcp(tmp_path: Path) -> None:
+    def elsewhere(tmp: Path) -> None:
+        (tmp / "shards").mkdir()
+        (tmp / "shards" / "x").write_bytes(b"x")
+
+    with pytest.raises(CheckpointError, match="is not a regular file"):
+        save_checkpoint(tmp_path, 1, files=files(1), writer=elsewhere)
+    assert steps(tmp_path) == []
 
 
 def run_ranks(target) -> None:

@@ -37,6 +37,7 @@ from trainbudget.data.loader import TokenDataset  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.train.checkpoint import list_checkpoints  # noqa: E402
 from trainbudget.train.data import TrainBatches  # noqa: E402
+from trainbudget.train.sharded import read_sharded  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -291,7 +292,7 @@ def _load(path: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["ddp-adamw", "fsdp-sgd", "fsdp-adamw"])
-def test_rank0_writes_full_checkpoint_and_summary_once(runs, name):
+def test_checkpoints_hold_the_single_process_state_and_the_summary_is_written_once(runs, name):
     out, records = runs(name)
     optimizer = name.split("-")[1]
     ref_out, _ = runs(f"single-{optimizer}")
@@ -304,8 +305,16 @@ def test_rank0_writes_full_checkpoint_and_summary_once(runs, name):
     state = json.loads((_newest(out) / "state.json").read_text())
     assert state["step"] == STEPS
     assert state["loader"]["global_batch"] == 8 and state["loader"]["micro"] == 0
-    # the model: the single-process format (no DDP "module." prefix, no FSDP2 DTensor shards)
-    model, ref = _load(_newest(out) / "model.pt"), _load(_newest(ref_out) / "model.pt")
+    # DDP: rank 0 writes model.pt/optimizer.pt; FSDP2: every rank writes its shards with DCP
+    # (dcp/). Either way the state reads back in the single-process format (no DDP "module."
+    # prefix, no FSDP2 DTensor shards)
+    if name.startswith("fsdp"):
+        assert not (_newest(out) / "model.pt").exists()
+        full = read_sharded(_newest(out) / "dcp")
+        model, opt = full["model"], full["optimizer"]
+    else:
+        model, opt = _load(_newest(out) / "model.pt"), _load(_newest(out) / "optimizer.pt")
+    ref = _load(_newest(ref_out) / "model.pt")
     assert list(model) == list(ref)
     for key, value in model.items():
         assert type(value) is torch.Tensor and value.shape == ref[key].shape, key
@@ -315,10 +324,7 @@ def test_rank0_writes_full_checkpoint_and_summary_once(runs, name):
     # the optimizer: full state tensors, the same as the 1-process run's (AdamW's moments; under
     # Adam, parameters whose gradient is ~0, such as attention's key bias, move by ~lr on
     # rounding noise, so the moments are compared rather than those parameters)
-    opt, ref_opt = (
-        _load(_newest(out) / "optimizer.pt"),
-        _load(_newest(ref_out) / "optimizer.pt"),
-    )
+    ref_opt = _load(_newest(ref_out) / "optimizer.pt")
     assert opt["param_groups"] == ref_opt["param_groups"]
     assert sorted(opt["state"]) == sorted(ref_opt["state"])
     for index, per_param in opt["state"].items():

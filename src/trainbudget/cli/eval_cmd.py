@@ -3,7 +3,8 @@ overall and per source, on the held-out split its run trained beside (or --data)
 its newest checkpoint that verifies (RUN_DIR/checkpoints/step-*, train/manifest.py); a step-*
 folder is verified and used as it is. The model is rebuilt from the checkpoint's state.json
 (spec and config) and its weights are read through checkpoint.load_file
-(torch.load(weights_only=True)). torch is imported inside run() only.
+(torch.load(weights_only=True)), or, from a sharded (FSDP2) checkpoint's dcp/ folder, through
+train.sharded (DCP in this one process, weights-only). torch is imported inside run() only.
 
 `open_checkpoint` and `open_data_dir` are shared with `trainbudget sample`."""
 
@@ -19,6 +20,7 @@ from trainbudget.cli.args import dumps_json, positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.train.manifest import (
     CHECKPOINTS_DIR,
+    DCP_DIR,
     MANIFEST,
     CheckpointError,
     latest_valid_checkpoint,
@@ -28,6 +30,7 @@ from trainbudget.train.manifest import (
 
 STATE_FILE = "state.json"
 WEIGHTS_FILE = "model.pt"
+SHARDED_INDEX = f"{DCP_DIR}/.metadata"  # a sharded checkpoint's weights: DCP's index and files
 
 
 def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
@@ -67,11 +70,13 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
 @dataclass
 class Checkpoint:
     dir: Path
-    """The checkpoint folder (holding state.json and model.pt)."""
+    """The checkpoint folder (holding state.json and model.pt, or dcp/)."""
     run_dir: Path
     step: int
     config: dict
     spec: object  # ModelSpec
+    sharded: bool = False
+    """The weights are in dcp/ (state.json's format "dcp": an FSDP2 run), not in model.pt."""
 
 
 def open_checkpoint(arg: str) -> Checkpoint:
@@ -85,12 +90,15 @@ def open_checkpoint(arg: str) -> Checkpoint:
     if not path.is_dir():
         raise SpecError("checkpoint", arg, "is not a directory (give the run's --out folder)")
     ckpt = _checkpoint_folder(path, arg)
-    if WEIGHTS_FILE not in verify_checkpoint(ckpt)["files"]:
-        raise CheckpointError(ckpt / WEIGHTS_FILE, "missing (not in the manifest)")
+    listed = verify_checkpoint(ckpt)["files"]
     state = load_json(ckpt, STATE_FILE)
     file = ckpt / STATE_FILE
     if not isinstance(state, dict):
         raise CheckpointError(file, "is not a JSON object")
+    sharded = state.get("format") == "dcp"
+    weights = SHARDED_INDEX if sharded else WEIGHTS_FILE
+    if weights not in listed:
+        raise CheckpointError(ckpt / weights, "missing (not in the manifest)")
     for key, kind in (("step", int), ("config", dict), ("spec", dict)):
         if not isinstance(state.get(key), kind) or isinstance(state[key], bool):
             raise CheckpointError(file, f"has no {key!r} ({kind.__name__})")
@@ -99,7 +107,7 @@ def open_checkpoint(arg: str) -> Checkpoint:
     except (TypeError, ValueError) as err:
         raise CheckpointError(file, f"spec is not a model ({err})") from None
     run_dir = ckpt.parent.parent if ckpt.parent.name == CHECKPOINTS_DIR else ckpt.parent
-    return Checkpoint(ckpt, run_dir, state["step"], state["config"], spec)
+    return Checkpoint(ckpt, run_dir, state["step"], state["config"], spec, sharded)
 
 
 def _checkpoint_folder(path: Path, arg: str) -> Path:
@@ -150,6 +158,8 @@ def pick_device(name: str):
 
 def load_model(ckpt: Checkpoint, device):
     """The reference model of the checkpoint's spec, in the dtype its weights were saved in."""
+    if ckpt.sharded:
+        return _load_sharded_model(ckpt, device)
     import torch
 
     from trainbudget.model.transformer import build_model
@@ -167,6 +177,19 @@ def load_model(ckpt: Checkpoint, device):
     except RuntimeError as err:
         first = str(err).strip().splitlines()[-1].strip()
         raise CheckpointError(ckpt.dir / WEIGHTS_FILE, f"does not fit its spec ({first})") from None
+    model.eval()
+    return model
+
+
+def _load_sharded_model(ckpt: Checkpoint, device):
+    """The model part of an FSDP2 run's dcp/ folder, the shards stitched into plain tensors by
+    DCP in this process (no process group; the optimizer's state is not read)."""
+    from trainbudget.model.transformer import build_model
+    from trainbudget.train.sharded import load_sharded, model_dtype
+
+    folder = ckpt.dir / DCP_DIR
+    model = build_model(ckpt.spec, device=device, init=False, dtype=model_dtype(folder))
+    load_sharded(folder, model)  # another model's keys or shapes: a CheckpointError
     model.eval()
     return model
 

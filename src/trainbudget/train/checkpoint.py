@@ -2,11 +2,13 @@
 
 `save_checkpoint` writes every file into a temporary folder beside the checkpoints, fsyncs them,
 writes a manifest with each file's SHA-256 and size last, then renames the folder into place
-and fsyncs the parent (the layout and the torch-free half: `manifest.py`). Loading goes through
-`load_file` only: JSON, or torch.load(weights_only=True), which unpickles tensors and plain
-containers and refuses anything that would call code. nanoGPT overwrites its one checkpoint in
-place and torch.load accepts a flipped bit silently; here a kill leaves the previous checkpoint,
-and `verify_checkpoint` rejects a bad file by name so that resume falls back to an older one.
+and fsyncs the parent (the layout and the torch-free half: `manifest.py`). A `writer` may add a
+dcp/ sub-folder (FSDP2's sharded state, `sharded.py`) that the manifest covers alike. Loading
+goes through `load_file` only: JSON, or torch.load(weights_only=True), which unpickles tensors
+and plain containers and refuses anything that would call code. nanoGPT overwrites its one
+checkpoint in place and torch.load accepts a flipped bit silently; here a kill leaves the
+previous checkpoint, and `verify_checkpoint` rejects a bad file by name so that resume falls
+back to an older one.
 """
 
 from __future__ import annotations
@@ -23,19 +25,20 @@ from trainbudget.core.errors import SpecError
 from trainbudget.train.manifest import (
     CHECKPOINTS_DIR,
     MANIFEST,
-    NAME_RULE,
+    PLAIN_RULE,
     TMP_PREFIX,
     CheckpointError,
     checkpoint_name,
     checkpoint_step,
     clean_partial,
     fsync_dir,
+    fsync_subfolders,
     latest_valid_checkpoint,
     list_checkpoints,
     load_json,
+    plain_file_name,
     prune,
     publish,
-    valid_file_name,
     verify_checkpoint,
     write_manifest,
 )
@@ -68,6 +71,7 @@ def save_checkpoint(
     rank: int = 0,
     world_size: int = 1,
     barrier: Callable[[], None] = lambda: None,
+    writer: Callable[[Path], None] | None = None,
     fault: Callable[[str], None] | None = None,
 ) -> Path:
     """Write checkpoint `root/step-XXXXXXXX` atomically; returns its folder. A collective.
@@ -81,8 +85,14 @@ def save_checkpoint(
     the leftovers of killed saves; the one just written is never deleted. Saving a step that
     exists (after a rollback or a resume) replaces it atomically.
 
+    `writer(tmp)`, when given, is called on every rank with the temporary folder, after the
+    ranks' files are written and before the barrier that precedes the manifest (so it may be a
+    collective, as DCP's save is); it writes into tmp/dcp/ only. Rank 0 fsyncs every file
+    there, and the folder, before hashing them into the manifest.
+
     `fault(point)` is for tests: called at "tmp-created", "file-written:<name>",
-    "before-manifest", "manifest-written", "before-rename", "renamed" and "pruned".
+    "writer-done", "before-manifest", "manifest-written", "before-rename", "renamed" and
+    "pruned".
     An error on one rank leaves the others waiting in `barrier`.
     """
     _check_arguments(step, files, keep, rank, world_size)
@@ -102,9 +112,13 @@ def save_checkpoint(
     for name, payload in files.items():
         _write_file(tmp / name, payload, encoded.get(name))
         fault(f"file-written:{name}")
+    if writer is not None:
+        writer(tmp)
+        fault("writer-done")
     barrier()
     if rank == 0:
         fault("before-manifest")
+        fsync_subfolders(tmp)  # the writer's files; ours were fsynced as they were written
         write_manifest(tmp, step, world_size)
         fault("manifest-written")
         fsync_dir(tmp)
@@ -131,8 +145,12 @@ def _check_arguments(step, files, keep, rank, world_size) -> None:
     if not isinstance(files, dict):
         raise SpecError("files", type(files).__name__, "must be a dict of name -> payload")
     for name in files:
-        if not valid_file_name(name):
-            raise SpecError("files", name, f"is not a valid checkpoint file name ({NAME_RULE})")
+        if not plain_file_name(name):
+            raise SpecError(
+                "files",
+                name,
+                f"is not a valid checkpoint file name ({PLAIN_RULE}; dcp/ is the writer's)",
+            )
 
 
 def _write_file(path: Path, payload: object, encoded: bytes | None) -> None:

@@ -14,8 +14,10 @@ What makes an N-rank run the same computation as one process with the same globa
 - the logged loss: the mean over ranks of each rank's mean (the loop's
   per-step `all_reduce_sum`, divided by N), the global
   batch's mean because every rank has the same number of rows.
-Checkpoints hold full (unsharded) tensors in the single-process format: `full_state` gathers
-FSDP2's shards for rank 0 to write, `ShardingLoad` cuts a full optimizer state back into them.
+Checkpoints: DDP and one-process runs hold full tensors in the single-process format, written
+by rank 0 (`full_state`); FSDP2 runs write their shards with torch.distributed.checkpoint
+(train.sharded). `ShardingLoad` cuts a full optimizer state into FSDP2's shards (a full
+checkpoint resumed under FSDP2).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ publishing and pruning. `checkpoint.py` adds the files themselves (torch.save / 
 A run keeps its checkpoints in `<out>/checkpoints/`:
 
     step-00000100/          a checkpoint: its files and, written last, manifest.json
-    step-00000200/
+    step-00000200/dcp/      a sharded run's model and optimizer (torch.distributed.checkpoint)
     .tmp-step-00000300/     being written (or left by a killed process): never a checkpoint
     .old-step-00000200/     an existing step-00000200 moved aside while the same step is re-saved
     .del-step-00000100/     a pruned checkpoint being deleted
@@ -12,8 +12,9 @@ A run keeps its checkpoints in `<out>/checkpoints/`:
 Only a `step-*` folder holding a manifest.json counts as a checkpoint, and it appears there in
 one atomic rename of a folder whose files were fsynced first; a kill at any moment leaves either
 the old set of checkpoints or the new one, plus leftovers that `clean_partial` removes.
-The manifest records the SHA-256 and size of every file: torch.load, DCP and safetensors load a
-file with a flipped bit without complaint, so the hash is what catches it.
+The manifest records the SHA-256 and size of every file, those of the `dcp/` sub-folder included
+(as `dcp/NAME`): torch.load, DCP and safetensors load a file with a flipped bit without
+complaint, so the hash is what catches it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,12 @@ TMP_PREFIX, OLD_PREFIX, DEL_PREFIX = ".tmp-", ".old-", ".del-"
 HASH_CHUNK_BYTES = 2**20  # checkpoint files can be GBs: hashed 1 MiB at a time
 _STEP_NAME = re.compile(r"step-(\d{8,})")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-NAME_RULE = f"plain, not hidden, no path separator, not {MANIFEST}"
+DCP_DIR = "dcp"
+SUBFOLDERS = (DCP_DIR,)
+"""The only folders a checkpoint holds, one level deep: dcp/ for torch.distributed.checkpoint's
+files (`.metadata`, `__R_N.distcp`), which it names itself (hidden ones included)."""
+PLAIN_RULE = f"plain, not hidden, no path separator, not {MANIFEST}"
+NAME_RULE = f"{PLAIN_RULE}; or {DCP_DIR}/NAME, NAME any file name but . and .."
 
 
 class CheckpointError(SpecError):
@@ -59,8 +65,8 @@ def checkpoint_step(path: str | Path) -> int:
     return int(match.group(1))
 
 
-def valid_file_name(name: object) -> bool:
-    """A file name inside a checkpoint folder: plain, not hidden, not the manifest."""
+def plain_file_name(name: object) -> bool:
+    """A file directly in a checkpoint folder: plain, not hidden, not the manifest."""
     return (
         isinstance(name, str)
         and name not in ("", MANIFEST)
@@ -68,6 +74,16 @@ def valid_file_name(name: object) -> bool:
         and "/" not in name
         and "\\" not in name
     )
+
+
+def valid_file_name(name: object) -> bool:
+    """A name a manifest may list: a plain file name, or `dcp/NAME` (one level, NAME neither
+    `.` nor `..` and without separators; hidden allowed, as DCP writes `.metadata`). Absolute
+    paths, `..` and hidden files outside dcp/ are refused."""
+    if not isinstance(name, str) or name.count("/") != 1:
+        return plain_file_name(name)
+    folder, file = name.split("/")
+    return folder in SUBFOLDERS and file not in ("", ".", "..") and "\\" not in file
 
 
 def list_checkpoints(root: Path) -> list[Path]:
@@ -100,14 +116,48 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_subfolders(folder: Path) -> None:
+    """fsync every file in `folder`'s sub-folders, then the sub-folders: what a writer other
+    than this module (DCP) put there is durable before the manifest vouches for it. fsync
+    through a read-only descriptor flushes a file's pages whoever wrote them (local file
+    systems; DCP also fsyncs its own files on each rank, for shared ones)."""
+    for name in SUBFOLDERS:
+        sub = folder / name
+        if not sub.is_dir():
+            continue
+        for path in sorted(sub.iterdir()):
+            if path.is_file():
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        fsync_dir(sub)
+
+
+def members(folder: Path) -> list[tuple[str, Path]]:
+    """(name as a manifest lists it, path) of everything in a checkpoint folder, sorted by
+    name: its entries, and instead of a sub-folder of SUBFOLDERS that folder's entries, named
+    `dcp/NAME`. Names are not checked here."""
+    found = []
+    for path in folder.iterdir():
+        if path.name in SUBFOLDERS and path.is_dir() and not path.is_symlink():
+            found += [(f"{path.name}/{inner.name}", inner) for inner in path.iterdir()]
+        else:
+            found.append((path.name, path))
+    return sorted(found)
+
+
 def write_manifest(folder: Path, step: int, world_size: int) -> dict:
-    """Hash every file in `folder` (every rank's: the folder is listed, not told) and write
-    manifest.json, fsynced. Returns the manifest."""
+    """Hash every file in `folder` and its dcp/ sub-folder (every rank's: the folder is
+    listed, not told) and write manifest.json, fsynced. Returns the manifest."""
     files = {}
-    for path in sorted(folder.iterdir()):
-        if not valid_file_name(path.name):
+    for name, path in members(folder):
+        if not valid_file_name(name):
             raise CheckpointError(path, f"is not a valid file name in a checkpoint ({NAME_RULE})")
-        files[path.name] = {"sha256": file_sha256(path), "bytes": path.stat().st_size}
+        if not path.is_file():
+            raise CheckpointError(path, "is not a regular file (a checkpoint holds files only)")
+        files[name] = {"sha256": file_sha256(path), "bytes": path.stat().st_size}
     manifest = {"format": FORMAT, "step": step, "world_size": world_size, "files": files}
     with open(folder / MANIFEST, "x", encoding="utf-8") as f:
         f.write(json.dumps(manifest, indent=2, allow_nan=False) + "\n")
@@ -154,7 +204,8 @@ def read_manifest(path: Path) -> dict:
 
 
 def verify_checkpoint(path: Path) -> dict:
-    """Check every file of a checkpoint against its manifest; returns the manifest.
+    """Check every file of a checkpoint (those in dcp/ included) against its manifest;
+    returns the manifest.
 
     Raises CheckpointError naming the first bad file: missing, truncated or grown, not in the
     manifest, or with another SHA-256. Sizes are checked for all files before any is hashed.
@@ -174,8 +225,8 @@ def verify_checkpoint(path: Path) -> dict:
             raise CheckpointError(
                 file, f"{what}: {size:,} bytes, the manifest says {entry['bytes']:,}"
             )
-    for file in sorted(path.iterdir()):
-        if file.name != MANIFEST and file.name not in listed:
+    for name, file in members(path):
+        if name != MANIFEST and name not in listed:
             raise CheckpointError(file, "not in the manifest")
     for name, entry in listed.items():
         try:

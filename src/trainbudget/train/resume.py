@@ -3,7 +3,11 @@ exactly), which checkpoint a resume takes (the newest that verifies, rank 0 deci
 what must not change across a resume, and the loss-spike rollback.
 
 Files of one checkpoint (train.checkpoint writes them atomically under a SHA-256 manifest):
-- model.pt, optimizer.pt: full (unsharded) state dicts, written by rank 0;
+- the model and the optimizer, in one of two formats (state.json's "format"):
+  "full": model.pt, optimizer.pt, full (unsharded) state dicts written by rank 0 (one process,
+  DDP); "dcp": dcp/, FSDP2's shards written by every rank through torch.distributed.checkpoint
+  (train.sharded), never gathered. Either loads into any run: a full one is cut into FSDP2's
+  shards, a dcp one resharded by DCP or stitched into plain tensors for one process;
 - state.json: step, tokens seen, the batch stream's position, the guard's window and counters,
   the gradient scaler, the config, the model spec and the data's identity;
 - rank-NNNNN.pt, one per rank: that rank's RNG states (python, numpy, torch, CUDA).
@@ -26,7 +30,9 @@ from trainbudget.train.checkpoint import (
     save_checkpoint,
 )
 from trainbudget.train.distributed import ShardingLoad, barrier, full_state, is_sharded
+from trainbudget.train.manifest import DCP_DIR
 from trainbudget.train.rng import capture_rng_state, restore_rng_state
+from trainbudget.train.sharded import load_sharded, save_sharded
 
 STATE_VERSION = 2
 
@@ -55,9 +61,10 @@ def data_identity(data) -> dict:
     }
 
 
-def run_state(run) -> dict:
+def run_state(run, fmt: str) -> dict:
     return {
         "version": STATE_VERSION,
+        "format": fmt,
         "step": run.step,
         "tokens_seen": run.step * run.tokens_per_step,
         "data_step": run.batches.step,
@@ -77,14 +84,26 @@ def spec_dict(spec) -> dict:
 
 def save_run(run) -> Path:
     """A collective: every rank calls it; returns the committed checkpoint folder."""
-    # distributed: FSDP2's shards are gathered into full tensors for rank 0 (a collective)
-    model_state = full_state(run.model.state_dict(), run.info)
-    optimizer_state = full_state(run.optimizer.state_dict(), run.info)
     files: dict[str, object] = {rank_file(run.info.rank): {"rng": capture_rng_state()}}
-    if run.info.is_main:
-        files.update(
-            {"model.pt": model_state, "optimizer.pt": optimizer_state, "state.json": run_state(run)}
-        )
+    writer = None
+    if is_sharded(run.model):
+        # distributed: each rank writes its FSDP2 shards into dcp/ (DCP's save, a collective)
+        def writer(tmp: Path) -> None:
+            save_sharded(tmp / DCP_DIR, run.model, run.optimizer)
+
+        if run.info.is_main:
+            files["state.json"] = run_state(run, "dcp")
+    else:
+        model_state = full_state(run.model.state_dict(), run.info)
+        optimizer_state = full_state(run.optimizer.state_dict(), run.info)
+        if run.info.is_main:
+            files.update(
+                {
+                    "model.pt": model_state,
+                    "optimizer.pt": optimizer_state,
+                    "state.json": run_state(run, "full"),
+                }
+            )
     return save_checkpoint(
         run.checkpoint_root,
         run.step,
@@ -93,6 +112,7 @@ def save_run(run) -> Path:
         rank=run.info.rank,
         world_size=run.info.world_size,
         barrier=lambda: barrier(run.info),
+        writer=writer,
     )
 
 
@@ -112,7 +132,8 @@ def find_checkpoint(run) -> Path | None:
 def check_compatible(run, state: dict, path: Path) -> None:
     """Refuse a resume whose model, data or training recipe differs from the checkpoint's,
     naming the field; a different world size is allowed when the global batch is the same
-    (checkpoints hold full tensors and the batch stream does not depend on the split)."""
+    (full checkpoints are cut into any sharding, DCP reshards its own, and the batch stream
+    does not depend on the split)."""
     where = f"(checkpoint {path.name})"
     for key, old in state["spec"].items():
         new = spec_dict(run.spec).get(key)
@@ -144,6 +165,29 @@ def restore_run(run, path: Path, *, rollback: bool = False) -> dict:
     stream's position (the caller moves it past the bad batches). Returns state.json."""
     state = load_file(path, "state.json")
     check_compatible(run, state, path)
+    if state.get("format", "full") == "dcp":  # checkpoints before the field are full
+        # distributed: each rank reads what its shards need (a collective); one process
+        # reads whole tensors
+        load_sharded(path / DCP_DIR, run.model, run.optimizer)
+    else:
+        _load_full(run, path)
+    run.guard.load_state_dict(state["guard"], counters=not rollback)
+    if state["scaler"]:  # empty unless fp16 loss scaling is on
+        run.scaler.load_state_dict(state["scaler"])
+    run.step = int(state["step"])
+    if rollback:
+        return state
+    run.batches.load_state_dict(state["loader"])
+    mine = path / rank_file(run.info.rank)
+    if state["world_size"] == run.info.world_size and mine.exists():
+        restore_rng_state(load_file(path, rank_file(run.info.rank))["rng"])
+    if run.device.type == "cuda":
+        torch.cuda.synchronize(run.device)
+    return state
+
+
+def _load_full(run, path: Path) -> None:
+    """model.pt and optimizer.pt into the run: as they are, or cut into FSDP2's shards."""
     model_state = load_file(path, "model.pt", map_location="cpu")
     if is_sharded(run.model):
         from torch.distributed.checkpoint.state_dict import (
@@ -158,16 +202,3 @@ def restore_run(run, path: Path, *, rollback: bool = False) -> dict:
     optimizer_state = load_file(path, "optimizer.pt", map_location=run.device)
     target = ShardingLoad(run.optimizer) if is_sharded(run.model) else run.optimizer
     target.load_state_dict(optimizer_state)
-    run.guard.load_state_dict(state["guard"], counters=not rollback)
-    if state["scaler"]:  # empty unless fp16 loss scaling is on
-        run.scaler.load_state_dict(state["scaler"])
-    run.step = int(state["step"])
-    if rollback:
-        return state
-    run.batches.load_state_dict(state["loader"])
-    mine = path / rank_file(run.info.rank)
-    if state["world_size"] == run.info.world_size and mine.exists():
-        restore_rng_state(load_file(path, rank_file(run.info.rank))["rng"])
-    if run.device.type == "cuda":
-        torch.cuda.synchronize(run.device)
-    return state
