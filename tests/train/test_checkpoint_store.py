@@ -1,21 +1,14 @@
-"""train/checkpoint.py and train/manifest.py: the checkpoint store of issue 6.
-
-Round trip, listing, retention, atomic replacement, two ranks, a writer's dcp/ sub-folder (the
-manifest's names: plain, or dcp/NAME); must-show 2 (SIGKILL at 20 random
-points of a save, plus time-based kills: the previous checkpoint survives, the partial one is
-ignored and cleaned up); must-show 3 (truncated, flipped, missing, extra files and bad manifests
-are named at load and resume falls back); must-show 4 (a pickle that calls os.system is refused).
-"""
+"""train/checkpoint.py and train/manifest.py: the checkpoint store of issue 6 -- round trip,
+listing, retention, atomic replacement, two ranks, a writer's dcp/ sub-folder (the manifest's
+names: plain, or dcp/NAME). Kills during a save: test_checkpoint_kill.py; corrupt and malicious
+files: test_checkpoint_corruption.py."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import pickle
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -28,6 +21,7 @@ pytest.importorskip("torch")
 
 import torch
 
+from checkpoint_payloads import edit_manifest, files, flip_middle_byte, loaded_step, steps
 from trainbudget.core.errors import SpecError
 from trainbudget.train import manifest as manifest_module
 from trainbudget.train.checkpoint import (
@@ -43,36 +37,12 @@ from trainbudget.train.checkpoint import (
     verify_checkpoint,
 )
 from trainbudget.train.manifest import read_manifest, valid_file_name, write_manifest
-from trainbudget.train.rng import capture_rng_state, restore_rng_state
+from trainbudget.train.rng import restore_rng_state
 
 pytestmark = pytest.mark.torch
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
-N_WEIGHTS = 2**16  # model.pt: 256 KiB of float32, so its middle byte is tensor data
-
-
-def files(step: int, n_weights: int = 8) -> dict[str, object]:
-    """What rank 0 of the trainer saves, in miniature."""
-    return {
-        "model.pt": {"w": torch.arange(n_weights, dtype=torch.float32) + step},
-        "optimizer.pt": {
-            "state": {0: {"exp_avg": torch.full((3,), float(step))}},
-            "param_groups": [{"lr": 1e-3, "params": [0]}],
-        },
-        "state.json": {"step": step, "tokens_seen": 64 * step, "loader": {"step": step}},
-        "rank-00000.pt": {"rng": capture_rng_state()},
-    }
-
-
-def steps(root: Path) -> list[int]:
-    return [checkpoint_step(p) for p in list_checkpoints(root)]
-
-
-def loaded_step(path: Path) -> int:
-    step = load_file(path, "state.json")["step"]
-    assert torch.equal(load_file(path, "model.pt")["w"][:8], torch.arange(8.0) + step), path
-    return step
 
 
 # ---------------------------------------------------------------- round trip, listing, retention
@@ -357,244 +327,3 @@ def run_ranks(target) -> None:
         t.start()
     for t in threads:
         t.join(timeout=60)
-
-
-# ---------------------------------------------------------------- must-show 2: kill -9
-
-NAMED_POINTS = [
-    "tmp-created",
-    *(f"file-written:{n}" for n in ("model.pt", "optimizer.pt", "state.json", "rank-00000.pt")),
-    "before-manifest",
-    "manifest-written",
-    "before-rename",
-    "renamed",
-    "pruned",
-]
-KILL_FLOATS = 2**19  # model.pt 2 MiB, optimizer.pt 1 MiB: room to die mid-write
-
-
-def kill_plan(seed: int) -> list[dict]:
-    """20 points drawn by a seeded generator: every named point once and 10 byte offsets inside
-    the writes of model.pt and optimizer.pt, shuffled; then 3 kills at random times."""
-    rng = random.Random(seed)
-    kills = [{"kind": "point", "at": p} for p in NAMED_POINTS]
-    for _ in range(20 - len(kills)):
-        name, size = rng.choice([("model.pt", 4 * KILL_FLOATS), ("optimizer.pt", 2 * KILL_FLOATS)])
-        kills.append({"kind": "write", "file": name, "bytes": rng.randrange(1, size)})
-    rng.shuffle(kills)
-    return kills + [{"kind": "time", "fraction": rng.uniform(0.0, 1.5)} for _ in range(3)]
-
-
-def describe(i: int, kill: dict, outcome: dict) -> str:
-    what = {k: v for k, v in kill.items() if k != "kind"}
-    ended = {k: v for k, v in outcome.items() if k != "root"}
-    return f"kill #{i} ({kill['kind']} {what}; child ended {ended})"
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork and SIGKILL")
-def test_sigkill_at_random_points_never_loses_the_previous_checkpoint(tmp_path: Path) -> None:
-    plan = {"base": str(tmp_path), "n_floats": KILL_FLOATS, "kills": kill_plan(seed=6)}
-    (tmp_path / "plan.json").write_text(json.dumps(plan))
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "checkpoint_kill.py"), str(tmp_path / "plan.json")],
-        env={**os.environ, "PYTHONPATH": str(SRC)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    outcomes = json.loads(proc.stdout)["kills"]
-    for i, (kill, outcome) in enumerate(zip(plan["kills"], outcomes, strict=True)):
-        check_after_kill(Path(outcome["root"]), kill, outcome, describe(i, kill, outcome))
-        shutil.rmtree(outcome["root"])  # megabytes each
-
-
-def check_after_kill(root: Path, kill: dict, outcome: dict, where: str) -> None:
-    killed = outcome["signal"] == signal.SIGKILL
-    assert not outcome["hung"], where
-    assert killed or (kill["kind"] == "time" and outcome["exit"] == 0), where
-    published = kill.get("at") in ("renamed", "pruned") or (
-        kill["kind"] == "time" and (root / "step-00000200").exists()
-    )
-    assert steps(root) == ([200, 100] if published else [100]), where
-    rejected: list[str] = []
-    latest = latest_valid_checkpoint(root, log=rejected.append)
-    assert rejected == [], where  # a kill never leaves a listed checkpoint that fails to verify
-    assert latest == root / checkpoint_name(200 if published else 100), where
-    assert loaded_step(latest) == (200 if published else 100), where
-    tmp = root / ".tmp-step-00000200"
-    # every named point and write comes after the temporary folder exists; a timed kill may not
-    assert tmp.exists() != published or kill["kind"] == "time", where
-    if kill["kind"] == "write":  # died inside torch.save: a truncated file was left
-        assert (tmp / kill["file"]).stat().st_size == kill["bytes"], where
-    partial = [tmp] if tmp.exists() else []
-    assert clean_partial(root) == partial, where
-    assert [p.name for p in root.iterdir() if p.name.startswith(".")] == [], where
-    save_checkpoint(root, 300, files=files(300), keep=2)  # the run goes on
-    assert steps(root) == [300, 200 if published else 100], where
-    assert loaded_step(latest_valid_checkpoint(root, log=pytest.fail)) == 300, where
-
-
-# ---------------------------------------------------------------- must-show 3: corrupt files
-
-
-def flip_middle_byte(path: Path) -> None:
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x10
-    path.write_bytes(bytes(data))
-
-
-def edit_manifest(path: Path, change) -> None:
-    file = path / MANIFEST
-    file.write_text(json.dumps(change(json.loads(file.read_text()))))
-
-
-def edited_hash(m: dict) -> dict:
-    m["files"]["state.json"]["sha256"] = "0" * 64
-    return m
-
-
-CORRUPTIONS = {
-    "truncated": (
-        lambda p: os.truncate(p / "model.pt", (p / "model.pt").stat().st_size // 2),
-        "model.pt",
-        "truncated: 131,",
-    ),
-    "grown": (lambda p: (p / "optimizer.pt").open("ab").write(b"x"), "optimizer.pt", "grown"),
-    "flipped_bit": (lambda p: flip_middle_byte(p / "model.pt"), "model.pt", "SHA-256 differs"),
-    "missing": (lambda p: (p / "optimizer.pt").unlink(), "optimizer.pt", "missing (listed"),
-    "extra": (lambda p: (p / "notes.txt").write_text("hi"), "notes.txt", "not in the manifest"),
-    "edited_hash": (lambda p: edit_manifest(p, edited_hash), "state.json", "SHA-256 differs"),
-    "manifest_not_json": (
-        lambda p: (p / MANIFEST).write_text('{"format": 1, "files": {'),
-        MANIFEST,
-        "cannot be read as JSON",
-    ),
-    "manifest_without_files": (
-        lambda p: edit_manifest(p, lambda m: {k: v for k, v in m.items() if k != "files"}),
-        MANIFEST,
-        "no 'files'",
-    ),
-    "manifest_of_another_step": (
-        lambda p: edit_manifest(p, lambda m: {**m, "step": 300}),
-        MANIFEST,
-        "says step 300",
-    ),
-}
-
-
-@pytest.fixture
-def two_checkpoints(tmp_path: Path) -> tuple[Path, Path, Path]:
-    for step in (100, 200):
-        save_checkpoint(tmp_path, step, files=files(step, N_WEIGHTS))
-    return tmp_path, tmp_path / "step-00000100", tmp_path / "step-00000200"
-
-
-@pytest.mark.parametrize("case", sorted(CORRUPTIONS))
-def test_corruption_is_named_and_resume_falls_back(two_checkpoints, case: str) -> None:
-    root, older, newer = two_checkpoints
-    corrupt, name, rule = CORRUPTIONS[case]
-    corrupt(newer)
-    with pytest.raises(CheckpointError) as caught:
-        verify_checkpoint(newer)
-    err = caught.value
-    assert err.field == "checkpoint" and err.value == str(newer / name), str(err)
-    assert rule in err.rule, str(err)
-    assert str(err).startswith(f"checkpoint = '{newer / name}': ")
-    lines: list[str] = []
-    assert latest_valid_checkpoint(root, log=lines.append) == older
-    assert lines == [f"checkpoint step-00000200 rejected: {err}; falling back to step-00000100"]
-    assert "\n" not in lines[0]
-    assert loaded_step(older) == 100
-    assert newer.exists()  # resume deletes nothing: the evidence stays
-
-
-def test_no_valid_checkpoint_left(two_checkpoints) -> None:
-    root, older, newer = two_checkpoints
-    (newer / "model.pt").unlink()
-    flip_middle_byte(older / "model.pt")
-    lines: list[str] = []
-    assert latest_valid_checkpoint(root, log=lines.append) is None
-    assert len(lines) == 2
-    assert lines[0].endswith("falling back to step-00000100")
-    assert lines[1].startswith("checkpoint step-00000100 rejected: checkpoint = ")
-    assert lines[1].endswith(
-        "SHA-256 differs from the manifest (file corrupt); no older valid checkpoint"
-    )
-
-
-def test_a_flipped_bit_loads_silently_without_the_hash(two_checkpoints) -> None:
-    """Why the manifest: torch.load(weights_only=True) accepts the flipped file."""
-    _, _, newer = two_checkpoints
-    clean = torch.load(newer / "model.pt", weights_only=True)["w"]
-    flip_middle_byte(newer / "model.pt")
-    flipped = torch.load(newer / "model.pt", weights_only=True)["w"]
-    assert flipped.shape == clean.shape
-    assert int((flipped != clean).sum()) == 1  # one weight silently changed
-    assert torch.equal(load_file(newer, "model.pt")["w"], flipped)  # load_file trusts verify
-    with pytest.raises(CheckpointError, match="SHA-256 differs"):
-        verify_checkpoint(newer)
-
-
-def test_load_file_names_the_file(tmp_path: Path) -> None:
-    path = save_checkpoint(tmp_path, 1, files=files(1))
-    (path / "state.json").write_text("{")
-    (path / "model.pt").write_bytes(b"not a zip")
-    for name, rule in [
-        ("state.json", "cannot be read as JSON"),
-        ("model.pt", "refused by torch.load(weights_only=True)"),
-        ("absent.pt", "missing"),
-        ("absent.json", "missing"),
-    ]:
-        with pytest.raises(CheckpointError) as caught:
-            load_file(path, name)
-        assert caught.value.value == str(path / name) and rule in caught.value.rule
-
-
-# ---------------------------------------------------------------- must-show 4: malicious pickle
-
-
-class Shell:
-    """Unpickling this runs a shell command: pickle calls os.system(command)."""
-
-    def __init__(self, command: str) -> None:
-        self.command = command
-
-    def __reduce__(self):
-        return (os.system, (self.command,))
-
-
-@pytest.mark.parametrize("writer", ["torch.save", "pickle"])
-def test_a_pickle_that_runs_a_command_is_refused(tmp_path: Path, writer: str) -> None:
-    path = save_checkpoint(tmp_path / "ckpt", 1, files=files(1))
-    pwned = tmp_path / "pwned"
-    evil = {"w": Shell(f"touch {pwned}")}
-    if writer == "torch.save":
-        torch.save(evil, path / "model.pt")
-    else:
-        (path / "model.pt").write_bytes(pickle.dumps(evil, protocol=2))
-    (path / MANIFEST).unlink()  # the attacker rewrites the manifest too
-    write_manifest(path, 1, 1)
-    verify_checkpoint(path)  # the hashes match: only the loader stands in the way
-    with pytest.raises(CheckpointError) as caught:
-        load_file(path, "model.pt")
-    assert caught.value.value == str(path / "model.pt")
-    assert "refused by torch.load(weights_only=True)" in caught.value.rule
-    assert "weights_only` set to `False" not in str(caught.value)  # no advice to retry unsafely
-    assert not pwned.exists()
-
-
-def test_the_malicious_pickle_is_armed(tmp_path: Path) -> None:
-    """The contrast: plain pickle runs the command (so the refusal above is what saves us)."""
-    armed = tmp_path / "armed"
-    pickle.loads(pickle.dumps({"w": Shell(f"touch {armed}")}))
-    assert armed.exists()
-
-
-def test_torch_save_payload_round_trips_through_a_buffer() -> None:
-    """load_file's path: the payload types save_checkpoint promises all load weights-only."""
-    payload = {"t": torch.ones(2), "l": [1, 2.5, "x", None], "d": {"n": 3}}
-    buf = io.BytesIO()
-    torch.save(payload, buf)
-    assert torch.load(io.BytesIO(buf.getvalue()), weights_only=True)["l"] == payload["l"]
