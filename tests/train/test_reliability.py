@@ -289,3 +289,30 @@ def test_a_fresh_run_never_overwrites_checkpoints(tmp_path, data, reference):
     assert r.returncode == 2
     assert "pass --resume" in r.stderr
     assert (out / "metrics.jsonl").read_bytes() == before
+
+
+def test_resume_may_train_longer_with_another_learning_rate(tmp_path, data):
+    # what a resume may change: steps (and so the default warm-up, a tenth of them), the
+    # learning rate and its schedule, for the steps to come
+    out = tmp_path / "run"
+    ok(train_cli(out, data, "--micro-batch", "4", "--steps", "3", "--warmup-steps", "-1"))
+    r = ok(
+        train_cli(
+            out,
+            data,
+            "--micro-batch",
+            "4",
+            "--resume",
+            "--steps",
+            "6",
+            "--warmup-steps",
+            "-1",
+            "--lr",
+            "5e-4",
+            "--schedule",
+            "cosine",
+        )
+    )
+    assert "resumed from" in r.stderr and "step-00000003" in r.stderr
+    assert sorted(steps(out)) == list(range(1, 7))
+    assert steps(out)[6]["lr"] < 5e-4  # the new cosine, decayed by the last step

@@ -36,9 +36,10 @@ from trainbudget.train.sharded import load_sharded, save_sharded
 
 STATE_VERSION = 2
 
-FIXED_FIELDS = ("optimizer", "precision", "seed", "seq_len", "schedule", "warmup_steps")
-"""Config fields a resume must not change: they decide the optimizer state's layout, the batch
-stream or the learning rate of the steps already taken. (steps, intervals and logging may.)"""
+FIXED_FIELDS = ("optimizer", "precision", "seed", "seq_len")
+"""Config fields a resume must not change: they decide the optimizer state's layout or the batch
+stream. The others may change: more steps, another learning rate or schedule (for the steps to
+come), intervals, logging."""
 
 
 def rank_file(rank: int) -> str:
