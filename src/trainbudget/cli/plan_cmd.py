@@ -76,7 +76,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _policy(args: argparse.Namespace) -> Policy:
+def policy_from_args(args: argparse.Namespace) -> Policy:
     try:
         zero = tuple(int(z) for z in args.zero_stages.split(","))
     except ValueError:
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         seq_len=seq_len,
         precision=get_precision(args.precision),
         optimizer=get_optimizer(args.optimizer),
-        policy=_policy(args),
+        policy=policy_from_args(args),
         top=positive_int("top", args.top),
     )
     if args.within_days is not None:

@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _probability(field: str, text: str) -> float:
+def parse_probability(field: str, text: str) -> float:
     """'0.0027' or '0.27%' -> 0.0027; must lie in (0, 1)."""
     rule = "must be a probability in (0, 1), e.g. 0.0027 or 0.27%"
     s = text.strip()
@@ -80,10 +80,10 @@ def _positive(field: str, text: str, value: float) -> float:
 def _inputs(args: argparse.Namespace) -> dict:
     per_month = None
     if args.failure_rate_per_month is not None:
-        per_month = _probability("failure_rate_per_month", args.failure_rate_per_month)
+        per_month = parse_probability("failure_rate_per_month", args.failure_rate_per_month)
         per_day = daily_rate_from_period(per_month, DAYS_PER_MONTH)
     else:
-        per_day = _probability("gpu_failure_rate_per_day", args.gpu_failure_rate_per_day)
+        per_day = parse_probability("gpu_failure_rate_per_day", args.gpu_failure_rate_per_day)
     return {
         "gpus": positive_int("gpus", args.gpus),
         "gpu_failure_rate_per_day": per_day,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from trainbudget.cli.args import nonnegative_float
-from trainbudget.cli.reliability_cmd import _probability
+from trainbudget.cli.reliability_cmd import parse_probability
 from trainbudget.core.errors import SpecError
 from trainbudget.core.reliability import DEFAULT_RESTART_SECONDS, reliability_report
 from trainbudget.core.units import SECONDS_PER_DAY, SECONDS_PER_HOUR, parse_bandwidth
@@ -45,7 +45,7 @@ def reliability_json(
         raise SpecError("checkpoint_write_bytes_per_second", write, "must be positive")
     report = reliability_report(
         n_gpus=n_gpus,
-        gpu_failure_rate_per_day=_probability("gpu_failure_rate_per_day", rate),
+        gpu_failure_rate_per_day=parse_probability("gpu_failure_rate_per_day", rate),
         checkpoint_bytes=checkpoint_bytes,
         write_bytes_per_second=bandwidth,
         useful_seconds=useful_seconds or SECONDS_PER_DAY,

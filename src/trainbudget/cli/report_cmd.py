@@ -8,9 +8,9 @@ import argparse
 from pathlib import Path
 
 from trainbudget.cli.args import dumps_json, nonnegative_float, positive_int
-from trainbudget.cli.plan_cmd import _policy as policy_from_args
+from trainbudget.cli.plan_cmd import policy_from_args
 from trainbudget.cli.plan_view import add_cluster_args, cluster_from_args, efficiency_from_args
-from trainbudget.cli.reliability_cmd import _probability
+from trainbudget.cli.reliability_cmd import parse_probability
 from trainbudget.cli.reliability_view import add_reliability_options
 from trainbudget.core.errors import SpecError
 from trainbudget.core.units import GB, parse_bandwidth
@@ -115,7 +115,7 @@ def _failure_inputs(args: argparse.Namespace) -> tuple[float, float, list[str]]:
             "--gpu-failure-rate-per-day"
         )
     else:
-        rate = _probability("gpu_failure_rate_per_day", rate)
+        rate = parse_probability("gpu_failure_rate_per_day", rate)
     write = args.checkpoint_write_bytes_per_second
     if write is None:
         write = DEFAULT_CHECKPOINT_WRITE_BYTES_PER_SECOND

@@ -284,7 +284,7 @@ def evaluate_arrays(
     scale = b / (tp * cp * n_layers)
 
     def matmul(flops: float, rows_: np.ndarray, n: float, k: float) -> np.ndarray:
-        """step_time._matmul_seconds: compute- or HBM-bound, whichever is slower."""
+        """step_time.matmul_seconds: compute- or HBM-bound, whichever is slower."""
         moved = e * (rows_ * k + k * n + rows_ * n)
         return np.maximum(
             flops / (peak * eff.matmul), flops / (2 * rows_ * n * k) * moved / (hbm * eff.hbm)

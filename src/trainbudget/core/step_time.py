@@ -90,7 +90,7 @@ class StepTime:
         )
 
 
-def _matmul_seconds(
+def matmul_seconds(
     flops: float, m: float, n: float, k: float, e: int, peak: float, hbm: float, eff: Efficiency
 ) -> float:
     """Roofline of one GEMM shape (m, k) @ (k, n): compute at the achievable peak, or the bytes
@@ -119,9 +119,9 @@ def _layer_compute_seconds(
     k_experts = (spec.experts_per_token + spec.n_shared_experts) if spec.is_moe else 1
     scale = b / (plan.tp * plan.cp * n)  # one layer's share of one sequence's FLOPs, per GPU
     mm = (
-        _matmul_seconds(fwd.qkv * scale, rows, (d_q + 2 * spec.d_kv) / t, d, e, peak, hbm, eff)
-        + _matmul_seconds(fwd.attn_proj * scale, rows, d, d_q / t, e, peak, hbm, eff)
-        + _matmul_seconds(
+        matmul_seconds(fwd.qkv * scale, rows, (d_q + 2 * spec.d_kv) / t, d, e, peak, hbm, eff)
+        + matmul_seconds(fwd.attn_proj * scale, rows, d, d_q / t, e, peak, hbm, eff)
+        + matmul_seconds(
             (fwd.mlp_up + fwd.mlp_gate) * scale,
             rows * k_experts,
             d_hidden / t * (2 if spec.mlp == "swiglu" else 1),
@@ -131,10 +131,8 @@ def _layer_compute_seconds(
             hbm,
             eff,
         )
-        + _matmul_seconds(
-            fwd.mlp_down * scale, rows * k_experts, d, d_hidden / t, e, peak, hbm, eff
-        )
-        + _matmul_seconds(fwd.router * scale, rows, spec.n_experts or 1, d, e, peak, hbm, eff)
+        + matmul_seconds(fwd.mlp_down * scale, rows * k_experts, d, d_hidden / t, e, peak, hbm, eff)
+        + matmul_seconds(fwd.router * scale, rows, spec.n_experts or 1, d, e, peak, hbm, eff)
     )
     heads = spec.n_heads / t
     hbm_rate = hbm * eff.hbm
@@ -145,10 +143,10 @@ def _layer_compute_seconds(
         # head, whose k = d_head makes them memory-bound on the s x s operand; then softmax
         # (read and write the s x s scores) and, with dropout, its mask and dropped copy
         q_rows = seq_len / plan.cp
-        attention = _matmul_seconds(
+        attention = matmul_seconds(
             fwd.scores * scale, q_rows, seq_len, spec.d_head, e, peak, hbm, eff
         )
-        attention += _matmul_seconds(
+        attention += matmul_seconds(
             fwd.attn_values * scale, q_rows, spec.d_head, seq_len, e, peak, hbm, eff
         )
         per_score = 2 * e + ((2 * e + MASK_BYTES) if dropout else 0)

@@ -4,7 +4,7 @@ Each op is one GEMM of one micro-batch on one GPU of the chosen plan, in the sha
 `step_time._layer_compute_seconds` times it: (rows, k) @ (k, n) with rows = micro-batch x
 seq_len / cp tokens and the weight split by TP. Its arithmetic intensity is
 `intensity.matmul_intensity`; its achieved FLOP/s is its FLOPs over the time
-`step_time._matmul_seconds` predicts (compute-bound at the matmul efficiency x peak, or
+`step_time.matmul_seconds` predicts (compute-bound at the matmul efficiency x peak, or
 memory-bound at the achievable HBM bandwidth), so the points are where the step-time model
 puts them. The attention core (FlashAttention, timed at its own efficiency) and the element-wise
 ops (norms, residuals, activations: bytes without counted FLOPs) have no point.
@@ -24,7 +24,7 @@ from trainbudget.core.precision import Precision
 
 # the step-time model's roofline of one GEMM; private there, used here so that the points sit
 # exactly where the step time puts them rather than on a second copy of the formula
-from trainbudget.core.step_time import Efficiency, _matmul_seconds
+from trainbudget.core.step_time import Efficiency, matmul_seconds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,7 +108,7 @@ def roofline(
     ops = []
     for name, rows, k, n in _shapes(spec, plan, seq_len):
         flops = matmul_flops(rows, k, n)
-        seconds = _matmul_seconds(flops, rows, n, k, e, peak, hbm, efficiency)
+        seconds = matmul_seconds(flops, rows, n, k, e, peak, hbm, efficiency)
         achieved = flops / seconds
         ops.append(
             RooflineOp(
