@@ -57,8 +57,12 @@ def run(args: argparse.Namespace) -> int:
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
     else:
+        # columns as wide as their longest entry, so long layouts keep the table aligned
+        w_run = max(len("run"), *(len(c.run_id) for c in comparisons))
+        w_layout = max(len("layout"), *(len(c.layout) for c in comparisons))
         print(
-            f"{'run':<34} {'GPUs':>6} {'layout':<46} {'measured':>9} {'predicted':>9} {'error':>7}"
+            f"{'run':<{w_run}} {'GPUs':>6} {'layout':<{w_layout}} {'measured':>9} "
+            f"{'predicted':>9} {'error':>7}"
         )
     for c in comparisons:
         note = " (excluded)" if c.run_id in EXCLUDED else ""
@@ -76,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
             print("| " + sep.join(cells) + " |")
         else:
             print(
-                f"{c.run_id:<34} {c.n_gpus:>6} {c.layout:<46} {c.measured_seconds:>9.3f} "
+                f"{c.run_id:<{w_run}} {c.n_gpus:>6} {c.layout:<{w_layout}} "
+                f"{c.measured_seconds:>9.3f} "
                 f"{c.predicted_seconds:>9.3f} {100 * c.error:>+6.1f}%{note}"
             )
     print()
