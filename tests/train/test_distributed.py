@@ -18,9 +18,7 @@ Timing on a 2-core CPU: about 5 s per 1-process run and 10 s per 2-rank run, ~85
 from __future__ import annotations
 
 import json
-import os
 import random
-import socket
 import string
 import subprocess
 import sys
@@ -38,10 +36,10 @@ from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.train.checkpoint import list_checkpoints  # noqa: E402
 from trainbudget.train.data import TrainBatches  # noqa: E402
 from trainbudget.train.sharded import read_sharded  # noqa: E402
+from trainrun import free_port, run_env  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 STEPS = 8
 TINY = (
     *("--set", "n_layers=1", "--set", "d_model=32", "--set", "n_heads=2"),
@@ -154,25 +152,6 @@ def test_resume_is_exact_and_checks_what_the_stream_depends_on(dataset):
 # -- real runs: torchrun, 2 CPU ranks, gloo on loopback ------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
-    env["OMP_NUM_THREADS"] = "1"  # two ranks on two cores: no oversubscription
-    env["CUDA_VISIBLE_DEVICES"] = ""  # the same test on a GPU machine
-    env["MASTER_ADDR"] = "127.0.0.1"
-    if Path("/sys/class/net/lo").exists():
-        env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only, whatever the hostname resolves to
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
-        env.pop(name, None)  # a test run under torchrun must not make the 1-process run join
-    return env
-
-
 def _train(out: Path, data: Path, *args: str, nproc: int = 1, steps: int = STEPS) -> list[dict]:
     """Train with the CLI (`python -m trainbudget.train`, under torchrun when nproc > 1);
     returns metrics.jsonl's records."""
@@ -182,10 +161,10 @@ def _train(out: Path, data: Path, *args: str, nproc: int = 1, steps: int = STEPS
         cmd = [sys.executable, *train]
         if nproc > 1:  # a free port now; another process may take it first: then retry once
             launch = ["-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
-            launch += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
+            launch += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
             cmd = [sys.executable, *launch, *train]
         r = subprocess.run(
-            cmd, env=_env(), capture_output=True, text=True, timeout=TIMEOUT, cwd=out.parent
+            cmd, env=run_env(None), capture_output=True, text=True, timeout=TIMEOUT, cwd=out.parent
         )
         if r.returncode == 0 or "address already in use" not in r.stderr.lower() or attempt:
             break

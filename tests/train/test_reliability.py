@@ -14,25 +14,20 @@ Timing on a 2-core CPU: about 60 s (six 1-process runs of ~3 s, five 2-rank runs
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import signal
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+import trainrun  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.train.checkpoint import list_checkpoints  # noqa: E402
+from trainrun import flat, ok, steps  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 STEPS = 12
 TINY = (
     *("--set", "n_layers=1", "--set", "d_model=32", "--set", "n_heads=2"),
@@ -42,77 +37,11 @@ TINY = (
     *("--optimizer", "adamw", "--lr", "1e-3", "--schedule", "constant"),
     *("--checkpoint-every", "3", "--keep", "3", "--steps", str(STEPS)),
 )
-TIMEOUT = 240
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env(faults: dict | None) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
-    env["OMP_NUM_THREADS"] = "1"
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    if Path("/sys/class/net/lo").exists():
-        env["GLOO_SOCKET_IFNAME"] = "lo"
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
-        env.pop(name, None)
-    env.pop("TRAINBUDGET_FAULTS", None)
-    if faults:
-        env["TRAINBUDGET_FAULTS"] = json.dumps(faults)
-    return env
-
-
-def train_cli(out: Path, data: Path, *args: str, nproc: int = 1, faults=None, restarts=None):
-    """`python -m trainbudget.train` (under torchrun when nproc > 1); the finished process."""
-    cmd = [sys.executable, "-m", "trainbudget.train", *TINY, "--data", str(data)]
-    cmd += ["--out", str(out), *args]
-    if nproc > 1:
-        launch = ["-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
-        launch += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
-        if restarts is not None:
-            launch += ["--max-restarts", str(restarts), "--monitor-interval", "0.2"]
-        cmd = [sys.executable, *launch, *cmd[1:]]
-    # a session of its own: on a timeout the whole tree (torchrun and its workers) is killed
-    proc = subprocess.Popen(
-        cmd,
-        env=_env(faults),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=out.parent,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"timed out: {' '.join(cmd)}\n{stderr[-3000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-
-
-def ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert r.returncode == 0, f"{' '.join(r.args)}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    return r
-
-
-def steps(out: Path) -> dict[int, dict]:
-    """metrics.jsonl's step records, the last record of each step winning (the contract)."""
-    last = {}
-    for line in (out / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        if "event" not in record:
-            last[record["step"]] = record
-    return last
-
-
-def events(out: Path, kind: str) -> list[dict]:
-    lines = (out / "metrics.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r.get("event") == kind]
+def train_cli(out: Path, data: Path, *args: str, **kw):
+    """The CLI run of this file's tiny model (trainrun.train_cli with TINY first)."""
+    return trainrun.train_cli(out, data, *TINY, *args, **kw)
 
 
 def final_state(out: Path) -> tuple[dict, dict]:
@@ -120,15 +49,6 @@ def final_state(out: Path) -> tuple[dict, dict]:
     model = torch.load(newest / "model.pt", weights_only=True)
     optimizer = torch.load(newest / "optimizer.pt", weights_only=True)
     return model, optimizer
-
-
-def flat(tree, prefix: str = "") -> dict:
-    """Every tensor and number of a nested state dict, by path."""
-    if isinstance(tree, dict):
-        return {k: v for key, sub in tree.items() for k, v in flat(sub, f"{prefix}/{key}").items()}
-    if isinstance(tree, (list, tuple)):
-        return {k: v for i, sub in enumerate(tree) for k, v in flat(sub, f"{prefix}/{i}").items()}
-    return {prefix: tree}
 
 
 def assert_same_run(got: Path, want: Path) -> None:

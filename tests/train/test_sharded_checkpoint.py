@@ -23,10 +23,6 @@ import os
 import pickle
 import random
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -38,6 +34,7 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 import torch.distributed.checkpoint as dcp  # noqa: E402
 from torch.distributed.checkpoint import FileSystemWriter  # noqa: E402
 
+import trainrun  # noqa: E402
 from clirun import cli  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.model.optim import MasterWeightOptimizer  # noqa: E402
@@ -50,10 +47,10 @@ from trainbudget.train.sharded import (  # noqa: E402
     read_sharded,
     save_sharded,
 )
+from trainrun import flat, ok, steps  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 STEPS = 12
 TINY = (
     *("--set", "n_layers=1", "--set", "d_model=32", "--set", "n_heads=2"),
@@ -67,7 +64,6 @@ FSDP = ("--strategy", "fsdp", "--micro-batch", "2")  # 2 ranks x 2 rows: global 
 FP32, BF16 = ("--precision", "fp32"), ("--precision", "bf16-mixed")
 # after step 7 at the earliest, so that two checkpoints (3 and 6) exist when rank 1 dies
 KILL_STEP = random.Random(63).randint(7, STEPS - 1)
-TIMEOUT = 240
 
 
 # ---- in one process ------------------------------------------------------------------------
@@ -178,76 +174,9 @@ def test_another_models_checkpoint_is_named(tmp_path: Path) -> None:
 # ---- under torchrun --------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env(faults: dict | None) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
-    env["OMP_NUM_THREADS"] = "1"  # two ranks on two cores: no oversubscription
-    env["CUDA_VISIBLE_DEVICES"] = ""  # the same test on a GPU machine
-    if Path("/sys/class/net/lo").exists():
-        env["GLOO_SOCKET_IFNAME"] = "lo"
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
-        env.pop(name, None)
-    env.pop("TRAINBUDGET_FAULTS", None)
-    if faults:
-        env["TRAINBUDGET_FAULTS"] = json.dumps(faults)
-    return env
-
-
-def train_cli(out: Path, data: Path, *args: str, nproc: int = 2, faults=None):
-    """`python -m trainbudget.train` (under torchrun when nproc > 1); the finished process."""
-    cmd = ["-m", "trainbudget.train", *TINY, "--data", str(data), "--out", str(out), *args]
-    if nproc > 1:
-        launch = ["-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
-        launch += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
-        cmd = [*launch, *cmd]
-    cmd = [sys.executable, *cmd]
-    # a session of its own: on a timeout the whole tree (torchrun and its workers) is killed
-    proc = subprocess.Popen(
-        cmd,
-        env=_env(faults),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=out.parent,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"timed out: {' '.join(cmd)}\n{stderr[-3000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-
-
-def ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert r.returncode == 0, f"{' '.join(r.args)}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    return r
-
-
-def steps(out: Path) -> dict[int, dict]:
-    """metrics.jsonl's step records, the last record of each step winning."""
-    last = {}
-    for line in (out / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        if "event" not in record:
-            last[record["step"]] = record
-    return last
-
-
-def flat(tree, prefix: str = "") -> dict:
-    """Every tensor and value of a nested state, by path."""
-    if isinstance(tree, dict):
-        return {k: v for key, sub in tree.items() for k, v in flat(sub, f"{prefix}/{key}").items()}
-    if isinstance(tree, (list, tuple)):
-        return {k: v for i, sub in enumerate(tree) for k, v in flat(sub, f"{prefix}/{i}").items()}
-    return {prefix: tree}
+def train_cli(out: Path, data: Path, *args: str, nproc: int = 2, **kw):
+    """The CLI run of this file's tiny model, on 2 ranks unless told otherwise."""
+    return trainrun.train_cli(out, data, *TINY, *args, nproc=nproc, **kw)
 
 
 def final_state(out: Path) -> dict:

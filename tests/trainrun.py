@@ -1,0 +1,96 @@
+"""Running `python -m trainbudget.train` (under torchrun for several ranks) from a test, and
+reading what the run wrote: shared by the reliability and sharded-checkpoint tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+TIMEOUT = 240
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_env(faults: dict | None) -> dict:
+    """The test's environment for a run: the source tree, one thread per rank (two ranks on
+    two cores), no GPU, gloo on loopback, nothing torchrun-ish inherited; faults, if any."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    env["OMP_NUM_THREADS"] = "1"
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    if Path("/sys/class/net/lo").exists():
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+        env.pop(name, None)
+    env.pop("TRAINBUDGET_FAULTS", None)
+    if faults:
+        env["TRAINBUDGET_FAULTS"] = json.dumps(faults)
+    return env
+
+
+def train_cli(
+    out: Path, data: Path, *args: str, nproc: int = 1, faults=None, restarts=None
+) -> subprocess.CompletedProcess:
+    """`python -m trainbudget.train --data DATA --out OUT ARGS` (under torchrun when nproc > 1,
+    with --max-restarts when `restarts` is given); the finished process."""
+    cmd = ["-m", "trainbudget.train", "--data", str(data), "--out", str(out), *args]
+    if nproc > 1:
+        launch = ["-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
+        launch += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+        if restarts is not None:
+            launch += ["--max-restarts", str(restarts), "--monitor-interval", "0.2"]
+        cmd = [*launch, *cmd]
+    cmd = [sys.executable, *cmd]
+    # a session of its own: on a timeout the whole tree (torchrun and its workers) is killed
+    proc = subprocess.Popen(
+        cmd,
+        env=run_env(faults),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=out.parent,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"timed out: {' '.join(cmd)}\n{stderr[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert r.returncode == 0, f"{' '.join(r.args)}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
+def steps(out: Path) -> dict[int, dict]:
+    """metrics.jsonl's step records, the last record of each step winning (the contract)."""
+    last = {}
+    for line in (out / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if "event" not in record:
+            last[record["step"]] = record
+    return last
+
+
+def flat(tree, prefix: str = "") -> dict:
+    """Every tensor and value of a nested state dict, by path."""
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in flat(sub, f"{prefix}/{key}").items()}
+    if isinstance(tree, (list, tuple)):
+        return {k: v for i, sub in enumerate(tree) for k, v in flat(sub, f"{prefix}/{i}").items()}
+    return {prefix: tree}
