@@ -49,7 +49,17 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument("--top", default="5", help="how many plans to show (default 5)")
     add_cluster_args(p)
     add_reliability_options(p)
-    g = p.add_argument_group("policy")
+    add_policy_args(p.add_argument_group("policy"))
+    c = p.add_argument_group("cheapest cluster (with --tokens)")
+    c.add_argument("--within-days", help="deadline: find the cheapest GPU type and count")
+    c.add_argument("--gpu-options", help="comma-separated GPU names to compare (default --gpu)")
+    c.add_argument("--gpu-counts", help="comma-separated GPU counts (default --gpus)")
+    c.add_argument("--prices", help="price per GPU-hour, one or NAME=PRICE,... per GPU option")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def add_policy_args(g) -> None:
+    """The layout search's options (what policy_from_args reads), for plan and report."""
     g.add_argument("--max-tp", help="largest TP degree (default: GPUs per node)")
     g.add_argument("--zero-stages", default="0,1,2,3", help="ZeRO stages to try (default 0-3)")
     g.add_argument(
@@ -68,12 +78,6 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
         default="0.9",
         help="fraction of GPU memory a plan may use (default 0.9)",
     )
-    c = p.add_argument_group("cheapest cluster (with --tokens)")
-    c.add_argument("--within-days", help="deadline: find the cheapest GPU type and count")
-    c.add_argument("--gpu-options", help="comma-separated GPU names to compare (default --gpu)")
-    c.add_argument("--gpu-counts", help="comma-separated GPU counts (default --gpus)")
-    c.add_argument("--prices", help="price per GPU-hour, one or NAME=PRICE,... per GPU option")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def policy_from_args(args: argparse.Namespace) -> Policy:

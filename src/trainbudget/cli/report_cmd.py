@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 
 from trainbudget.cli.args import dumps_json, nonnegative_float, positive_int
-from trainbudget.cli.plan_cmd import policy_from_args
+from trainbudget.cli.plan_cmd import add_policy_args, policy_from_args
 from trainbudget.cli.plan_view import add_cluster_args, cluster_from_args, efficiency_from_args
 from trainbudget.cli.reliability_cmd import parse_probability
 from trainbudget.cli.reliability_view import add_reliability_options
@@ -63,21 +63,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     )
     add_cluster_args(g)
     add_reliability_options(p)
-    pol = p.add_argument_group("layout search (as in `trainbudget plan`)")
-    pol.add_argument("--max-tp", help="largest TP degree (default: GPUs per node)")
-    pol.add_argument("--zero-stages", default="0,1,2,3", help="ZeRO stages to try")
-    pol.add_argument(
-        "--recompute-options", default="none,selective,full", help="recomputation policies to try"
-    )
-    pol.add_argument("--allow-offload", action="store_true", help="also try optimizer offload")
-    pol.add_argument("--no-cp", action="store_true", help="do not try context parallelism")
-    pol.add_argument(
-        "--no-flash-attention", action="store_true", help="plans without FlashAttention"
-    )
-    pol.add_argument("--max-micro-batch", default="16", help="largest micro-batch (default 16)")
-    pol.add_argument(
-        "--memory-headroom", default="0.9", help="usable fraction of GPU memory (default 0.9)"
-    )
+    add_policy_args(p.add_argument_group("layout search (as in `trainbudget plan`)"))
 
 
 def run(args: argparse.Namespace) -> int:
