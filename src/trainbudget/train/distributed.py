@@ -171,18 +171,8 @@ def full_state(state, info: DistInfo):
     return gathered if info.is_main else None
 
 
-class Snapshot:
-    """A state dict already taken, where save_checkpoint expects something with .state_dict()."""
-
-    def __init__(self, state: dict) -> None:
-        self.state = state
-
-    def state_dict(self) -> dict:
-        return self.state
-
-
 class ShardingLoad:
-    """Where load_checkpoint expects an optimizer: loads a full (single-process format)
+    """Where an optimizer is expected (train.resume): loads a full (single-process format)
     optimizer state into an optimizer over FSDP2's DTensor parameters, each state tensor of a
     parameter's shape cut into that parameter's shard (every rank read the same file, so each
     slices its own part: no communication). Scalars such as Adam's `step` stay as they are.

@@ -51,7 +51,7 @@ from trainbudget.train.recovery import (
 from trainbudget.train.resume import find_checkpoint, log_main, restore_run
 from trainbudget.train.schedule import Schedule, apply_lr
 from trainbudget.train.setup import make_optimizer, mixed_precision, seed_everything
-from trainbudget.train.summary import summarize
+from trainbudget.train.summary import memory_bytes, summarize
 
 
 @dataclass(eq=False)
@@ -386,11 +386,6 @@ def _record(run: Run, loss, lr, grad_norm, seconds, phases, batch_crc) -> dict:
         "phases_seconds": phases,
         **run.guard.counters(),
     }
-
-
-def memory_bytes(device: torch.device, budget) -> dict:
-    measured = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    return {"predicted_peak": budget.predicted_peak_memory_bytes, "measured_peak": measured}
 
 
 def _sync(device: torch.device) -> None:

@@ -136,8 +136,9 @@ def check_compatible(run, state: dict, path: Path) -> None:
     (full checkpoints are cut into any sharding, DCP reshards its own, and the batch stream
     does not depend on the split)."""
     where = f"(checkpoint {path.name})"
+    spec, data = spec_dict(run.spec), data_identity(run.data)
     for key, old in state["spec"].items():
-        new = spec_dict(run.spec).get(key)
+        new = spec.get(key)
         if key == "name":  # derived from the fields (preset[overrides]): compare the fields
             continue
         if new != old:
@@ -145,7 +146,7 @@ def check_compatible(run, state: dict, path: Path) -> None:
                 f"model {key}", new, f"differs from {old!r} {where}; resume needs the same model"
             )
     for key, old in state["data"].items():
-        new = data_identity(run.data)[key]
+        new = data[key]
         if new != old:
             raise SpecError(f"data {key}", new, f"differs from {old!r} {where}")
     for key in FIXED_FIELDS:

@@ -11,6 +11,12 @@ import torch
 from trainbudget.profile.memory import measure_step_memory
 
 
+def memory_bytes(device: torch.device, budget) -> dict:
+    """Predicted peak (core) and, on CUDA, the allocator's measured peak (None elsewhere)."""
+    measured = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    return {"predicted_peak": budget.predicted_peak_memory_bytes, "measured_peak": measured}
+
+
 def summarize(run) -> dict:
     cfg, budget, world_size = run.cfg, run.budget, run.info.world_size
     measured = statistics.median(run.step_times) if run.step_times else None
@@ -25,12 +31,7 @@ def summarize(run) -> dict:
         "step_seconds": {"measured_median": measured, "predicted": budget.predicted_step_seconds},
         "tokens_per_second": tps,
         "mfu": {"measured": budget.mfu(tps / world_size) if tps else None},
-        "memory_bytes": {
-            "predicted_peak": budget.predicted_peak_memory_bytes,
-            "measured_peak": (
-                torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-            ),
-        },
+        "memory_bytes": memory_bytes(device, budget),
         "device": budget.device.as_dict(),
         "world_size": world_size,
         "reliability": {
