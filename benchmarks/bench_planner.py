@@ -28,17 +28,17 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from trainbudget.core.cluster import Cluster  # noqa: E402
-from trainbudget.core.hardware import get_hardware  # noqa: E402
-from trainbudget.core.model_spec import ModelSpec  # noqa: E402
-from trainbudget.core.planner import evaluate, search  # noqa: E402
-from trainbudget.core.planner_fast import (  # noqa: E402
+from trainbudget.core.parallel.cluster import Cluster  # noqa: E402
+from trainbudget.core.parallel.planner import evaluate, search  # noqa: E402
+from trainbudget.core.parallel.planner_fast import (  # noqa: E402
     enumerate_plan_arrays,
     evaluate_arrays,
     search_fast,
 )
-from trainbudget.core.precision import get_optimizer, get_precision  # noqa: E402
-from trainbudget.core.presets import get_preset  # noqa: E402
+from trainbudget.core.spec.hardware import get_hardware  # noqa: E402
+from trainbudget.core.spec.model_spec import ModelSpec  # noqa: E402
+from trainbudget.core.spec.precision import get_optimizer, get_precision  # noqa: E402
+from trainbudget.core.spec.presets import get_preset  # noqa: E402
 
 TARGET_EVALS_PER_SECOND = 100_000
 TARGET_SEARCH_SECONDS = 2.0
@@ -91,7 +91,7 @@ def _fresh_process_seconds() -> float:
     """Interpreter start, imports and one search_fast, as a user running it meets them."""
     code = (
         "import sys; sys.path.insert(0, 'benchmarks'); import bench_planner as b; "
-        "from trainbudget.core.cluster import Cluster; "
+        "from trainbudget.core.parallel.cluster import Cluster; "
         "label, spec, gpu, n, gbs, seq = b.CASES[0]; "
         "b.search_fast(spec, Cluster(hardware=b.get_hardware(gpu), n_gpus=n), global_batch=gbs, "
         "seq_len=seq, precision=b.PRECISION, optimizer=b.OPTIMIZER)"

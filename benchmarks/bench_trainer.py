@@ -63,8 +63,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from trainbudget.core.model_arg import resolve_model  # noqa: E402
-from trainbudget.core.params import count_params  # noqa: E402
+from trainbudget.core.single.params import count_params  # noqa: E402
+from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.model.transformer import build_model  # noqa: E402
 from trainbudget.train.config import TrainConfig  # noqa: E402

@@ -27,10 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import trainbudget
-from trainbudget.core.cluster import Cluster
-from trainbudget.core.comm import collective_cost, data_parallel_gradient_bytes_per_iteration
-from trainbudget.core.dtypes import get_format, tensor_bytes
-from trainbudget.core.flops import (
+from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.comm import (
+    collective_cost,
+    data_parallel_gradient_bytes_per_iteration,
+)
+from trainbudget.core.parallel.parallel_memory import zero_model_state
+from trainbudget.core.parallel.reliability import daily_rate_linear, job_failure_probability
+from trainbudget.core.parallel.step_time import step_bounds
+from trainbudget.core.single.flops import (
     forward_flops,
     hidden_state_bytes,
     inference_flops_per_token,
@@ -38,23 +43,21 @@ from trainbudget.core.flops import (
     matmul_flops,
     palm_flops_per_token,
 )
-from trainbudget.core.hardware import get_hardware
-from trainbudget.core.intensity import dot_intensity, matmul_intensity, ridge_intensity
-from trainbudget.core.linear_chain import cruncher_memory, linear_chain_flops
-from trainbudget.core.memory import (
+from trainbudget.core.single.intensity import dot_intensity, matmul_intensity, ridge_intensity
+from trainbudget.core.single.linear_chain import cruncher_memory, linear_chain_flops
+from trainbudget.core.single.memory import (
     checkpoint_bytes,
     fit_max_params,
     rule_of_thumb_6gb,
     training_memory,
 )
-from trainbudget.core.model_arg import resolve_model
-from trainbudget.core.model_spec import BareModel
-from trainbudget.core.parallel_memory import zero_model_state
-from trainbudget.core.params import count_params
-from trainbudget.core.precision import get_optimizer, get_precision
-from trainbudget.core.reliability import daily_rate_linear, job_failure_probability
-from trainbudget.core.step_time import step_bounds
-from trainbudget.core.training_time import mfu_from_measurement, training_time
+from trainbudget.core.single.params import count_params
+from trainbudget.core.single.training_time import mfu_from_measurement, training_time
+from trainbudget.core.spec.dtypes import get_format, tensor_bytes
+from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_spec import BareModel
+from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.core.units import GB, TB, GiB
 
 

@@ -42,14 +42,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from trainbudget.core.cluster import Cluster
-from trainbudget.core.flops import training_flops
-from trainbudget.core.hardware import HARDWARE, Hardware
-from trainbudget.core.model_arg import apply_overrides
-from trainbudget.core.peak_memory import training_peak
-from trainbudget.core.plan import Plan, validate_plan
-from trainbudget.core.precision import get_optimizer, get_precision
-from trainbudget.core.step_time import step_time
+from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.plan import Plan, validate_plan
+from trainbudget.core.parallel.step_time import step_time
+from trainbudget.core.single.flops import training_flops
+from trainbudget.core.single.peak_memory import training_peak
+from trainbudget.core.spec.hardware import HARDWARE, Hardware
+from trainbudget.core.spec.model_arg import apply_overrides
+from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.profile.matrix import Case, matrix
 
 FORMAT = "trainbudget-gpu-validate"

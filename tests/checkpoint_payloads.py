@@ -7,7 +7,12 @@ from pathlib import Path
 
 import torch
 
-from trainbudget.train.checkpoint import MANIFEST, checkpoint_step, list_checkpoints, load_file
+from trainbudget.train.checkpointing.checkpoint import (
+    MANIFEST,
+    checkpoint_step,
+    list_checkpoints,
+    load_file,
+)
 from trainbudget.train.rng import capture_rng_state
 
 N_WEIGHTS = 2**16  # model.pt: 256 KiB of float32, so its middle byte is tensor data

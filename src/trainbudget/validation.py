@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainbudget.core.cluster import Cluster
-from trainbudget.core.flops import palm_flops_per_token
-from trainbudget.core.hardware import get_hardware
-from trainbudget.core.model_spec import ModelSpec
-from trainbudget.core.parallel_memory import plan_memory
-from trainbudget.core.plan import Plan, validate_plan
-from trainbudget.core.precision import get_optimizer, get_precision
-from trainbudget.core.step_time import DEFAULT_EFFICIENCY, Efficiency, step_time
+from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.parallel_memory import plan_memory
+from trainbudget.core.parallel.plan import Plan, validate_plan
+from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency, step_time
+from trainbudget.core.single.flops import palm_flops_per_token
+from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.published_runs import PUBLISHED_RUNS
 
 TFLOPS = 1e12  # the sources quote TFLOP/s = 1e12 FLOP/s

@@ -12,7 +12,7 @@ import pytest
 from clirun import cli, cli_json
 from trainbudget.cli.estimate_cmd import request_from_args
 from trainbudget.cli.main import COMMANDS, build_parser
-from trainbudget.core.estimate import estimate
+from trainbudget.core.single.estimate import estimate
 
 PRESET_NAMES = [
     "gpt2",

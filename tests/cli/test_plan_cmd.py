@@ -8,13 +8,13 @@ import math
 import pytest
 
 from clirun import cli, cli_json
-from trainbudget.core.cluster import Cluster
-from trainbudget.core.hardware import get_hardware
-from trainbudget.core.parallel_memory import plan_memory
-from trainbudget.core.plan import Plan
-from trainbudget.core.precision import get_optimizer, get_precision
-from trainbudget.core.presets import get_preset
-from trainbudget.core.step_time import step_time
+from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.parallel_memory import plan_memory
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.parallel.step_time import step_time
+from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.spec.precision import get_optimizer, get_precision
+from trainbudget.core.spec.presets import get_preset
 
 PLAN = ("plan", "--model", "llama-2-7b", "--gpus", "8", "--global-batch", "16")
 GPT2_PLAN = ("plan", "--model", "gpt2", "--gpus", "8", "--global-batch", "16")

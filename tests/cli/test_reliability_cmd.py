@@ -9,7 +9,7 @@ import math
 import pytest
 
 from clirun import cli, cli_json
-from trainbudget.core.reliability import (
+from trainbudget.core.parallel.reliability import (
     daily_rate_from_period,
     daly_interval_seconds,
     goodput,

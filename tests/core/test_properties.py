@@ -9,10 +9,10 @@ from __future__ import annotations
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from trainbudget.core.activations import activation_memory
-from trainbudget.core.flops import forward_flops, training_flops
-from trainbudget.core.model_spec import ModelSpec
-from trainbudget.core.params import count_params, matrix_shapes
+from trainbudget.core.single.activations import activation_memory
+from trainbudget.core.single.flops import forward_flops, training_flops
+from trainbudget.core.single.params import count_params, matrix_shapes
+from trainbudget.core.spec.model_spec import ModelSpec
 
 # deterministic for CI: the same 200 examples every run
 SETTINGS = settings(max_examples=200, deadline=None, derandomize=True)

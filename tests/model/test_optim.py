@@ -8,8 +8,8 @@ import io
 import pytest
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.model_spec import ModelSpec
-from trainbudget.core.precision import OPTIMIZERS, PRECISIONS, get_optimizer, get_precision
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import OPTIMIZERS, PRECISIONS, get_optimizer, get_precision
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch

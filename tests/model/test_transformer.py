@@ -10,9 +10,9 @@ from collections import Counter
 
 import pytest
 
-from trainbudget.core.model_spec import ModelSpec
-from trainbudget.core.params import count_params, matrix_shapes
-from trainbudget.core.presets import PRESETS
+from trainbudget.core.single.params import count_params, matrix_shapes
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.presets import PRESETS
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
@@ -97,7 +97,7 @@ def _core_matrix(param_name: str) -> tuple[str, bool]:
 
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_preset_param_count_matches_core(name: str) -> None:
-    """The published counts themselves are pinned in tests/core/test_presets.py."""
+    """The published counts themselves are pinned in tests/core/spec/test_presets.py."""
     assert count_model_params(_meta_model(name)) == count_params(PRESETS[name]).total
 
 

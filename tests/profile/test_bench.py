@@ -15,8 +15,8 @@ import pytest
 
 from clirun import cli
 from trainbudget.core.errors import SpecError
-from trainbudget.core.hardware import HARDWARE
-from trainbudget.core.step_time import DEFAULT_EFFICIENCY
+from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY
+from trainbudget.core.spec.hardware import HARDWARE
 from trainbudget.profile.bench import (
     BenchReport,
     MatmulResult,

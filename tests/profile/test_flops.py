@@ -1,5 +1,5 @@
 """FLOPs per step of the reference model counted by torch's FlopCounterMode, normalised to the
-core's convention, against the core's prediction (trainbudget.core.flops).
+core's convention, against the core's prediction (trainbudget.core.single.flops).
 
 Claim: FLOPs per step within 1 % of FlopCounterMode after normalisation, in total and per
 part, over GPT-2- and Llama-style models, batch 1-8, sequence 128-2048, fp32/bf16,
@@ -18,8 +18,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from trainbudget.core.flops import forward_flops, training_flops  # noqa: E402
-from trainbudget.core.model_spec import ModelSpec  # noqa: E402
+from trainbudget.core.single.flops import forward_flops, training_flops  # noqa: E402
+from trainbudget.core.spec.model_spec import ModelSpec  # noqa: E402
 from trainbudget.profile.flops import (  # noqa: E402
     ATTENTION_CORE,
     OTHER,

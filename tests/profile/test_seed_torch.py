@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-from trainbudget.core.dtypes import tensor_bytes
-from trainbudget.core.flops import matmul_flops
-from trainbudget.core.linear_chain import cruncher_memory, linear_chain_flops
-from trainbudget.core.model_spec import ModelSpec
+from trainbudget.core.single.flops import matmul_flops
+from trainbudget.core.single.linear_chain import cruncher_memory, linear_chain_flops
+from trainbudget.core.spec.dtypes import tensor_bytes
+from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.profile.bench import matmul_bench
 
 torch = pytest.importorskip("torch")

@@ -11,11 +11,11 @@ from page_check import assert_self_contained, parse_page
 
 pytest.importorskip("matplotlib")
 
-from trainbudget.core.cluster import Cluster
 from trainbudget.core.errors import SpecError
-from trainbudget.core.hardware import get_hardware
-from trainbudget.core.model_arg import resolve_model
-from trainbudget.core.precision import get_optimizer, get_precision
+from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.report.figures import Chart
 from trainbudget.report.page import default_png_dir, table, write_report
 from trainbudget.report.plan_charts import plan_charts

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from clirun import cli_json
-from trainbudget.core.cluster import Cluster
 from trainbudget.core.errors import SpecError
-from trainbudget.core.hardware import get_hardware
-from trainbudget.core.model_arg import resolve_model
-from trainbudget.core.precision import get_optimizer, get_precision
+from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.report.plan_assumptions import overlap_rules
 from trainbudget.report.plan_data import MEMORY_PARTS, PlanQuestion, as_json, plan_report
 from trainbudget.report.scaling_data import scaling_counts

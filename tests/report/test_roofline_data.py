@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from trainbudget.core.hardware import get_hardware
-from trainbudget.core.intensity import matmul_intensity, ridge_intensity
-from trainbudget.core.model_arg import resolve_model
-from trainbudget.core.plan import Plan
-from trainbudget.core.precision import get_precision
-from trainbudget.core.step_time import DEFAULT_EFFICIENCY as EFF
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY as EFF
+from trainbudget.core.single.intensity import matmul_intensity, ridge_intensity
+from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.precision import get_precision
 from trainbudget.report.roofline_data import MeasuredRoofline, roofline
 
 H100 = get_hardware("h100-sxm")

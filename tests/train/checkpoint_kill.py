@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from trainbudget.train.checkpoint import save_checkpoint
+from trainbudget.train.checkpointing.checkpoint import save_checkpoint
 
 CHILD_DEADLINE_SECONDS = 60.0
 

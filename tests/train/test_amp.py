@@ -1,6 +1,6 @@
 """PyTorch autocast policies in the trainer: amp-bf16 (fp32 weights, bf16 matmuls) and amp-fp16
 with a gradient scaler. The core accounts for them as fp32 weights, gradients and state with
-16-bit activations (trainbudget.core.precision)."""
+16-bit activations (trainbudget.core.spec.precision)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from trainbudget.core.precision import get_precision  # noqa: E402
-from trainbudget.train.checkpoint import list_checkpoints  # noqa: E402
+from trainbudget.core.spec.precision import get_precision  # noqa: E402
+from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa: E402
 from trainbudget.train.config import TrainConfig  # noqa: E402
 from trainbudget.train.loop import train  # noqa: E402
 from trainbudget.train.setup import mixed_precision  # noqa: E402

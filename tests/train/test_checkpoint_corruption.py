@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 import torch
 
 from checkpoint_payloads import N_WEIGHTS, edit_manifest, files, flip_middle_byte, loaded_step
-from trainbudget.train.checkpoint import (
+from trainbudget.train.checkpointing.checkpoint import (
     MANIFEST,
     CheckpointError,
     latest_valid_checkpoint,
@@ -24,7 +24,7 @@ from trainbudget.train.checkpoint import (
     save_checkpoint,
     verify_checkpoint,
 )
-from trainbudget.train.manifest import write_manifest
+from trainbudget.train.checkpointing.manifest import write_manifest
 
 pytestmark = pytest.mark.torch
 

@@ -20,7 +20,7 @@ pytest.importorskip("torch")
 
 
 from checkpoint_payloads import files, loaded_step, steps
-from trainbudget.train.checkpoint import (
+from trainbudget.train.checkpointing.checkpoint import (
     checkpoint_name,
     clean_partial,
     latest_valid_checkpoint,

@@ -1,7 +1,7 @@
-"""train/checkpoint.py and train/manifest.py: the checkpoint store of issue 6 -- round trip,
-listing, retention, atomic replacement, two ranks, a writer's dcp/ sub-folder (the manifest's
-names: plain, or dcp/NAME). Kills during a save: test_checkpoint_kill.py; corrupt and malicious
-files: test_checkpoint_corruption.py."""
+"""train/checkpointing/checkpoint.py and train/checkpointing/manifest.py: the checkpoint store of
+issue 6 -- round trip, listing, retention, atomic replacement, two ranks, a writer's dcp/ sub-
+folder (the manifest's names: plain, or dcp/NAME). Kills during a save: test_checkpoint_kill.py;
+corrupt and malicious files: test_checkpoint_corruption.py."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ import torch
 
 from checkpoint_payloads import edit_manifest, files, flip_middle_byte, loaded_step, steps
 from trainbudget.core.errors import SpecError
-from trainbudget.train import manifest as manifest_module
-from trainbudget.train.checkpoint import (
+from trainbudget.train.checkpointing import manifest as manifest_module
+from trainbudget.train.checkpointing.checkpoint import (
     MANIFEST,
     CheckpointError,
     checkpoint_name,
@@ -36,7 +36,7 @@ from trainbudget.train.checkpoint import (
     save_checkpoint,
     verify_checkpoint,
 )
-from trainbudget.train.manifest import read_manifest, valid_file_name, write_manifest
+from trainbudget.train.checkpointing.manifest import read_manifest, valid_file_name, write_manifest
 from trainbudget.train.rng import restore_rng_state
 
 pytestmark = pytest.mark.torch
@@ -58,7 +58,7 @@ def test_names() -> None:
 
 def test_the_manifest_half_and_the_cli_need_no_torch() -> None:
     code = (
-        "import sys, trainbudget.train.manifest, trainbudget.cli.eval_cmd\n"
+        "import sys, trainbudget.train.checkpointing.manifest, trainbudget.cli.eval_cmd\n"
         "assert 'torch' not in sys.modules"
     )
     env = {**os.environ, "PYTHONPATH": str(SRC)}

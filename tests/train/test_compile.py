@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trainbudget.data.prepare import prepare  # noqa: E402
-from trainbudget.train.checkpoint import list_checkpoints  # noqa: E402
+from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa: E402
 from trainbudget.train.config import make_config  # noqa: E402
 from trainbudget.train.loop import train  # noqa: E402
 

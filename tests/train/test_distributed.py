@@ -33,9 +33,9 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 from trainbudget.core.errors import SpecError  # noqa: E402
 from trainbudget.data.loader import TokenDataset  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
-from trainbudget.train.checkpoint import list_checkpoints  # noqa: E402
+from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa: E402
+from trainbudget.train.checkpointing.sharded import read_sharded  # noqa: E402
 from trainbudget.train.data import TrainBatches  # noqa: E402
-from trainbudget.train.sharded import read_sharded  # noqa: E402
 from trainrun import free_port, run_env  # noqa: E402
 
 pytestmark = pytest.mark.torch

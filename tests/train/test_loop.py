@@ -20,7 +20,7 @@ pytestmark = pytest.mark.torch
 
 from clirun import cli  # noqa: E402  (after the importorskip above)
 from trainbudget.data.prepare import prepare  # noqa: E402
-from trainbudget.train.checkpoint import list_checkpoints  # noqa: E402
+from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa: E402
 from trainbudget.train.config import TrainConfig  # noqa: E402
 from trainbudget.train.loop import train  # noqa: E402
 

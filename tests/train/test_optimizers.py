@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trainbudget.core.errors import SpecError  # noqa: E402
-from trainbudget.core.precision import get_optimizer, get_precision  # noqa: E402
+from trainbudget.core.spec.precision import get_optimizer, get_precision  # noqa: E402
 from trainbudget.train.optimizers import (  # noqa: E402
     SGD,
     SUPPORTED_OPTIMIZERS,

@@ -20,8 +20,12 @@ pytest.importorskip("torch")
 import torch
 
 from clirun import cli
-from trainbudget.train.checkpoint import CHECKPOINTS_DIR, checkpoint_name, save_checkpoint
-from trainbudget.train.manifest import MANIFEST, write_manifest
+from trainbudget.train.checkpointing.checkpoint import (
+    CHECKPOINTS_DIR,
+    checkpoint_name,
+    save_checkpoint,
+)
+from trainbudget.train.checkpointing.manifest import MANIFEST, write_manifest
 
 pytestmark = pytest.mark.torch
 
@@ -189,7 +193,7 @@ EVAL_CONFIG = {"eval_batches": 2, "micro_batch": 4, "seq_len": 32}
 def save_model(root: Path, step: int, data: Path):
     """A checkpoint as the trainer writes it (its files, a randomly initialised model);
     returns the model."""
-    from trainbudget.core.model_arg import resolve_model
+    from trainbudget.core.spec.model_arg import resolve_model
     from trainbudget.model.transformer import build_model
     from trainbudget.train.rng import capture_rng_state
 

@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 
 import trainrun  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
-from trainbudget.train.checkpoint import list_checkpoints  # noqa: E402
+from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa: E402
 from trainrun import flat, ok, steps  # noqa: E402
 
 pytestmark = pytest.mark.torch

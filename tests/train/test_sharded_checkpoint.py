@@ -1,6 +1,6 @@
-"""train/sharded.py and its place in the checkpoint store (issue 6): FSDP2 runs write their model
-and optimizer with torch.distributed.checkpoint (DCP), each rank its shards, into the dcp/
-folder of an atomic, manifest-verified checkpoint, and resume from it exactly.
+"""train/checkpointing/sharded.py and its place in the checkpoint store (issue 6): FSDP2 runs write
+their model and optimizer with torch.distributed.checkpoint (DCP), each rank its shards, into
+the dcp/ folder of an atomic, manifest-verified checkpoint, and resume from it exactly.
 
 In one process (fast): every optimizer the trainer builds round-trips through DCP into one that
 never stepped; a .metadata pickle or a saved value that would run code is refused; another
@@ -12,9 +12,8 @@ continues a 2-rank checkpoint (DCP stitches the shards); `trainbudget eval` read
 "Bitwise": the same computation on the same CPU in the same order gives the same bits, so any
 state the shards failed to carry shows up. The 1-process continuation sums over the batch in
 another order than the 2 ranks' reduce-scatter: relative 1e-4 on the loss, as
-tests/train/test_reliability.py's resharding test.
-Timing on a 2-core CPU: about 2 minutes (seven 2-rank runs of 10-15 s, one 1-process run, eval).
-"""
+tests/train/test_reliability.py's resharding test. Timing on a 2-core CPU: about 2 minutes
+(seven 2-rank runs of 10-15 s, one 1-process run, eval)."""
 
 from __future__ import annotations
 
@@ -38,15 +37,15 @@ import trainrun  # noqa: E402
 from clirun import cli  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.model.optim import MasterWeightOptimizer  # noqa: E402
-from trainbudget.train.checkpoint import CheckpointError, list_checkpoints  # noqa: E402
-from trainbudget.train.manifest import DCP_DIR, read_manifest  # noqa: E402
-from trainbudget.train.optimizers import build_optimizer  # noqa: E402
-from trainbudget.train.sharded import (  # noqa: E402
+from trainbudget.train.checkpointing.checkpoint import CheckpointError, list_checkpoints  # noqa: E402
+from trainbudget.train.checkpointing.manifest import DCP_DIR, read_manifest  # noqa: E402
+from trainbudget.train.checkpointing.sharded import (  # noqa: E402
     load_sharded,
     model_dtype,
     read_sharded,
     save_sharded,
 )
+from trainbudget.train.optimizers import build_optimizer  # noqa: E402
 from trainrun import flat, ok, steps  # noqa: E402
 
 pytestmark = pytest.mark.torch

@@ -13,8 +13,8 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
 
 
 def _models(as_json: bool) -> None:
-    from trainbudget.core.params import count_params
-    from trainbudget.core.presets import PRESETS
+    from trainbudget.core.single.params import count_params
+    from trainbudget.core.spec.presets import PRESETS
 
     rows = []
     for name, spec in PRESETS.items():
@@ -47,7 +47,7 @@ def _models(as_json: bool) -> None:
 
 
 def _hardware(as_json: bool) -> None:
-    from trainbudget.core.hardware import HARDWARE
+    from trainbudget.core.spec.hardware import HARDWARE
 
     if as_json:
         print(
@@ -95,7 +95,7 @@ def _hardware(as_json: bool) -> None:
 
 
 def _dtypes(as_json: bool) -> None:
-    from trainbudget.core.dtypes import FORMATS
+    from trainbudget.core.spec.dtypes import FORMATS
 
     rows = [
         {

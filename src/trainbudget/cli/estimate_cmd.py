@@ -26,9 +26,12 @@ from trainbudget.cli.reliability_view import (
     reliability_json,
     reliability_line,
 )
-from trainbudget.core.cluster import Cluster
 from trainbudget.core.errors import SpecError
-from trainbudget.core.estimate import (
+from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.parallel_memory import zero_model_state
+from trainbudget.core.parallel.plan import validate_layout, validate_plan
+from trainbudget.core.parallel.planner import RankedPlan, evaluate
+from trainbudget.core.single.estimate import (
     DEFAULT_MFU,
     FLOPS_FORMULAS,
     Estimate,
@@ -36,16 +39,17 @@ from trainbudget.core.estimate import (
     estimate,
     flops_formula_used,
 )
-from trainbudget.core.flops import hidden_state_bytes, inference_flops_per_token, kv_cache_bytes
-from trainbudget.core.hardware import get_hardware
-from trainbudget.core.memory import rule_of_thumb_6gb
-from trainbudget.core.model_arg import resolve_model
-from trainbudget.core.model_spec import ModelSpec
-from trainbudget.core.parallel_memory import zero_model_state
-from trainbudget.core.plan import validate_layout, validate_plan
-from trainbudget.core.planner import RankedPlan, evaluate
-from trainbudget.core.precision import get_optimizer, get_precision
-from trainbudget.core.training_time import tokens_from_epochs
+from trainbudget.core.single.flops import (
+    hidden_state_bytes,
+    inference_flops_per_token,
+    kv_cache_bytes,
+)
+from trainbudget.core.single.memory import rule_of_thumb_6gb
+from trainbudget.core.single.training_time import tokens_from_epochs
+from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.core.units import SECONDS_PER_DAY, format_bytes, format_count, format_flops
 
 

@@ -1,10 +1,11 @@
 """`trainbudget eval --checkpoint RUN_DIR`: validation loss and perplexity of a trained model,
 overall and per source, on the held-out split its run trained beside (or --data). RUN_DIR picks
-its newest checkpoint that verifies (RUN_DIR/checkpoints/step-*, train/manifest.py); a step-*
-folder is verified and used as it is. The model is rebuilt from the checkpoint's state.json
-(spec and config) and its weights are read through checkpoint.load_file
-(torch.load(weights_only=True)), or, from a sharded (FSDP2) checkpoint's dcp/ folder, through
-train.sharded (DCP in this one process, weights-only). torch is imported inside run() only.
+its newest checkpoint that verifies (RUN_DIR/checkpoints/step-*,
+train/checkpointing/manifest.py); a step-* folder is verified and used as it is. The model is
+rebuilt from the checkpoint's state.json (spec and config) and its weights are read through
+checkpoint.load_file (torch.load(weights_only=True)), or, from a sharded (FSDP2) checkpoint's
+dcp/ folder, through train.sharded (DCP in this one process, weights-only). torch is imported
+inside run() only.
 
 `open_checkpoint` and `open_data_dir` are shared with `trainbudget sample`."""
 
@@ -18,7 +19,7 @@ from types import SimpleNamespace
 
 from trainbudget.cli.args import dumps_json, positive_int
 from trainbudget.core.errors import SpecError
-from trainbudget.train.manifest import (
+from trainbudget.train.checkpointing.manifest import (
     CHECKPOINTS_DIR,
     DCP_DIR,
     MANIFEST,
@@ -82,7 +83,7 @@ class Checkpoint:
 def open_checkpoint(arg: str) -> Checkpoint:
     """A run directory (its newest valid checkpoint), its checkpoints/ folder, or one
     checkpoint folder, verified against its manifest; torch is not needed yet."""
-    from trainbudget.core.model_spec import ModelSpec
+    from trainbudget.core.spec.model_spec import ModelSpec
 
     path = Path(arg)
     if not path.exists():
@@ -163,7 +164,7 @@ def load_model(ckpt: Checkpoint, device):
     import torch
 
     from trainbudget.model.transformer import build_model
-    from trainbudget.train.checkpoint import load_file
+    from trainbudget.train.checkpointing.checkpoint import load_file
 
     weights = load_file(ckpt.dir, WEIGHTS_FILE, map_location=device)
     if not isinstance(weights, dict) or not all(
@@ -185,7 +186,7 @@ def _load_sharded_model(ckpt: Checkpoint, device):
     """The model part of an FSDP2 run's dcp/ folder, the shards stitched into plain tensors by
     DCP in this process (no process group; the optimizer's state is not read)."""
     from trainbudget.model.transformer import build_model
-    from trainbudget.train.sharded import load_sharded, model_dtype
+    from trainbudget.train.checkpointing.sharded import load_sharded, model_dtype
 
     folder = ckpt.dir / DCP_DIR
     model = build_model(ckpt.spec, device=device, init=False, dtype=model_dtype(folder))

@@ -6,9 +6,9 @@ import argparse
 
 from trainbudget.cli.args import dumps_json, positive_int
 from trainbudget.core.errors import SpecError
-from trainbudget.core.hardware import get_hardware
-from trainbudget.core.memory import fit_max_params
-from trainbudget.core.precision import dense_bytes_per_param, get_optimizer, get_precision
+from trainbudget.core.single.memory import fit_max_params
+from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.spec.precision import dense_bytes_per_param, get_optimizer, get_precision
 from trainbudget.core.units import format_bytes, format_count
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 
 from trainbudget.cli.args import dumps_json, positive_int
-from trainbudget.core.dtypes import bytes_per_element, get_format
 from trainbudget.core.errors import SpecError
-from trainbudget.core.hardware import get_hardware
-from trainbudget.core.intensity import dot_intensity, matmul_intensity, ridge_intensity
+from trainbudget.core.single.intensity import dot_intensity, matmul_intensity, ridge_intensity
+from trainbudget.core.spec.dtypes import bytes_per_element, get_format
+from trainbudget.core.spec.hardware import get_hardware
 
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 
 from trainbudget.cli.args import add_model_args, dumps_json, nonnegative_float, positive_int
-from trainbudget.core.flops import training_flops
-from trainbudget.core.hardware import get_hardware
-from trainbudget.core.model_arg import resolve_model
-from trainbudget.core.training_time import mfu_from_measurement
+from trainbudget.core.single.flops import training_flops
+from trainbudget.core.single.training_time import mfu_from_measurement
+from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.spec.model_arg import resolve_model
 
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:

@@ -26,14 +26,14 @@ from trainbudget.cli.reliability_view import (
     reliability_line,
 )
 from trainbudget.core.errors import SpecError
-from trainbudget.core.hardware import get_hardware
-from trainbudget.core.memory import checkpoint_bytes
-from trainbudget.core.model_arg import resolve_model
-from trainbudget.core.model_spec import ModelSpec
-from trainbudget.core.planner import Policy, why_best
-from trainbudget.core.planner_fast import search_fast
-from trainbudget.core.precision import get_optimizer, get_precision
-from trainbudget.core.procurement import Candidate, cheapest
+from trainbudget.core.parallel.planner import Policy, why_best
+from trainbudget.core.parallel.planner_fast import search_fast
+from trainbudget.core.parallel.procurement import Candidate, cheapest
+from trainbudget.core.single.memory import checkpoint_bytes
+from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.core.units import GB, SECONDS_PER_DAY, format_bytes
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 
 from trainbudget.cli.args import positive_int
-from trainbudget.core.cluster import Cluster
 from trainbudget.core.errors import SpecError
-from trainbudget.core.hardware import Hardware
-from trainbudget.core.plan import Plan
-from trainbudget.core.planner import RankedPlan
-from trainbudget.core.precision import get_precision
-from trainbudget.core.step_time import DEFAULT_EFFICIENCY, Efficiency
+from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.parallel.planner import RankedPlan
+from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency
+from trainbudget.core.spec.hardware import Hardware
+from trainbudget.core.spec.precision import get_precision
 from trainbudget.core.units import format_bytes
 
 PLAN_FLAGS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "zero_shard", "global_batch")

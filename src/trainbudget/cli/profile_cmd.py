@@ -7,8 +7,8 @@ import argparse
 
 from trainbudget.cli.args import add_model_args, dumps_json, positive_int
 from trainbudget.core.errors import SpecError
-from trainbudget.core.model_arg import resolve_model
-from trainbudget.core.model_spec import ModelSpec
+from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.units import format_bytes
 
 

@@ -6,7 +6,7 @@ import argparse
 
 from trainbudget.cli.args import dumps_json, nonnegative_float, positive_int
 from trainbudget.core.errors import SpecError
-from trainbudget.core.reliability import (
+from trainbudget.core.parallel.reliability import (
     DAYS_PER_MONTH,
     DEFAULT_RESTART_SECONDS,
     checkpoint_write_seconds,

@@ -7,7 +7,7 @@ import argparse
 from trainbudget.cli.args import nonnegative_float
 from trainbudget.cli.reliability_cmd import parse_probability
 from trainbudget.core.errors import SpecError
-from trainbudget.core.reliability import DEFAULT_RESTART_SECONDS, reliability_report
+from trainbudget.core.parallel.reliability import DEFAULT_RESTART_SECONDS, reliability_report
 from trainbudget.core.units import SECONDS_PER_DAY, SECONDS_PER_HOUR, parse_bandwidth
 
 

@@ -117,10 +117,10 @@ def _failure_inputs(args: argparse.Namespace) -> tuple[float, float, list[str]]:
 
 
 def _question(args: argparse.Namespace):
-    from trainbudget.core.hardware import get_hardware
-    from trainbudget.core.model_arg import resolve_model
-    from trainbudget.core.model_spec import ModelSpec
-    from trainbudget.core.precision import get_optimizer, get_precision
+    from trainbudget.core.spec.hardware import get_hardware
+    from trainbudget.core.spec.model_arg import resolve_model
+    from trainbudget.core.spec.model_spec import ModelSpec
+    from trainbudget.core.spec.precision import get_optimizer, get_precision
     from trainbudget.report.plan_data import PlanQuestion
 
     for flag in ("gpus", "global_batch", "tokens"):

@@ -159,8 +159,8 @@ def run(args: argparse.Namespace) -> int:
     cfg, given = config_and_given(args)
     # every check that needs no torch, before anything is written
     cfg = preflight(cfg, explicit=given).config
+    from trainbudget.train.checkpointing.recovery import Interrupted, TrainingHalted
     from trainbudget.train.loop import train  # imports torch: only when training
-    from trainbudget.train.recovery import Interrupted, TrainingHalted
 
     try:
         summary = train(cfg)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trainbudget.core.precision import get_optimizer, get_precision
+from trainbudget.core.spec.precision import get_optimizer, get_precision
 
 
 def torch_optimizer(

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
-from trainbudget.core.model_spec import ModelSpec
+from trainbudget.core.spec.model_spec import ModelSpec
 
 
 class _RMSNormFunction(torch.autograd.Function):

@@ -25,10 +25,10 @@ from pathlib import Path
 from types import MappingProxyType
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.flops import matmul_flops
-from trainbudget.core.hardware import HARDWARE
-from trainbudget.core.intensity import ridge_intensity
-from trainbudget.core.step_time import Efficiency
+from trainbudget.core.parallel.step_time import Efficiency
+from trainbudget.core.single.flops import matmul_flops
+from trainbudget.core.single.intensity import ridge_intensity
+from trainbudget.core.spec.hardware import HARDWARE
 from trainbudget.core.units import GiB, MiB
 from trainbudget.profile.device import DeviceInfo, identify_device
 

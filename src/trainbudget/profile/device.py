@@ -1,6 +1,6 @@
 """Which device a benchmark runs on, and which catalog row (if any) holds its datasheet peaks.
 
-A GPU is matched to `trainbudget.core.hardware` by its EXACT product name as the driver reports
+A GPU is matched to `trainbudget.core.spec.hardware` by its EXACT product name as the driver reports
 it (`torch.cuda.get_device_properties(i).name`). Names not in the table get no catalog row:
 an "H100 NVL" or an "A100 80GB PCIe" has other clocks and bandwidth than the SXM parts, so a
 substring match would quietly compare against the wrong peak.
@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.hardware import HARDWARE
+from trainbudget.core.spec.hardware import HARDWARE
 
 # driver-reported product name -> catalog key; one row per name seen on real machines
 GPU_CATALOG_KEYS: Mapping[str, str] = MappingProxyType(
@@ -44,7 +44,8 @@ class DeviceInfo:
     name: str
     """The product name the driver (GPU) or the OS (CPU) reports."""
     catalog_key: str | None
-    """The `trainbudget.core.hardware` row with this device's peaks; None when none is known."""
+    """The `trainbudget.core.spec.hardware` row with this device's peaks; None when none is
+    known."""
     total_memory_bytes: int | None
     """Device memory (GPU) or physical RAM (CPU); None where the OS does not say."""
 

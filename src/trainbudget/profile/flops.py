@@ -1,6 +1,6 @@
 """Measured FLOPs of one training step of the reference model, counted by
 `torch.utils.flop_counter.FlopCounterMode`, attributed per part and normalised to the core's
-convention (`trainbudget.core.flops`) so that the two can be compared part by part.
+convention (`trainbudget.core.single.flops`) so that the two can be compared part by part.
 
 What FlopCounterMode counts (torch/utils/flop_counter.py, checked in torch 2.13 by
 tests/profile/test_flops.py, which asserts the raw counts so that a torch change is noticed):
@@ -57,8 +57,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import set_checkpoint_early_stop
 from torch.utils.flop_counter import FlopCounterMode
 
-from trainbudget.core.flops import ForwardFlops, forward_flops, recompute_flops, training_flops
-from trainbudget.core.model_spec import ModelSpec
+from trainbudget.core.single.flops import (
+    ForwardFlops,
+    forward_flops,
+    recompute_flops,
+    training_flops,
+)
+from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.model.transformer import build_model
 
 PARTS = (
@@ -518,9 +523,9 @@ def _exact(numerator: int, denominator: int) -> float:
 
 
 def normalise_flops(measured: MeasuredFlops, *, causal: bool = False) -> NormalisedFlops:
-    """Put FlopCounterMode's counts in the core's convention (`trainbudget.core.flops`).
+    """Put FlopCounterMode's counts in the core's convention (`trainbudget.core.single.flops`).
 
-    Term by term (sources: torch/utils/flop_counter.py; trainbudget/core/flops.py):
+    Term by term (sources: torch/utils/flop_counter.py; trainbudget/core/single/flops.py):
 
     - matmuls: both count (M, K) @ (K, N) as 2*M*N*K and nothing else (norms, softmax,
       activations, bias adds are not counted by either): factor 1 for every linear part.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainbudget.core.model_spec import ModelSpec
+from trainbudget.core.spec.model_spec import ModelSpec
 
 # GPT-2 small's shape with 2 layers and GPT-2's vocabulary (biases, LayerNorm, GELU, learned
 # positions, tied head); and a Llama-2-style model at a small width (RMSNorm, SwiGLU, RoPE,

@@ -20,7 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed._tools.mem_tracker import MemTracker
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.model_spec import ModelSpec
+from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.model.optim import make_optimizer, weight_dtype
 from trainbudget.model.transformer import build_model
 

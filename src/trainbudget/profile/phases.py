@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.model_spec import ModelSpec
+from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.profile.memory import real_training_setup
 
 PHASES = ("data_loading", "forward", "loss", "backward", "grad_sync", "optimizer", "logging")

@@ -4,11 +4,11 @@ FlopCounterMode, with the relative error of each figure."""
 
 from __future__ import annotations
 
-from trainbudget.core.flops import training_flops
-from trainbudget.core.hardware import HARDWARE
-from trainbudget.core.model_spec import ModelSpec
-from trainbudget.core.peak_memory import training_peak
-from trainbudget.core.precision import get_precision
+from trainbudget.core.single.flops import training_flops
+from trainbudget.core.single.peak_memory import training_peak
+from trainbudget.core.spec.hardware import HARDWARE
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import get_precision
 from trainbudget.profile.flops import compare_flops
 from trainbudget.profile.memory import FAKE_DEVICES, measure_step_memory, time_steps
 from trainbudget.profile.phases import time_phases

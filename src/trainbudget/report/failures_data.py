@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.reliability import goodput, reliability_report
+from trainbudget.core.parallel.reliability import goodput, reliability_report
 from trainbudget.core.units import SECONDS_PER_DAY
 
 CURVE_SPAN = 16.0

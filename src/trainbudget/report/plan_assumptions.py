@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainbudget.cli.reliability_cmd import ASSUMPTIONS as RELIABILITY_ASSUMPTIONS
-from trainbudget.core import step_time as step_time_module
-from trainbudget.core.planner import RankedPlan
+from trainbudget.core.parallel import step_time as step_time_module
+from trainbudget.core.parallel.planner import RankedPlan
 from trainbudget.core.units import format_bytes, format_flops_rate
 
 MICROSECONDS_PER_SECOND = 1e6

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.memory import checkpoint_bytes
-from trainbudget.core.params import count_params
-from trainbudget.core.planner import PlannerResult, RankedPlan, why_best
-from trainbudget.core.training_time import TrainingTime
+from trainbudget.core.parallel.planner import PlannerResult, RankedPlan, why_best
+from trainbudget.core.single.memory import checkpoint_bytes
+from trainbudget.core.single.params import count_params
+from trainbudget.core.single.training_time import TrainingTime
 from trainbudget.report.failures_data import Failures, failures
 from trainbudget.report.plan_assumptions import plan_assumptions
 from trainbudget.report.plan_question import (

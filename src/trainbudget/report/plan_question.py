@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainbudget.core.cluster import Cluster
-from trainbudget.core.model_spec import ModelSpec
-from trainbudget.core.planner import PlannerResult, Policy, RankedPlan
-from trainbudget.core.planner_fast import DEFAULT_POLICY, search_fast
-from trainbudget.core.precision import Optimizer, Precision
-from trainbudget.core.reliability import DEFAULT_RESTART_SECONDS
-from trainbudget.core.step_time import DEFAULT_EFFICIENCY, Efficiency
-from trainbudget.core.training_time import TrainingTime, training_time
+from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.planner import PlannerResult, Policy, RankedPlan
+from trainbudget.core.parallel.planner_fast import DEFAULT_POLICY, search_fast
+from trainbudget.core.parallel.reliability import DEFAULT_RESTART_SECONDS
+from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency
+from trainbudget.core.single.training_time import TrainingTime, training_time
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import Optimizer, Precision
 from trainbudget.report.roofline_data import MeasuredRoofline
 
 MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "buffers")

@@ -15,16 +15,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from trainbudget.core.flops import matmul_flops
-from trainbudget.core.hardware import Hardware
-from trainbudget.core.intensity import matmul_intensity, ridge_intensity
-from trainbudget.core.model_spec import ModelSpec
-from trainbudget.core.plan import Plan
-from trainbudget.core.precision import Precision
+from trainbudget.core.parallel.plan import Plan
 
 # the step-time model's roofline of one GEMM; private there, used here so that the points sit
 # exactly where the step time puts them rather than on a second copy of the formula
-from trainbudget.core.step_time import Efficiency, matmul_seconds
+from trainbudget.core.parallel.step_time import Efficiency, matmul_seconds
+from trainbudget.core.single.flops import matmul_flops
+from trainbudget.core.single.intensity import matmul_intensity, ridge_intensity
+from trainbudget.core.spec.hardware import Hardware
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import Precision
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,8 +7,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.planner import PlannerResult, RankedPlan
-from trainbudget.core.training_time import TrainingTime
+from trainbudget.core.parallel.planner import PlannerResult, RankedPlan
+from trainbudget.core.single.training_time import TrainingTime
 from trainbudget.report.plan_question import PlanQuestion, search, step_parts, train_time
 
 SCALING_POWERS = range(-4, 5)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainbudget.core.cluster import Cluster
-from trainbudget.core.flops import training_flops
-from trainbudget.core.hardware import Hardware, get_hardware
-from trainbudget.core.model_spec import ModelSpec
-from trainbudget.core.peak_memory import training_peak
-from trainbudget.core.plan import Plan
-from trainbudget.core.precision import get_optimizer, get_precision
-from trainbudget.core.step_time import DEFAULT_EFFICIENCY, Efficiency, step_time
+from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency, step_time
+from trainbudget.core.single.flops import training_flops
+from trainbudget.core.single.peak_memory import training_peak
+from trainbudget.core.spec.hardware import Hardware, get_hardware
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.core.units import MiB
 from trainbudget.profile.device import DeviceInfo
 

@@ -23,7 +23,19 @@ from trainbudget.model.optim import weight_dtype
 from trainbudget.model.transformer import build_model
 from trainbudget.profile.device import identify_device, resolve_device
 from trainbudget.train.accounting import make_budget
-from trainbudget.train.checkpoint import CHECKPOINTS_DIR, clean_partial, list_checkpoints
+from trainbudget.train.checkpointing.checkpoint import (
+    CHECKPOINTS_DIR,
+    clean_partial,
+    list_checkpoints,
+)
+from trainbudget.train.checkpointing.recovery import (
+    Interrupted,
+    maybe_save,
+    rollback,
+    skip_step,
+    time_due,
+)
+from trainbudget.train.checkpointing.resume import find_checkpoint, log_main, restore_run
 from trainbudget.train.config import TrainConfig
 from trainbudget.train.data import open_data
 from trainbudget.train.distributed import (
@@ -41,14 +53,6 @@ from trainbudget.train.faults import Faults
 from trainbudget.train.guard import StepGuard, Verdict
 from trainbudget.train.metrics import MetricsWriter, Progress
 from trainbudget.train.preflight import preflight
-from trainbudget.train.recovery import (
-    Interrupted,
-    maybe_save,
-    rollback,
-    skip_step,
-    time_due,
-)
-from trainbudget.train.resume import find_checkpoint, log_main, restore_run
 from trainbudget.train.schedule import Schedule, apply_lr
 from trainbudget.train.setup import make_optimizer, mixed_precision, seed_everything
 from trainbudget.train.summary import memory_bytes, summarize

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.model_arg import resolve_model
-from trainbudget.core.model_spec import ModelSpec
-from trainbudget.core.plan import Plan, layout_problems
+from trainbudget.core.parallel.plan import Plan, layout_problems
+from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.data.files import read_meta, split_file
 from trainbudget.data.tokenizers import BYTE_VOCAB_SIZE
 from trainbudget.train.config import TrainConfig, config_fields

@@ -1,0 +1,232 @@
+"""Alpha-beta cost of collective communication: seconds = steps x alpha + bytes x 1 / beta.
+
+Model (Hockney 1994): one message of n bytes costs alpha + n / beta, alpha the per-step latency
+and beta the achieved per-GPU, one-direction link bandwidth (`Cluster` already applies the link
+efficiency). Algorithms and their costs follow Thakur, Rabenseifner & Gropp, "Optimization of
+Collective Communication Operations in MPICH", IJHPCA 19(1), 2005; the bandwidth-optimal ring
+all-reduce Patarasuk & Yuan, JPDC 69(2), 2009; the pipelined (double) binary tree NCCL uses,
+Sanders, Speck & Traeff, Parallel Computing 35(12), 2009.
+
+Conventions:
+- `n_bytes` is the full logical buffer: all-reduce the per-rank input; all-gather the gathered
+  output; reduce-scatter the per-rank input; all-to-all the bytes each rank sends in total
+  (its own 1/p share included, which never crosses a link); send/recv and broadcast the message.
+- p = group size, k = members per node (`plan.group_span`), m = p / k nodes.
+- A group spanning nodes is modelled as NCCL runs multi-node rings: intra-node reduce-scatter
+  (k ranks, intra bandwidth), then the collective over m nodes on n / k bytes per GPU (each GPU
+  drives its own NIC, so the per-GPU inter-node bandwidth applies), then intra-node all-gather.
+  Phases are summed (no overlap between them): a slight over-estimate. "tree" on such a group
+  is the double binary tree over the nodes, between the same intra-node ring phases.
+  All-gather / reduce-scatter use the same two ring phases (n / k across nodes, n inside);
+  all-to-all sends its (k-1)/p share inside the node and its (p-k)/p share across nodes;
+  broadcast goes over the nodes, then inside each; send/recv takes the slowest hop.
+- `bytes_sent_per_rank` is the numerator of the beta term: what the busiest rank pushes into
+  its link(s), summed over phases. `steps` counts the alpha terms.
+- "tree" exists for all-reduce (double binary tree: 2 ceil(log2 p) steps, 2n per rank) and
+  broadcast (pipelined binary tree). All-gather and reduce-scatter are ring-only, all-to-all is a
+  pairwise exchange, send/recv a direct message, as in NCCL; for them the algorithm argument is
+  accepted and ignored, and the result's `algorithm` says what was modelled. "auto" takes the
+  faster of ring and tree, as NCCL's tuner does (ties go to ring).
+- An empty buffer or a group of one costs nothing (NCCL returns at once for count 0).
+- `collective_seconds` is `collective_cost(...).seconds` without building the dataclass, for
+  the planner's inner loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainbudget.core.errors import SpecError, unknown_key
+from trainbudget.core.parallel.cluster import Cluster
+
+ALGORITHMS = ("ring", "tree", "auto")
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveCost:
+    seconds: float
+    """latency_seconds + bandwidth_seconds."""
+    latency_seconds: float
+    """Sum of alpha over the steps."""
+    bandwidth_seconds: float
+    """Sum over phases of bytes / beta."""
+    bytes_sent_per_rank: float
+    """Bytes the busiest rank sends (the beta term's numerator)."""
+    steps: int
+    """Number of latency-bound steps (alpha terms)."""
+    algorithm: str = "ring"
+    """What was modelled: ring, tree, pairwise, direct, or none (free)."""
+
+
+_FREE = CollectiveCost(0.0, 0.0, 0.0, 0.0, 0, "none")
+
+# Each kind below returns (latency_seconds, bandwidth_seconds, bytes_sent_per_rank, steps) for
+# m nodes of k members; (ai, bi) / (ae, be) are the intra- / inter-node alpha and beta.
+_Phases = tuple[float, float, float, int]
+
+
+def _all_reduce(
+    n: float, k: int, m: int, ai: float, bi: float, ae: float, be: float, tree: bool
+) -> _Phases:
+    if m == 1:  # one node: the whole collective on NVLink-class links
+        q, s, a, b = k, n, ai, bi
+        lat = bw = sent = 0.0
+        steps = 0
+    else:  # intra reduce-scatter and all-gather on n, around the cross-node phase on n / k
+        q, s, a, b = m, n / k, ae, be
+        sent = 2 * (k - 1) / k * n
+        lat, bw, steps = 2 * (k - 1) * ai, sent / bi, 2 * (k - 1)
+    if tree:  # pipelined reduce up + broadcast down: the whole buffer once each way (Sanders)
+        q_steps = 2 * (q - 1).bit_length()  # 2 ceil(log2 q)
+        q_sent = 2 * s
+    else:  # reduce-scatter + all-gather around the ring, 2(q-1) chunks of s/q (Patarasuk & Yuan)
+        q_steps = 2 * (q - 1)
+        q_sent = q_steps / q * s
+    return lat + q_steps * a, bw + q_sent / b, sent + q_sent, steps + q_steps
+
+
+def _gather(
+    n: float, k: int, m: int, ai: float, bi: float, ae: float, be: float, tree: bool
+) -> _Phases:
+    # Ring all-gather (reduce-scatter: the same phases reversed), q-1 chunks of 1/q (Thakur sec. 3):
+    # across the m nodes on each rank's node-slice n / k, inside the node on the full n.
+    sent_intra = (k - 1) / k * n
+    sent_inter = (m - 1) / m * n / k
+    latency = (k - 1) * ai + (m - 1) * ae
+    return latency, sent_intra / bi + sent_inter / be, sent_intra + sent_inter, k + m - 2
+
+
+def _all_to_all(
+    n: float, k: int, m: int, ai: float, bi: float, ae: float, be: float, tree: bool
+) -> _Phases:
+    # Pairwise exchange, p-1 steps of n/p (Thakur sec. 4): k-1 peers share the node, p-k are remote.
+    p = k * m
+    sent_intra = (k - 1) / p * n
+    sent_inter = (p - k) / p * n
+    latency = (k - 1) * ai + (p - k) * ae
+    return latency, sent_intra / bi + sent_inter / be, sent_intra + sent_inter, p - 1
+
+
+def _send_recv(
+    n: float, k: int, m: int, ai: float, bi: float, ae: float, be: float, tree: bool
+) -> _Phases:
+    # One message (Hockney) over the slowest hop of the group.
+    return (ai, n / bi, n, 1) if m == 1 else (ae, n / be, n, 1)
+
+
+def _broadcast(
+    n: float, k: int, m: int, ai: float, bi: float, ae: float, be: float, tree: bool
+) -> _Phases:
+    # Pipelined, the message streams through each level once (n / b); the pipeline is
+    # ceil(log2 q) hops deep for a binary tree, q-1 for a chain (ring). Nodes first, then inside.
+    lat = bw = sent = 0.0
+    steps = 0
+    for q, a, b in ((m, ae, be), (k, ai, bi)):
+        if q > 1:
+            q_steps = (q - 1).bit_length() if tree else q - 1
+            lat, bw, sent, steps = lat + q_steps * a, bw + n / b, sent + n, steps + q_steps
+    return lat, bw, sent, steps
+
+
+# kind -> (phases, name of its single algorithm, or None where ring and tree both exist)
+_KINDS = {
+    "all_reduce": (_all_reduce, None),
+    "all_gather": (_gather, "ring"),
+    "reduce_scatter": (_gather, "ring"),
+    "all_to_all": (_all_to_all, "pairwise"),
+    "send_recv": (_send_recv, "direct"),
+    "broadcast": (_broadcast, None),
+}
+KINDS = tuple(_KINDS)
+_TREE = {"ring": False, "tree": True, "auto": None}
+
+
+def _evaluate(
+    kind: str, n: float, p: int, k: int, c: Cluster, algorithm: str
+) -> tuple[float, float, float, int, str] | None:
+    """Validate, then (latency, bandwidth, bytes, steps, algorithm), or None when free."""
+    try:
+        phases, only = _KINDS[kind]
+        tree = _TREE[algorithm]
+    except (KeyError, TypeError):
+        if kind not in KINDS:
+            raise unknown_key("kind", kind, KINDS) from None
+        raise unknown_key("algorithm", algorithm, ALGORITHMS) from None
+    if not n >= 0:  # also rejects NaN
+        raise SpecError("n_bytes", n, "must be a non-negative number of bytes")
+    if type(p) is not int or p < 1:
+        raise SpecError("group_size", p, "must be a positive integer")
+    if type(k) is not int or k < 1 or p % k or k > c.gpus_per_node:
+        raise SpecError(
+            "per_node", k, f"must divide group_size ({p}) and fit a node ({c.gpus_per_node})"
+        )
+    if p == 1 or n == 0:
+        return None
+    m = p // k
+    ai, bi = c.intra_node_latency_seconds, c.intra_node_bytes_per_second
+    ae, be = c.inter_node_latency_seconds, c.inter_node_bytes_per_second
+    if only is not None:
+        return (*phases(n, k, m, ai, bi, ae, be, False), only)
+    if tree is not None:
+        return (*phases(n, k, m, ai, bi, ae, be, tree), algorithm)
+    ring = phases(n, k, m, ai, bi, ae, be, False)
+    fast = phases(n, k, m, ai, bi, ae, be, True)
+    if fast[0] + fast[1] < ring[0] + ring[1]:
+        return (*fast, "tree")
+    return (*ring, "ring")
+
+
+def collective_cost(
+    kind: str,
+    n_bytes: float,
+    group_size: int,
+    per_node: int,
+    cluster: Cluster,
+    algorithm: str = "ring",
+) -> CollectiveCost:
+    """Alpha-beta time of one collective; see the module docstring for `n_bytes` per kind.
+
+    kind: one of KINDS; algorithm: "ring", "tree" or "auto"; per_node: members of the group that
+    share a node (group_size: all in one node, 1: one per node), as `plan.group_span` gives it.
+    """
+    r = _evaluate(kind, n_bytes, group_size, per_node, cluster, algorithm)
+    if r is None:
+        return _FREE
+    return CollectiveCost(r[0] + r[1], *r)
+
+
+def collective_seconds(
+    kind: str,
+    n_bytes: float,
+    group_size: int,
+    per_node: int,
+    cluster: Cluster,
+    algorithm: str = "ring",
+) -> float:
+    """`collective_cost(...).seconds` without building the result (the planner's hot path)."""
+    r = _evaluate(kind, n_bytes, group_size, per_node, cluster, algorithm)
+    return 0.0 if r is None else r[0] + r[1]
+
+
+def data_parallel_gradient_bytes_per_iteration(
+    n_params: float, bytes_per_grad: float, replicas: int
+) -> float:
+    """replicas x n_params x bytes_per_grad: the large-model article's accounting (seed 004,
+    B-walls: GPT-3 175B fp32, 128 replicas -> 128 x 700 GB = 89.6 TB). It counts each replica's
+    full gradient once; it is not the bytes on the wire (see `ring_all_reduce_wire_bytes`)."""
+    for field, value in (("n_params", n_params), ("bytes_per_grad", bytes_per_grad)):
+        if not value >= 0:
+            raise SpecError(field, value, "must not be negative")
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise SpecError("replicas", replicas, "must be a positive integer")
+    return replicas * n_params * bytes_per_grad
+
+
+def ring_all_reduce_wire_bytes(n_bytes: float, p: int) -> float:
+    """Bytes all p ranks send together in a ring all-reduce of an n-byte buffer:
+    p x 2(p-1)/p x n = 2(p-1) n (Patarasuk & Yuan 2009)."""
+    if not n_bytes >= 0:
+        raise SpecError("n_bytes", n_bytes, "must be a non-negative number of bytes")
+    if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+        raise SpecError("group_size", p, "must be a positive integer")
+    return p * (2 * (p - 1) / p * n_bytes)

@@ -1,0 +1,199 @@
+"""A parallel layout ("plan") for training on a cluster, validated in one place.
+
+Degrees multiply to the GPU count: dp * tp * pp * cp = n_gpus (Megatron-LM and torchtitan's
+rule; expert parallelism is carved out of dp * cp, as in Megatron-Core). Ranks are ordered
+tp-cp-dp-pp from the innermost (Megatron's default order): TP groups are consecutive GPUs (inside
+a node when tp <= GPUs per node), PP groups the most spread out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainbudget.core.errors import SpecError
+from trainbudget.core.single.flops import RECOMPUTE_KINDS
+from trainbudget.core.spec.model_spec import ModelSpec
+
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
+OFFLOAD_TARGETS = ("none", "cpu", "nvme")
+AXES = ("tp", "cp", "dp", "pp")  # innermost first
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    dp: int = 1
+    """Data-parallel degree (replicas x shards; see zero_shard for HSDP)."""
+    tp: int = 1
+    """Tensor-parallel degree (Megatron column/row split of every layer)."""
+    pp: int = 1
+    """Pipeline stages."""
+    cp: int = 1
+    """Context-parallel degree: the sequence split across GPUs, attention by ring exchange."""
+    ep: int = 1
+    """Expert-parallel degree: experts split across ranks of the dp * cp group."""
+    zero: int = 0
+    """ZeRO stage 0-3 over the data-parallel group (3 = FSDP full sharding)."""
+    zero_shard: int = 0
+    """HSDP: shard over groups of this many dp ranks, replicate across them; 0 = all of dp."""
+    sp: bool = False
+    """Sequence parallelism: norms and dropout split along the sequence across the TP group."""
+    vpp: int = 1
+    """Virtual pipeline stages per GPU (interleaved schedule)."""
+    schedule: str = "1f1b"
+    micro_batch: int = 1
+    """Sequences per micro-batch per data-parallel rank."""
+    grad_accum: int = 1
+    """Micro-batches per step per data-parallel rank (the pipeline's m)."""
+    recompute: str = "none"
+    flash_attention: bool = True
+    offload_optimizer: str = "none"
+    """Where the fp32 master and optimizer state live: GPU ('none'), CPU or NVMe."""
+    offload_params: str = "none"
+    """ZeRO-Infinity style parameter offload (needs zero=3)."""
+
+    @property
+    def n_gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step."""
+        return self.micro_batch * self.grad_accum * self.dp
+
+    @property
+    def shard_group(self) -> int:
+        """Ranks ZeRO shards over: dp * cp (Megatron's distributed optimizer) or the HSDP shard."""
+        return (self.zero_shard or self.dp) * self.cp
+
+    def describe(self) -> str:
+        parts = [f"dp{self.dp}", f"tp{self.tp}" + ("+sp" if self.sp else ""), f"pp{self.pp}"]
+        if self.vpp > 1:
+            parts.append(f"vpp{self.vpp}")
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        parts.append(f"zero{self.zero}" + (f"/shard{self.zero_shard}" if self.zero_shard else ""))
+        parts.append(f"mb{self.micro_batch}x{self.grad_accum}")
+        if self.recompute != "none":
+            parts.append(f"recompute-{self.recompute}")
+        if self.offload_optimizer != "none":
+            parts.append(f"offload-opt-{self.offload_optimizer}")
+        if self.offload_params != "none":
+            parts.append(f"offload-params-{self.offload_params}")
+        return " ".join(parts)
+
+
+def group_span(plan: Plan, axis: str, gpus_per_node: int) -> tuple[int, int]:
+    """(group size, members per node) of one parallel axis under the tp-cp-dp-pp rank order.
+
+    A group's members are `stride` ranks apart, stride = product of the inner axes; a node of
+    g GPUs holds g // stride of them (at least 1, at most the group size).
+    """
+    sizes = {"tp": plan.tp, "cp": plan.cp, "dp": plan.dp, "pp": plan.pp}
+    stride = 1
+    for inner in AXES[: AXES.index(axis)]:
+        stride *= sizes[inner]
+    size = sizes[axis]
+    per_node = max(1, min(size, gpus_per_node // stride))
+    return size, per_node
+
+
+def _raw_description(plan: Plan) -> str:
+    """A description that never fails, for plans whose degrees are not even integers."""
+    return " ".join(f"{k}={getattr(plan, k)!r}" for k in ("dp", "tp", "pp", "cp", "zero"))
+
+
+def layout_problems(
+    plan: Plan, *, n_gpus: int, seq_len: int, global_batch: int | None = None
+) -> list[str]:
+    """The rules that need no architecture: degrees, the GPU product, ZeRO, SP, schedule,
+    batch, recomputation and offload. validate_plan adds the model's rules."""
+    problems: list[str] = []
+    for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "grad_accum"):
+        value = getattr(plan, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(f"{name} ({value!r}) must be a positive integer")
+    if problems:
+        return problems
+    if plan.n_gpus != n_gpus:
+        problems.append(
+            f"dp({plan.dp}) * tp({plan.tp}) * pp({plan.pp}) * cp({plan.cp}) = {plan.n_gpus} "
+            f"!= gpus({n_gpus})"
+        )
+    if plan.zero not in (0, 1, 2, 3):
+        problems.append(f"zero ({plan.zero}) must be 0, 1, 2 or 3")
+    if plan.zero_shard and (plan.zero == 0 or plan.dp % plan.zero_shard):
+        problems.append(
+            f"zero_shard ({plan.zero_shard}) must divide dp ({plan.dp}) and needs zero >= 1"
+        )
+    if plan.sp and plan.tp == 1:
+        problems.append("sp needs tp > 1 (it splits along the TP group)")
+    if plan.schedule not in SCHEDULES:
+        problems.append(f"schedule ({plan.schedule!r}) must be one of {', '.join(SCHEDULES)}")
+    elif (plan.schedule == "interleaved") != (plan.vpp > 1):
+        problems.append(f"vpp ({plan.vpp}) > 1 goes with schedule 'interleaved' and only with it")
+    if plan.schedule == "interleaved" and plan.grad_accum % plan.pp:
+        problems.append(
+            f"grad_accum ({plan.grad_accum}) must be a multiple of pp ({plan.pp}) for the "
+            "interleaved schedule (Megatron's rule)"
+        )
+    if seq_len % (2 * plan.cp) and plan.cp > 1:
+        problems.append(
+            f"seq_len ({seq_len}) must be divisible by 2 * cp ({2 * plan.cp}) (load-balanced "
+            "causal ring attention splits the sequence into 2 * cp chunks)"
+        )
+    if global_batch is not None and global_batch != plan.global_batch:
+        problems.append(
+            f"global_batch ({global_batch}) != micro_batch ({plan.micro_batch}) * grad_accum "
+            f"({plan.grad_accum}) * dp ({plan.dp}) = {plan.global_batch}"
+        )
+    if plan.recompute not in RECOMPUTE_KINDS:
+        problems.append(f"recompute ({plan.recompute!r}) must be one of {RECOMPUTE_KINDS}")
+    for name in ("offload_optimizer", "offload_params"):
+        if getattr(plan, name) not in OFFLOAD_TARGETS:
+            problems.append(f"{name} ({getattr(plan, name)!r}) must be none, cpu or nvme")
+    if plan.offload_params != "none" and plan.zero != 3:
+        problems.append("offload_params needs zero = 3 (parameters are gathered per layer)")
+    return problems
+
+
+def validate_layout(
+    plan: Plan, *, n_gpus: int, seq_len: int, global_batch: int | None = None
+) -> None:
+    """layout_problems as one SpecError (for a bare parameter count, which has no layers)."""
+    problems = layout_problems(plan, n_gpus=n_gpus, seq_len=seq_len, global_batch=global_batch)
+    if problems:
+        raise SpecError("plan", _raw_description(plan), "; ".join(problems))
+
+
+def validate_plan(
+    plan: Plan, model: ModelSpec, *, n_gpus: int, seq_len: int, global_batch: int | None = None
+) -> None:
+    """Every rule a layout must meet; one SpecError lists all that fail, with their factors."""
+    problems = layout_problems(plan, n_gpus=n_gpus, seq_len=seq_len, global_batch=global_batch)
+    if problems and problems[0].endswith("must be a positive integer"):
+        raise SpecError("plan", _raw_description(plan), "; ".join(problems))
+    if model.n_heads % plan.tp:
+        problems.append(f"n_heads ({model.n_heads}) must be divisible by tp ({plan.tp})")
+    if model.n_kv_heads % plan.tp and plan.tp % model.n_kv_heads:
+        # Megatron replicates K/V heads when tp > n_kv_heads; otherwise they must split evenly
+        problems.append(
+            f"n_kv_heads ({model.n_kv_heads}) and tp ({plan.tp}) must divide one another"
+        )
+    if model.vocab_size < plan.tp:
+        problems.append(f"vocab_size ({model.vocab_size}) must be at least tp ({plan.tp})")
+    stages = plan.pp * plan.vpp
+    if model.n_layers % stages:
+        problems.append(
+            f"n_layers ({model.n_layers}) must be divisible by pp ({plan.pp}) * vpp ({plan.vpp})"
+        )
+    if model.is_moe:
+        if model.n_experts % plan.ep:
+            problems.append(f"n_experts ({model.n_experts}) must be divisible by ep ({plan.ep})")
+        if (plan.dp * plan.cp) % plan.ep:
+            problems.append(f"ep ({plan.ep}) must divide dp ({plan.dp}) * cp ({plan.cp})")
+    elif plan.ep != 1:
+        problems.append(f"ep ({plan.ep}) must be 1 for a dense model")
+    if problems:
+        raise SpecError("plan", plan.describe(), "; ".join(problems))

@@ -1,0 +1,259 @@
+"""The planner: enumerate every valid layout for a model on a cluster at a global batch, drop
+those that do not fit, rank the rest by predicted time per token.
+
+This is the readable scalar reference; `planner_fast` evaluates the same formulas over numpy
+arrays for speed, and a test checks the two agree.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from trainbudget.core.errors import SpecError
+from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.parallel_memory import PlanMemory, plan_memory
+from trainbudget.core.parallel.plan import Plan, validate_plan
+from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency, StepTime, step_time
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import Optimizer, Precision
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """What the search may use. Defaults follow common practice; each is a knob."""
+
+    max_tp: int = 0
+    """Largest TP degree; 0 = GPUs per node (TP across nodes is rarely worth it)."""
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    allow_offload: bool = False
+    allow_cp: bool = True
+    max_vpp: int = 4
+    max_micro_batch: int = 16
+    flash_attention: bool = True
+    """Plans use FlashAttention (every modern stack does); False searches the unfused kernel."""
+    memory_headroom: float = 0.9
+    """Fraction of GPU memory a plan may use (the rest: CUDA context, fragmentation)."""
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _powers_of_two_dividing(n: int, cap: int) -> list[int]:
+    out, d = [], 1
+    while d <= cap and n % d == 0:
+        out.append(d)
+        d *= 2
+    return out
+
+
+def axis_candidates(
+    spec: ModelSpec, cluster: Cluster, *, seq_len: int, policy: Policy
+) -> tuple[list[int], list[int], list[int]]:
+    """The TP, PP and CP degrees validate_plan can accept for this model and cluster."""
+    n = cluster.n_gpus
+    max_tp = policy.max_tp or cluster.gpus_per_node
+    tps = [
+        t
+        for t in divisors(spec.n_heads)
+        if t <= max_tp
+        and t <= spec.vocab_size
+        and n % t == 0
+        and (spec.n_kv_heads % t == 0 or t % spec.n_kv_heads == 0)
+    ]
+    pps = [p for p in divisors(spec.n_layers) if n % p == 0]
+    cps = [1]
+    if policy.allow_cp:
+        cps = [c for c in _powers_of_two_dividing(seq_len, n) if c == 1 or seq_len % (2 * c) == 0]
+    return tps, pps, cps
+
+
+def enumerate_plans(
+    spec: ModelSpec, cluster: Cluster, *, global_batch: int, seq_len: int, policy: Policy = Policy()
+) -> Iterator[Plan]:
+    """Every plan the validation accepts under `policy` (yielded lazily)."""
+    n = cluster.n_gpus
+    tps, pps, cps = axis_candidates(spec, cluster, seq_len=seq_len, policy=policy)
+    offloads = ("none", "cpu") if policy.allow_offload else ("none",)
+    flash_attention = policy.flash_attention
+    for tp, pp, cp in itertools.product(tps, pps, cps):
+        if n % (tp * pp * cp):
+            continue
+        dp = n // (tp * pp * cp)
+        if global_batch % dp:
+            continue
+        per_rank = global_batch // dp
+        eps = [e for e in divisors(spec.n_experts) if (dp * cp) % e == 0] if spec.is_moe else [1]
+        vpps = [v for v in divisors(spec.n_layers // pp) if v <= policy.max_vpp] if pp > 1 else [1]
+        for mb in (d for d in divisors(per_rank) if d <= policy.max_micro_batch):
+            m = per_rank // mb
+            for vpp, ep, zero, rec, sp, off in itertools.product(
+                vpps, eps, policy.zero_stages, policy.recompute, (False, True), offloads
+            ):
+                if sp and tp == 1:
+                    continue
+                if rec == "selective" and flash_attention:
+                    continue  # FlashAttention already keeps no s x s matrix: same as "none"
+                if zero > 0 and dp * cp == 1:
+                    continue  # nothing to shard over
+                if vpp > 1 and m % pp:
+                    continue
+                if off != "none" and zero == 0:
+                    continue
+                yield Plan(
+                    dp=dp,
+                    tp=tp,
+                    pp=pp,
+                    cp=cp,
+                    ep=ep,
+                    zero=zero,
+                    sp=sp,
+                    vpp=vpp,
+                    schedule="interleaved" if vpp > 1 else "1f1b",
+                    micro_batch=mb,
+                    grad_accum=m,
+                    recompute=rec,
+                    offload_optimizer=off,
+                    flash_attention=flash_attention,
+                )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankedPlan:
+    plan: Plan
+    memory: PlanMemory
+    time: StepTime
+    fits: bool
+
+    @property
+    def seconds_per_token(self) -> float:
+        return self.time.step_seconds / self.time.tokens_per_step
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannerResult:
+    plans: tuple[RankedPlan, ...]
+    """Best first; fitting plans only (unless none fits: then the smallest-memory ones)."""
+    evaluated: int
+    n_fitting: int
+    search_seconds: float
+
+
+def evaluate(
+    spec: ModelSpec,
+    plan: Plan,
+    cluster: Cluster,
+    *,
+    seq_len: int,
+    precision: Precision,
+    optimizer: Optimizer,
+    headroom: float = 0.9,
+    efficiency: Efficiency = DEFAULT_EFFICIENCY,
+) -> RankedPlan:
+    mem = plan_memory(spec, plan, seq_len=seq_len, precision=precision, optimizer=optimizer)
+    t = step_time(
+        spec,
+        plan,
+        cluster,
+        seq_len=seq_len,
+        precision=precision,
+        optimizer=optimizer,
+        efficiency=efficiency,
+    )
+    return RankedPlan(
+        plan=plan,
+        memory=mem,
+        time=t,
+        fits=mem.total_bytes <= headroom * cluster.hardware.memory_bytes,
+    )
+
+
+def search(
+    spec: ModelSpec,
+    cluster: Cluster,
+    *,
+    global_batch: int,
+    seq_len: int,
+    precision: Precision,
+    optimizer: Optimizer,
+    policy: Policy = Policy(),
+    top: int = 5,
+) -> PlannerResult:
+    """Evaluate every plan; keep the `top` fastest that fit."""
+    start = time.perf_counter()
+    ranked: list[RankedPlan] = []
+    unfit: list[RankedPlan] = []
+    evaluated = 0
+    for plan in enumerate_plans(
+        spec, cluster, global_batch=global_batch, seq_len=seq_len, policy=policy
+    ):
+        validate_plan(plan, spec, n_gpus=cluster.n_gpus, seq_len=seq_len, global_batch=global_batch)
+        r = evaluate(
+            spec,
+            plan,
+            cluster,
+            seq_len=seq_len,
+            precision=precision,
+            optimizer=optimizer,
+            headroom=policy.memory_headroom,
+        )
+        evaluated += 1
+        (ranked if r.fits else unfit).append(r)
+    if evaluated == 0:
+        raise SpecError(
+            "gpus",
+            cluster.n_gpus,
+            f"no valid layout of {spec.name} at global batch {global_batch} on "
+            f"{cluster.n_gpus} GPUs: the batch must be divisible by some data-"
+            "parallel degree and the heads/layers by TP/PP",
+        )
+    # equal speed: the plan that needs less memory is the safer choice
+    ranked.sort(key=lambda r: (r.seconds_per_token, r.memory.total_bytes))
+    best = ranked[:top] if ranked else sorted(unfit, key=lambda r: r.memory.total_bytes)[:top]
+    return PlannerResult(
+        plans=tuple(best),
+        evaluated=evaluated,
+        n_fitting=len(ranked),
+        search_seconds=time.perf_counter() - start,
+    )
+
+
+def why_best(result: PlannerResult) -> str:
+    """One line on why the winner wins: the plans that tie with it, and the categories where it
+    saves time over the fastest plan shown that is strictly slower."""
+    if not result.plans:
+        return "no plan fits"
+    best = result.plans[0]
+    if not best.fits:
+        return "no plan fits: these need the least memory"
+    ties = [
+        r for r in result.plans[1:] if r.seconds_per_token <= best.seconds_per_token * (1 + 1e-9)
+    ]
+    slower = [r for r in result.plans[1:] if r not in ties]
+    tie_text = (
+        f"ties with {', '.join(r.plan.describe() for r in ties)} (same time, "
+        f"{'less' if ties[0].memory.total_bytes > best.memory.total_bytes else 'equal'} "
+        "memory); "
+        if ties
+        else ""
+    )
+    if not slower:
+        return tie_text + "no slower plan among those shown"
+    b = slower[0]
+    diffs = sorted(
+        (
+            (b.time.breakdown_seconds.get(k, 0.0) - v, k)
+            for k, v in best.time.breakdown_seconds.items()
+        ),
+        reverse=True,
+    )
+    gains = ", ".join(f"{k} {d:.3g} s less" for d, k in diffs if d > 1e-9)
+    ratio = b.seconds_per_token / best.seconds_per_token
+    return (
+        f"{tie_text}{100 * (ratio - 1):.1f} % faster per token than {b.plan.describe()}: "
+        f"{gains or 'the same breakdown'}"
+    )

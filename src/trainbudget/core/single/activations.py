@@ -1,0 +1,183 @@
+"""Activation memory of training, per layer and at peak.
+
+The per-layer count follows Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+Transformer Models", arXiv 2205.05198, Sec. 4.1, eq. 1: s*b*h*(34 + 5*a*s/h) bytes with 16-bit
+activations and dropout), term by term, adapted to:
+- grouped-query attention (K and V are s*b*d_kv, not s*b*h);
+- SwiGLU (gate, up, silu(gate) and their product are saved: 4*s*b*d_ff instead of GELU's 2);
+- MoE (each token's hidden tensors exist once per expert it visits, plus the router scores);
+- no dropout by default (modern LLM pre-training; `dropout=True` restores the paper's masks);
+- FlashAttention (Dao et al. 2022, arXiv 2205.14135): no s*s matrix, an fp32 logsumexp instead.
+With dropout, MHA, GELU and d_ff = 4h the count equals the paper's 34*s*b*h + 5*a*s*s*b exactly
+(a test checks it). Norm statistics (mean/rstd, s*b fp32 each) are left out as in the paper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainbudget.core.errors import SpecError
+from trainbudget.core.single.flops import RECOMPUTE_KINDS
+from trainbudget.core.spec.model_spec import ModelSpec
+
+FP32_BYTES = 4  # softmax statistics and the loss are kept in fp32 whatever the policy
+MASK_BYTES = 1  # a dropout mask is one byte per element (Korthikanti et al., Sec. 4.1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerActivations:
+    """Bytes one transformer layer saves for backward, for one micro-batch, by tensor group."""
+
+    norm_inputs_bytes: float
+    """Inputs of the two norms (the attention one is the layer input)."""
+    attention_linear_inputs_bytes: float
+    """Inputs of the qkv and output projections."""
+    qkv_bytes: float
+    """Q, K, V kept for the attention backward (with RoPE, also the rotated Q and K)."""
+    attention_matrix_bytes: float
+    """softmax(Q K^T): a*s*s*b elements; 0 with FlashAttention or selective recompute."""
+    flash_stats_bytes: float
+    """FlashAttention's fp32 logsumexp, a*s*b values."""
+    mlp_bytes: float
+    """MLP (or routed experts') inputs and hidden tensors, plus router scores."""
+    dropout_bytes: float
+    """Dropout masks and outputs; 0 without dropout."""
+
+    @property
+    def total_bytes(self) -> float:
+        return (
+            self.norm_inputs_bytes
+            + self.attention_linear_inputs_bytes
+            + self.qkv_bytes
+            + self.attention_matrix_bytes
+            + self.flash_stats_bytes
+            + self.mlp_bytes
+            + self.dropout_bytes
+        )
+
+
+def layer_activations(
+    spec: ModelSpec,
+    *,
+    seq_len: int,
+    micro_batch: int,
+    activation_bytes: int,
+    flash_attention: bool = False,
+    drop_attention_matrix: bool = False,
+    dropout: bool = False,
+    tp: int = 1,
+    sp: bool = False,
+    cp: int = 1,
+) -> LayerActivations:
+    """Bytes one layer stores on one GPU for backward (no recomputation), for `micro_batch`
+    sequences, under tensor (tp), sequence (sp) and context (cp) parallelism.
+
+    Korthikanti et al. 2022, Sec. 4.2: with TP alone the norm inputs, the inputs of the first
+    linear of each block and the dropout masks stay replicated (10*s*b*h of eq. 2) while the
+    rest splits by t (24*s*b*h/t + 5*a*s*s*b/t); SP splits the replicated part too (eq. 3).
+    CP keeps s/cp queries per GPU (attention scores: s/cp queries x s keys). K/V heads are
+    replicated when tp > n_kv_heads, as Megatron does.
+    """
+    for name, value in (("seq_len", seq_len), ("micro_batch", micro_batch), ("tp", tp), ("cp", cp)):
+        if value <= 0:
+            raise SpecError(name, value, "must be a positive integer")
+    s, b, h, a, e = seq_len, micro_batch, spec.d_model, spec.n_heads, activation_bytes
+    tokens = s * b / cp  # tokens this GPU holds along the sequence
+    rep = tp if sp else 1  # divisor of the tensors TP alone leaves replicated
+    heads = a / tp
+    d_q = a * spec.d_head / tp
+    d_kv = max(spec.d_kv / tp, spec.d_head)
+    n_hidden = 4 if spec.mlp == "swiglu" else 2  # saved hidden tensors of width d_ff per MLP
+    if spec.is_moe:
+        k = spec.experts_per_token + spec.n_shared_experts
+        # each visited expert keeps its own copy of the token's input and hidden tensors;
+        # the router's softmax scores (fp32) are kept for the gate gradient
+        mlp = k * tokens * (h / rep + n_hidden * spec.d_ff_expert / tp) * e
+        mlp += tokens * spec.n_experts * FP32_BYTES / rep
+    else:
+        mlp = tokens * (h / rep + n_hidden * spec.d_ff / tp) * e
+    store_matrix = not (flash_attention or drop_attention_matrix)
+    matrix_elements = heads * (s / cp) * s * b  # local queries x all keys, local heads
+    dropout_bytes = 0.0
+    if dropout:
+        # masks after attention and MLP (s*b*h each); on the attention matrix, its mask and its
+        # dropped-out copy (the softmax output itself is kept above)
+        dropout_bytes = 2 * tokens * h * MASK_BYTES / rep
+        if store_matrix:
+            dropout_bytes += matrix_elements * (MASK_BYTES + e)
+    # RoPE writes rotated copies of q and k, while the fused qkv output stays alive (V is a
+    # view of it): d_q + d_kv more per token than learned positions
+    rope = tokens * (d_q + d_kv) * e if spec.position == "rope" else 0.0
+    return LayerActivations(
+        norm_inputs_bytes=2 * tokens * h * e / rep,
+        attention_linear_inputs_bytes=tokens * (h / rep + d_q) * e,
+        qkv_bytes=tokens * (d_q + 2 * d_kv) * e + rope,
+        attention_matrix_bytes=matrix_elements * e if store_matrix else 0,
+        flash_stats_bytes=heads * tokens * FP32_BYTES if flash_attention else 0,
+        mlp_bytes=mlp,
+        dropout_bytes=dropout_bytes,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivationMemory:
+    """Activation bytes held at the peak of one micro-batch's backward pass."""
+
+    recompute: str
+    per_layer: LayerActivations
+    """One layer's stored tensors without recomputation."""
+    layers_bytes: float
+    """All layers under the recompute policy, including the one being recomputed at peak."""
+    head_bytes: float
+    """Final norm input and head input (s*b*h each)."""
+    logits_bytes: float
+    """Logits (activation dtype), fp32 log-probabilities kept by the loss, and their fp32
+    gradient at the start of backward: s*b*V*(e + 4 + 4)."""
+
+    @property
+    def total_bytes(self) -> float:
+        return self.layers_bytes + self.head_bytes + self.logits_bytes
+
+
+def activation_memory(
+    spec: ModelSpec,
+    *,
+    seq_len: int,
+    micro_batch: int,
+    activation_bytes: int,
+    recompute: str = "none",
+    flash_attention: bool = False,
+    dropout: bool = False,
+) -> ActivationMemory:
+    """Peak activation bytes for one micro-batch under a recompute policy.
+
+    - none: every layer keeps everything (Korthikanti eq. 1 x L);
+    - selective: the s*s attention matrix is recomputed, not kept (Korthikanti eq. 6);
+    - full: each layer keeps only its input (s*b*h), and at peak one layer's tensors are
+      rebuilt for its backward (Korthikanti Sec. 4.3, 2*s*b*h*L, plus that working layer).
+    """
+    if recompute not in RECOMPUTE_KINDS:
+        raise SpecError("recompute", recompute, "must be one of " + ", ".join(RECOMPUTE_KINDS))
+    layer = layer_activations(
+        spec,
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        activation_bytes=activation_bytes,
+        flash_attention=flash_attention,
+        drop_attention_matrix=recompute == "selective",
+        dropout=dropout,
+    )
+    tokens = seq_len * micro_batch
+    if recompute == "full":
+        checkpoint = tokens * spec.d_model * activation_bytes
+        # the layer under recomputation holds its full set; its own input is part of that set
+        layers = (spec.n_layers - 1) * checkpoint + layer.total_bytes
+    else:
+        layers = spec.n_layers * layer.total_bytes
+    return ActivationMemory(
+        recompute=recompute,
+        per_layer=layer,
+        layers_bytes=layers,
+        head_bytes=2 * tokens * spec.d_model * activation_bytes,
+        logits_bytes=tokens * spec.vocab_size * (activation_bytes + 2 * FP32_BYTES),
+    )

@@ -1,0 +1,161 @@
+"""The peak of one training step, phase by phase, for the project's reference implementation
+(trainbudget.model: gradients set to None between steps, torch's single-tensor optimizers,
+master weights updated one tensor at a time, the loss taken in fp32).
+
+Where `memory.training_memory` adds every part (an upper bound), this finds when the step
+peaks and what is alive then. Three moments compete (measured with torch's MemTracker on
+fake tensors; the profile tests hold this model to those measurements):
+
+- backward start: all activations, the logits and their fp32 log-probabilities, and the two
+  fp32 vocabulary-sized gradients the loss backward creates (of the log-probabilities, then of
+  the logits); no parameter gradients yet;
+- backward end: every gradient, and, for a tied embedding, the head's gradient waiting in a
+  buffer while the embedding's dense gradient is added to it (three V x d tensors at once);
+- optimizer step: every gradient plus the update's temporaries, the size of the largest tensor
+  (the fp32 gradient copy under master weights, and the optimizer's own scratch).
+Through all three the caller still holds the logits the forward returned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainbudget.core.single.activations import FP32_BYTES, activation_memory
+from trainbudget.core.single.params import count_params, matrix_shapes
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import get_optimizer, get_precision
+
+# Scratch tensors (largest-parameter-sized) each torch single-tensor update allocates:
+# Adam/AdamW: sqrt(v) and its division by the bias correction; Adagrad and RMSprop: one
+# sqrt; SGD (with or without momentum, after the first step): none in place.
+OPTIMIZER_SCRATCH = {"sgd": 0, "momentum": 0, "adagrad": 1, "rmsprop": 1, "adam": 2, "adamw": 2}
+LAYERNORM_STATS_BYTES = 2 * FP32_BYTES  # mean and rstd per token, fp32
+RMSNORM_STATS_BYTES = FP32_BYTES  # rstd per token, fp32
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseMemory:
+    phase: str
+    params_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    """fp32 master weights and optimizer state."""
+    activations_bytes: float
+    temporaries_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return (
+            self.params_bytes
+            + self.grads_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.temporaries_bytes
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeakMemory:
+    phases: tuple[PhaseMemory, ...]
+
+    @property
+    def peak(self) -> PhaseMemory:
+        return max(self.phases, key=lambda p: p.total_bytes)
+
+    @property
+    def total_bytes(self) -> float:
+        return self.peak.total_bytes
+
+
+def largest_tensor(spec: ModelSpec) -> int:
+    """Elements of the largest parameter tensor (usually the V x d embedding)."""
+    return max(r * c for _, r, c, _ in matrix_shapes(spec))
+
+
+def training_peak(
+    spec: ModelSpec,
+    *,
+    precision: str,
+    optimizer: str,
+    seq_len: int,
+    micro_batch: int,
+    recompute: str = "none",
+) -> PeakMemory:
+    """Peak bytes of a training step of the reference model (FlashAttention-style SDPA,
+    no dropout, one micro-batch)."""
+    prec, opt = get_precision(precision), get_optimizer(optimizer)
+    if opt.name not in OPTIMIZER_SCRATCH:
+        raise NotImplementedError(f"no reference implementation of {opt.name}")
+    p = count_params(spec)
+    n, e = p.total, prec.activation_bytes
+    tokens = seq_len * micro_batch
+    params = n * prec.weight_bytes
+    grads = n * prec.grad_bytes
+    state = n * (prec.master_bytes + opt.state_bytes_per_param(prec))
+    acts = activation_memory(
+        spec,
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        activation_bytes=e,
+        recompute=recompute,
+        flash_attention=True,
+    )
+    stats = LAYERNORM_STATS_BYTES if spec.norm == "layernorm" else RMSNORM_STATS_BYTES
+    n_norms = 2 * spec.n_layers + 1
+    vocab = tokens * spec.vocab_size
+    logits = vocab * e  # returned by the forward, held by the caller
+    layers = acts.layers_bytes + acts.head_bytes + n_norms * tokens * stats
+    phases = []
+    if recompute == "full":
+        # at backward start only the checkpoints (each layer's input) exist; the last layer is
+        # recomputed once the loss gradients are gone, next to the head's gradient and the
+        # gradient of the residual stream
+        checkpoint = tokens * spec.d_model * e
+        rebuilt = acts.per_layer.total_bytes + 2 * tokens * stats
+        layers = spec.n_layers * checkpoint + acts.head_bytes + tokens * stats
+        head_grad = spec.vocab_size * spec.d_model * prec.grad_bytes
+        phases.append(
+            PhaseMemory(
+                phase="first recomputation",
+                params_bytes=params,
+                grads_bytes=head_grad,
+                optimizer_bytes=state,
+                activations_bytes=(spec.n_layers - 1) * checkpoint
+                + rebuilt
+                + acts.head_bytes
+                + logits,
+                temporaries_bytes=tokens * spec.d_model * prec.grad_bytes,
+            )
+        )
+    backward_start = PhaseMemory(
+        phase="backward start",
+        params_bytes=params,
+        grads_bytes=0.0,
+        optimizer_bytes=state,
+        # logits + fp32 log-probabilities saved by the loss
+        activations_bytes=layers + logits + vocab * FP32_BYTES,
+        # the loss backward's fp32 gradients of the log-probabilities and of the logits
+        temporaries_bytes=2 * vocab * FP32_BYTES,
+    )
+    tied_sum = 2 * spec.vocab_size * spec.d_model * prec.grad_bytes if spec.tied_embeddings else 0.0
+    backward_end = PhaseMemory(
+        phase="backward end",
+        params_bytes=params,
+        grads_bytes=grads,
+        optimizer_bytes=state,
+        activations_bytes=logits,
+        temporaries_bytes=tied_sum,
+    )
+    scratch_bytes = FP32_BYTES if prec.master_bytes else prec.state_bytes
+    scratch = OPTIMIZER_SCRATCH[opt.name] * scratch_bytes
+    if prec.master_bytes:
+        scratch += FP32_BYTES  # the fp32 copy of the gradient being applied
+    optimizer_step = PhaseMemory(
+        phase="optimizer step",
+        params_bytes=params,
+        grads_bytes=grads,
+        optimizer_bytes=state,
+        activations_bytes=logits,
+        temporaries_bytes=largest_tensor(spec) * scratch,
+    )
+    return PeakMemory(phases=(backward_start, *phases, backward_end, optimizer_step))

@@ -1,0 +1,120 @@
+"""What a run does when something goes wrong or is due: skip a non-finite step, roll back
+after a loss spike, halt when it may not go on, and save a checkpoint every N steps, every T
+minutes (or at the Young-Daly interval) and on a signal. The loop (train.loop) calls these at
+the end of every iteration; `run` is its `Run`."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from trainbudget.core.parallel.reliability import mtbf_seconds, young_interval_seconds
+from trainbudget.train.checkpointing.resume import find_checkpoint, log_main, restore_run, save_run
+from trainbudget.train.guard import Verdict
+
+
+class TrainingHalted(RuntimeError):
+    """The run stopped itself (non-finite steps or spikes it may not get past); the last
+    checkpoint is intact."""
+
+
+class Interrupted(RuntimeError):
+    """SIGTERM/SIGINT: a checkpoint was saved and the run stopped; `--resume` continues it."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.signum = signum
+
+
+def skip_step(run, writer, loss, grad_norm, verdict: Verdict) -> None:
+    writer.write(
+        {
+            "step": run.step,
+            "event": "skipped_nonfinite",
+            "detail": verdict.detail,
+            "loss": loss if math.isfinite(loss) else None,
+            "grad_norm": grad_norm if math.isfinite(grad_norm) else None,
+            **run.guard.counters(),
+        }
+    )
+    log_main(run, f"step {run.step}: {verdict.detail}; update skipped")
+    cfg = run.cfg
+    if cfg.on_nonfinite == "halt":
+        raise TrainingHalted(
+            f"step {run.step}: {verdict.detail} (on_nonfinite = halt); the last checkpoint is "
+            f"in {run.checkpoint_root}"
+        )
+    if run.guard.consecutive_skips >= cfg.max_consecutive_skips:
+        raise TrainingHalted(
+            f"{run.guard.consecutive_skips} steps in a row were not finite (max_consecutive_skips"
+            f" = {cfg.max_consecutive_skips}); lower the learning rate and resume from "
+            f"{run.checkpoint_root}"
+        )
+
+
+def rollback(run, writer, loss: float, verdict: Verdict) -> None:
+    """The article's remedy for a loss spike: back to the newest good checkpoint, and skip the
+    batches since then (the bad batch among them). At most max_rollbacks times."""
+    guard, cfg = run.guard, run.cfg
+    bad_batch = run.batches.step - 1  # 0-based: the batch just drawn
+    if guard.rollbacks >= cfg.max_rollbacks:
+        raise TrainingHalted(
+            f"loss spike at step {run.step + 1} ({verdict.detail}) after {guard.rollbacks} "
+            f"rollbacks (max_rollbacks = {cfg.max_rollbacks})"
+        )
+    path = find_checkpoint(run)
+    guard.rollbacks += 1
+    if path is None:  # nothing to go back to: drop the batch, keep the weights
+        first_bad, target = bad_batch, "none (update skipped)"
+        run.step += 1
+    else:
+        state = restore_run(run, path, rollback=True)
+        first_bad, target = int(state["data_step"]), path.name
+    guard.skipped_data_steps.extend(range(first_bad, bad_batch + 1))
+    run.batches.step, run.batches.micro = bad_batch + 1, 0
+    event = {
+        "step": run.step,
+        "event": "rollback",
+        "detail": verdict.detail,
+        "loss": loss,
+        "checkpoint": target,
+        "skipped_batches": [first_bad + 1, bad_batch + 1],
+        **guard.counters(),
+    }
+    writer.write(event)
+    log_main(
+        run,
+        f"loss spike ({verdict.detail}): rolled back to {target}, skipping batches "
+        f"{first_bad + 1}-{bad_batch + 1} (rollback {guard.rollbacks}/{cfg.max_rollbacks})",
+    )
+
+
+def _interval_seconds(run) -> float | None:
+    minutes = run.cfg.checkpoint_minutes
+    if minutes == "auto":
+        if run.save_seconds is None:
+            return 0.0  # save once early to measure the write time
+        mtbf = mtbf_seconds(run.info.world_size, run.cfg.gpu_failure_rate_per_day)
+        # Young-Daly: sqrt(2 x write seconds x MTBF); a write of 0 s would mean "always"
+        return young_interval_seconds(max(run.save_seconds, 1e-3), mtbf)
+    return minutes * 60 if minutes else None
+
+
+def time_due(run) -> bool:
+    interval = _interval_seconds(run)
+    return interval is not None and time.monotonic() - run.last_save_time >= interval
+
+
+def maybe_save(run, writer, *, time_due: bool, force: bool) -> None:
+    every = run.cfg.checkpoint_every
+    due = force or time_due or run.step == run.cfg.steps or (every and run.step % every == 0)
+    if not due or run.last_save_step == run.step:
+        return
+    t = time.perf_counter()
+    path = save_run(run)
+    run.save_seconds = time.perf_counter() - t
+    run.last_save_step, run.last_save_time = run.step, time.monotonic()
+    run.checkpoints_written += 1
+    writer.write(
+        {"step": run.step, "event": "checkpoint", "path": str(path), "seconds": run.save_seconds}
+    )

@@ -1,0 +1,318 @@
+"""Step time under a plan: structure, bounds, bubble, communication volumes and utilisation.
+
+Predicted seconds are not pinned: the efficiency constants may be recalibrated. The tests check
+what the model must satisfy whatever they are: sums, bounds, ratios, orderings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.parallel.step_time import (
+    DEFAULT_EFFICIENCY,
+    Efficiency,
+    StepTime,
+    step_bounds,
+    step_time,
+    zero_shard_params,
+)
+from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import get_optimizer, get_precision
+from trainbudget.core.spec.presets import get_preset
+
+BF16 = get_precision("bf16-mixed")
+FP32 = get_precision("fp32")
+ADAMW = get_optimizer("adamw")
+H100 = get_hardware("h100-sxm")
+L2_7B = get_preset("llama-2-7b")
+MIXTRAL = get_preset("mixtral-8x7b")
+SEQ = 4096
+
+
+def st(plan: Plan, spec: ModelSpec = L2_7B, *, precision=BF16, seq_len=SEQ, **kw) -> StepTime:
+    cluster = Cluster(hardware=H100, n_gpus=plan.n_gpus)
+    return step_time(
+        spec, plan, cluster, seq_len=seq_len, precision=precision, optimizer=ADAMW, **kw
+    )
+
+
+PLANS = [
+    Plan(),
+    Plan(dp=8, grad_accum=4),
+    Plan(dp=8, zero=1, grad_accum=2),
+    Plan(dp=8, zero=3, grad_accum=2),
+    Plan(dp=2, tp=4, grad_accum=4),
+    Plan(dp=2, tp=4, sp=True, grad_accum=4, recompute="full"),
+    Plan(dp=2, tp=2, pp=4, grad_accum=8),
+    Plan(dp=2, tp=2, pp=4, vpp=2, schedule="interleaved", grad_accum=8),
+    Plan(dp=2, tp=2, pp=2, schedule="gpipe", grad_accum=4),
+    Plan(dp=4, cp=4, zero=2, grad_accum=2),
+    Plan(dp=16, tp=8, zero=1, grad_accum=4),  # 128 GPUs, dp across nodes
+    Plan(dp=8, zero=3, offload_optimizer="cpu"),
+    Plan(dp=8, zero=3, offload_params="nvme", offload_optimizer="nvme"),
+    Plan(dp=8, flash_attention=False, recompute="selective"),
+]
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: p.describe())
+def test_breakdown_sums_to_step(plan):
+    t = st(plan)
+    assert sum(t.breakdown_seconds.values()) == pytest.approx(t.step_seconds, rel=1e-12)
+    assert all(v >= 0 for v in t.breakdown_seconds.values())
+    for key in ("compute", "pipeline_bubble", "tp_comm", "pp_comm", "optimizer", "offload"):
+        assert key in t.breakdown_seconds
+    assert t.breakdown_seconds["compute"] == t.compute_seconds
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: p.describe())
+def test_step_between_its_bounds(plan):
+    t = st(plan)
+    assert 0 < t.lower_bound_seconds <= t.step_seconds * (1 + 1e-12)
+    assert t.step_seconds <= t.upper_bound_seconds * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: p.describe())
+def test_exposed_communication_never_exceeds_the_total(plan):
+    t = st(plan)
+    exposed = sum(v for k, v in t.breakdown_seconds.items() if k.endswith("_comm"))
+    assert exposed <= sum(t.comm_seconds.values()) * (1 + 1e-12)
+
+
+def test_B_bounds():
+    # seed 004, B-bounds: perfect overlap -> max(compute, comm), none -> compute + comm
+    assert step_bounds(3.0, 2.0) == (3.0, 5.0)
+    assert step_bounds(2.0, 5.0) == (5.0, 7.0)
+    assert step_bounds(4.0, 0.0) == (4.0, 4.0)
+
+
+def test_single_gpu_has_no_communication():
+    t = st(Plan(grad_accum=4))
+    assert t.comm_seconds == {} and t.comm_bytes == {}
+    assert t.breakdown_seconds["tp_comm"] == t.breakdown_seconds["pp_comm"] == 0
+    assert "dp_comm" not in t.breakdown_seconds
+    assert t.breakdown_seconds["pipeline_bubble"] == 0
+    assert t.overlap_note == "no communication (one GPU)"
+    # no communication: both bounds are compute (+ the optimizer step for the upper one)
+    assert t.lower_bound_seconds == pytest.approx(t.compute_seconds)
+
+
+def test_tokens_per_second():
+    for plan in PLANS:
+        t = st(plan)
+        assert t.tokens_per_step == plan.global_batch * SEQ
+        assert t.tokens_per_second == pytest.approx(t.tokens_per_step / t.step_seconds)
+        assert t.n_gpus == plan.n_gpus
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: p.describe())
+def test_mfu_at_most_hfu_at_most_one(plan):
+    t = st(plan)
+    assert 0 < t.mfu <= t.hfu <= 1
+
+
+def test_mfu_definition():
+    t = st(Plan(dp=8, grad_accum=2))
+    peak = H100.peak_flops_per_second("bf16")
+    assert t.peak_flops_per_second == peak
+    assert t.mfu == pytest.approx(t.model_flops_per_step / (t.step_seconds * 8 * peak))
+
+
+# ---- pipeline bubble: (pp - 1) / m of compute, / vpp interleaved (Narayanan et al. 2021) ------
+@pytest.mark.parametrize(("pp", "m"), [(2, 4), (4, 8), (4, 16), (8, 8), (8, 32)])
+def test_bubble_fraction_1f1b(pp, m):
+    t = st(Plan(dp=1, tp=1, pp=pp, grad_accum=m))
+    bubble = t.breakdown_seconds["pipeline_bubble"]
+    assert bubble / t.compute_seconds == pytest.approx((pp - 1) / m)
+
+
+@pytest.mark.parametrize(("pp", "vpp", "m"), [(2, 2, 4), (4, 2, 8), (4, 4, 8), (8, 2, 16)])
+def test_bubble_interleaved_is_1f1b_over_vpp(pp, vpp, m):
+    # the same plan but the schedule: compute is the same, the bubble shrinks vpp-fold
+    plain = st(Plan(pp=pp, grad_accum=m))
+    inter = st(Plan(pp=pp, vpp=vpp, schedule="interleaved", grad_accum=m))
+    assert inter.compute_seconds == pytest.approx(plain.compute_seconds)
+    ratio = inter.breakdown_seconds["pipeline_bubble"] / plain.breakdown_seconds["pipeline_bubble"]
+    assert ratio == pytest.approx(1 / vpp)
+    assert inter.breakdown_seconds["pipeline_bubble"] / inter.compute_seconds == pytest.approx(
+        (pp - 1) / (m * vpp)
+    )
+    # interleaving sends vpp times as many activations between stages
+    assert inter.comm_bytes["pp"] == pytest.approx(vpp * plain.comm_bytes["pp"])
+
+
+def test_more_micro_batches_amortise_the_bubble():
+    fractions, per_token = [], []
+    for m in (4, 8, 16, 32):
+        t = st(Plan(dp=2, pp=4, grad_accum=m))
+        fractions.append(t.breakdown_seconds["pipeline_bubble"] / t.compute_seconds)
+        per_token.append(t.step_seconds / t.tokens_per_step)
+    assert fractions == sorted(fractions, reverse=True) and len(set(fractions)) == 4
+    assert per_token == sorted(per_token, reverse=True)
+    assert per_token[0] > per_token[-1]
+
+
+def test_no_bubble_without_pipeline():
+    assert st(Plan(dp=8, grad_accum=8)).breakdown_seconds["pipeline_bubble"] == 0
+
+
+# ---- communication volumes ----------------------------------------------------------------
+def test_tp_comm_grows_with_tp():
+    # same micro-batches; a ring all-reduce moves 2 (t - 1) / t of the activations per rank
+    # (1, 1.5, 1.75 for t = 2, 4, 8); "auto" may pick the double binary tree instead (2 per
+    # rank, fewer latency steps) where that is faster, so the ratio is at least the ring's
+    ts = {tp: st(Plan(tp=tp, grad_accum=2)) for tp in (2, 4, 8)}
+    by = {tp: t.comm_bytes["tp"] for tp, t in ts.items()}
+    assert by[2] < by[4] < by[8]
+    for tp in (4, 8):
+        assert by[tp] / by[2] >= 2 * (tp - 1) / tp - 1e-9
+    secs = [ts[tp].comm_seconds["tp"] for tp in (2, 4, 8)]
+    assert secs == sorted(secs) and len(set(secs)) == 3
+    # TP collectives sit between a layer's matmuls: never hidden
+    assert all(t.breakdown_seconds["tp_comm"] == t.comm_seconds["tp"] for t in ts.values())
+
+
+def test_sp_moves_the_same_tp_bytes():
+    # each TP all-reduce becomes one all-gather + one reduce-scatter, which move what the
+    # all-reduce moved (Korthikanti et al. 2022, Sec. 4.2.2: "the same bandwidth")
+    a = st(Plan(tp=4, dp=2, grad_accum=2))
+    b = st(Plan(tp=4, dp=2, sp=True, grad_accum=2))
+    assert b.comm_bytes["tp"] == pytest.approx(a.comm_bytes["tp"])
+
+
+def test_full_recompute_repeats_forward_tp_collectives():
+    # 4 collectives per layer become 6
+    a = st(Plan(tp=4, grad_accum=2))
+    b = st(Plan(tp=4, grad_accum=2, recompute="full"))
+    assert b.comm_bytes["tp"] / a.comm_bytes["tp"] == pytest.approx(6 / 4)
+
+
+@pytest.mark.parametrize(("dp", "precision"), [(8, BF16), (16, BF16), (64, BF16), (8, FP32)])
+def test_zero3_sends_one_and_a_half_times_zero0(dp, precision):
+    # ZeRO paper Sec. 7: stage 0 all-reduces the gradients (2 (p-1)/p psi per rank, ring);
+    # stage 3 reduce-scatters them ((p-1)/p psi) and all-gathers the weights for forward and
+    # backward (2 (p-1)/p psi at m = 1): 3 / 2 = 1.5x when weight and gradient bytes are equal
+    # (bf16-mixed: 2 and 2; fp32: 4 and 4)
+    assert precision.weight_bytes == precision.grad_bytes
+    z0 = sum(st(Plan(dp=dp, zero=0), precision=precision).comm_bytes.values())
+    z3 = sum(st(Plan(dp=dp, zero=3), precision=precision).comm_bytes.values())
+    assert z3 / z0 == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_zero12_send_what_dp_sends(zero):
+    # reduce-scatter + all-gather of the updated weights = one all-reduce
+    z0 = st(Plan(dp=8, zero=0)).comm_bytes
+    z = st(Plan(dp=8, zero=zero)).comm_bytes
+    assert set(z) == {"dp_grad_reduce", "dp_param_gather"}
+    assert sum(z.values()) == pytest.approx(sum(z0.values()))
+
+
+def test_zero3_gathers_every_micro_batch():
+    one = st(Plan(dp=8, zero=3, grad_accum=1)).comm_bytes
+    four = st(Plan(dp=8, zero=3, grad_accum=4)).comm_bytes
+    assert four["zero3_gather"] == pytest.approx(4 * one["zero3_gather"])
+    assert four["dp_grad_reduce"] == pytest.approx(one["dp_grad_reduce"])  # once per step
+
+
+def test_context_and_expert_parallel_communicate():
+    t = st(Plan(dp=2, cp=4))
+    assert t.comm_bytes["cp"] > 0 and "cp_comm" in t.breakdown_seconds
+    t = st(Plan(dp=8, ep=8), MIXTRAL)
+    assert t.comm_bytes["ep"] > 0 and "ep_comm" in t.breakdown_seconds
+
+
+def test_pp_comm_present_with_pipeline_only():
+    t = st(Plan(pp=4, grad_accum=4))
+    assert set(t.comm_bytes) == {"pp"}
+    assert t.breakdown_seconds["pp_comm"] == pytest.approx(t.comm_seconds["pp"])
+
+
+def test_dp_across_nodes_is_slower_than_inside_one():
+    # the same 8-way dp gradient all-reduce: inside one node (tp 1) vs one member per node
+    # (tp 8 pushes dp peers onto different nodes); per-GPU bytes differ little, bandwidth 9x
+    inside = st(Plan(dp=8, grad_accum=1))
+    spread = Cluster(hardware=H100, n_gpus=64, gpus_per_node=8)
+    t = step_time(
+        L2_7B,
+        Plan(dp=8, tp=8, grad_accum=1),
+        spread,
+        seq_len=SEQ,
+        precision=BF16,
+        optimizer=ADAMW,
+    )
+    per_byte_inside = inside.comm_seconds["dp_grad_reduce"] / inside.comm_bytes["dp_grad_reduce"]
+    per_byte_spread = t.comm_seconds["dp_grad_reduce"] / t.comm_bytes["dp_grad_reduce"]
+    assert per_byte_spread > per_byte_inside
+
+
+# ---- recomputation and utilisation --------------------------------------------------------
+def test_full_recompute_costs_time_and_widens_hfu_minus_mfu():
+    base = st(Plan(dp=8, grad_accum=2))
+    full = st(Plan(dp=8, grad_accum=2, recompute="full"))
+    assert full.step_seconds > base.step_seconds
+    assert full.compute_seconds > base.compute_seconds
+    assert full.model_flops_per_step == pytest.approx(base.model_flops_per_step)
+    assert full.hardware_flops_per_step > base.hardware_flops_per_step
+    assert full.hfu - full.mfu > base.hfu - base.mfu
+    assert base.hfu == pytest.approx(base.mfu)  # no recompute: hardware FLOPs = model FLOPs
+    assert full.mfu < base.mfu
+
+
+def test_selective_recompute_without_flash():
+    base = st(Plan(dp=8, flash_attention=False))
+    sel = st(Plan(dp=8, flash_attention=False, recompute="selective"))
+    assert sel.hardware_flops_per_step > base.hardware_flops_per_step
+    assert sel.step_seconds > base.step_seconds
+
+
+def test_model_flops_do_not_depend_on_the_layout():
+    flops = {st(p).model_flops_per_step / p.global_batch for p in PLANS}
+    assert max(flops) == pytest.approx(min(flops))
+
+
+# ---- offload and optimizer --------------------------------------------------------------
+def test_offload_replaces_the_gpu_optimizer_step_with_transfers():
+    gpu = st(Plan(dp=8, zero=3))
+    cpu = st(Plan(dp=8, zero=3, offload_optimizer="cpu"))
+    assert gpu.breakdown_seconds["offload"] == 0 and gpu.breakdown_seconds["optimizer"] > 0
+    assert cpu.breakdown_seconds["optimizer"] == 0 and cpu.breakdown_seconds["offload"] > 0
+    nvme = st(Plan(dp=8, zero=3, offload_optimizer="nvme"))
+    # NVMe (3 GB/s per GPU) is slower than PCIe (25 GB/s)
+    assert nvme.breakdown_seconds["offload"] > cpu.breakdown_seconds["offload"]
+
+
+def test_zero_shard_params():
+    assert zero_shard_params(800.0, Plan(dp=8)) == 800
+    assert zero_shard_params(800.0, Plan(dp=8, zero=1)) == 100
+    assert zero_shard_params(800.0, Plan(dp=4, cp=2, zero=3)) == 100
+    assert zero_shard_params(800.0, Plan(dp=8, zero=2, zero_shard=2)) == 400
+
+
+def test_zero1_shrinks_the_optimizer_step():
+    a = st(Plan(dp=8)).breakdown_seconds["optimizer"]
+    b = st(Plan(dp=8, zero=1)).breakdown_seconds["optimizer"]
+    assert b == pytest.approx(a / 8)
+
+
+# ---- efficiency knobs ---------------------------------------------------------------------
+def test_efficiency_bounds():
+    for f in dataclasses.fields(Efficiency):
+        assert 0 < getattr(DEFAULT_EFFICIENCY, f.name) <= 1
+
+
+def test_higher_efficiency_is_faster():
+    plan = Plan(dp=8, grad_accum=2)
+    slow = st(plan, efficiency=Efficiency(matmul=0.5, attention=0.3, hbm=0.6))
+    fast = st(plan, efficiency=Efficiency(matmul=0.9, attention=0.7, hbm=0.95))
+    assert fast.compute_seconds < slow.compute_seconds
+    assert fast.mfu > slow.mfu
+
+
+def test_overlap_note_mentions_hidden_communication():
+    t = st(Plan(dp=8, grad_accum=4))
+    assert "communication hidden behind compute" in t.overlap_note

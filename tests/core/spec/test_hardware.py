@@ -1,0 +1,237 @@
+"""Hardware catalog: project conventions, datasheet figures and lookup errors."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import MappingProxyType
+
+import pytest
+
+from trainbudget.core.errors import SpecError
+from trainbudget.core.spec.hardware import DTYPES, HARDWARE, Hardware, get_hardware
+from trainbudget.core.units import GB, TB
+
+REQUIRED = (
+    "a100-40gb",
+    "a100-80gb",
+    "h100-sxm",
+    "h100-pcie",
+    "h200",
+    "b200",
+    "mi300x",
+    "rtx-4090",
+    "tpu-v5e",
+    "tpu-v5p",
+)
+
+
+def test_required_rows_present_and_keys_match_names():
+    assert set(REQUIRED) <= set(HARDWARE)
+    for key, hw in HARDWARE.items():
+        assert hw.name == key
+        assert get_hardware(key) is hw
+
+
+# --- project conventions (fixed by the spec documents) --------------------------------------
+
+
+def test_h100_sxm_bf16_fp16_dense_is_half_the_sparse_datasheet_figure():
+    h100 = get_hardware("h100-sxm")
+    # seed 001 get_promised_flop_per_sec: H100 bf16 = 989.5e12 (datasheet 1979 TFLOPS is sparse)
+    assert h100.peak_flops_per_second("bf16") == 989.5e12
+    assert h100.peak_flops_per_second("fp16") == 989.5e12
+    # https://www.nvidia.com/en-us/data-center/h100/ : BF16 Tensor Core 1,979 TFLOPS (sparsity)
+    assert h100.peak_flops_per_second("bf16", sparse=True) == 1979e12
+
+
+def test_h100_sxm_fp32_lecture_convention():
+    h100 = get_hardware("h100-sxm")
+    # seed 001 get_promised_flop_per_sec: H100 fp32 = 67.5e12 (datasheet prints 67 TFLOPS)
+    assert h100.peak_flops_per_second("fp32") == 67.5e12
+    assert "67.5" in h100.notes and "67 " in h100.notes
+
+
+def test_h100_memory_is_decimal_80gb():
+    # https://www.nvidia.com/en-us/data-center/h100/ : 80 GB, 3.35 TB/s
+    h100 = get_hardware("h100-sxm")
+    assert h100.memory_bytes == 80 * GB == 80e9
+    assert h100.hbm_bytes_per_second == 3.35 * TB
+
+
+@pytest.mark.parametrize("name", ["a100-40gb", "a100-80gb"])
+def test_a100_conventions(name):
+    a100 = get_hardware(name)
+    # seed 001 get_promised_flop_per_sec: A100 bf16 = fp16 = 312e12, fp32 = 19.5e12
+    # (also nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf)
+    assert a100.peak_flops_per_second("bf16") == 312e12
+    assert a100.peak_flops_per_second("fp16") == 312e12
+    assert a100.peak_flops_per_second("fp32") == 19.5e12
+
+
+def test_a100_memory_variants():
+    # nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf: 40GB 1,555 GB/s; 80GB SXM 2,039 GB/s
+    assert get_hardware("a100-40gb").memory_bytes == 40 * GB
+    assert get_hardware("a100-40gb").hbm_bytes_per_second == 1555 * GB
+    assert get_hardware("a100-80gb").memory_bytes == 80 * GB
+    assert get_hardware("a100-80gb").hbm_bytes_per_second == 2039 * GB
+
+
+def test_tpu_v5e_conventions_and_b_v5e_ratio():
+    v5e = get_hardware("tpu-v5e")
+    # https://cloud.google.com/tpu/docs/v5e : 197 TFLOPs bf16, HBM2 16 GB at 819 GBps
+    assert v5e.peak_flops_per_second("bf16") == 197e12
+    assert v5e.hbm_bytes_per_second == 819e9
+    # seed 004: "compute-bound above ~240 tokens per batch": 197e12 / 819e9 = 240.5 FLOP/byte
+    ratio = v5e.peak_flops_per_second("bf16") / v5e.hbm_bytes_per_second
+    assert ratio == pytest.approx(240.5, abs=0.1)
+
+
+def test_s_train_time_divisor():
+    # S-train-time: 1024 H100s at bf16 989.5e12 (seed 001 get_promised_flop_per_sec), MFU 0.5
+    h100 = get_hardware("h100-sxm")
+    divisor = 1024 * h100.peak_flops_per_second("bf16") * 0.5
+    assert divisor == pytest.approx(1024 * 989.5e12 * 0.5, rel=1e-15)
+    assert divisor == pytest.approx(5.06624e17, rel=1e-12)
+
+
+# --- other datasheet figures -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "memory", "bandwidth", "bf16"),
+    [
+        # https://www.nvidia.com/content/dam/en-zz/Solutions/gtcs22/data-center/h100/PB-11133-001_v01.pdf
+        # 80 GB, 2,000 GB/s, BF16 1,513 TFLOPS with sparsity -> 756.5 dense
+        ("h100-pcie", 80 * GB, 2 * TB, 756.5e12),
+        # https://www.nvidia.com/en-us/data-center/h200/ : 141 GB, 4.8 TB/s, BF16 1,979 sparse
+        ("h200", 141 * GB, 4.8 * TB, 989.5e12),
+        # https://www.nvidia.com/en-us/data-center/hgx/ : HGX B200 per GPU 180 GB, 7.7 TB/s,
+        # FP16/BF16 4.5 PFLOPS with sparsity -> 2.25 dense
+        ("b200", 180 * GB, 7.7 * TB, 2.25e15),
+        # amd-instinct-mi300x-data-sheet.pdf: 192 GB HBM3, 5.3 TB/s, BF16 1307.4 TFLOPs dense
+        ("mi300x", 192 * GB, 5.3 * TB, 1307.4e12),
+        # nvidia-ada-gpu-architecture.pdf: 24 GB, 1008 GB/s, BF16 (FP32 accumulate) 165.2 dense
+        ("rtx-4090", 24 * GB, 1008 * GB, 165.2e12),
+        # https://cloud.google.com/tpu/docs/v5p : 459 TFLOPs bf16, 2765 GBps
+        ("tpu-v5p", None, 2765 * GB, 459e12),
+    ],
+)
+def test_datasheet_figures(name, memory, bandwidth, bf16):
+    hw = get_hardware(name)
+    if memory is not None:
+        assert hw.memory_bytes == memory
+    assert hw.hbm_bytes_per_second == pytest.approx(bandwidth)
+    assert hw.peak_flops_per_second("bf16") == bf16
+
+
+def test_one_direction_link_convention():
+    # https://www.nvidia.com/en-us/data-center/h100/ : NVLink 900 GB/s (bidirectional) -> 450
+    assert get_hardware("h100-sxm").intra_node_bytes_per_second == 450 * GB
+    # one 400 Gb/s NDR NIC per GPU -> 50 GB/s
+    assert get_hardware("h100-sxm").inter_node_bytes_per_second == 50 * GB
+    # https://cloud.google.com/tpu/docs/v5e : ICI 400 GBps bidirectional per chip -> 200
+    assert get_hardware("tpu-v5e").intra_node_bytes_per_second == 200 * GB
+    # https://cloud.google.com/tpu/docs/v5p : ICI 1200 GBps bidirectional per chip -> 600
+    assert get_hardware("tpu-v5p").intra_node_bytes_per_second == 600 * GB
+
+
+# --- invariants over every row ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(HARDWARE))
+def test_row_invariants(name):
+    hw = HARDWARE[name]
+    assert hw.source_urls and all(url.startswith("https://") for url in hw.source_urls)
+    assert hw.memory_bytes > 0
+    assert hw.hbm_bytes_per_second > 0
+    assert hw.intra_node_bytes_per_second > 0
+    assert hw.inter_node_bytes_per_second > 0
+    assert hw.gpus_per_node >= 1
+    assert hw.description and hw.intra_node_link and hw.inter_node_link
+    assert hw.peak_flops_per_second("bf16") > 0
+    assert set(hw.dense_flops_per_second) <= set(DTYPES)
+    assert set(hw.sparse_flops_per_second) <= set(DTYPES)
+    for dtype, sparse in hw.sparse_flops_per_second.items():
+        if dtype in hw.dense_flops_per_second:
+            assert sparse >= hw.dense_flops_per_second[dtype]
+
+
+@pytest.mark.parametrize("name", sorted(HARDWARE))
+def test_rows_are_immutable(name):
+    hw = HARDWARE[name]
+    assert isinstance(hw.dense_flops_per_second, MappingProxyType)
+    assert isinstance(hw.sparse_flops_per_second, MappingProxyType)
+    with pytest.raises(TypeError):
+        hw.dense_flops_per_second["bf16"] = 1.0  # type: ignore[index]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        hw.memory_bytes = 1.0  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        HARDWARE["x"] = hw  # type: ignore[index]
+    hash(hw)  # usable as a dict key / cache argument
+
+
+def test_sparse_is_never_the_default():
+    hw = get_hardware("h100-sxm")
+    assert hw.peak_flops_per_second("bf16") < hw.peak_flops_per_second("bf16", sparse=True)
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["h100", "H100-SXM", "tpu-v9", ""])
+def test_unknown_name_lists_known_keys(bad):
+    with pytest.raises(SpecError) as info:
+        get_hardware(bad)
+    message = str(info.value)
+    assert repr(bad) in message
+    assert "h100-sxm" in message
+    assert info.value.field == "gpu"
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype", "sparse"),
+    [
+        ("tpu-v5e", "fp32", False),
+        ("a100-80gb", "fp8", False),
+        ("tpu-v5e", "bf16", True),
+        ("a100-40gb", "fp32", True),
+        ("h100-sxm", "int4", False),
+    ],
+)
+def test_missing_dtype_is_a_spec_error(name, dtype, sparse):
+    hw = get_hardware(name)
+    with pytest.raises(SpecError) as info:
+        hw.peak_flops_per_second(dtype, sparse=sparse)
+    assert info.value.field == "dtype"
+    assert "dtype" in str(info.value)
+    assert dtype in str(info.value)
+
+
+def test_missing_dtype_error_lists_available_dtypes():
+    with pytest.raises(SpecError) as info:
+        get_hardware("tpu-v5e").peak_flops_per_second("fp32")
+    assert "bf16" in str(info.value)
+
+
+def _row(**overrides) -> Hardware:
+    hw = get_hardware("a100-80gb")
+    base = {f.name: getattr(hw, f.name) for f in dataclasses.fields(hw)}
+    base.update(overrides)
+    return Hardware(**base)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"memory_bytes": 0},
+        {"hbm_bytes_per_second": -1.0},
+        {"gpus_per_node": 0},
+        {"source_urls": ()},
+        {"source_urls": ("http://example.com",)},
+        {"dense_flops_per_second": {"int8": 1e12, "bf16": 1e12}},
+        {"sparse_flops_per_second": {"bf16": 1e12}},  # sparse below the 312e12 dense peak
+    ],
+)
+def test_bad_rows_are_rejected(overrides):
+    with pytest.raises(SpecError):
+        _row(**overrides)

@@ -1,0 +1,201 @@
+"""Hugging Face config.json -> ModelSpec: real configs give the published counts; bad ones fail."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainbudget.core.errors import SpecError
+from trainbudget.core.single.params import count_params
+from trainbudget.core.spec.hf_config import load_hf_config, spec_from_hf_config
+from trainbudget.core.spec.presets import PRESETS
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "hf"
+
+
+def _config(name: str) -> dict:
+    return json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
+
+
+# Fixture -> (the preset it must equal, published total); sources on each line.
+REAL = {
+    "llama-2-7b": ("llama-2-7b", 6_738_415_616),  # KerasHub llama2_7b_en "params"
+    "mistral-7b": ("mistral-7b", 7_241_732_096),  # KerasHub mistral_7b_en "params"
+    "mixtral-8x7b": ("mixtral-8x7b", 46_702_792_704),  # KerasHub mixtral_8_7b_en "params"
+    "gpt2": ("gpt2", 124_439_808),  # KerasHub gpt2_base_en "params"
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_real_config_matches_preset_and_published_count(name):
+    preset, published = REAL[name]
+    spec = load_hf_config(str(DATA / f"{name}.json"))
+    assert spec.name == name
+    assert spec == PRESETS[preset]  # sources and name aside, the same architecture
+    assert count_params(spec).total == published
+
+
+def test_qwen2_0_5b_published_count_with_tied_embeddings_and_qkv_bias():
+    # Qwen/Qwen2-0.5B: 494,032,768 parameters (HF safetensors; same shapes and count as
+    # KerasHub qwen2.5_0.5b_en "params" 494032768, keras_hub/src/models/qwen/qwen_presets.py).
+    spec = load_hf_config(str(DATA / "qwen2-0.5b.json"))
+    assert spec.tied_embeddings and spec.qkv_bias and not spec.bias
+    assert (spec.n_heads, spec.n_kv_heads, spec.d_head) == (14, 2, 64)
+    p = count_params(spec)
+    assert p.total == 494_032_768
+    assert p.head == 0
+    untied = spec_from_hf_config({**_config("qwen2-0.5b"), "tie_word_embeddings": False}, "q")
+    assert count_params(untied).total == 494_032_768 + 151936 * 896
+
+
+def test_sources_record_the_path():
+    spec = load_hf_config(str(DATA / "gpt2.json"))
+    assert spec.sources == (str(DATA / "gpt2.json"),)
+
+
+def test_directory_holding_config_json(tmp_path):
+    folder = tmp_path / "Llama-2-7b-hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(_config("llama-2-7b")), encoding="utf-8")
+    for path in (folder, folder / "config.json"):
+        spec = load_hf_config(str(path))
+        assert spec.name == "Llama-2-7b-hf"
+        assert count_params(spec).total == 6_738_415_616
+
+
+def test_family_defaults_follow_transformers():
+    gpt2 = _config("gpt2")
+    assert "tie_word_embeddings" not in gpt2 and "n_inner" not in gpt2
+    spec = spec_from_hf_config(gpt2, "gpt2")
+    assert spec.tied_embeddings and spec.d_ff == 4 * 768  # PretrainedConfig ties by default
+    assert spec_from_hf_config({**gpt2, "n_inner": None}, "g").d_ff == 3072
+    assert spec_from_hf_config({**gpt2, "n_inner": 1000}, "g").d_ff == 1000
+    for name in ("llama-2-7b", "qwen2-0.5b"):
+        config = _config(name)
+        del config["tie_word_embeddings"]
+        assert not spec_from_hf_config(config, name).tied_embeddings  # LlamaConfig/Qwen2Config
+    llama = _config("llama-2-7b")
+    del llama["num_key_value_heads"]
+    assert spec_from_hf_config(llama, "l").n_kv_heads == 32
+    assert spec_from_hf_config({**llama, "num_key_value_heads": None}, "l").n_kv_heads == 32
+    assert spec_from_hf_config({**llama, "head_dim": 128}, "l").d_head == 128
+    assert spec_from_hf_config({**llama, "head_dim": None}, "l").d_head == 128
+
+
+def test_llama_with_attention_and_mlp_bias_counts_every_bias():
+    llama = _config("llama-2-7b")
+    biased = spec_from_hf_config({**llama, "attention_bias": True, "mlp_bias": True}, "b")
+    assert biased.bias
+    d, d_ff, n_layers = 4096, 11008, 32
+    per_layer = 3 * d + d + 2 * d_ff + d  # q,k,v + o + gate,up + down
+    assert count_params(biased).total == 6_738_415_616 + n_layers * per_layer
+
+
+def _bad(config: dict) -> SpecError:
+    with pytest.raises(SpecError) as err:
+        spec_from_hf_config(config, "bad")
+    return err.value
+
+
+def _without(config: dict, key: str) -> dict:
+    return {k: v for k, v in config.items() if k != key}
+
+
+LLAMA = _config("llama-2-7b")
+GPT2 = _config("gpt2")
+MIXTRAL = _config("mixtral-8x7b")
+
+# (case, config, key the error must name)
+MALFORMED = [
+    ("missing hidden_size", _without(LLAMA, "hidden_size"), "hidden_size"),
+    ("missing intermediate_size", _without(LLAMA, "intermediate_size"), "intermediate_size"),
+    ("missing n_embd", _without(GPT2, "n_embd"), "n_embd"),
+    ("missing num_local_experts", _without(MIXTRAL, "num_local_experts"), "num_local_experts"),
+    ("string hidden_size", {**LLAMA, "hidden_size": "4096"}, "hidden_size"),
+    ("float vocab_size", {**LLAMA, "vocab_size": 32000.0}, "vocab_size"),
+    ("bool num_hidden_layers", {**LLAMA, "num_hidden_layers": True}, "num_hidden_layers"),
+    ("null vocab_size", {**LLAMA, "vocab_size": None}, "vocab_size"),
+    ("negative layers", {**LLAMA, "num_hidden_layers": -2}, "num_hidden_layers"),
+    ("zero kv heads", {**LLAMA, "num_key_value_heads": 0}, "num_key_value_heads"),
+    ("kv heads not dividing", {**LLAMA, "num_key_value_heads": 5}, "num_key_value_heads"),
+    ("heads not dividing", {**LLAMA, "num_attention_heads": 30}, "num_attention_heads"),
+    ("gpt2 heads not dividing", {**GPT2, "n_head": 7}, "n_head"),
+    ("head_dim differs", {**LLAMA, "head_dim": 256}, "head_dim"),
+    ("attention_bias only", {**LLAMA, "attention_bias": True}, "attention_bias"),
+    ("mlp_bias only", {**LLAMA, "mlp_bias": True}, "mlp_bias"),
+    ("tie not bool", {**LLAMA, "tie_word_embeddings": "false"}, "tie_word_embeddings"),
+    ("hidden_act gelu", {**LLAMA, "hidden_act": "gelu"}, "hidden_act"),
+    ("gpt2 relu", {**GPT2, "activation_function": "relu"}, "activation_function"),
+    ("gpt2 cross-attention", {**GPT2, "add_cross_attention": True}, "add_cross_attention"),
+    ("top-k above experts", {**MIXTRAL, "num_experts_per_tok": 9}, "num_experts_per_tok"),
+    ("zero experts", {**MIXTRAL, "num_local_experts": 0}, "num_local_experts"),
+    ("missing model_type", _without(LLAMA, "model_type"), "model_type"),
+    ("unknown model_type", {**LLAMA, "model_type": "bert"}, "model_type"),
+]
+
+
+@pytest.mark.parametrize(("case", "config", "key"), MALFORMED, ids=[c[0] for c in MALFORMED])
+def test_malformed_config_names_the_key(case, config, key):
+    err = _bad(config)
+    assert err.field == f"config.json:{key}", case
+    assert key in str(err)
+
+
+def test_wrong_type_message_reads_well():
+    err = _bad({**LLAMA, "hidden_size": "4096"})
+    assert str(err) == "config.json:hidden_size = '4096': must be an integer"
+
+
+def test_model_type_errors_list_supported_families():
+    for config in (_without(LLAMA, "model_type"), {**LLAMA, "model_type": "bert"}):
+        message = str(_bad(config))
+        for family in ("gpt2", "llama", "mistral", "mixtral", "qwen2"):
+            assert family in message
+
+
+def test_not_a_mapping():
+    with pytest.raises(SpecError):
+        spec_from_hf_config([1, 2], "x")  # type: ignore[arg-type]
+
+
+def _load_error(path: Path) -> SpecError:
+    with pytest.raises(SpecError) as err:
+        load_hf_config(str(path))
+    return err.value
+
+
+def test_file_missing(tmp_path):
+    err = _load_error(tmp_path / "nope.json")
+    assert "not found" in str(err) and "nope.json" in str(err)
+
+
+def test_not_json_says_line_and_column(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{\n  "model_type": "llama",\n  "hidden_size": 4096\n  "x": 1\n}\n')
+    message = str(_load_error(path))
+    assert "line 4" in message and "column 3" in message
+
+
+def test_not_an_object(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("[1, 2, 3]")
+    assert "JSON object" in str(_load_error(path))
+
+
+def test_not_utf8_and_empty_and_directory_without_config(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"\xff\xfe\x00{")
+    assert "UTF-8" in str(_load_error(bad)) or "JSON" in str(_load_error(bad))
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    assert "line 1" in str(_load_error(empty))
+    assert "not found" in str(_load_error(tmp_path))
+
+
+def test_key_errors_from_a_file_name_the_file(tmp_path):
+    path = tmp_path / "my-model.json"
+    path.write_text(json.dumps(_without(LLAMA, "hidden_size")))
+    err = _load_error(path)
+    assert err.field == "my-model.json:hidden_size"

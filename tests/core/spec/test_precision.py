@@ -1,0 +1,67 @@
+"""Bytes per parameter of precision policies and optimizers (ZeRO Sec. 3.1 accounting)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainbudget.core.errors import SpecError
+from trainbudget.core.spec.precision import dense_bytes_per_param, get_optimizer, get_precision
+
+
+def per_param(precision: str, optimizer: str) -> float:
+    return dense_bytes_per_param(get_precision(precision), get_optimizer(optimizer))
+
+
+def test_fp32_adamw_16_bytes() -> None:
+    """Seed 000 S-max-model: fp32 weights 4 + grads 4 + Adam m, v 4 + 4 = 16 bytes."""
+    assert per_param("fp32", "adamw") == 16
+
+
+def test_bf16_mixed_adamw_2_2_12() -> None:
+    """ZeRO (arXiv 1910.02054, Sec. 3.1): 2 (bf16 weights) + 2 (grads) + K=12 (fp32 master 4,
+    m 4, v 4)."""
+    p, o = get_precision("bf16-mixed"), get_optimizer("adamw")
+    assert (p.weight_bytes, p.grad_bytes) == (2, 2)
+    assert p.master_bytes + o.state_bytes_per_param(p) == 12
+    assert per_param("bf16-mixed", "adamw") == 16
+
+
+def test_adamw_8bit() -> None:
+    """Dettmers et al. 2022: m and v in 1 byte each plus one fp32 absmax per 2048-block:
+    2 * (1 + 4/2048) = 2.00390625 bytes of state; with bf16-mixed 2 + 2 + 4 + 2.0039."""
+    o = get_optimizer("adamw-8bit")
+    assert o.state_bytes_per_param(get_precision("bf16-mixed")) == 2.00390625
+    assert per_param("bf16-mixed", "adamw-8bit") == 10.00390625
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "expected"),
+    [("sgd", 8), ("momentum", 12), ("adagrad", 12), ("rmsprop", 12), ("adam", 16)],
+)
+def test_fp32_optimizers(optimizer: str, expected: int) -> None:
+    """fp32: 4 (weights) + 4 (grads) + 4 per state tensor (0, 1 or 2 of them)."""
+    assert per_param("fp32", optimizer) == expected
+
+
+def test_pure_bf16_has_no_master() -> None:
+    """Pure bf16 AdamW: 2 + 2 + 2*2 = 8 bytes, no fp32 copy."""
+    assert get_precision("bf16").master_bytes == 0
+    assert per_param("bf16", "adamw") == 8
+
+
+def test_activation_and_compute_dtypes() -> None:
+    """Mixed policies store 16-bit activations and use the 16-bit peak."""
+    assert get_precision("fp16-mixed").compute_dtype == "fp16"
+    assert get_precision("bf16-mixed").activation_bytes == 2
+    assert get_precision("fp32").activation_bytes == 4
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [(lambda: get_precision("fp8"), "precision"), (lambda: get_optimizer("lion"), "optimizer")],
+)
+def test_unknown_names(call, field: str) -> None:
+    """Unknown keys raise SpecError naming the table, listing the known keys."""
+    with pytest.raises(SpecError, match="known") as err:
+        call()
+    assert err.value.field == field
