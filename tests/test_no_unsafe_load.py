@@ -84,7 +84,7 @@ def test_no_unsafe_load_in_the_repository() -> None:
     assert unsafe_flags(ROOT) == []
     assert implicit_loads(ROOT) == []
     # not vacuous: the checkpoint store's own torch.load is among the calls checked
-    store = ROOT / "src" / "trainbudget" / "train" / "checkpoint.py"
+    store = ROOT / "src" / "trainbudget" / "train" / "checkpointing" / "checkpoint.py"
     assert store in list(_files(ROOT, PRODUCT, {".py"}))
     assert len(_torch_loads(ast.parse(store.read_text(encoding="utf-8")))) >= 1
 
