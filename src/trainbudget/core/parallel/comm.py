@@ -28,15 +28,17 @@ Conventions:
   accepted and ignored, and the result's `algorithm` says what was modelled. "auto" takes the
   faster of ring and tree, as NCCL's tuner does (ties go to ring).
 - An empty buffer or a group of one costs nothing (NCCL returns at once for count 0).
-- `collective_seconds` is `collective_cost(...).seconds` without building the dataclass, for
-  the planner's inner loop.
+- `collective_total` is the same cost for `count` calls, over numbers or over the planner's
+  arrays (one element per plan): the phase functions below are written once for both.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from trainbudget.core.errors import SpecError, unknown_key
+from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.cluster import Cluster
 
 ALGORITHMS = ("ring", "tree", "auto")
@@ -61,23 +63,22 @@ class CollectiveCost:
 _FREE = CollectiveCost(0.0, 0.0, 0.0, 0.0, 0, "none")
 
 # Each kind below returns (latency_seconds, bandwidth_seconds, bytes_sent_per_rank, steps) for
-# m nodes of k members; (ai, bi) / (ae, be) are the intra- / inter-node alpha and beta.
-_Phases = tuple[float, float, float, int]
+# m nodes of k members; (ai, bi) / (ae, be) are the intra- / inter-node alpha and beta. n, k
+# and m may be numbers or arrays (`xp`), so `collective_cost` and the planner's grid share them.
+_Phases = tuple[Any, Any, Any, Any]
 
 
-def _all_reduce(
-    n: float, k: int, m: int, ai: float, bi: float, ae: float, be: float, tree: bool
-) -> _Phases:
-    if m == 1:  # one node: the whole collective on NVLink-class links
-        q, s, a, b = k, n, ai, bi
-        lat = bw = sent = 0.0
-        steps = 0
-    else:  # intra reduce-scatter and all-gather on n, around the cross-node phase on n / k
-        q, s, a, b = m, n / k, ae, be
-        sent = 2 * (k - 1) / k * n
-        lat, bw, steps = 2 * (k - 1) * ai, sent / bi, 2 * (k - 1)
+def _all_reduce(n, k, m, ai, bi, ae, be, tree: bool, xp: Ops) -> _Phases:
+    one = m == 1
+    # one node: the whole collective on NVLink-class links; else intra reduce-scatter and
+    # all-gather on n, around the cross-node phase on n / k
+    q, s = xp.where(one, k, m), xp.where(one, n, n / k)
+    a, b = xp.where(one, ai, ae), xp.where(one, bi, be)
+    sent = xp.where(one, 0.0, 2 * (k - 1) / k * n)
+    lat, bw = xp.where(one, 0.0, 2 * (k - 1) * ai), xp.where(one, 0.0, sent / bi)
+    steps = xp.where(one, 0, 2 * (k - 1))
     if tree:  # pipelined reduce up + broadcast down: the whole buffer once each way (Sanders)
-        q_steps = 2 * (q - 1).bit_length()  # 2 ceil(log2 q)
+        q_steps = 2 * xp.bit_length(q - 1)  # 2 ceil(log2 q)
         q_sent = 2 * s
     else:  # reduce-scatter + all-gather around the ring, 2(q-1) chunks of s/q (Patarasuk & Yuan)
         q_steps = 2 * (q - 1)
@@ -85,9 +86,7 @@ def _all_reduce(
     return lat + q_steps * a, bw + q_sent / b, sent + q_sent, steps + q_steps
 
 
-def _gather(
-    n: float, k: int, m: int, ai: float, bi: float, ae: float, be: float, tree: bool
-) -> _Phases:
+def _gather(n, k, m, ai, bi, ae, be, tree: bool, xp: Ops) -> _Phases:
     # Ring all-gather (reduce-scatter: the same phases reversed), q-1 chunks of 1/q (Thakur sec. 3):
     # across the m nodes on each rank's node-slice n / k, inside the node on the full n.
     sent_intra = (k - 1) / k * n
@@ -96,9 +95,7 @@ def _gather(
     return latency, sent_intra / bi + sent_inter / be, sent_intra + sent_inter, k + m - 2
 
 
-def _all_to_all(
-    n: float, k: int, m: int, ai: float, bi: float, ae: float, be: float, tree: bool
-) -> _Phases:
+def _all_to_all(n, k, m, ai, bi, ae, be, tree: bool, xp: Ops) -> _Phases:
     # Pairwise exchange, p-1 steps of n/p (Thakur sec. 4): k-1 peers share the node, p-k are remote.
     p = k * m
     sent_intra = (k - 1) / p * n
@@ -107,24 +104,24 @@ def _all_to_all(
     return latency, sent_intra / bi + sent_inter / be, sent_intra + sent_inter, p - 1
 
 
-def _send_recv(
-    n: float, k: int, m: int, ai: float, bi: float, ae: float, be: float, tree: bool
-) -> _Phases:
+def _send_recv(n, k, m, ai, bi, ae, be, tree: bool, xp: Ops) -> _Phases:
     # One message (Hockney) over the slowest hop of the group.
-    return (ai, n / bi, n, 1) if m == 1 else (ae, n / be, n, 1)
+    one = m == 1
+    return xp.where(one, ai, ae), xp.where(one, n / bi, n / be), n, 1
 
 
-def _broadcast(
-    n: float, k: int, m: int, ai: float, bi: float, ae: float, be: float, tree: bool
-) -> _Phases:
+def _broadcast(n, k, m, ai, bi, ae, be, tree: bool, xp: Ops) -> _Phases:
     # Pipelined, the message streams through each level once (n / b); the pipeline is
     # ceil(log2 q) hops deep for a binary tree, q-1 for a chain (ring). Nodes first, then inside.
     lat = bw = sent = 0.0
     steps = 0
     for q, a, b in ((m, ae, be), (k, ai, bi)):
-        if q > 1:
-            q_steps = (q - 1).bit_length() if tree else q - 1
-            lat, bw, sent, steps = lat + q_steps * a, bw + n / b, sent + n, steps + q_steps
+        used = q > 1
+        q_steps = xp.bit_length(q - 1) if tree else q - 1
+        lat = lat + xp.where(used, q_steps * a, 0.0)
+        bw = bw + xp.where(used, n / b, 0.0)
+        sent = sent + xp.where(used, n, 0.0)
+        steps = steps + xp.where(used, q_steps, 0)
     return lat, bw, sent, steps
 
 
@@ -141,17 +138,20 @@ KINDS = tuple(_KINDS)
 _TREE = {"ring": False, "tree": True, "auto": None}
 
 
-def _evaluate(
-    kind: str, n: float, p: int, k: int, c: Cluster, algorithm: str
-) -> tuple[float, float, float, int, str] | None:
-    """Validate, then (latency, bandwidth, bytes, steps, algorithm), or None when free."""
-    try:
-        phases, only = _KINDS[kind]
-        tree = _TREE[algorithm]
-    except (KeyError, TypeError):
-        if kind not in KINDS:
-            raise unknown_key("kind", kind, KINDS) from None
-        raise unknown_key("algorithm", algorithm, ALGORITHMS) from None
+def _links(c: Cluster) -> tuple[float, float, float, float]:
+    return (
+        c.intra_node_latency_seconds,
+        c.intra_node_bytes_per_second,
+        c.inter_node_latency_seconds,
+        c.inter_node_bytes_per_second,
+    )
+
+
+def _validate(kind: str, n: float, p: int, k: int, c: Cluster, algorithm: str) -> None:
+    if kind not in KINDS:
+        raise unknown_key("kind", kind, KINDS)
+    if algorithm not in ALGORITHMS:
+        raise unknown_key("algorithm", algorithm, ALGORITHMS)
     if not n >= 0:  # also rejects NaN
         raise SpecError("n_bytes", n, "must be a non-negative number of bytes")
     if type(p) is not int or p < 1:
@@ -160,20 +160,6 @@ def _evaluate(
         raise SpecError(
             "per_node", k, f"must divide group_size ({p}) and fit a node ({c.gpus_per_node})"
         )
-    if p == 1 or n == 0:
-        return None
-    m = p // k
-    ai, bi = c.intra_node_latency_seconds, c.intra_node_bytes_per_second
-    ae, be = c.inter_node_latency_seconds, c.inter_node_bytes_per_second
-    if only is not None:
-        return (*phases(n, k, m, ai, bi, ae, be, False), only)
-    if tree is not None:
-        return (*phases(n, k, m, ai, bi, ae, be, tree), algorithm)
-    ring = phases(n, k, m, ai, bi, ae, be, False)
-    fast = phases(n, k, m, ai, bi, ae, be, True)
-    if fast[0] + fast[1] < ring[0] + ring[1]:
-        return (*fast, "tree")
-    return (*ring, "ring")
 
 
 def collective_cost(
@@ -189,10 +175,26 @@ def collective_cost(
     kind: one of KINDS; algorithm: "ring", "tree" or "auto"; per_node: members of the group that
     share a node (group_size: all in one node, 1: one per node), as `plan.group_span` gives it.
     """
-    r = _evaluate(kind, n_bytes, group_size, per_node, cluster, algorithm)
-    if r is None:
+    _validate(kind, n_bytes, group_size, per_node, cluster, algorithm)
+    if group_size == 1 or n_bytes == 0:  # NCCL returns at once
         return _FREE
-    return CollectiveCost(r[0] + r[1], *r)
+    phases, only = _KINDS[kind]
+    k, m = per_node, group_size // per_node
+    links = _links(cluster)
+    if only is not None:
+        return _cost(phases(n_bytes, k, m, *links, False, SCALAR), only)
+    tree = _TREE[algorithm]
+    if tree is not None:
+        return _cost(phases(n_bytes, k, m, *links, tree, SCALAR), algorithm)
+    ring = phases(n_bytes, k, m, *links, False, SCALAR)
+    fast = phases(n_bytes, k, m, *links, True, SCALAR)
+    if fast[0] + fast[1] < ring[0] + ring[1]:
+        return _cost(fast, "tree")
+    return _cost(ring, "ring")
+
+
+def _cost(r: _Phases, algorithm: str) -> CollectiveCost:
+    return CollectiveCost(r[0] + r[1], r[0], r[1], r[2], int(r[3]), algorithm)
 
 
 def collective_seconds(
@@ -203,9 +205,67 @@ def collective_seconds(
     cluster: Cluster,
     algorithm: str = "ring",
 ) -> float:
-    """`collective_cost(...).seconds` without building the result (the planner's hot path)."""
-    r = _evaluate(kind, n_bytes, group_size, per_node, cluster, algorithm)
-    return 0.0 if r is None else r[0] + r[1]
+    """`collective_cost(...).seconds`."""
+    return collective_cost(kind, n_bytes, group_size, per_node, cluster, algorithm).seconds
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveTotal:
+    """`count` calls of one collective in a step (numbers, or arrays over plans)."""
+
+    seconds: Any
+    bytes_sent_per_rank: Any
+    """None where the caller did not ask for bytes (the planner's grid ranks by time)."""
+
+
+def collective_total(
+    kind: str,
+    n_bytes,
+    group_size,
+    per_node,
+    cluster: Cluster,
+    count,
+    xp: Ops = SCALAR,
+    *,
+    with_bytes: bool = True,
+) -> CollectiveTotal:
+    """Time and bytes of `count` calls of `kind` on a group of `group_size` ranks, `per_node` of
+    which share a node (clipped to the group; a span that does not divide the group counts as
+    one per node), with the faster of ring and tree where both exist (NCCL's tuner, "auto").
+    Free for a group of one, an empty buffer or no calls. Serves `step_time` and the grid; on
+    arrays the phases are computed only for the plans that use the collective."""
+    used = (group_size > 1) & (n_bytes > 0) & (count > 0)
+    if not xp.is_array:
+        if not used:
+            return CollectiveTotal(0.0, 0.0 if with_bytes else None)
+        return _total(kind, n_bytes, group_size, per_node, count, cluster, xp, with_bytes)
+    import numpy as np  # only the grid gets here
+
+    seconds = np.zeros(used.shape)
+    sent = np.zeros(used.shape) if with_bytes else None
+    if used.any():
+        pick = np.flatnonzero(used)
+        args = [x[pick] if np.ndim(x) else x for x in (n_bytes, group_size, per_node, count)]
+        part = _total(kind, *args, cluster, xp, with_bytes)
+        seconds[pick] = part.seconds
+        if with_bytes:
+            sent[pick] = part.bytes_sent_per_rank
+    return CollectiveTotal(seconds, sent)
+
+
+def _total(kind, n_bytes, group_size, per_node, count, cluster, xp, with_bytes) -> CollectiveTotal:
+    k = xp.minimum(per_node, group_size)
+    k = xp.where(group_size % k == 0, k, 1)
+    m = group_size // k
+    phases, only = _KINDS[kind]
+    links = _links(cluster)
+    lat, bw, sent, _ = phases(n_bytes, k, m, *links, False, xp)
+    seconds = lat + bw
+    if only is None:  # the faster of ring and tree (ties: ring, the same value)
+        t_lat, t_bw, t_sent, _ = phases(n_bytes, k, m, *links, True, xp)
+        tree = t_lat + t_bw < seconds
+        seconds, sent = xp.where(tree, t_lat + t_bw, seconds), xp.where(tree, t_sent, sent)
+    return CollectiveTotal(seconds * count, sent * count if with_bytes else None)
 
 
 def data_parallel_gradient_bytes_per_iteration(

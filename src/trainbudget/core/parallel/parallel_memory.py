@@ -10,7 +10,19 @@ the world. Layer weights split by TP inside a stage; experts split by EP (and TP
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from trainbudget.core.errors import unknown_key
+from trainbudget.core.ops import SCALAR, Ops
+from trainbudget.core.parallel.layout import (
+    FULL,
+    GPIPE,
+    INTERLEAVED,
+    ON_GPU,
+    SELECTIVE,
+    PlanNumbers,
+    as_numbers,
+)
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single.activations import FP32_BYTES, layer_activations
 from trainbudget.core.single.params import count_params
@@ -18,40 +30,47 @@ from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision
 from trainbudget.core.units import MB
 
-# PyTorch DDP default gradient bucket (bucket_cap_mb=25, torch DistributedDataParallel);
-# two are in flight while one reduces and the next fills.
+# PyTorch DDP default gradient bucket (bucket_cap_mb=25, torch DistributedDataParallel)
 DDP_BUCKET_BYTES = 25 * MB
+DDP_BUCKETS_IN_FLIGHT = 2
+"""One bucket reduces while the next fills."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelState:
     """Bytes of weights, gradients, fp32 master and optimizer state on one GPU."""
 
-    params_bytes: float
-    grads_bytes: float
-    master_bytes: float
-    optimizer_state_bytes: float
+    params_bytes: Any
+    grads_bytes: Any
+    master_bytes: Any
+    optimizer_state_bytes: Any
 
     @property
-    def optimizer_bytes(self) -> float:
+    def optimizer_bytes(self) -> Any:
         return self.master_bytes + self.optimizer_state_bytes
 
     @property
-    def total_bytes(self) -> float:
+    def total_bytes(self) -> Any:
         return self.params_bytes + self.grads_bytes + self.optimizer_bytes
 
 
 def zero_model_state(
-    n_params: float, *, shard: int, zero: int, precision: Precision, optimizer: Optimizer
+    n_params: Any,
+    *,
+    shard: Any,
+    zero: Any,
+    precision: Precision,
+    optimizer: Optimizer,
+    xp: Ops = SCALAR,
 ) -> ModelState:
     """ZeRO's per-GPU model state for n_params replicated over `shard` data-parallel ranks
     (B-zero, seed 004 / ZeRO Fig. 1: Psi = 7.5e9, N = 64, K = 12 -> 120, 31.4, 16.6, 1.9 GB)."""
     state_per_param = optimizer.state_bytes_per_param(precision)
     return ModelState(
-        params_bytes=n_params * precision.weight_bytes / (shard if zero >= 3 else 1),
-        grads_bytes=n_params * precision.grad_bytes / (shard if zero >= 2 else 1),
-        master_bytes=n_params * precision.master_bytes / (shard if zero >= 1 else 1),
-        optimizer_state_bytes=n_params * state_per_param / (shard if zero >= 1 else 1),
+        params_bytes=n_params * precision.weight_bytes / xp.where(zero >= 3, shard, 1),
+        grads_bytes=n_params * precision.grad_bytes / xp.where(zero >= 2, shard, 1),
+        master_bytes=n_params * precision.master_bytes / xp.where(zero >= 1, shard, 1),
+        optimizer_state_bytes=n_params * state_per_param / xp.where(zero >= 1, shard, 1),
     )
 
 
@@ -60,45 +79,56 @@ class StageParams:
     """Parameters one GPU of a pipeline stage holds before ZeRO: dense ones (sharded over the
     data-parallel group) and expert ones (sharded over the expert-data-parallel group)."""
 
-    dense: float
-    experts: float
-    layer_dense: float
+    dense: Any
+    experts: Any
+    layer_dense: Any
     """One layer's dense parameters on this GPU (what ZeRO-3 gathers at a time)."""
 
 
-def stage_params(spec: ModelSpec, plan: Plan, stage: str) -> StageParams:
+STAGES = ("first", "middle", "last", "only")
+
+
+def stage_params(
+    spec: ModelSpec, plan: Plan | PlanNumbers, stage: str, xp: Ops = SCALAR
+) -> StageParams:
     """'first' holds the embeddings, 'last' the final norm and head (and, when tied and pp > 1,
-    a copy of the word embedding, as Megatron keeps one on the last stage)."""
+    a copy of the word embedding, as Megatron keeps one on the last stage), 'middle' neither;
+    with pp = 1 the one stage ('only', or any name) holds both."""
+    if stage not in STAGES:
+        raise unknown_key("stage", stage, STAGES)
+    L = as_numbers(plan)
     p = count_params(spec)
     n = spec.n_layers
     norms_per_layer = (p.attention_norm + p.mlp_norm) / n  # replicated across TP
     split_per_layer = (p.attention_qkv + p.attention_proj + p.mlp + p.moe_shared_experts) / n
     router_per_layer = p.moe_router / n  # replicated
-    layer_dense = norms_per_layer + router_per_layer + split_per_layer / plan.tp
-    layers = n // plan.pp
+    layer_dense = norms_per_layer + router_per_layer + split_per_layer / L.tp
+    layers = n // L.pp
     dense = layers * layer_dense
-    experts = layers * (p.moe_experts / n) / (plan.ep * plan.tp)
-    vocab_rows = spec.vocab_size * spec.d_model / plan.tp  # vocab-parallel embedding / head
-    if stage == "first" or plan.pp == 1:
-        dense += vocab_rows + p.embedding_position
-    if stage == "last" or plan.pp == 1:
-        dense += p.final_norm
-        if not spec.tied_embeddings or plan.pp > 1:
-            dense += vocab_rows
+    experts = layers * (p.moe_experts / n) / (L.ep * L.tp)
+    vocab_rows = spec.vocab_size * spec.d_model / L.tp  # vocab-parallel embedding / head
+    one_stage = L.pp == 1
+    embedding = (stage in ("first", "only")) | one_stage
+    head = (stage in ("last", "only")) | one_stage
+    dense = dense + xp.where(embedding, vocab_rows + p.embedding_position, 0)
+    dense = dense + xp.where(head, p.final_norm, 0)
+    untied_or_split = (not spec.tied_embeddings) | (L.pp > 1)
+    dense = dense + xp.where(head & untied_or_split, vocab_rows, 0)
     return StageParams(dense=dense, experts=experts, layer_dense=layer_dense)
 
 
-def in_flight_micro_batches(plan: Plan) -> float:
+def in_flight_micro_batches(plan: Plan | PlanNumbers, xp: Ops = SCALAR) -> Any:
     """Micro-batches whose activations the first stage holds at its peak.
 
     GPipe keeps all m; 1F1B at most pp (Narayanan et al. 2021, Sec. 2.2.1); the interleaved
     schedule pp * (1 + (pp - 1) / (pp * vpp)) (Korthikanti et al. 2022, Sec. 4.2.3)."""
-    m = plan.grad_accum
-    if plan.schedule == "gpipe":
-        return m
-    if plan.schedule == "interleaved":
-        return min(m, plan.pp) * (1 + (plan.pp - 1) / (plan.pp * plan.vpp))
-    return min(m, plan.pp)
+    L = as_numbers(plan)
+    m, pp = L.grad_accum, L.pp
+    one_f_one_b = xp.minimum(m, pp)
+    interleaved = one_f_one_b * (1 + (pp - 1) / (pp * L.vpp))
+    return xp.where(
+        L.schedule == GPIPE, m, xp.where(L.schedule == INTERLEAVED, interleaved, one_f_one_b)
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,119 +136,114 @@ class PlanMemory:
     stage: str
     """The pipeline stage whose GPU needs the most: 'first' or 'last' ('only' when pp = 1)."""
     state: ModelState
-    activations_bytes: float
-    buffers_bytes: float
+    activations_bytes: Any
+    buffers_bytes: Any
     """ZeRO-3 gathered layers, DDP gradient buckets."""
-    host_bytes: float
+    host_bytes: Any
     """Offloaded to CPU or NVMe (not on the GPU)."""
 
     @property
-    def params_bytes(self) -> float:
+    def params_bytes(self) -> Any:
         return self.state.params_bytes
 
     @property
-    def grads_bytes(self) -> float:
+    def grads_bytes(self) -> Any:
         return self.state.grads_bytes
 
     @property
-    def optimizer_bytes(self) -> float:
+    def optimizer_bytes(self) -> Any:
         return self.state.optimizer_bytes
 
     @property
-    def total_bytes(self) -> float:
+    def total_bytes(self) -> Any:
         return self.state.total_bytes + self.activations_bytes + self.buffers_bytes
 
 
-def _stage_activations(spec: ModelSpec, plan: Plan, seq_len: int, e: int, stage: str) -> float:
+def stage_activations(
+    spec: ModelSpec, L: PlanNumbers, seq_len: int, e: int, stage: str, xp: Ops = SCALAR
+) -> Any:
+    """Activation bytes at the peak of a stage's GPU: the layers' saved tensors for every
+    micro-batch in flight (checkpoints only under full recomputation, plus the layer being
+    recomputed), and on the stage with the head its inputs, logits and loss."""
     layer = layer_activations(
         spec,
         seq_len=seq_len,
-        micro_batch=plan.micro_batch,
+        micro_batch=L.micro_batch,
         activation_bytes=e,
-        flash_attention=plan.flash_attention,
-        drop_attention_matrix=plan.recompute == "selective",
-        tp=plan.tp,
-        sp=plan.sp,
-        cp=plan.cp,
+        flash_attention=L.flash,
+        drop_attention_matrix=L.recompute == SELECTIVE,
+        tp=L.tp,
+        sp=L.sp,
+        cp=L.cp,
+        xp=xp,
     ).total_bytes
-    layers = spec.n_layers // plan.pp
-    tokens = seq_len * plan.micro_batch / plan.cp
-    rep = plan.tp if plan.sp else 1
-    if plan.recompute == "full":
-        checkpoint = tokens * spec.d_model * e / rep
-        per_micro_batch = layers * checkpoint
-        working = layer - checkpoint  # the layer being recomputed, beyond its own checkpoint
-    else:
-        per_micro_batch = layers * layer
-        working = 0.0
-    in_flight = 1 if stage == "last" and plan.pp > 1 else in_flight_micro_batches(plan)
+    layers = spec.n_layers // L.pp
+    tokens = seq_len * L.micro_batch / L.cp
+    rep = xp.where(L.sp, L.tp, 1)
+    full = L.recompute == FULL
+    checkpoint = tokens * spec.d_model * e / rep
+    per_micro_batch = xp.where(full, layers * checkpoint, layers * layer)
+    working = xp.where(full, layer - checkpoint, 0.0)  # the layer being recomputed
+    last_of_many = (stage == "last") & (L.pp > 1)
+    in_flight = xp.where(last_of_many, 1, in_flight_micro_batches(L, xp))
     acts = in_flight * per_micro_batch + working
-    if stage == "last" or plan.pp == 1:
-        # final norm and head inputs, vocab-parallel logits (activation dtype) plus fp32
-        # log-probabilities and their gradient (Megatron's vocab-parallel cross-entropy)
-        acts += 2 * tokens * spec.d_model * e / rep
-        acts += tokens * spec.vocab_size / plan.tp * (e + 2 * FP32_BYTES)
+    # final norm and head inputs, vocab-parallel logits (activation dtype) plus fp32
+    # log-probabilities and their gradient (Megatron's vocab-parallel cross-entropy)
+    head = (stage in ("last", "only")) | (L.pp == 1)
+    acts = acts + xp.where(head, 2 * tokens * spec.d_model * e / rep, 0)
+    acts = acts + xp.where(head, tokens * spec.vocab_size / L.tp * (e + 2 * FP32_BYTES), 0)
     return acts
+
+
+def stage_memory(
+    spec: ModelSpec,
+    plan: Plan | PlanNumbers,
+    stage: str,
+    *,
+    seq_len: int,
+    precision: Precision,
+    optimizer: Optimizer,
+    xp: Ops = SCALAR,
+) -> PlanMemory:
+    """Peak bytes on one GPU of a pipeline stage of `plan` (numbers, or arrays of plans)."""
+    L = as_numbers(plan)
+    sp_ = stage_params(spec, L, stage, xp)
+    shard = L.shard_dp * L.cp  # ZeRO's shard group: dp * cp, or the HSDP shard times cp
+    kw = dict(zero=L.zero, precision=precision, optimizer=optimizer, xp=xp)
+    dense = zero_model_state(sp_.dense, shard=shard, **kw)
+    experts = zero_model_state(sp_.experts, shard=xp.maximum(1, shard // L.ep), **kw)
+    master = dense.master_bytes + experts.master_bytes
+    opt_state = dense.optimizer_state_bytes + experts.optimizer_state_bytes
+    params = dense.params_bytes + experts.params_bytes
+    off_opt, off_params = L.offload_optimizer != ON_GPU, L.offload_params != ON_GPU
+    host = xp.where(off_opt, master + opt_state, 0.0) + xp.where(off_params, params, 0.0)
+    state = ModelState(
+        params_bytes=xp.where(off_params, 0.0, params),
+        grads_bytes=dense.grads_bytes + experts.grads_bytes,
+        master_bytes=xp.where(off_opt, 0.0, master),
+        optimizer_state_bytes=xp.where(off_opt, 0.0, opt_state),
+    )
+    # ZeRO-3: the layer in use and the one prefetched, gathered in full (TP-split) weights,
+    # plus that layer's unsharded gradient before its reduce-scatter; else DDP's buckets
+    zero3 = sp_.layer_dense * (2 * precision.weight_bytes + precision.grad_bytes)
+    buckets = xp.where(L.dp * L.cp > 1, DDP_BUCKETS_IN_FLIGHT * DDP_BUCKET_BYTES, 0.0)
+    e = precision.activation_bytes
+    return PlanMemory(
+        stage=stage,
+        state=state,
+        activations_bytes=stage_activations(spec, L, seq_len, e, stage, xp),
+        buffers_bytes=xp.where(L.zero >= 3, zero3, buckets),
+        host_bytes=host,
+    )
 
 
 def plan_memory(
     spec: ModelSpec, plan: Plan, *, seq_len: int, precision: Precision, optimizer: Optimizer
 ) -> PlanMemory:
     """Peak bytes on the most loaded GPU of `plan` (first or last pipeline stage)."""
-    best: PlanMemory | None = None
-    for stage in ("only",) if plan.pp == 1 else ("first", "last"):
-        sp_ = stage_params(spec, plan, stage)
-        dense = zero_model_state(
-            sp_.dense,
-            shard=plan.shard_group,
-            zero=plan.zero,
-            precision=precision,
-            optimizer=optimizer,
-        )
-        expert_shard = max(1, plan.shard_group // plan.ep)
-        experts = zero_model_state(
-            sp_.experts,
-            shard=expert_shard,
-            zero=plan.zero,
-            precision=precision,
-            optimizer=optimizer,
-        )
-        host = 0.0
-        master = dense.master_bytes + experts.master_bytes
-        opt_state = dense.optimizer_state_bytes + experts.optimizer_state_bytes
-        params = dense.params_bytes + experts.params_bytes
-        if plan.offload_optimizer != "none":
-            host += master + opt_state
-            master = opt_state = 0.0
-        if plan.offload_params != "none":
-            host += params
-            params = 0.0
-        state = ModelState(
-            params_bytes=params,
-            grads_bytes=dense.grads_bytes + experts.grads_bytes,
-            master_bytes=master,
-            optimizer_state_bytes=opt_state,
-        )
-        if plan.zero >= 3:
-            # the layer in use and the one prefetched, gathered in full (TP-split) weights,
-            # plus that layer's unsharded gradient before its reduce-scatter
-            buffers = sp_.layer_dense * (2 * precision.weight_bytes + precision.grad_bytes)
-        else:
-            buffers = 2 * DDP_BUCKET_BYTES if plan.dp * plan.cp > 1 else 0.0
-        mem = PlanMemory(
-            stage=stage,
-            state=state,
-            activations_bytes=_stage_activations(
-                spec,
-                plan,
-                seq_len,
-                precision.activation_bytes,
-                stage if stage != "only" else "first",
-            ),
-            buffers_bytes=buffers,
-            host_bytes=host,
-        )
-        if best is None or mem.total_bytes > best.total_bytes:
-            best = mem
-    assert best is not None
-    return best
+    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer)
+    if plan.pp == 1:
+        return stage_memory(spec, plan, "only", **kw)
+    first = stage_memory(spec, plan, "first", **kw)
+    last = stage_memory(spec, plan, "last", **kw)
+    return last if last.total_bytes > first.total_bytes else first

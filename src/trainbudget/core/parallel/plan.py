@@ -9,8 +9,10 @@ a node when tp <= GPUs per node), PP groups the most spread out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.spec.model_spec import ModelSpec
 
@@ -84,19 +86,20 @@ class Plan:
         return " ".join(parts)
 
 
+def members_per_node(size: Any, stride: Any, gpus_per_node: int, xp: Ops = SCALAR) -> Any:
+    """Members of a group of `size` ranks, `stride` ranks apart, that share a node of
+    `gpus_per_node` GPUs: g // stride, at least 1, at most the group size."""
+    return xp.maximum(1, xp.minimum(size, gpus_per_node // stride))
+
+
 def group_span(plan: Plan, axis: str, gpus_per_node: int) -> tuple[int, int]:
     """(group size, members per node) of one parallel axis under the tp-cp-dp-pp rank order.
-
-    A group's members are `stride` ranks apart, stride = product of the inner axes; a node of
-    g GPUs holds g // stride of them (at least 1, at most the group size).
-    """
+    A group's members are `stride` ranks apart, stride = product of the inner axes."""
     sizes = {"tp": plan.tp, "cp": plan.cp, "dp": plan.dp, "pp": plan.pp}
     stride = 1
     for inner in AXES[: AXES.index(axis)]:
         stride *= sizes[inner]
-    size = sizes[axis]
-    per_node = max(1, min(size, gpus_per_node // stride))
-    return size, per_node
+    return sizes[axis], members_per_node(sizes[axis], stride, gpus_per_node)
 
 
 def _raw_description(plan: Plan) -> str:

@@ -1,21 +1,18 @@
 """The planner: enumerate every valid layout for a model on a cluster at a global batch, drop
 those that do not fit, rank the rest by predicted time per token.
 
-This is the readable scalar reference; `planner_fast` evaluates the same formulas over numpy
-arrays for speed, and a test checks the two agree.
+The search runs on the grid (`planner_fast`: numpy arrays, one element per plan), through the
+same term functions `evaluate` uses for one plan; numpy is imported only when a search runs.
 """
 
 from __future__ import annotations
 
-import itertools
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.parallel_memory import PlanMemory, plan_memory
-from trainbudget.core.parallel.plan import Plan, validate_plan
+from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency, StepTime, step_time
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision
@@ -37,6 +34,8 @@ class Policy:
     """Plans use FlashAttention (every modern stack does); False searches the unfused kernel."""
     memory_headroom: float = 0.9
     """Fraction of GPU memory a plan may use (the rest: CUDA context, fragmentation)."""
+    hsdp: bool = True
+    """Also try ZeRO over shard groups smaller than dp (HSDP), `hsdp_shards` sizes."""
 
 
 def divisors(n: int) -> list[int]:
@@ -49,6 +48,14 @@ def _powers_of_two_dividing(n: int, cap: int) -> list[int]:
         out.append(d)
         d *= 2
     return out
+
+
+def hsdp_shards(dp: int, tp: int, cp: int, gpus_per_node: int) -> list[int]:
+    """HSDP shard sizes (in dp ranks) worth trying for a dp group: the dp ranks one node holds
+    (g // (tp * cp)) and every multiple of it that divides dp, short of dp itself (that is full
+    sharding, zero_shard 0); never a group of one GPU, which shards nothing."""
+    node = max(1, gpus_per_node // (tp * cp))
+    return [s for s in divisors(dp) if s % node == 0 and s < dp and s * cp > 1]
 
 
 def axis_candidates(
@@ -75,51 +82,14 @@ def axis_candidates(
 def enumerate_plans(
     spec: ModelSpec, cluster: Cluster, *, global_batch: int, seq_len: int, policy: Policy = Policy()
 ) -> Iterator[Plan]:
-    """Every plan the validation accepts under `policy` (yielded lazily)."""
-    n = cluster.n_gpus
-    tps, pps, cps = axis_candidates(spec, cluster, seq_len=seq_len, policy=policy)
-    offloads = ("none", "cpu") if policy.allow_offload else ("none",)
-    flash_attention = policy.flash_attention
-    for tp, pp, cp in itertools.product(tps, pps, cps):
-        if n % (tp * pp * cp):
-            continue
-        dp = n // (tp * pp * cp)
-        if global_batch % dp:
-            continue
-        per_rank = global_batch // dp
-        eps = [e for e in divisors(spec.n_experts) if (dp * cp) % e == 0] if spec.is_moe else [1]
-        vpps = [v for v in divisors(spec.n_layers // pp) if v <= policy.max_vpp] if pp > 1 else [1]
-        for mb in (d for d in divisors(per_rank) if d <= policy.max_micro_batch):
-            m = per_rank // mb
-            for vpp, ep, zero, rec, sp, off in itertools.product(
-                vpps, eps, policy.zero_stages, policy.recompute, (False, True), offloads
-            ):
-                if sp and tp == 1:
-                    continue
-                if rec == "selective" and flash_attention:
-                    continue  # FlashAttention already keeps no s x s matrix: same as "none"
-                if zero > 0 and dp * cp == 1:
-                    continue  # nothing to shard over
-                if vpp > 1 and m % pp:
-                    continue
-                if off != "none" and zero == 0:
-                    continue
-                yield Plan(
-                    dp=dp,
-                    tp=tp,
-                    pp=pp,
-                    cp=cp,
-                    ep=ep,
-                    zero=zero,
-                    sp=sp,
-                    vpp=vpp,
-                    schedule="interleaved" if vpp > 1 else "1f1b",
-                    micro_batch=mb,
-                    grad_accum=m,
-                    recompute=rec,
-                    offload_optimizer=off,
-                    flash_attention=flash_attention,
-                )
+    """Every plan the validation accepts under `policy` (the grid's plans, one by one)."""
+    from trainbudget.core.parallel.planner_fast import enumerate_plan_arrays
+
+    arrays = enumerate_plan_arrays(
+        spec, cluster, global_batch=global_batch, seq_len=seq_len, policy=policy
+    )
+    for i in range(len(arrays)):
+        yield arrays.plan(i)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,43 +152,21 @@ def search(
     optimizer: Optimizer,
     policy: Policy = Policy(),
     top: int = 5,
+    efficiency: Efficiency = DEFAULT_EFFICIENCY,
 ) -> PlannerResult:
-    """Evaluate every plan; keep the `top` fastest that fit."""
-    start = time.perf_counter()
-    ranked: list[RankedPlan] = []
-    unfit: list[RankedPlan] = []
-    evaluated = 0
-    for plan in enumerate_plans(
-        spec, cluster, global_batch=global_batch, seq_len=seq_len, policy=policy
-    ):
-        validate_plan(plan, spec, n_gpus=cluster.n_gpus, seq_len=seq_len, global_batch=global_batch)
-        r = evaluate(
-            spec,
-            plan,
-            cluster,
-            seq_len=seq_len,
-            precision=precision,
-            optimizer=optimizer,
-            headroom=policy.memory_headroom,
-        )
-        evaluated += 1
-        (ranked if r.fits else unfit).append(r)
-    if evaluated == 0:
-        raise SpecError(
-            "gpus",
-            cluster.n_gpus,
-            f"no valid layout of {spec.name} at global batch {global_batch} on "
-            f"{cluster.n_gpus} GPUs: the batch must be divisible by some data-"
-            "parallel degree and the heads/layers by TP/PP",
-        )
-    # equal speed: the plan that needs less memory is the safer choice
-    ranked.sort(key=lambda r: (r.seconds_per_token, r.memory.total_bytes))
-    best = ranked[:top] if ranked else sorted(unfit, key=lambda r: r.memory.total_bytes)[:top]
-    return PlannerResult(
-        plans=tuple(best),
-        evaluated=evaluated,
-        n_fitting=len(ranked),
-        search_seconds=time.perf_counter() - start,
+    """Evaluate every plan; keep the `top` fastest that fit (`planner_fast.search_fast`)."""
+    from trainbudget.core.parallel.planner_fast import search_fast
+
+    return search_fast(
+        spec,
+        cluster,
+        global_batch=global_batch,
+        seq_len=seq_len,
+        precision=precision,
+        optimizer=optimizer,
+        policy=policy,
+        top=top,
+        efficiency=efficiency,
     )
 
 

@@ -15,8 +15,10 @@ With dropout, MHA, GELU and d_ff = 4h the count equals the paper's 34*s*b*h + 5*
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.spec.model_spec import ModelSpec
 
@@ -60,17 +62,19 @@ def layer_activations(
     spec: ModelSpec,
     *,
     seq_len: int,
-    micro_batch: int,
+    micro_batch: Any,
     activation_bytes: int,
-    flash_attention: bool = False,
-    drop_attention_matrix: bool = False,
+    flash_attention: Any = False,
+    drop_attention_matrix: Any = False,
     dropout: bool = False,
-    tp: int = 1,
-    sp: bool = False,
-    cp: int = 1,
+    tp: Any = 1,
+    sp: Any = False,
+    cp: Any = 1,
+    xp: Ops = SCALAR,
 ) -> LayerActivations:
     """Bytes one layer stores on one GPU for backward (no recomputation), for `micro_batch`
-    sequences, under tensor (tp), sequence (sp) and context (cp) parallelism.
+    sequences, under tensor (tp), sequence (sp) and context (cp) parallelism. The layout
+    arguments may be numbers or, with `xp=numpy_ops()`, arrays (one element per plan).
 
     Korthikanti et al. 2022, Sec. 4.2: with TP alone the norm inputs, the inputs of the first
     linear of each block and the dropout masks stay replicated (10*s*b*h of eq. 2) while the
@@ -78,33 +82,40 @@ def layer_activations(
     CP keeps s/cp queries per GPU (attention scores: s/cp queries x s keys). K/V heads are
     replicated when tp > n_kv_heads, as Megatron does.
     """
-    for name, value in (("seq_len", seq_len), ("micro_batch", micro_batch), ("tp", tp), ("cp", cp)):
-        if value <= 0:
-            raise SpecError(name, value, "must be a positive integer")
+    if not xp.is_array:
+        for name, value in (
+            ("seq_len", seq_len),
+            ("micro_batch", micro_batch),
+            ("tp", tp),
+            ("cp", cp),
+        ):
+            if value <= 0:
+                raise SpecError(name, value, "must be a positive integer")
     s, b, h, a, e = seq_len, micro_batch, spec.d_model, spec.n_heads, activation_bytes
     tokens = s * b / cp  # tokens this GPU holds along the sequence
-    rep = tp if sp else 1  # divisor of the tensors TP alone leaves replicated
+    rep = xp.where(sp, tp, 1)  # divisor of the tensors TP alone leaves replicated
     heads = a / tp
     d_q = a * spec.d_head / tp
-    d_kv = max(spec.d_kv / tp, spec.d_head)
+    d_kv = xp.maximum(spec.d_kv / tp, spec.d_head)
     n_hidden = 4 if spec.mlp == "swiglu" else 2  # saved hidden tensors of width d_ff per MLP
     if spec.is_moe:
         k = spec.experts_per_token + spec.n_shared_experts
         # each visited expert keeps its own copy of the token's input and hidden tensors;
         # the router's softmax scores (fp32) are kept for the gate gradient
         mlp = k * tokens * (h / rep + n_hidden * spec.d_ff_expert / tp) * e
-        mlp += tokens * spec.n_experts * FP32_BYTES / rep
+        mlp = mlp + tokens * spec.n_experts * FP32_BYTES / rep
     else:
         mlp = tokens * (h / rep + n_hidden * spec.d_ff / tp) * e
-    store_matrix = not (flash_attention or drop_attention_matrix)
+    store_matrix = xp.not_(flash_attention | drop_attention_matrix)
     matrix_elements = heads * (s / cp) * s * b  # local queries x all keys, local heads
     dropout_bytes = 0.0
     if dropout:
         # masks after attention and MLP (s*b*h each); on the attention matrix, its mask and its
         # dropped-out copy (the softmax output itself is kept above)
         dropout_bytes = 2 * tokens * h * MASK_BYTES / rep
-        if store_matrix:
-            dropout_bytes += matrix_elements * (MASK_BYTES + e)
+        dropout_bytes = dropout_bytes + xp.where(
+            store_matrix, matrix_elements * (MASK_BYTES + e), 0
+        )
     # RoPE writes rotated copies of q and k, while the fused qkv output stays alive (V is a
     # view of it): d_q + d_kv more per token than learned positions
     rope = tokens * (d_q + d_kv) * e if spec.position == "rope" else 0.0
@@ -112,8 +123,8 @@ def layer_activations(
         norm_inputs_bytes=2 * tokens * h * e / rep,
         attention_linear_inputs_bytes=tokens * (h / rep + d_q) * e,
         qkv_bytes=tokens * (d_q + 2 * d_kv) * e + rope,
-        attention_matrix_bytes=matrix_elements * e if store_matrix else 0,
-        flash_stats_bytes=heads * tokens * FP32_BYTES if flash_attention else 0,
+        attention_matrix_bytes=xp.where(store_matrix, matrix_elements * e, 0),
+        flash_stats_bytes=xp.where(flash_attention, heads * tokens * FP32_BYTES, 0),
         mlp_bytes=mlp,
         dropout_bytes=dropout_bytes,
     )

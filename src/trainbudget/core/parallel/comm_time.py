@@ -1,0 +1,177 @@
+"""Communication of one training step, by parallel axis, and how much of it hides behind
+compute (Megatron-LM's and FSDP's schedules; see `step_time` for the overlap rules). Each
+collective is written once, for one plan or the planner's arrays (`xp`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainbudget.core.ops import SCALAR, Ops
+from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.comm import CollectiveTotal, collective_total
+from trainbudget.core.parallel.compute_time import MicroBatchCompute
+from trainbudget.core.parallel.layout import FULL, PlanNumbers
+from trainbudget.core.parallel.parallel_memory import DDP_BUCKET_BYTES, StageParams
+from trainbudget.core.parallel.plan import members_per_node
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import Precision
+
+TP_COLLECTIVES_PER_LAYER = 4
+"""Megatron's f and g operators: 2 all-reduces forward (after attention and MLP), 2 backward
+(Shoeybi et al. 2019, Fig. 3); SP turns each into an all-gather + reduce-scatter pair of the
+same bytes (Korthikanti et al. 2022, Sec. 4.2.2)."""
+TP_COLLECTIVES_RECOMPUTED = 2
+"""Full recomputation repeats the forward pass, and its 2 collectives."""
+CP_RING_PASSES = 3
+"""Ring attention passes K and V around the ring once forward, and K, V and their gradients
+twice backward (Liu et al. 2023, arXiv 2310.01889)."""
+EP_ALL_TO_ALLS_PER_LAYER = 4
+"""Token dispatch and combine, forward and backward, per MoE layer (GShard / Megatron-Core)."""
+ZERO3_GATHERS_PER_MICRO_BATCH = 2
+"""FSDP gathers each layer's weights for the forward and again for the backward."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Communication:
+    """Exposed seconds per axis and every collective of the step (numbers or arrays)."""
+
+    tp_seconds: Any
+    pp_seconds: Any
+    cp_seconds: Any
+    ep_seconds: Any
+    dp_seconds: Any
+    collectives: tuple[tuple[str, CollectiveTotal], ...]
+    """(category, total) in call order; a category may repeat (an SP all-gather and its
+    reduce-scatter are both "tp"). "dp_param_gather" is ZeRO-3's per-micro-batch gathers too
+    (`step_time` names them "zero3_gather")."""
+
+
+def _spans(L: PlanNumbers, g: int, xp: Ops) -> dict[str, Any]:
+    """Members per node of each group under the tp-cp-dp-pp rank order (`plan.group_span`);
+    an HSDP shard group is the innermost shard_dp of the dp ranks, its replicas the rest."""
+    tp, cp, dp, shard = L.tp, L.cp, L.dp, L.shard_dp
+    cp_pn = members_per_node(cp, tp, g, xp)
+    dp_pn = members_per_node(dp, tp * cp, g, xp)
+    shard_pn = members_per_node(shard, tp * cp, g, xp)
+    return {
+        "tp": members_per_node(tp, 1, g, xp),
+        "cp": cp_pn,
+        "dp": dp_pn,
+        "pp": members_per_node(L.pp, tp * cp * dp, g, xp),
+        "dp_cp": xp.maximum(1, xp.minimum(dp * cp, dp_pn * cp_pn)),
+        "shard_cp": xp.maximum(1, xp.minimum(shard * cp, shard_pn * cp_pn)),
+        "replica": members_per_node(dp // shard, tp * cp * shard, g, xp),
+    }
+
+
+def communication(
+    spec: ModelSpec,
+    L: PlanNumbers,
+    cluster: Cluster,
+    *,
+    seq_len: int,
+    precision: Precision,
+    micro_batch: MicroBatchCompute,
+    compute_seconds: Any,
+    stage: StageParams,
+    xp: Ops = SCALAR,
+) -> Communication:
+    """Every collective of one step of `L` and the part each axis leaves exposed. `stage`: the
+    parameters of the stage whose gradients are reduced (the last one)."""
+    out: list[tuple[str, CollectiveTotal]] = []
+
+    def run(name: str, kind: str, n_bytes: Any, size: Any, per_node: Any, count: Any) -> Any:
+        total = collective_total(
+            kind, n_bytes, size, per_node, cluster, count, xp, with_bytes=not xp.is_array
+        )
+        out.append((name, total))
+        return total.seconds
+
+    span = _spans(L, cluster.gpus_per_node, xp)
+    e, m, layers = precision.activation_bytes, L.grad_accum, spec.n_layers // L.pp
+    tokens = L.micro_batch * seq_len / L.cp
+    act_msg = tokens * spec.d_model * e  # one layer's activations for one micro-batch
+    # TP: all-reduces, or SP's all-gather + reduce-scatter pairs
+    per_layer = TP_COLLECTIVES_PER_LAYER + xp.where(
+        L.recompute == FULL, TP_COLLECTIVES_RECOMPUTED, 0
+    )
+    n_tp = m * layers * per_layer
+    sp_count, ar_count = xp.where(L.sp, n_tp, 0), xp.where(L.sp, 0, n_tp)
+    t_tp = run("tp", "all_gather", act_msg, L.tp, span["tp"], sp_count)
+    t_tp = t_tp + run("tp", "reduce_scatter", act_msg, L.tp, span["tp"], sp_count)
+    t_tp = t_tp + run("tp", "all_reduce", act_msg, L.tp, span["tp"], ar_count)
+    # PP: each micro-batch crosses each stage boundary forward and back (vpp times when
+    # interleaved); with SP the message is split across the TP group (Megatron's scatter-gather)
+    p2p = act_msg / xp.where(L.sp, L.tp, 1)
+    t_pp = run("pp", "send_recv", p2p, L.pp, span["pp"], 2 * m * L.vpp)
+    # CP: K and V around the ring (cp - 1 hops per pass), overlapped with the attention
+    kv = tokens * 2 * xp.maximum(spec.d_kv / L.tp, spec.d_head) * e
+    passes = m * layers * CP_RING_PASSES
+    hop = run("cp", "send_recv", kv, L.cp, span["cp"], passes * (L.cp - 1))
+    t_cp = xp.maximum(0.0, hop - passes * micro_batch.attention_seconds)
+    t_ep = 0.0
+    if spec.is_moe:  # EP: dispatch and combine all-to-alls inside the dp * cp group
+        a2a = tokens * spec.experts_per_token * spec.d_model * e
+        ep_pn = xp.minimum(L.ep, span["dp"])
+        t_ep = run("ep", "all_to_all", a2a, L.ep, ep_pn, m * layers * EP_ALL_TO_ALLS_PER_LAYER)
+    t_dp = _data_parallel(spec, L, span, precision, micro_batch, compute_seconds, stage, run, xp)
+    return Communication(
+        tp_seconds=t_tp,
+        pp_seconds=t_pp,
+        cp_seconds=t_cp,
+        ep_seconds=t_ep,
+        dp_seconds=t_dp,
+        collectives=tuple(out),
+    )
+
+
+def _data_parallel(spec, L, span, precision, micro_batch, compute_seconds, stage, run, xp):
+    """ZeRO / HSDP over the dp * cp group; exposed seconds.
+
+    Dense weights use the whole dp * cp group; routed experts the expert-data-parallel group of
+    dp * cp / ep ranks. ZeRO 0 all-reduces the gradients. ZeRO >= 1 reduce-scatters them in the
+    shard group (all of dp * cp, or HSDP's shard_dp * cp), all-reduces the shards across the
+    replicas, and all-gathers the updated weights in the shard group: once per step for
+    stages 1-2 (ZeRO paper Sec. 7: the same bytes as one all-reduce), for the forward and the
+    backward of every micro-batch for stage 3."""
+    gb, wb, z, m = precision.grad_bytes, precision.weight_bytes, L.zero, L.grad_accum
+    dp_group, shard = L.dp * L.cp, L.shard_dp * L.cp
+    replicas = L.dp // L.shard_dp
+    # (parameters, dp group, its per-node span, shard group, its span, shard of the params)
+    groups = [(stage.dense, dp_group, span["dp_cp"], shard, span["shard_cp"], shard)]
+    if spec.is_moe:
+        e_shard = xp.maximum(1, shard // L.ep)
+        e_pn, e_shard_pn = (
+            xp.maximum(1, span["dp_cp"] // L.ep),
+            xp.maximum(1, span["shard_cp"] // L.ep),
+        )
+        groups.append((stage.experts, dp_group // L.ep, e_pn, e_shard, e_shard_pn, e_shard))
+    sharded = z > 0
+    # the updated weights once per step (ZeRO-1/2), every micro-batch's forward and backward (3)
+    gathers = xp.where(z == 3, ZERO3_GATHERS_PER_MICRO_BATCH * m, sharded * 1)
+    t_grad = t_gather = 0.0
+    for n, size, pn, s, s_pn, part in groups:
+        t_grad = t_grad + run(
+            "dp_grad_reduce", "all_reduce", n * gb, size, pn, xp.not_(sharded) * 1
+        )
+        t_grad = t_grad + run("dp_grad_reduce", "reduce_scatter", n * gb, s, s_pn, sharded * 1)
+        n_shard = n * gb / part
+        t_grad = t_grad + run(
+            "dp_replica_all_reduce", "all_reduce", n_shard, replicas, span["replica"], sharded * 1
+        )
+        t_gather = t_gather + run("dp_param_gather", "all_gather", n * wb, s, s_pn, gathers)
+    # the last bucket (the first layers' gradients) is reduced after the backward ends
+    params = stage.dense + stage.experts
+    floor = t_grad * xp.minimum(1.0, DDP_BUCKET_BYTES / (params * gb))
+    # gradients reduce during the last micro-batch's backward; ZeRO-1/2's gather of the
+    # updated weights overlaps the next step's first forward; ZeRO-3 prefetches each layer's
+    # gather behind the layer before it, but every micro-batch's forward starts with a gather
+    # nothing precedes (FSDP reshards after each backward and cannot prefetch across the
+    # micro-batch boundary): one layer's gather per micro-batch stays exposed
+    fwd, bwd = micro_batch.forward_seconds, micro_batch.backward_seconds
+    window = xp.where(z == 3, compute_seconds, xp.where(sharded, bwd + fwd, bwd))
+    layers = spec.n_layers // L.pp
+    first_gathers = t_gather / (ZERO3_GATHERS_PER_MICRO_BATCH * layers)  # m of one layer's
+    floor = floor + xp.where(z == 3, first_gathers, 0.0)
+    return xp.where(dp_group > 1, xp.maximum(floor, t_grad + t_gather - window), 0.0)

@@ -1,0 +1,115 @@
+"""A plan as numbers: the fields every step and memory term reads, with the string choices as
+integer codes, so one term function serves a `Plan` (plain ints and bools) and the planner's
+grid (one numpy array per field, plan i = element i of each)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainbudget.core.parallel.plan import OFFLOAD_TARGETS, SCHEDULES, Plan
+from trainbudget.core.single.flops import RECOMPUTE_KINDS
+
+# code = index into the tuple
+RECOMPUTE_CODES = RECOMPUTE_KINDS  # ("none", "selective", "full")
+SCHEDULE_CODES = SCHEDULES  # ("1f1b", "gpipe", "interleaved")
+OFFLOAD_CODES = OFFLOAD_TARGETS  # ("none", "cpu", "nvme")
+NONE, SELECTIVE, FULL = (RECOMPUTE_CODES.index(k) for k in ("none", "selective", "full"))
+ONE_F_ONE_B, GPIPE, INTERLEAVED = (
+    SCHEDULE_CODES.index(k) for k in ("1f1b", "gpipe", "interleaved")
+)
+ON_GPU, TO_CPU, TO_NVME = (OFFLOAD_CODES.index(k) for k in ("none", "cpu", "nvme"))
+
+
+_INT_FIELDS = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "zero",
+    "zero_shard",
+    "vpp",
+    "micro_batch",
+    "grad_accum",
+)
+
+
+@dataclass(frozen=True)
+class PlanNumbers:
+    """One plan (numbers) or many (equal-length arrays); see `Plan` for each field's meaning.
+    `zero_shard` 0 means ZeRO shards over the whole data-parallel group (no HSDP)."""
+
+    dp: Any
+    tp: Any
+    pp: Any
+    cp: Any
+    ep: Any
+    zero: Any
+    zero_shard: Any
+    sp: Any
+    vpp: Any
+    schedule: Any
+    micro_batch: Any
+    grad_accum: Any
+    recompute: Any
+    offload_optimizer: Any
+    offload_params: Any
+    flash: Any
+
+    @classmethod
+    def of(cls, plan: Plan) -> PlanNumbers:
+        return cls(
+            dp=plan.dp,
+            tp=plan.tp,
+            pp=plan.pp,
+            cp=plan.cp,
+            ep=plan.ep,
+            zero=plan.zero,
+            zero_shard=plan.zero_shard,
+            sp=plan.sp,
+            vpp=plan.vpp,
+            schedule=SCHEDULE_CODES.index(plan.schedule),
+            micro_batch=plan.micro_batch,
+            grad_accum=plan.grad_accum,
+            recompute=RECOMPUTE_CODES.index(plan.recompute),
+            offload_optimizer=OFFLOAD_CODES.index(plan.offload_optimizer),
+            offload_params=OFFLOAD_CODES.index(plan.offload_params),
+            flash=plan.flash_attention,
+        )
+
+    @classmethod
+    def of_many(cls, plans: list[Plan]) -> PlanNumbers:
+        """A grid holding `plans` (numpy arrays, one element per plan)."""
+        import numpy as np
+
+        rows = [cls.of(p) for p in plans]
+        return cls(**{f: np.array([getattr(r, f) for r in rows]) for f in cls.__dataclass_fields__})
+
+    @property
+    def shard_dp(self) -> Any:
+        """Data-parallel ranks one ZeRO shard group spans (all of dp unless HSDP)."""
+        return self.zero_shard + (self.zero_shard == 0) * self.dp
+
+    def __len__(self) -> int:
+        return len(self.dp)
+
+    def plan(self, i: int) -> Plan:
+        """Plan i of a grid."""
+        ints = {name: int(getattr(self, name)[i]) for name in _INT_FIELDS}
+        return Plan(
+            **ints,
+            sp=bool(self.sp[i]),
+            schedule=SCHEDULE_CODES[int(self.schedule[i])],
+            recompute=RECOMPUTE_CODES[int(self.recompute[i])],
+            offload_optimizer=OFFLOAD_CODES[int(self.offload_optimizer[i])],
+            offload_params=OFFLOAD_CODES[int(self.offload_params[i])],
+            flash_attention=bool(self.flash[i]),
+        )
+
+    def plans(self) -> list[Plan]:
+        return [self.plan(i) for i in range(len(self))]
+
+
+def as_numbers(plan: Plan | PlanNumbers) -> PlanNumbers:
+    return plan if isinstance(plan, PlanNumbers) else PlanNumbers.of(plan)
