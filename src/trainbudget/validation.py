@@ -1,4 +1,4 @@
-"""Predictions against published training runs (data: trainbudget.published_runs).
+"""Predictions against published training runs (data: trainbudget.published).
 
 Each run's measured figure is turned into seconds per step with the source's own FLOP
 convention; the prediction is step_time() for the published model, layout and batch, with
@@ -17,95 +17,69 @@ from trainbudget.core.single.flops import palm_flops_per_token
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
-from trainbudget.published_runs import PUBLISHED_RUNS
+from trainbudget.published import PUBLISHED_RUNS, PublishedRun
 
 TFLOPS = 1e12  # the sources quote TFLOP/s = 1e12 FLOP/s
-# Runs from before FlashAttention reached Megatron/DeepSpeed (2021-2022) used the unfused
-# softmax kernels; later NeMo, Llama 3, torchtitan and MosaicML runs use FlashAttention.
-PRE_FLASH = ("korthikanti", "mtnlg", "narayanan", "bloom")
+# passes over the model that each Megatron convention counts (full recomputation adds one)
+_MEGATRON_PASSES = {"megatron-96Bslh2": 4, "megatron-72Bslh2": 3}
 
 
-def spec_of(run: dict) -> ModelSpec:
-    m = run["model"]
-    gated = m["mlp"] == "swiglu"
-    learned = run["id"].startswith(PRE_FLASH)  # Megatron GPT and BLOOM-era models
-    return ModelSpec(
-        name=run["id"],
-        vocab_size=m["vocab_size"],
-        d_model=m["d_model"],
-        n_layers=m["n_layers"],
-        n_heads=m["n_heads"],
-        n_kv_heads=m["n_kv_heads"],
-        d_ff=m["d_ff"],
-        max_seq_len=m["seq_len"],
-        mlp=m["mlp"],
-        norm="rmsnorm" if gated else "layernorm",
-        position="learned" if learned else "rope",
-        tied_embeddings=m["tied_embeddings"],
-        bias=m["bias"],
-    )
-
-
-def timing_spec(run: dict) -> ModelSpec:
+def timing_spec(run: PublishedRun) -> ModelSpec:
     """The spec whose even pipeline split matches the run's heaviest stage.
 
     BLOOM (70 layers on 12 stages; DeepSpeed counts the embedding and head as pipeline
     units, 6 per stage) and Llama 3 405B (126 layers on 16 stages, the first and last one
     layer short) split unevenly, which Megatron-style validation forbids; the slowest stage
     sets the pace, so they are timed as ceil(L / stages) layers per stage."""
-    spec = spec_of(run)
-    stages = run["pp"] * run.get("vpp", 1)
+    spec = run.model
+    stages = run.layout.pp * run.layout.vpp
     per_stage = -(-spec.n_layers // stages)
     return spec.replace(n_layers=per_stage * stages)
 
 
-def plan_of(run: dict) -> Plan:
-    vpp = run.get("vpp", 1)
-    dp = run["dp"]
+def plan_of(run: PublishedRun) -> Plan:
+    lay = run.layout
     return Plan(
-        dp=dp,
-        tp=run["tp"],
-        pp=run["pp"],
-        cp=run.get("cp", 1),
-        zero=run.get("zero", 0),
-        sp=run.get("sp", False),
-        vpp=vpp,
-        schedule="interleaved" if vpp > 1 else "1f1b",
-        micro_batch=run["micro_batch"],
-        grad_accum=run["global_batch"] // (run["micro_batch"] * dp),
-        recompute=run.get("recompute", "none"),
-        flash_attention=not run["id"].startswith(PRE_FLASH),
+        dp=lay.dp,
+        tp=lay.tp,
+        pp=lay.pp,
+        cp=lay.cp,
+        zero=lay.zero,
+        sp=lay.sp,
+        vpp=lay.vpp,
+        schedule="interleaved" if lay.vpp > 1 else "1f1b",
+        micro_batch=lay.micro_batch,
+        grad_accum=lay.grad_accum,
+        recompute=lay.recompute,
+        flash_attention=lay.flash_attention,
     )
 
 
-def megatron_flops(run: dict, passes: int) -> float:
+def megatron_flops(run: PublishedRun, passes: int) -> float:
     """Narayanan et al. 2021 eq. 3 per iteration: 24*passes*B*s*l*h^2*(1 + s/6h + V/(16 or
     12)lh); passes = 4 with full recomputation (the 96Bslh^2 form), 3 without (72Bslh^2)."""
-    m = run["model"]
-    b, s, h, v = run["global_batch"], m["seq_len"], m["d_model"], m["vocab_size"]
-    n = m["n_layers"]
+    m = run.model
+    b, s, h, v = run.layout.global_batch, run.seq_len, m.d_model, m.vocab_size
+    n = m.n_layers
     return 24 * passes * b * s * n * h * h * (1 + s / (6 * h) + v / (4 * passes * n * h))
 
 
-def measured_step_seconds(run: dict) -> float | None:
+def measured_step_seconds(run: PublishedRun) -> float | None:
     """The source's figure as seconds per step (None when it gives nothing convertible)."""
-    meas = run["measured"]
-    if "iteration_seconds" in meas:
-        return meas["iteration_seconds"]
-    n = run["n_gpus"]
-    passes = {"megatron-96Bslh2": 4, "megatron-72Bslh2": 3}.get(meas.get("flops_formula", ""))
-    if "tflops_per_gpu" in meas and passes is not None:
-        return megatron_flops(run, passes) / (meas["tflops_per_gpu"] * TFLOPS * n)
-    if "tokens_per_second_per_gpu" in meas:
-        tokens = run["global_batch"] * run["model"]["seq_len"]
-        return tokens / (meas["tokens_per_second_per_gpu"] * n)
-    if "mfu" in meas:
+    meas, n = run.measured, run.n_gpus
+    tokens = run.layout.global_batch * run.seq_len
+    if meas.iteration_seconds is not None:
+        return meas.iteration_seconds
+    passes = _MEGATRON_PASSES.get(meas.flops_convention or "")
+    if meas.tflops_per_second_per_gpu is not None and passes is not None:
+        return megatron_flops(run, passes) / (meas.tflops_per_second_per_gpu * TFLOPS * n)
+    if meas.tokens_per_second_per_gpu is not None:
+        return tokens / (meas.tokens_per_second_per_gpu * n)
+    if meas.mfu is not None and meas.flops_convention == "palm":
         # Llama 3: MFU of the PaLM-convention model FLOPs over the bf16 dense peak
-        spec = spec_of(run)
-        tokens = run["global_batch"] * run["model"]["seq_len"]
-        flops = palm_flops_per_token(spec, spec.max_seq_len) * tokens
-        peak = get_hardware(run["gpu"]).peak_flops_per_second("bf16")
-        return flops / (meas["mfu"] * peak * n)
+        flops = palm_flops_per_token(run.model, run.seq_len) * tokens
+        peak = get_hardware(run.gpu).peak_flops_per_second("bf16")
+        return flops / (meas.mfu * peak * n)
     return None
 
 
@@ -126,32 +100,32 @@ class Comparison:
         return self.predicted_seconds / self.measured_seconds - 1
 
 
-def compare(run: dict, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> Comparison | None:
+def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> Comparison | None:
     """None for runs on hardware outside the catalog or without a convertible figure."""
-    if run["gpu"].startswith("other:"):
+    if run.gpu.startswith("other:"):
         return None
     measured = measured_step_seconds(run)
     if measured is None:
         return None
-    spec, plan = timing_spec(run), plan_of(run)
-    validate_plan(plan, spec, n_gpus=run["n_gpus"], seq_len=spec.max_seq_len)
-    hw = get_hardware(run["gpu"])
-    cluster = Cluster(hardware=hw, n_gpus=run["n_gpus"], gpus_per_node=run["gpus_per_node"])
+    spec, plan, seq_len = timing_spec(run), plan_of(run), run.seq_len
+    validate_plan(plan, spec, n_gpus=run.n_gpus, seq_len=seq_len)
+    hw = get_hardware(run.gpu)
+    cluster = Cluster(hardware=hw, n_gpus=run.n_gpus, gpus_per_node=run.gpus_per_node)
     prec, opt = get_precision("bf16-mixed"), get_optimizer("adam")
     t = step_time(
         spec,
         plan,
         cluster,
-        seq_len=spec.max_seq_len,
+        seq_len=seq_len,
         precision=prec,
         optimizer=opt,
         efficiency=efficiency,
     )
-    mem = plan_memory(spec, plan, seq_len=spec.max_seq_len, precision=prec, optimizer=opt)
+    mem = plan_memory(spec, plan, seq_len=seq_len, precision=prec, optimizer=opt)
     return Comparison(
-        run_id=run["id"],
-        source=run["source"].split(",")[0],
-        n_gpus=run["n_gpus"],
+        run_id=run.id,
+        source=run.source.split(",")[0],
+        n_gpus=run.n_gpus,
         layout=plan.describe(),
         measured_seconds=measured,
         predicted_seconds=t.step_seconds,

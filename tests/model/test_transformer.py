@@ -131,6 +131,13 @@ def test_tied_head_shares_the_embedding_storage() -> None:
     assert diff == GPT2_LIKE.vocab_size * GPT2_LIKE.d_model
 
 
+def test_alibi_is_refused_not_silently_rotated() -> None:
+    """The core estimates ALiBi models (BLOOM's published run); the reference model does not
+    implement ALiBi, so it must say so instead of building a RoPE model."""
+    with pytest.raises(ValueError, match="position = 'alibi'"):
+        build_model(GPT2_LIKE.replace(position="alibi"))
+
+
 def _biased(model: nn.Module) -> set[str]:
     """Names of the modules that own a bias parameter."""
     return {name.rsplit(".", 1)[0] for name, _ in model.named_parameters() if name.endswith("bias")}

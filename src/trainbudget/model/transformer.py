@@ -169,6 +169,10 @@ class Transformer(nn.Module):
         factory = {"device": device, "dtype": dtype}
         if recompute not in ("none", "full"):
             raise ValueError(f"recompute = {recompute!r}: the reference model supports none, full")
+        if spec.position not in ("learned", "rope"):  # the core also estimates ALiBi models
+            raise ValueError(
+                f"position = {spec.position!r}: the reference model supports learned, rope"
+            )
         self.spec, self.recompute = spec, recompute
         self.checkpoint_early_stop = False
         self.tok = nn.Embedding(spec.vocab_size, spec.d_model, **factory)

@@ -61,6 +61,18 @@ def test_gpt2_no_bias_parts() -> None:
     assert p.final_norm == 768
 
 
+def test_rope_and_alibi_have_no_position_parameters() -> None:
+    """Only a learned position table has parameters: max_seq_len x d_model (1024 x 768)."""
+    learned = count_params(GPT2).total
+    for position in ("rope", "alibi"):
+        p = count_params(GPT2.replace(position=position))
+        assert p.embedding_position == 0
+        assert p.total == learned - 1024 * 768
+    assert not any(
+        name == "embedding/position" for name, *_ in matrix_shapes(GPT2.replace(position="alibi"))
+    )
+
+
 def test_gpt2_with_bias_matches_hf() -> None:
     """HF gpt2 (biases everywhere but the head): 124,439,808 = sum(p.numel())."""
     assert count_params(GPT2.replace(bias=True)).total == 124_439_808

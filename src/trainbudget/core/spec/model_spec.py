@@ -13,7 +13,7 @@ from trainbudget.core.errors import SpecError
 
 MLP_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
-POSITION_KINDS = ("learned", "rope")
+POSITION_KINDS = ("learned", "rope", "alibi")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,13 +35,15 @@ class ModelSpec:
     d_ff: int
     """Hidden width of the dense MLP (per expert width is d_ff_expert)."""
     max_seq_len: int
-    """Context length; sizes the learned position table."""
+    """Context length; sizes the learned position table (no parameter for rope and alibi)."""
     mlp: str = "gelu"
     """'gelu' (two matrices: up, down) or 'swiglu' (three: gate, up, down)."""
     norm: str = "layernorm"
     """'layernorm' (weight, plus a bias when bias=True) or 'rmsnorm' (weight only)."""
     position: str = "learned"
-    """'learned' (a max_seq_len x d_model table) or 'rope' (no parameters)."""
+    """'learned' (a max_seq_len x d_model table), 'rope' (no parameters; rotated copies of q and
+    k) or 'alibi' (no parameters; a per-head linear bias on the attention scores, Press et al.
+    2022, arXiv:2108.12409, which the estimate treats as fused into the scores' kernel)."""
     tied_embeddings: bool = True
     """The output head reuses the token embedding matrix."""
     bias: bool = False

@@ -1,0 +1,280 @@
+"""The typed record of one published training run, and the rules every record obeys.
+
+A record holds only what a source says (and what had to be assumed, named in `assumed`):
+the model as a `ModelSpec` (a preset where one exists), the hardware, the parallel layout and
+batch, and the measured figure in the source's own units with its FLOP convention. All rules
+are checked in `PublishedRun.__post_init__`; a broken one raises a one-line `RunDataError`
+naming the run id, the field, the value and the rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NoReturn
+
+from trainbudget.core.errors import SpecError
+from trainbudget.core.single.flops import RECOMPUTE_KINDS
+from trainbudget.core.spec.hardware import HARDWARE
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.presets import get_preset
+
+# How a source counts the FLOPs behind its TFLOP/s or MFU figure (h = d_model, l = layers,
+# s = sequence, B = global batch, V = vocabulary).
+FLOP_CONVENTIONS = {
+    "megatron-96Bslh2": "96*B*s*l*h^2 * (1 + s/(6h) + V/(16*l*h)) per iteration (Narayanan et "
+    "al. 2021, eq. 3): matmuls only, non-causal attention, and one extra forward for full "
+    "recomputation (4 passes, not 3)",
+    "megatron-72Bslh2": "72*B*s*l*h^2 * (1 + s/(6h) + V/(12*l*h)) per iteration: the same "
+    "model without recomputation (3 passes), Korthikanti et al. 2022's MFU",
+    "palm": "6N + 12*l*h*s per token (Chowdhery et al. 2022, App. B), N the matmul parameters",
+    "nemo-dgxc": "per sequence s * (attention + mlp + embedding), attention = 12*l*h^2*(1 + "
+    "kv_groups/heads + s/h), mlp = 18*l*ffn*h (SwiGLU) or 48*l*h^2 (4h non-gated), embedding "
+    "= 6*V*h (the 'Notes' of each dgxc-benchmarking README)",
+    "llm-foundry": "6N + 12*l*h*s per token (non-causal), llm-foundry's MFU",
+}
+
+_ID = re.compile(r"[a-z0-9][a-z0-9.-]*")
+_Fail = Callable[[str, object, str], NoReturn]  # raises for (field, value, rule)
+
+
+class RunDataError(SpecError):
+    """A published run breaks a rule: `run_id`, then the field, value and rule of SpecError."""
+
+    def __init__(self, run_id: str, field: str, value: object, rule: str) -> None:
+        super().__init__(field, value, rule)
+        self.run_id = run_id
+        self.args = (f"published run {run_id!r}: {self.args[0]}",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """How the run spread over its GPUs, and its batch (Megatron's names)."""
+
+    tp: int
+    """Tensor-parallel degree."""
+    pp: int
+    """Pipeline stages."""
+    dp: int
+    """Data-parallel replicas."""
+    cp: int = 1
+    """Context-parallel degree (each sequence split over cp GPUs)."""
+    vpp: int = 1
+    """Model chunks per pipeline rank (interleaved schedule); 1 = not interleaved."""
+    sp: bool
+    """Megatron sequence parallelism (norms and dropouts split over the TP group)."""
+    recompute: str
+    """Activation recomputation: 'none', 'selective' or 'full'."""
+    zero: int
+    """Sharding stage 0-3: Megatron distributed optimizer = 1, FSDP full shard = 3."""
+    micro_batch: int
+    """Sequences per micro-batch on one data-parallel rank."""
+    global_batch: int
+    """Sequences per optimizer step, all replicas together."""
+    flash_attention: bool
+    """Fused attention that never stores the score matrix (FlashAttention or an equivalent);
+    False for the 2021-2022 Megatron/DeepSpeed runs, which used unfused softmax kernels."""
+
+    @property
+    def n_gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per step on one data-parallel rank."""
+        return self.global_batch // (self.micro_batch * self.dp)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measurement:
+    """What the source reports, in its own units; None where it reports nothing."""
+
+    iteration_seconds: float | None = None
+    """Wall-clock seconds per optimizer step."""
+    tflops_per_second_per_gpu: float | None = None
+    """Achieved TFLOP/s (1e12 FLOP/s) per GPU, counted with `flops_convention`."""
+    tokens_per_second_per_gpu: float | None = None
+    """Training tokens per second per GPU."""
+    mfu: float | None = None
+    """Model FLOPs utilisation, a fraction of the dense peak (0.43 = 43 %)."""
+    hfu: float | None = None
+    """Hardware FLOPs utilisation (recomputation included), a fraction of the dense peak."""
+    flops_convention: str | None = None
+    """Key of FLOP_CONVENTIONS: how the TFLOP/s or MFU figure counts FLOPs; None = unstated."""
+    flops_note: str = ""
+    """What the source adds about its FLOP count (its per-sequence figure, HFU's extra)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishedRun:
+    """One published large-scale training run, as its source reports it."""
+
+    id: str
+    """Short unique slug (lower case, digits, '-' and '.')."""
+    source: str
+    """Citation (authors, title, arXiv or URL) and the table, figure or section read."""
+    model: ModelSpec
+    """The architecture trained; position and norm as the source's model uses them."""
+    seq_len: int
+    """Tokens per training sequence."""
+    gpu: str
+    """Hardware catalog key, or 'other:NAME' for a part the catalog lacks (not scored)."""
+    n_gpus: int
+    """GPUs in the run."""
+    gpus_per_node: int
+    """GPUs per server (NVLink domain)."""
+    layout: Layout
+    measured: Measurement
+    assumed: frozenset[str] = frozenset()
+    """Fields the source does not state, filled in as the notes explain ('layout.vpp',
+    'model.vocab_size', 'seq_len', ...); every other field is reported or derived exactly."""
+    notes: str
+    """Where each number was read, the consistency checks made and every assumption."""
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+
+def preset(name: str, **source_overrides: object) -> ModelSpec:
+    """A catalog preset, with the fields where the run's source differs from it."""
+    return get_preset(name).replace(**source_overrides)
+
+
+def architecture(
+    *,
+    name: str,
+    source: str,
+    vocab_size: int,
+    d_model: int,
+    n_layers: int,
+    n_heads: int,
+    n_kv_heads: int,
+    d_ff: int,
+    max_seq_len: int,
+    mlp: str,
+    norm: str,
+    position: str,
+    tied_embeddings: bool,
+    bias: bool,
+) -> ModelSpec:
+    """A model without a preset, every field stated (none left to ModelSpec's defaults)."""
+    return ModelSpec(
+        name=name,
+        vocab_size=vocab_size,
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        d_ff=d_ff,
+        max_seq_len=max_seq_len,
+        mlp=mlp,
+        norm=norm,
+        position=position,
+        tied_embeddings=tied_embeddings,
+        bias=bias,
+        sources=(source,),
+    )
+
+
+def assumable_fields() -> frozenset[str]:
+    """The names `assumed` may hold: a run field, or 'model.', 'layout.', 'measured.' + field."""
+    top = {f.name for f in dataclasses.fields(PublishedRun)} - {"id", "source", "assumed", "notes"}
+    nested = {
+        f"{prefix}.{f.name}"
+        for prefix, cls in (("model", ModelSpec), ("layout", Layout), ("measured", Measurement))
+        for f in dataclasses.fields(cls)
+    }
+    return frozenset(top | nested)
+
+
+def _validate(run: PublishedRun) -> None:
+    def fail(name: str, value: object, rule: str) -> NoReturn:
+        raise RunDataError(str(run.id), name, value, rule)
+
+    if not isinstance(run.id, str) or not _ID.fullmatch(run.id):
+        fail("id", run.id, "must be a slug of lower-case letters, digits, '-' and '.'")
+    for name in ("source", "notes"):
+        if not isinstance(getattr(run, name), str) or not getattr(run, name).strip():
+            fail(name, getattr(run, name), "must be a non-empty string")
+    for name, cls in (("model", ModelSpec), ("layout", Layout), ("measured", Measurement)):
+        if not isinstance(getattr(run, name), cls):
+            fail(name, type(getattr(run, name)).__name__, f"must be a {cls.__name__}")
+    for name in ("seq_len", "n_gpus", "gpus_per_node"):
+        _positive_int(fail, name, getattr(run, name))
+    if run.model.position == "learned" and run.seq_len > run.model.max_seq_len:
+        fail(
+            "seq_len",
+            run.seq_len,
+            f"exceeds the learned table (max_seq_len {run.model.max_seq_len})",
+        )
+    if not isinstance(run.gpu, str) or (
+        run.gpu not in HARDWARE and not run.gpu.startswith("other:")
+    ):
+        fail("gpu", run.gpu, "must be a hardware catalog key or 'other:NAME'")
+    if run.n_gpus % run.gpus_per_node:
+        fail("n_gpus", run.n_gpus, f"must be a multiple of gpus_per_node ({run.gpus_per_node})")
+    _validate_layout(fail, run.layout, run.n_gpus)
+    _validate_measurement(fail, run.measured)
+    if not isinstance(run.assumed, frozenset):
+        fail("assumed", run.assumed, "must be a frozenset of field names")
+    for name in sorted(run.assumed - assumable_fields()):
+        fail("assumed", name, "is not a field of the record (e.g. 'layout.vpp', 'seq_len')")
+
+
+def _positive_int(fail: _Fail, name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        fail(name, value, "must be a positive integer")
+
+
+def _validate_layout(fail: _Fail, lay: Layout, n_gpus: int) -> None:
+    for name in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch"):
+        _positive_int(fail, f"layout.{name}", getattr(lay, name))
+    for name in ("sp", "flash_attention"):
+        if not isinstance(getattr(lay, name), bool):
+            fail(f"layout.{name}", getattr(lay, name), "must be true or false")
+    if lay.recompute not in RECOMPUTE_KINDS:
+        fail("layout.recompute", lay.recompute, "must be one of " + ", ".join(RECOMPUTE_KINDS))
+    if lay.zero not in (0, 1, 2, 3) or isinstance(lay.zero, bool):
+        fail("layout.zero", lay.zero, "must be 0, 1, 2 or 3")
+    if n_gpus != lay.n_gpus:
+        factors = f"{lay.tp}*{lay.pp}*{lay.dp}*{lay.cp} = {lay.n_gpus}"
+        fail("n_gpus", n_gpus, f"must equal tp*pp*dp*cp ({factors})")
+    if lay.global_batch % (lay.micro_batch * lay.dp):
+        fail(
+            "layout.global_batch",
+            lay.global_batch,
+            f"must be a multiple of micro_batch*dp ({lay.micro_batch}*{lay.dp})",
+        )
+
+
+def _validate_measurement(fail: _Fail, m: Measurement) -> None:
+    figures = ("iteration_seconds", "tflops_per_second_per_gpu", "tokens_per_second_per_gpu")
+    for name in (*figures, "mfu", "hfu"):
+        value = getattr(m, name)
+        if value is not None and (isinstance(value, bool) or not value > 0):
+            fail(f"measured.{name}", value, "must be a positive number or None")
+    for name in ("mfu", "hfu"):
+        if getattr(m, name) is not None and getattr(m, name) > 1:
+            fail(f"measured.{name}", getattr(m, name), "is a fraction: must be at most 1")
+    if all(getattr(m, name) is None for name in (*figures, "mfu")):
+        fail("measured", None, "needs a figure: " + ", ".join((*figures, "mfu")))
+    if m.flops_convention is not None and m.flops_convention not in FLOP_CONVENTIONS:
+        fail(
+            "measured.flops_convention",
+            m.flops_convention,
+            "must be one of " + ", ".join(FLOP_CONVENTIONS),
+        )
+    if m.tflops_per_second_per_gpu is not None and m.flops_convention is None:
+        fail("measured.flops_convention", None, "must be stated with tflops_per_second_per_gpu")
+
+
+def unique_ids(runs: tuple[PublishedRun, ...]) -> tuple[PublishedRun, ...]:
+    """`runs`, after checking that no two share an id."""
+    seen: set[str] = set()
+    for run in runs:
+        if run.id in seen:
+            raise RunDataError(run.id, "id", run.id, "must be unique; it appears twice")
+        seen.add(run.id)
+    return runs

@@ -1,0 +1,237 @@
+"""The published-run records (trainbudget.published): validated at import, each with a cited
+source, position and norm stated, presets reused with the source's dimensions, and a bad row
+rejected with one line naming the run, the field, the value and the rule."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+import trainbudget.published as published
+from trainbudget.core.errors import SpecError
+from trainbudget.core.single.params import count_params
+from trainbudget.core.spec.presets import PRESETS, get_preset
+from trainbudget.published import PUBLISHED_RUNS, PublishedRun, RunDataError, get_run
+from trainbudget.published.record import architecture, assumable_fields, unique_ids
+from trainbudget.validation import EXCLUDED
+
+PACKAGE = Path(published.__file__).parent
+
+
+def test_every_run_is_a_validated_record() -> None:
+    assert len(PUBLISHED_RUNS) == 26
+    assert all(isinstance(r, PublishedRun) for r in PUBLISHED_RUNS)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        PUBLISHED_RUNS[0].n_gpus = 1  # type: ignore[misc]
+
+
+def test_ids_are_unique_and_duplicates_are_refused() -> None:
+    ids = [r.id for r in PUBLISHED_RUNS]
+    assert len(set(ids)) == len(ids)
+    with pytest.raises(RunDataError, match=r"'bloom-176b-384gpu': id = .*must be unique"):
+        unique_ids((get_run("bloom-176b-384gpu"),) * 2)
+
+
+def test_unknown_run_lists_the_known_ones() -> None:
+    with pytest.raises(SpecError, match=r"known: .*bloom-176b-384gpu"):
+        get_run("bloom")
+
+
+@pytest.mark.parametrize("run", PUBLISHED_RUNS, ids=lambda r: r.id)
+def test_source_cites_a_table_figure_or_section(run: PublishedRun) -> None:
+    assert re.search(r"Table|table|Figure|§|[Ss]ection", run.source), run.source
+
+
+@pytest.mark.parametrize("run", PUBLISHED_RUNS, ids=lambda r: r.id)
+def test_assumed_names_real_fields(run: PublishedRun) -> None:
+    assert run.assumed <= assumable_fields()
+
+
+def test_excluded_runs_are_the_ones_whose_vpp_is_assumed() -> None:
+    """validation.EXCLUDED leaves out the Llama 3 rows because their vpp is a placeholder."""
+    for run_id in EXCLUDED:
+        assert "layout.vpp" in get_run(run_id).assumed
+
+
+# ---- malformed records: one line naming run, field, value and rule ----------------------------
+
+
+def _layout(**changes):
+    run = get_run("mtnlg-530b-2240gpu")
+    return {"layout": dataclasses.replace(run.layout, **changes)}
+
+
+def _measured(**changes):
+    run = get_run("mtnlg-530b-2240gpu")
+    return {"measured": dataclasses.replace(run.measured, **changes)}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"n_gpus": 2248}, "n_gpus = 2248: must equal tp*pp*dp*cp (8*35*8*1 = 2240)"),
+        (_layout(recompute="partial"), "layout.recompute = 'partial': must be one of"),
+        (_layout(zero=4), "layout.zero = 4: must be 0, 1, 2 or 3"),
+        (_layout(global_batch=1921), "layout.global_batch = 1921: must be a multiple of"),
+        (_layout(sp="yes"), "layout.sp = 'yes': must be true or false"),
+        (_layout(micro_batch=0), "layout.micro_batch = 0: must be a positive integer"),
+        ({"gpu": "a100"}, "gpu = 'a100': must be a hardware catalog key or 'other:NAME'"),
+        ({"seq_len": 4096}, "seq_len = 4096: exceeds the learned table (max_seq_len 2048)"),
+        ({"id": "MT NLG"}, "id = 'MT NLG': must be a slug"),
+        ({"notes": " "}, "notes = ' ': must be a non-empty string"),
+        ({"assumed": frozenset({"layout.vp"})}, "assumed = 'layout.vp': is not a field"),
+        (_measured(mfu=43.0), "measured.mfu = 43.0: is a fraction: must be at most 1"),
+        (_measured(iteration_seconds=-1.0), "measured.iteration_seconds = -1.0: must be"),
+        (_measured(flops_convention="megatron"), "measured.flops_convention = 'megatron'"),
+        (
+            _measured(flops_convention=None),
+            "measured.flops_convention = None: must be stated with tflops_per_second_per_gpu",
+        ),
+        (
+            _measured(iteration_seconds=None, tflops_per_second_per_gpu=None),
+            "measured = None: needs a figure",
+        ),
+    ],
+)
+def test_malformed_record_is_one_line_naming_run_field_value_rule(changes, message) -> None:
+    run = get_run("mtnlg-530b-2240gpu")
+    with pytest.raises(RunDataError) as err:
+        dataclasses.replace(run, **changes)
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith(f"published run {changes.get('id', run.id)!r}: "), text
+    assert message in text, text
+    assert isinstance(err.value, SpecError)  # the CLI prints SpecErrors on one line
+
+
+# ---- position and norm: stated per run, never guessed from the id ------------------------------
+
+
+def _calls(name: str) -> list[ast.Call]:
+    """Calls of `name` in the modules that hold runs (record.py defines the helpers)."""
+    calls = []
+    for path in sorted(set(PACKAGE.glob("*.py")) - {PACKAGE / "record.py"}):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == name:
+                calls.append(node)
+    return calls
+
+
+def test_every_model_states_position_and_norm() -> None:
+    """A run's model is either a preset (whose row states position and norm: test_presets) or
+    architecture(), which has no default for either; ModelSpec's defaults are never used."""
+    params = inspect.signature(architecture).parameters
+    for name in ("position", "norm", "mlp", "bias", "tied_embeddings", "n_kv_heads"):
+        assert params[name].default is inspect.Parameter.empty, name
+    assert _calls("ModelSpec") == [], "build spelled-out models with architecture()"
+    assert _calls("architecture") and _calls("preset")
+
+
+# (position, norm) per run, as each source's model has them (see the notes of each run)
+POSITION_NORM = {
+    "korthikanti-": ("learned", "layernorm"),  # Megatron-LM GPT
+    "mtnlg-": ("learned", "layernorm"),
+    "narayanan-": ("learned", "layernorm"),
+    "bloom-": ("alibi", "layernorm"),  # model card: "ALiBI positional encodings"
+    "nemotron4-": ("rope", "layernorm"),  # NeMo: rope, layernorm1p
+    "llama3-": ("rope", "rmsnorm"),
+    "dgxc-gpt3-": ("learned", "layernorm"),  # NeMo megatron_gpt default learned_absolute
+    "dgxc-llama31-": ("rope", "rmsnorm"),
+    "dgxc-nemotron4-": ("rope", "layernorm"),
+    "torchtitan-": ("rope", "rmsnorm"),
+    "mpt-": ("learned", "layernorm"),  # the benchmark config, not the released model
+}
+
+
+@pytest.mark.parametrize("run", PUBLISHED_RUNS, ids=lambda r: r.id)
+def test_position_and_norm_match_the_source(run: PublishedRun) -> None:
+    (expected,) = [v for prefix, v in POSITION_NORM.items() if run.id.startswith(prefix)]
+    assert (run.model.position, run.model.norm) == expected
+
+
+def test_bloom_is_alibi_and_matches_the_model_card() -> None:
+    """huggingface.co/bigscience/bloom: "176,247,271,424 parameters", ALiBi. The card's total
+    includes the embedding LayerNorm (weight and bias, 2 x 14336) that ModelSpec lacks; a
+    learned table would add 2048 x 14336 more."""
+    bloom = get_run("bloom-176b-384gpu").model
+    assert bloom.position == "alibi"
+    assert count_params(bloom).total + 2 * 14336 == 176_247_271_424
+
+
+def test_mpt_benchmark_model_is_learned_with_biases_not_the_released_alibi() -> None:
+    """llm-foundry benchmarking README, 'H100 80GB BF16', 7b at 2048: NumParams 6658859008.
+    That is exactly mpt-7b.yaml over MPTConfig's defaults (learned_pos_emb=True,
+    no_bias=False); the released MPT-7B's ALiBi without biases would be 6,649,024,512."""
+    mpt = get_run("mpt-7b-h100-fsdp-8gpu").model
+    assert (mpt.position, mpt.bias) == ("learned", True)
+    assert count_params(mpt).total == 6_658_859_008
+    assert count_params(mpt.replace(position="alibi", bias=False)).total == 6_649_024_512
+
+
+# ---- presets reused with the source's dimensions -----------------------------------------------
+
+# run -> (n_layers, d_model, n_heads, n_kv_heads, d_ff, vocab_size, mlp, tied, bias) as the
+# sources give them (and as the dictionaries before the typed records had them)
+GPT3_175B_MEGATRON = (96, 12288, 96, 96, 49152, 51200, "gelu", True, True)  # Narayanan §5.1
+LLAMA3_405B = (126, 16384, 128, 8, 53248, 128256, "swiglu", False, False)  # Llama 3 Table 3
+SOURCE_DIMS = {
+    "korthikanti-175b-full": GPT3_175B_MEGATRON,
+    "korthikanti-175b-selective-sp": GPT3_175B_MEGATRON,
+    "narayanan-175b-ptd-384gpu": GPT3_175B_MEGATRON,
+    "llama3-405b-8k-8192gpu": LLAMA3_405B,
+    "llama3-405b-8k-16384gpu": LLAMA3_405B,
+    "llama3-405b-128k-cp16": LLAMA3_405B,
+    # gpt3_175b_hydra.yaml; vocab 50257 padded to a multiple of 128 * TP 4
+    "dgxc-gpt3-175b-bf16-128gpu": (96, 12288, 96, 96, 49152, 50688, "gelu", True, True),
+    # NeMo llama3_1_70b.yaml / Llama 3.1 70B config.json
+    "dgxc-llama31-70b-bf16-64gpu": (80, 8192, 64, 8, 28672, 128256, "swiglu", False, False),
+    # NeMo llama3_1_405b.yaml: 16 query groups; GPT-2 BPE proxy padded to 51200
+    "dgxc-llama31-405b-bf16-576gpu": (126, 16384, 128, 16, 53248, 51200, "swiglu", False, False),
+    # Llama 3.1 8B config.json (torchtitan llama3_8b.toml)
+    "torchtitan-llama31-8b-fsdp-128gpu": (32, 4096, 32, 8, 14336, 128256, "swiglu", False, False),
+    # llm-foundry mpt-7b.yaml: d_model 4096, 32 heads, 32 layers, expansion 4, vocab 50368
+    "mpt-7b-h100-fsdp-8gpu": (32, 4096, 32, 32, 16384, 50368, "gelu", True, True),
+}
+# the fields where a run's source differs from the preset it reuses
+OVERRIDES = {
+    "korthikanti-175b-full": {"vocab_size"},
+    "korthikanti-175b-selective-sp": {"vocab_size"},
+    "narayanan-175b-ptd-384gpu": {"vocab_size"},
+    "dgxc-gpt3-175b-bf16-128gpu": {"vocab_size"},
+    "dgxc-llama31-405b-bf16-576gpu": {"vocab_size", "n_kv_heads"},
+    "mpt-7b-h100-fsdp-8gpu": {"vocab_size"},
+}
+
+
+def _dims(spec) -> tuple:
+    return (
+        spec.n_layers, spec.d_model, spec.n_heads, spec.n_kv_heads, spec.d_ff, spec.vocab_size,
+        spec.mlp, spec.tied_embeddings, spec.bias,
+    )  # fmt: skip
+
+
+def test_preset_reuse_gives_the_source_dimensions() -> None:
+    reusing = {r.id: r for r in PUBLISHED_RUNS if r.model.name in PRESETS}
+    assert set(reusing) == set(SOURCE_DIMS)
+    for run_id, run in reusing.items():
+        assert _dims(run.model) == SOURCE_DIMS[run_id], run_id
+        base = get_preset(run.model.name)
+        differs = {
+            f.name
+            for f in dataclasses.fields(base)
+            if f.name != "sources" and getattr(run.model, f.name) != getattr(base, f.name)
+        }
+        assert differs == OVERRIDES.get(run_id, set()), run_id
+
+
+def test_spelled_out_models_have_no_preset() -> None:
+    """Only runs whose architecture no preset describes spell it out."""
+    preset_shapes = {_dims(p)[:5] for p in PRESETS.values()}
+    for run in PUBLISHED_RUNS:
+        if run.model.name not in PRESETS:
+            assert _dims(run.model)[:5] not in preset_shapes, run.id
