@@ -5,8 +5,8 @@ is executed) and every `trainbudget.*` import becomes an edge between two parts 
 core's base (the modules directly in core/: errors, units), core.spec, core.single,
 core.parallel, data, model, profile, train, train.checkpointing, report, cli, the top-level
 modules published_runs and validation, and `trainbudget/__main__.py`. An edge not in ALLOWED
-fails, printed as `module -> imported (a may not import b)`. README.md's Layout section states
-the same table.
+fails, printed as `module -> imported (a may not import b)`. The Layout sections of README.md
+and README.zh-CN.md state the same table; the last test checks they name every part.
 """
 
 from __future__ import annotations
@@ -182,3 +182,16 @@ def test_the_check_sees_an_import_inside_a_function_and_names_the_edge() -> None
         "trainbudget.core.spec.fake -> trainbudget.core.single (core.spec may not import "
         "core.single)"
     ]
+
+
+def test_both_readmes_lay_out_every_package() -> None:
+    def path(part: str) -> str:  # core.spec -> core/spec/, validation -> validation.py
+        module = part in ("published_runs", "validation", "__main__")
+        return part.replace(".", "/") + (".py" if module else "/")
+
+    paths = sorted(path(part) for part in ALLOWED if part != PACKAGE)
+    for readme, heading in (("README.md", "## Layout\n"), ("README.zh-CN.md", "## 代码结构\n")):
+        text = (SRC.parent / readme).read_text(encoding="utf-8")
+        layout = text[text.index(heading) :].split("\n## ", 1)[0]
+        missing = [p for p in paths if f"`{p}`" not in layout]
+        assert not missing, f"{readme}'s {heading.strip()} does not name {missing}"
