@@ -1,4 +1,5 @@
-"""The estimating core and the CLI never import torch (STYLE.md point 1): proved in a fresh
+"""The estimating core, the CLI and the report (with the run reader it draws from) never import
+torch (STYLE.md point 1): proved in a fresh
 interpreter, since an earlier test in this process may have imported torch already."""
 
 from __future__ import annotations
@@ -7,6 +8,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -52,3 +55,35 @@ def test_cli_estimate_imports_no_torch():
         "    main(['estimate', '--model', 'llama-2-7b', '--tokens', '2T', '--json'])"
     )
     assert "torch" not in _modules_after(code)
+
+
+def _modules_of(package: str) -> list[str]:
+    root = Path(SRC)
+    return sorted(
+        ".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        for p in (root / "trainbudget" / package).rglob("*.py")
+    )
+
+
+def test_report_and_the_run_reader_import_no_torch_and_draw_lazily():
+    modules = [*_modules_of("report"), "trainbudget.train.run_files"]
+    loaded = _modules_after("\n".join(f"import {m}" for m in modules))
+    assert "torch" not in loaded
+    assert "matplotlib" not in loaded  # imported when a figure is drawn, not before
+    assert set(modules) <= loaded
+
+
+def test_report_and_plot_of_a_run_work_where_torch_cannot_be_imported(tmp_path):
+    pytest.importorskip("matplotlib")
+    from synthetic_runs import write_run
+
+    run, page = write_run(tmp_path / "run"), tmp_path / "r.html"
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None  # `import torch` now fails\n"
+        "from trainbudget.cli.main import main\n"
+        f"assert main(['report', '--run', {str(run)!r}, '--out', {str(page)!r}]) == 0\n"
+        f"assert main(['plot', {str(run)!r}]) == 0"
+    )
+    _modules_after(code)  # check=True: a failed assertion or an import of torch raises
+    assert page.is_file() and (run / "loss.png").is_file()

@@ -19,7 +19,7 @@ FENCE = re.compile(r"^```([a-z]*)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 INLINE = re.compile(r"`([^`]+)`")  # may span a line break, as README.md's do
 # `trainbudget estimate`, `.venv/bin/trainbudget plan`, `trainbudget data prepare`
 SUBCOMMAND = re.compile(r"\btrainbudget ([a-z][a-z-]*)(?: ([a-z]+)\b(?![-:]))?")
-LAUNCHER = re.compile(r"(?<![\w-])(torchrun|-m trainbudget\.[a-z_]+)\b")
+LAUNCHER = re.compile(r"(?<![\w-])(torchrun|-m trainbudget(?:\.[a-z_]+)?)\b")
 LONG_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 
 
@@ -31,7 +31,7 @@ def code_spans(text: str) -> list[str]:
 
 
 def commands(text: str) -> set[str]:
-    """Every `trainbudget SUBCOMMAND [ACTION]` and launcher (torchrun, -m trainbudget.train)
+    """Every `trainbudget SUBCOMMAND [ACTION]` and launcher (torchrun, -m trainbudget)
     written as code."""
     found = set()
     for code in code_spans(text):
@@ -72,7 +72,7 @@ def test_the_extraction_sees_the_commands_readme_documents():
     cmds = commands(en)
     for expected in ("trainbudget estimate", "trainbudget plan", "trainbudget train"):
         assert expected in cmds
-    assert {"trainbudget data prepare", "torchrun", "-m trainbudget.train"} <= cmds
+    assert {"trainbudget data prepare", "torchrun", "-m trainbudget"} <= cmds
     assert {"--json", "--explain", "--calibration", "--strategy"} <= long_flags(en)
 
 

@@ -1,4 +1,4 @@
-"""Running `python -m trainbudget.train` (under torchrun for several ranks) from a test, and
+"""Running `python -m trainbudget train` (under torchrun for several ranks) from a test, and
 reading what the run wrote: shared by the reliability and sharded-checkpoint tests."""
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ def run_env(faults: dict | None) -> dict:
 def train_cli(
     out: Path, data: Path, *args: str, nproc: int = 1, faults=None, restarts=None
 ) -> subprocess.CompletedProcess:
-    """`python -m trainbudget.train --data DATA --out OUT ARGS` (under torchrun when nproc > 1,
+    """`python -m trainbudget train --data DATA --out OUT ARGS` (under torchrun when nproc > 1,
     with --max-restarts when `restarts` is given); the finished process."""
-    cmd = ["-m", "trainbudget.train", "--data", str(data), "--out", str(out), *args]
+    cmd = ["-m", "trainbudget", "train", "--data", str(data), "--out", str(out), *args]
     if nproc > 1:
         launch = ["-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
         launch += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-# make tests/report/synthetic_runs.py and page_check.py importable by their names
+# make tests/report/page_check.py importable by its name (tests/synthetic_runs.py already is)
 sys.path.insert(0, str(Path(__file__).parent))
 
 from synthetic_runs import write_run

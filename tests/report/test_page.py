@@ -22,8 +22,8 @@ from trainbudget.report.plan_charts import plan_charts
 from trainbudget.report.plan_data import PlanQuestion, plan_report
 from trainbudget.report.plan_page import headline, plan_page
 from trainbudget.report.run_charts import run_charts
-from trainbudget.report.run_data import load_run_report
 from trainbudget.report.run_page import run_page
+from trainbudget.train.run_files import read_run
 
 PLAN_SECTIONS = {"question", "answer", "candidates", "memory", "step-time", "scaling"}
 PLAN_SECTIONS |= {"roofline", "failures", "assumptions"}
@@ -79,7 +79,7 @@ def test_run_page_has_every_section_and_escapes(synthetic_run: Path) -> None:
     config = json.loads((synthetic_run / "config.json").read_text())
     config["model"] = "<script>alert(1)</script>"
     (synthetic_run / "config.json").write_text(json.dumps(config))
-    report = load_run_report(synthetic_run)
+    report = read_run(synthetic_run)
     charts = run_charts(report)
     html = run_page(report, charts)
     page = parse_page(html)
@@ -96,7 +96,7 @@ def test_run_page_has_every_section_and_escapes(synthetic_run: Path) -> None:
 def test_run_page_of_a_running_run(tmp_path: Path) -> None:
     from synthetic_runs import write_run
 
-    report = load_run_report(write_run(tmp_path / "going", summary=False, config=False))
+    report = read_run(write_run(tmp_path / "going", summary=False, config=False))
     html = run_page(report, run_charts(report))
     text = parse_page(html).text
     assert "running" in text and "no summary.json yet" in text

@@ -16,6 +16,7 @@ import pytest
 from clirun import cli_json
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.reliability import ASSUMPTIONS as RELIABILITY_ASSUMPTIONS
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.precision import get_optimizer, get_precision
@@ -125,7 +126,8 @@ def test_assumptions_list_the_models_rules_and_the_callers(report) -> None:
     assert len(overlap_rules()) >= 4
     for rule in overlap_rules():
         assert rule in text
-    assert "Poisson" in text  # the reliability command's assumptions
+    for assumption in RELIABILITY_ASSUMPTIONS:  # the reliability model's, as the command lists
+        assert assumption in report.assumptions
     assert "a default the caller filled in" in text
     assert "matmul 0.7 of peak" in text
 
@@ -149,7 +151,7 @@ def test_a_scaling_count_without_a_layout_is_listed_not_fatal() -> None:
 
 def test_no_torch_no_matplotlib() -> None:
     code = (
-        "import sys, trainbudget.report.plan_data, trainbudget.report.run_data\n"
+        "import sys, trainbudget.report.plan_data, trainbudget.train.run_files\n"
         "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))"
     )
     out = subprocess.run(

@@ -153,9 +153,9 @@ def test_resume_is_exact_and_checks_what_the_stream_depends_on(dataset):
 
 
 def _train(out: Path, data: Path, *args: str, nproc: int = 1, steps: int = STEPS) -> list[dict]:
-    """Train with the CLI (`python -m trainbudget.train`, under torchrun when nproc > 1);
+    """Train with the CLI (`python -m trainbudget train`, under torchrun when nproc > 1);
     returns metrics.jsonl's records."""
-    train = ["-m", "trainbudget.train", *TINY, "--data", str(data), "--out", str(out)]
+    train = ["-m", "trainbudget", "train", *TINY, "--data", str(data), "--out", str(out)]
     train += ["--steps", str(steps), "--eval-interval", "100", *args]
     for attempt in range(2):
         cmd = [sys.executable, *train]

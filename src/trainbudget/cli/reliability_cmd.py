@@ -7,6 +7,7 @@ import argparse
 from trainbudget.cli.args import dumps_json, nonnegative_float, positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.reliability import (
+    ASSUMPTIONS,
     DAYS_PER_MONTH,
     DEFAULT_RESTART_SECONDS,
     checkpoint_write_seconds,
@@ -105,19 +106,6 @@ def _inputs(args: argparse.Namespace) -> dict:
     }
 
 
-ASSUMPTIONS = [
-    "GPUs fail independently, each a Poisson process with rate -ln(1 - p_day) per day; "
-    "any GPU failure interrupts the whole job",
-    f"a per-month rate is converted per day by compounding over {DAYS_PER_MONTH} independent "
-    "days, 1 - (1 - p)^(1/30), not by the linear p/30",
-    "checkpoint writes are synchronous: training stalls for checkpoint_write_seconds",
-    "optimal interval: Daly 2006 higher-order estimate (young_interval_seconds: Young 1974, "
-    "sqrt(2 delta M)); intervals are compute time between checkpoints",
-    "each failure loses half an interval of work plus the restart time; "
-    "goodput = (1 - (tau/2 + R)/M) / (1 + delta/tau), first order, valid for tau/2 + R << M",
-]
-
-
 def run(args: argparse.Namespace) -> int:
     inp = _inputs(args)
     n, p_day = inp["gpus"], inp["gpu_failure_rate_per_day"]
@@ -148,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
                     "expected_failures": failures,
                     "wall_clock_days": wall_days,
                     "inputs": inp,
-                    "assumptions": ASSUMPTIONS,
+                    "assumptions": list(ASSUMPTIONS),
                 }
             )
         )

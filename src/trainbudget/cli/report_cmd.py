@@ -206,9 +206,9 @@ def _plan_report(args: argparse.Namespace) -> int:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from trainbudget.report.run_data import load_run_report
+    from trainbudget.train.run_files import read_run
 
-    report = load_run_report(args.run)  # bad input fails here, before matplotlib is imported
+    report = read_run(args.run)  # bad input fails here, before matplotlib is imported
     from trainbudget.report.figures import require_matplotlib
 
     require_matplotlib()

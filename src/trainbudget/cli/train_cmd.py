@@ -1,6 +1,7 @@
 """`trainbudget train`: train the reference model with the budget on every log line. With no
 arguments: a 1M-parameter byte-level GPT on the embedded corpus, on this machine's CPU or GPU.
-Data-parallel: `torchrun --nproc-per-node N -m trainbudget.train [same options]`."""
+Data-parallel: `torchrun --nproc-per-node N -m trainbudget train [same options]` (the
+same CLI: torchrun starts `python -m trainbudget train ...` once per device)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""matplotlib for the report, the house way (see train/plot.py): a Figure on its own Agg canvas,
-so no global backend is switched, and a style applied only while one figure is drawn
+"""matplotlib for the report and `trainbudget plot`, the house way: a Figure on its own Agg
+canvas, so no global backend is switched, and a style applied only while one figure is drawn
 (`rc_context`), so importing the report changes nobody's rcParams. Out come PNG bytes.
 """
 
@@ -52,13 +52,13 @@ class Chart:
     png: bytes
 
 
-def require_matplotlib() -> None:
+def require_matplotlib(command: str = "report") -> None:
     """Fail early, with the install line, when the plotting extra is missing."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise SpecError(
-            "report", "matplotlib", "is needed to draw the plots: pip install 'trainbudget[train]'"
+            command, "matplotlib", "is needed to draw the plots: pip install 'trainbudget[train]'"
         ) from None
 
 

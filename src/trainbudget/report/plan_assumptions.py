@@ -1,17 +1,17 @@
 """Every assumption behind a plan report, worded with the values actually used. Pure.
 
 The overlap rules are read from `core.step_time`'s module docstring, where the step-time model
-states them, so the page cannot drift from the model; the failure assumptions are the ones
-`trainbudget reliability --json` lists.
+states them, so the page cannot drift from the model; the failure assumptions are
+`core.parallel.reliability.ASSUMPTIONS`, the ones `trainbudget reliability --json` lists.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainbudget.cli.reliability_cmd import ASSUMPTIONS as RELIABILITY_ASSUMPTIONS
 from trainbudget.core.parallel import step_time as step_time_module
 from trainbudget.core.parallel.planner import RankedPlan
+from trainbudget.core.parallel.reliability import ASSUMPTIONS as RELIABILITY_ASSUMPTIONS
 from trainbudget.core.units import format_bytes, format_flops_rate
 
 MICROSECONDS_PER_SECOND = 1e6

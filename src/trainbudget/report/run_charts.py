@@ -1,14 +1,18 @@
-"""The run report's figures: loss (train, validation, per source), throughput and MFU against
-the prediction, step time by phase, memory against the prediction, learning rate and gradient
-norm. Missing values are left out; a series with no value draws a note instead of a line."""
+"""Every figure of a training run, drawn here only: the run report's charts (loss with
+validation per source, throughput and MFU against the prediction, step time by phase, memory
+against the prediction, learning rate and gradient norm) and `trainbudget plot`'s figure (loss,
+throughput and MFU stacked, one colour per run to compare several). The runs come from
+`train.run_files.read_run`. Missing values are left out; a series with no value draws a note
+instead of a line."""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 from trainbudget.core.units import MB
 from trainbudget.report.figures import COLORS, Chart, draw
-from trainbudget.report.run_data import RunPoint, RunReport
+from trainbudget.train.run_files import RunLog, RunPoint
 
 PHASES = ("data", "forward", "backward", "optimizer")
 PHASE_COLORS = {
@@ -33,7 +37,7 @@ def _empty(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="0.4")
 
 
-def _events(ax, r: RunReport) -> None:
+def _events(ax, r: RunLog) -> None:
     """Checkpoints as faint lines (one legend entry); other events (rollback, skipped step,
     interruption) as labelled lines: they explain a jump in the curves."""
     saved = False
@@ -62,7 +66,7 @@ def _from_zero(ax, values: list[float]) -> None:
         ax.set_ylim(0, 1.25 * max(values))
 
 
-def _validation(ax, r: RunReport) -> None:
+def _validation(ax, r: RunLog) -> None:
     """Validation loss, per data source when there are several, and the unigram baseline."""
     v_steps, v_loss = _series(r.points, "val_loss")
     if v_steps:
@@ -97,50 +101,84 @@ def _validation(ax, r: RunReport) -> None:
         ax.axhline(s.unigram_entropy_nats, color="0.45", ls=":", lw=1.3, label=label)
 
 
-def loss_chart(r: RunReport) -> Chart:
-    def paint(fig) -> None:
-        ax = fig.subplots()
+def _colors(runs: Sequence[RunLog]) -> list[str]:
+    """One run in the measured colour; several in matplotlib's cycle, one each."""
+    if len(runs) == 1:
+        return [COLORS["measured"]]
+    return [f"C{i % 10}" for i in range(len(runs))]
+
+
+def _label(runs: Sequence[RunLog], r: RunLog, what: str) -> str:
+    return what if len(runs) == 1 else f"{r.name}: {what}"
+
+
+def _loss(ax, runs: Sequence[RunLog]) -> None:
+    """Training loss of each run; one run adds validation per source, the unigram baseline,
+    its events and a tokens-seen axis, several their validation points in the run's colour."""
+    for r, color in zip(runs, _colors(runs), strict=True):
         steps, loss = _series(r.points, "loss")
-        dots = _dots(len(steps))
-        ax.plot(steps, loss, color=COLORS["measured"], lw=1.8, label="train loss", **dots)
+        label = _label(runs, r, "train loss")
+        ax.plot(steps, loss, color=color, lw=1.8, label=label, **_dots(len(steps)))
+        v_steps, v_loss = _series(r.points, "val_loss")
+        if len(runs) > 1 and v_steps:
+            label = _label(runs, r, "validation loss")
+            ax.plot(v_steps, v_loss, "D--", color=color, ms=6, lw=1, label=label)
+    if len(runs) > 1:
+        ax.set_title(f"Loss of {len(runs)} runs")
+    else:
+        r = runs[0]
         _validation(ax, r)
         _events(ax, r)
+        steps, loss = _series(r.points, "loss")
         title = f"Loss of {r.name}"
         if len(loss) > 1:
             title += f": {loss[0]:.3f} -> {loss[-1]:.3f} nats/token in {steps[-1]} steps"
-        elif not steps:
-            _empty(ax, "no training loss logged yet")
         ax.set_title(title)
         if r.tokens_per_step:
             k = r.tokens_per_step
             top = ax.secondary_xaxis("top", functions=(lambda x: x * k, lambda t: t / k))
             top.xaxis.set_major_formatter("{x:,.0f}")
             top.set_xlabel(f"tokens seen ({k:,} per step)")
+    if not any(p.loss is not None for r in runs for p in r.points):
+        _empty(ax, "no training loss logged yet")
+    ax.set_ylabel("cross-entropy loss (nats/token)")
+    ax.legend(loc="upper right")
+
+
+def loss_chart(r: RunLog) -> Chart:
+    def paint(fig) -> None:
+        ax = fig.subplots()
+        _loss(ax, [r])
         ax.set_xlabel("optimizer step")
-        ax.set_ylabel("cross-entropy loss (nats/token)")
-        ax.legend(loc="upper right")
 
     return draw("loss", "training and validation loss against step", (11, 5.2), paint)
 
 
-def _mfu(ax, r: RunReport) -> None:
-    m_steps, mfu = _series(r.points, "mfu")
-    p_steps, pmfu = _series(r.points, "predicted_mfu")
-    ax.plot(m_steps, [100 * v for v in mfu], color=COLORS["measured"], lw=1.6, label="measured MFU")
-    ax.plot(
-        p_steps,
-        [100 * v for v in pmfu],
-        color=COLORS["predicted"],
-        ls="--",
-        lw=1.6,
-        label="predicted MFU",
-    )
-    _from_zero(ax, [100 * v for v in mfu + pmfu])
+def _mfu(ax, runs: Sequence[RunLog]) -> None:
+    """Measured MFU of each run; one run adds the MFU its predicted step time would give."""
+    values = []
+    for r, color in zip(runs, _colors(runs), strict=True):
+        steps, mfu = _series(r.points, "mfu")
+        label = "measured MFU" if len(runs) == 1 else f"{r.name}: MFU"
+        ax.plot(steps, [100 * v for v in mfu], color=color, lw=1.6, label=label)
+        values += mfu
+    if len(runs) == 1:
+        p_steps, pmfu = _series(runs[0].points, "predicted_mfu")
+        ax.plot(
+            p_steps,
+            [100 * v for v in pmfu],
+            color=COLORS["predicted"],
+            ls="--",
+            lw=1.6,
+            label="predicted MFU",
+        )
+        values += pmfu
+    _from_zero(ax, [100 * v for v in values])
     ax.set_ylabel("MFU (% of peak FLOP/s)")
     ax.legend(loc="lower right")
 
 
-def _throughput_title(r: RunReport, ax, tps: list[float], p_tps: list[float]) -> str:
+def _throughput_title(r: RunLog, ax, tps: list[float], p_tps: list[float]) -> str:
     """The summary's median against the prediction (robust to a busy machine's slow steps);
     while the run goes, the last logged step's."""
     s = r.summary
@@ -157,15 +195,19 @@ def _throughput_title(r: RunReport, ax, tps: list[float], p_tps: list[float]) ->
     return title
 
 
-def throughput_chart(r: RunReport) -> Chart:
-    has_mfu = any(p.mfu is not None for p in r.points)
-
-    def paint(fig) -> None:
-        axes = fig.subplots(2, 1, sharex=True) if has_mfu else [fig.subplots()]
-        ax = axes[0]
+def _throughput(ax, runs: Sequence[RunLog]) -> None:
+    """Measured tokens/s of each run; one run adds the prediction, its median and its events."""
+    values = []
+    for r, color in zip(runs, _colors(runs), strict=True):
         steps, tps = _series(r.points, "tokens_per_second")
+        label = _label(runs, r, "measured" if len(runs) == 1 else "tokens/s")
+        ax.plot(steps, tps, color=color, lw=1.8, label=label, **_dots(len(steps)))
+        values += tps
+    if len(runs) > 1:
+        ax.set_title(f"Throughput of {len(runs)} runs")
+    else:
+        r = runs[0]
         p_steps, p_tps = _series(r.points, "predicted_tokens_per_second")
-        ax.plot(steps, tps, color=COLORS["measured"], lw=1.8, label="measured", **_dots(len(steps)))
         ax.plot(
             p_steps,
             p_tps,
@@ -174,22 +216,54 @@ def throughput_chart(r: RunReport) -> Chart:
             lw=1.8,
             label="predicted (core step-time model)",
         )
-        ax.set_title(_throughput_title(r, ax, tps, p_tps))
-        _from_zero(ax, tps + p_tps)
-        ax.set_ylabel("throughput (tokens/s)")
-        if not steps:
-            _empty(ax, "no throughput logged yet")
+        ax.set_title(_throughput_title(r, ax, values, p_tps))
+        values += p_tps
         _events(ax, r)
-        ax.legend(loc="upper left", ncol=2)
+    _from_zero(ax, values)
+    ax.set_ylabel("throughput (tokens/s)")
+    if not any(p.tokens_per_second is not None for r in runs for p in r.points):
+        _empty(ax, "no throughput logged yet")
+    ax.legend(loc="upper left", ncol=2)
+
+
+def _has_mfu(runs: Sequence[RunLog]) -> bool:
+    return any(p.mfu is not None for r in runs for p in r.points)
+
+
+def throughput_chart(r: RunLog) -> Chart:
+    has_mfu = _has_mfu([r])
+
+    def paint(fig) -> None:
+        axes = fig.subplots(2, 1, sharex=True) if has_mfu else [fig.subplots()]
+        _throughput(axes[0], [r])
         if has_mfu:
-            _mfu(axes[1], r)
+            _mfu(axes[1], [r])
         axes[-1].set_xlabel("optimizer step")
 
     size = (11, 6.5) if has_mfu else (11, 4.2)
     return draw("throughput", "measured and predicted tokens per second", size, paint)
 
 
-def step_time_chart(r: RunReport) -> Chart:
+def curves_chart(runs: Sequence[RunLog]) -> Chart:
+    """`trainbudget plot`'s figure: loss over throughput (over MFU where a run logged it), the
+    report's loss and throughput charts stacked on one step axis; several runs compared."""
+    has_mfu = _has_mfu(runs)
+
+    def paint(fig) -> None:
+        ratios = (3, 2, 2) if has_mfu else (3, 2)
+        axes = fig.subplots(len(ratios), 1, sharex=True, height_ratios=ratios)
+        _loss(axes[0], runs)
+        _throughput(axes[1], runs)
+        if has_mfu:
+            _mfu(axes[2], runs)
+        axes[-1].set_xlabel("optimizer step")
+
+    size = (11, 10.5) if has_mfu else (11, 8)
+    alt = "loss, throughput and MFU against step" if has_mfu else "loss and throughput"
+    return draw("curves", alt, size, paint)
+
+
+def step_time_chart(r: RunLog) -> Chart:
     def paint(fig) -> None:
         ax = fig.subplots()
         pts = [p for p in r.points if p.phases_seconds]
@@ -229,7 +303,7 @@ def step_time_chart(r: RunReport) -> Chart:
     return draw("step_time", "step time by phase against the prediction", (11, 5.0), paint)
 
 
-def memory_chart(r: RunReport) -> Chart:
+def memory_chart(r: RunLog) -> Chart:
     def paint(fig) -> None:
         ax = fig.subplots()
         p_steps, predicted = _series(r.points, "predicted_peak_bytes")
@@ -280,7 +354,7 @@ def memory_chart(r: RunReport) -> Chart:
     return draw("memory", "peak memory against the prediction", (11, 4.2), paint)
 
 
-def optimizer_chart(r: RunReport) -> Chart:
+def optimizer_chart(r: RunLog) -> Chart:
     def paint(fig) -> None:
         ax_lr, ax_g = fig.subplots(1, 2)
         steps, lr = _series(r.points, "lr")
@@ -298,7 +372,7 @@ def optimizer_chart(r: RunReport) -> Chart:
     return draw("optimizer", "learning rate and gradient norm", (11, 3.6), paint)
 
 
-def run_charts(r: RunReport) -> dict[str, Chart]:
+def run_charts(r: RunLog) -> dict[str, Chart]:
     charts = [
         loss_chart(r),
         throughput_chart(r),

@@ -8,7 +8,7 @@ import json
 from trainbudget.core.units import format_bytes
 from trainbudget.report.figures import Chart
 from trainbudget.report.page import Raw, bullets, document, esc, figure, paragraph, table
-from trainbudget.report.run_data import RunPoint, RunReport
+from trainbudget.train.run_files import RunLog, RunPoint
 
 
 def _last(points: tuple[RunPoint, ...], attr: str) -> float | None:
@@ -27,7 +27,7 @@ def _error(measured: float | None, predicted: float | None) -> str:
     return f"{measured / predicted - 1:+.1%}"
 
 
-def run_headline(r: RunReport) -> str:
+def run_headline(r: RunLog) -> str:
     """One line: loss from first to last, step time and memory, measured vs predicted."""
     pts, s = r.points, r.summary
     last_step = pts[-1].step if pts else 0
@@ -50,7 +50,7 @@ def run_headline(r: RunReport) -> str:
     return "; ".join(parts)
 
 
-def _summary_table(r: RunReport) -> Raw:
+def _summary_table(r: RunLog) -> Raw:
     s, pts = r.summary, r.points
     if s is None:
         step_m, step_p = _last(pts, "step_seconds"), _last(pts, "predicted_step_seconds")
@@ -85,7 +85,7 @@ def _summary_table(r: RunReport) -> Raw:
     )
 
 
-def _loss_table(r: RunReport) -> Raw:
+def _loss_table(r: RunLog) -> Raw:
     evals = [p for p in r.points if p.val_loss is not None]
     sources = sorted({k for p in evals for k in p.val_loss_by_source})
     rows = [
@@ -106,7 +106,7 @@ def _loss_table(r: RunReport) -> Raw:
     return table(headers, rows)
 
 
-def _config(r: RunReport) -> Raw:
+def _config(r: RunLog) -> Raw:
     if not r.config:
         return paragraph("No config.json in the run directory.", "muted")
     rows = [(k, json.dumps(v) if not isinstance(v, str) else v) for k, v in r.config.items()]
@@ -116,7 +116,7 @@ def _config(r: RunReport) -> Raw:
     )
 
 
-def run_page(r: RunReport, charts: dict[str, Chart]) -> str:
+def run_page(r: RunLog, charts: dict[str, Chart]) -> str:
     s = r.summary
     header = [
         Raw(f"<h1>Training run {esc(r.name)}</h1>"),

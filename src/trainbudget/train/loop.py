@@ -53,6 +53,7 @@ from trainbudget.train.faults import Faults
 from trainbudget.train.guard import StepGuard, Verdict
 from trainbudget.train.metrics import MetricsWriter, Progress
 from trainbudget.train.preflight import preflight
+from trainbudget.train.run_files import CONFIG_FILE, SUMMARY_FILE
 from trainbudget.train.schedule import Schedule, apply_lr
 from trainbudget.train.setup import make_optimizer, mixed_precision, seed_everything
 from trainbudget.train.summary import memory_bytes, summarize
@@ -111,7 +112,7 @@ def train(cfg: TrainConfig, *, faults: Faults | None = None) -> dict:
     summary = summarize(run)
     if run.info.is_main:
         text = json.dumps(summary, indent=2, allow_nan=False)
-        (run.checkpoint_root.parent / "summary.json").write_text(text)
+        (run.checkpoint_root.parent / SUMMARY_FILE).write_text(text)
     barrier(run.info)
     shutdown(run.info)
     return summary
@@ -138,7 +139,7 @@ def _start(cfg: TrainConfig, faults: Faults) -> Run:
     seed_everything(cfg.seed)
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+        (run_dir / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
     data = open_data(cfg, main=info.is_main, barrier=lambda: barrier(info))
     model = build_model(
         spec,

@@ -1,7 +1,7 @@
 """Where a run's numbers go: one JSON object per logged step in metrics.jsonl (flushed each
 line, so a crash loses nothing logged), TensorBoard when the `tensorboard` package is
 installed, and a progress line on the terminal (a bar with ETA when stderr is interactive,
-plain lines otherwise)."""
+plain lines otherwise). `train.run_files` reads the file back."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import math
 import sys
 import time
 from pathlib import Path
+
+from trainbudget.train.run_files import METRICS_FILE
 
 
 class MetricsWriter:
@@ -24,7 +26,7 @@ class MetricsWriter:
         run_dir.mkdir(parents=True, exist_ok=True)
         # a resumed run continues its file; a fresh run into the same directory starts a new one
         mode = "a" if append else "w"
-        self._file = open(run_dir / "metrics.jsonl", mode, encoding="utf-8")  # noqa: SIM115
+        self._file = open(run_dir / METRICS_FILE, mode, encoding="utf-8")  # noqa: SIM115
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter

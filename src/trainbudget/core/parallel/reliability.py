@@ -27,6 +27,20 @@ DAYS_PER_MONTH = 30
 DEFAULT_RESTART_SECONDS = 600.0
 """Detect, reschedule, reload: seed 004 (DLRover) aims to respond to any fault within 10 minutes."""
 
+ASSUMPTIONS: tuple[str, ...] = (
+    "GPUs fail independently, each a Poisson process with rate -ln(1 - p_day) per day; "
+    "any GPU failure interrupts the whole job",
+    f"a per-month rate is converted per day by compounding over {DAYS_PER_MONTH} independent "
+    f"days, 1 - (1 - p)^(1/{DAYS_PER_MONTH}), not by the linear p/{DAYS_PER_MONTH}",
+    "checkpoint writes are synchronous: training stalls for checkpoint_write_seconds",
+    "optimal interval: Daly 2006 higher-order estimate (young_interval_seconds: Young 1974, "
+    "sqrt(2 delta M)); intervals are compute time between checkpoints",
+    "each failure loses half an interval of work plus the restart time; "
+    "goodput = (1 - (tau/2 + R)/M) / (1 + delta/tau), first order, valid for tau/2 + R << M",
+)
+"""The model's assumptions in words, one sentence each: what `trainbudget reliability --json`
+lists and the plan report's failures section repeats."""
+
 
 def _probability(field: str, p: float) -> float:
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:

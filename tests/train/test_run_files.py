@@ -1,4 +1,5 @@
-"""report.run_data: a run directory's files as the run report's numbers."""
+"""train.run_files: a run directory's files read once, for the run report and `plot`. No torch:
+the runs are synthetic (tests/synthetic_runs.py)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
-from synthetic_runs import PREDICTED_STEP_SECONDS, TOKENS_PER_STEP, record, write_run
 
+from synthetic_runs import PREDICTED_STEP_SECONDS, TOKENS_PER_STEP, record, write_run
 from trainbudget.core.errors import SpecError
-from trainbudget.report.run_data import load_run_report
+from trainbudget.train.run_files import read_run, read_runs
 
 
 def test_the_last_record_of_a_step_wins(synthetic_run: Path) -> None:
-    r = load_run_report(synthetic_run)
+    r = read_run(synthetic_run)
     assert [p.step for p in r.points] == list(range(2, 31, 2))  # one point per step, sorted
     by_step = {p.step: p for p in r.points}
     assert by_step[20].loss == pytest.approx(record(20)["loss"])
@@ -23,7 +24,7 @@ def test_the_last_record_of_a_step_wins(synthetic_run: Path) -> None:
 
 
 def test_events_are_markers_not_points(synthetic_run: Path) -> None:
-    r = load_run_report(synthetic_run)
+    r = read_run(synthetic_run)
     assert [(e.step, e.event) for e in r.events] == [(16, "rollback"), (20, "checkpoint")]
     assert "skipped_batches=[15, 16]" in r.events[0].detail
     # the rollback's spike loss (99) is not a point of the loss curve
@@ -31,7 +32,7 @@ def test_events_are_markers_not_points(synthetic_run: Path) -> None:
 
 
 def test_fields_and_predictions(synthetic_run: Path) -> None:
-    r = load_run_report(synthetic_run)
+    r = read_run(synthetic_run)
     p = r.points[-1]
     assert r.tokens_per_step == TOKENS_PER_STEP
     assert p.predicted_tokens_per_second == pytest.approx(TOKENS_PER_STEP / PREDICTED_STEP_SECONDS)
@@ -56,31 +57,81 @@ def test_fields_and_predictions(synthetic_run: Path) -> None:
 
 def test_a_running_run_has_no_summary(tmp_path: Path) -> None:
     run = write_run(tmp_path / "running", summary=False, config=False)
-    r = load_run_report(run)
+    r = read_run(run)
     assert r.summary is None and r.config == {}
     assert any("still going" in n for n in r.notes)
     # tokens per step from a record: tokens/s x step seconds
     assert r.tokens_per_step == TOKENS_PER_STEP
 
 
-def test_wrong_types_and_unknown_keys_read_as_missing(tmp_path: Path) -> None:
-    run = tmp_path / "odd"
+@pytest.fixture
+def synthetic_run(tmp_path: Path) -> Path:
+    return write_run(tmp_path / "synthetic")
+
+
+def _write(run: Path, rows: list[dict]) -> Path:
     run.mkdir()
-    rows = [
-        {"step": 1, "loss": "high", "mfu": None, "memory_bytes": [1, 2], "eval": "n/a", "x": {}},
-        {"step": 2, "loss": 2.0, "tokens_per_second": True, "phases_seconds": {"data": "fast"}},
-        {"step": 3, "event": {"nested": "object"}},
-    ]
     (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    return run
+
+
+def test_nulls_and_unknown_keys_read_as_missing(tmp_path: Path) -> None:
+    run = _write(
+        tmp_path / "odd",
+        [
+            {"step": 1, "loss": None, "mfu": None, "eval": {}, "x": {}, "probes": [1]},
+            {"step": 2, "loss": 2.0, "phases_seconds": {"data": None}, "memory_bytes": {}},
+            {"step": 3, "event": {"nested": "object"}},
+        ],
+    )
     (run / "summary.json").write_text("[not an object]")
-    r = load_run_report(run / "metrics.jsonl")  # the file itself works too
+    r = read_run(run / "metrics.jsonl")  # the file itself works too
     assert [(p.step, p.loss, p.tokens_per_second) for p in r.points] == [
         (1, None, None),
         (2, 2.0, None),
     ]
     assert r.points[1].phases_seconds == {}
-    assert r.summary is None
+    assert r.summary is None  # a half-written summary.json: the run is still going
     assert r.events[0].event == "{'nested': 'object'}"
+
+
+ONE_BAD_VALUE = {  # key of the bad value: (record, the value the error names)
+    "loss": ({"loss": "high"}, "high"),
+    "tokens_per_second": ({"tokens_per_second": True}, True),
+    "memory_bytes": ({"memory_bytes": [1, 2]}, [1, 2]),
+    "eval": ({"eval": "n/a"}, "n/a"),
+    "phases_seconds: data": ({"phases_seconds": {"data": "fast"}}, "fast"),
+    "eval: per_source": ({"eval": {"val_loss": 2.1, "per_source": 3}}, 3),
+}
+
+
+@pytest.mark.parametrize("field", sorted(ONE_BAD_VALUE))
+def test_a_known_value_of_the_wrong_type_names_line_key_and_value(
+    tmp_path: Path, field: str
+) -> None:
+    fields, value = ONE_BAD_VALUE[field]
+    run = _write(tmp_path / "bad", [{"step": 0, "loss": 3.0}, {"step": 1, "loss": 2.0, **fields}])
+    with pytest.raises(SpecError) as err:
+        read_run(run)
+    assert err.value.field.endswith(f"metrics.jsonl:2: {field}")
+    assert err.value.value == value
+
+
+def test_a_logged_step_without_a_loss_is_an_error(tmp_path: Path) -> None:
+    run = _write(tmp_path / "bad", [{"step": 1, "loss": 2.0}, {"step": 2}])
+    with pytest.raises(SpecError, match="every logged step has a loss") as err:
+        read_run(run)
+    assert err.value.field.endswith("metrics.jsonl:2: loss")
+
+
+def test_runs_that_share_a_folder_name_are_named_by_their_path(tmp_path: Path) -> None:
+    a, b = write_run(tmp_path / "a" / "run"), write_run(tmp_path / "b" / "run")
+    assert [r.name for r in read_runs([a, b])] == [str(a), str(b)]
+    assert [r.name for r in read_runs([a, tmp_path / "b" / "run" / "metrics.jsonl"])] == [
+        str(a),
+        str(tmp_path / "b" / "run" / "metrics.jsonl"),
+    ]
+    assert read_runs([a])[0].name == "run"
 
 
 @pytest.mark.parametrize(
@@ -92,10 +143,10 @@ def test_bad_metrics_name_the_line(tmp_path: Path, content: str, field: str) -> 
     run.mkdir()
     (run / "metrics.jsonl").write_text(content)
     with pytest.raises(SpecError) as err:
-        load_run_report(run)
+        read_run(run)
     assert field in err.value.field
 
 
 def test_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="not a run directory"):
-        load_run_report(tmp_path)
+        read_run(tmp_path)

@@ -1,0 +1,197 @@
+"""The package tree is layered: every import between packages points down an explicit table.
+
+Each module of src/trainbudget is parsed (ast, so imports inside functions count too, and nothing
+is executed) and every `trainbudget.*` import becomes an edge between two parts of the tree: the
+core's base (the modules directly in core/: errors, units), core.spec, core.single,
+core.parallel, data, model, profile, train, train.checkpointing, report, cli, the top-level
+modules published_runs and validation, and `trainbudget/__main__.py`. An edge not in ALLOWED
+fails, printed as `module -> imported (a may not import b)`. The Layout sections of README.md
+and README.zh-CN.md state the same table; the last test checks they name every part.
+"""
+
+from __future__ import annotations
+
+import ast
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = "trainbudget"
+
+CORE = frozenset({"core", "core.spec", "core.single", "core.parallel"})
+
+# part -> the other parts its modules may import (imports inside a part are free)
+ALLOWED: dict[str, frozenset[str]] = {
+    "trainbudget": frozenset(),  # the package's __init__: a docstring and __version__
+    "core": frozenset(),  # core/__init__.py, errors.py, units.py: the base of everything
+    "core.spec": frozenset({"core"}),
+    "core.single": frozenset({"core", "core.spec"}),
+    "core.parallel": frozenset({"core", "core.spec", "core.single"}),
+    "data": CORE,
+    "model": CORE,
+    "profile": CORE | {"data", "model"},
+    "train.checkpointing": CORE | {"model", "train"},  # of train: only NARROW's modules
+    "train": CORE | {"data", "model", "profile", "train.checkpointing"},
+    "published_runs": CORE,
+    "validation": CORE | {"published_runs"},
+    "report": CORE | {"train"},  # of train: only its reader of run folders, see NARROW
+    "cli": CORE
+    | {"data", "model", "profile", "train", "train.checkpointing", "report"}
+    | {"published_runs", "validation"},
+    "__main__": frozenset({"cli"}),
+}
+
+# (part, imported part) -> the only modules of the imported part it may use
+NARROW: dict[tuple[str, str], frozenset[str]] = {
+    # plain JSON, no torch: the report draws a run without torch
+    ("report", "train"): frozenset({"trainbudget.train.run_files"}),
+    # the trainer's building blocks below the loop; none of them imports checkpointing
+    ("train.checkpointing", "train"): frozenset(
+        {"trainbudget.train.distributed", "trainbudget.train.guard", "trainbudget.train.rng"}
+    ),
+}
+
+
+def part_of(module: str) -> str:
+    """trainbudget.core.spec.hardware -> core.spec; trainbudget.core.units -> core;
+    trainbudget.train.checkpointing.x -> train.checkpointing; trainbudget.report.page -> report;
+    trainbudget -> trainbudget."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return PACKAGE
+    if parts[0] == "core" and len(parts) > 2:  # a module of a core subpackage
+        return f"core.{parts[1]}"
+    if parts[0] == "core" and len(parts) == 2 and f"core.{parts[1]}" in CORE:
+        return f"core.{parts[1]}"  # the subpackage's __init__
+    if parts[:2] == ["train", "checkpointing"]:
+        return "train.checkpointing"
+    return parts[0]
+
+
+def module_name(path: Path) -> str:
+    name = ".".join(path.relative_to(SRC).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted((SRC / PACKAGE).rglob("*.py"))}
+
+
+def imports(module: str, source: str, known: set[str], is_package: bool = False) -> set[str]:
+    """The trainbudget modules `module` imports anywhere in `source` (top level or inside a
+    function); `from pkg import mod` names the module `pkg.mod` where that is one."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against the importing module's package
+                here = module.split(".") if is_package else module.split(".")[:-1]
+                here = here[: len(here) - (node.level - 1)]
+                base = ".".join([*here, base] if base else here)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in known else base)
+    return {m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")}
+
+
+def violations(module: str, imported: set[str]) -> list[str]:
+    """Each forbidden edge as `module -> imported (a may not import b)`."""
+    a = part_of(module)
+    out = []
+    for target in sorted(imported):
+        b = part_of(target)
+        if b == a:
+            continue
+        if b not in ALLOWED.get(a, frozenset()):
+            out.append(f"{module} -> {target} ({a} may not import {b})")
+        elif (a, b) in NARROW and target not in NARROW[(a, b)]:
+            only = ", ".join(sorted(NARROW[(a, b)]))
+            out.append(f"{module} -> {target} ({a} may not import {b}, except {only})")
+    return out
+
+
+def edges() -> dict[str, set[str]]:
+    modules = all_modules()
+    known = set(modules)
+    return {
+        m: imports(m, p.read_text(encoding="utf-8"), known, p.name == "__init__.py")
+        for m, p in modules.items()
+    }
+
+
+def test_every_import_between_packages_is_in_the_table() -> None:
+    bad = [line for m, imported in edges().items() for line in violations(m, imported)]
+    assert not bad, "imports that point up or sideways:\n" + "\n".join(bad)
+
+
+def test_every_package_has_a_row() -> None:
+    parts = {part_of(m) for m in all_modules()}
+    assert parts - ALLOWED.keys() == set(), "add a row to ALLOWED (and README's Layout)"
+    assert ALLOWED.keys() - parts == set(), "a row for a package that no longer exists"
+
+
+def test_the_table_is_layered() -> None:
+    # apart from the two narrow edges, no two parts may import each other, even through a
+    # third; the narrow ones are checked module by module below
+    wide = {a: {b for b in allowed if (a, b) not in NARROW} for a, allowed in ALLOWED.items()}
+    try:
+        order = list(TopologicalSorter(wide).static_order())
+    except CycleError as err:
+        raise AssertionError(f"the allowed imports form a cycle: {err.args[1]}") from None
+    assert order.index("core") < order.index("train") < order.index("cli")
+
+
+def test_the_narrow_modules_do_not_import_back() -> None:
+    # what makes the two narrow edges layers too: train.run_files imports nothing of report,
+    # train.distributed, guard and rng nothing of train.checkpointing
+    found = edges()
+    for (a, _), modules in NARROW.items():
+        for module in sorted(modules):
+            back = sorted(t for t in found[module] if part_of(t) == a)
+            assert not back, f"{module} imports {back}: it is below {a}, which imports it"
+
+
+def test_report_never_imports_cli_and_core_imports_only_core() -> None:
+    for module, imported in edges().items():
+        parts = {part_of(t) for t in imported}
+        if part_of(module) == "report":
+            assert "cli" not in parts, f"{module} imports the CLI: {sorted(imported)}"
+        if part_of(module) in CORE:
+            assert parts <= CORE, f"{module} imports outside core: {sorted(imported)}"
+
+
+def test_the_check_sees_an_import_inside_a_function_and_names_the_edge() -> None:
+    source = "import json\n\ndef page():\n    from trainbudget.cli.main import main\n"
+    found = imports("trainbudget.report.fake", source, set())
+    assert found == {"trainbudget.cli.main"}
+    assert violations("trainbudget.report.fake", found) == [
+        "trainbudget.report.fake -> trainbudget.cli.main (report may not import cli)"
+    ]
+    # `from package import module` is the module; a narrow edge names what it allows
+    known = {"trainbudget.train.loop", "trainbudget.train.run_files"}
+    found = imports("trainbudget.report.fake", "from trainbudget.train import loop\n", known)
+    assert violations("trainbudget.report.fake", found) == [
+        "trainbudget.report.fake -> trainbudget.train.loop (report may not import train, "
+        "except trainbudget.train.run_files)"
+    ]
+    relative = imports("trainbudget.core.spec.fake", "from ..single import flops\n", set())
+    assert part_of("trainbudget.core.units") == "core" != part_of("trainbudget.core.spec")
+    assert violations("trainbudget.core.spec.fake", relative) == [
+        "trainbudget.core.spec.fake -> trainbudget.core.single (core.spec may not import "
+        "core.single)"
+    ]
+
+
+def test_both_readmes_lay_out_every_package() -> None:
+    def path(part: str) -> str:  # core.spec -> core/spec/, validation -> validation.py
+        module = part in ("published_runs", "validation", "__main__")
+        return part.replace(".", "/") + (".py" if module else "/")
+
+    paths = sorted(path(part) for part in ALLOWED if part != PACKAGE)
+    for readme, heading in (("README.md", "## Layout\n"), ("README.zh-CN.md", "## 代码结构\n")):
+        text = (SRC.parent / readme).read_text(encoding="utf-8")
+        layout = text[text.index(heading) :].split("\n## ", 1)[0]
+        missing = [p for p in paths if f"`{p}`" not in layout]
+        assert not missing, f"{readme}'s {heading.strip()} does not name {missing}"
