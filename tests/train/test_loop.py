@@ -88,6 +88,7 @@ def test_metrics_and_summary(data_dir, tmp_path):
 
     assert json.loads((tmp_path / "run" / "summary.json").read_text()) == summary
     assert summary["steps"] == 20 and summary["tokens_per_step"] == 4 * 32
+    assert summary["plan"] == "dp1 tp1 pp1 zero0 mb4x1"  # what the predictions are for
     assert summary["loss_first_logged"] == records[0]["loss"]
     assert summary["loss_final"] == records[-1]["loss"]
     assert 0 < summary["unigram_entropy_nats"] < math.log(257)
