@@ -259,6 +259,7 @@ def test_cli_train_prints_the_summary(data_dir, tmp_path):
     code, out, err = cli_train(data_dir, tmp_path / "run", "--steps", "4")
     assert code == 0, err
     assert "4 steps ->" in out and "tokens/s" in out and "peak memory" in out
+    assert "predictions for the layout that ran: dp1 tp1 pp1 zero0 mb" in out
     assert "step 4/4" in err  # the progress line
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     code, out, err = cli_train(data_dir, tmp_path / "run2", "--steps", "4", "--json")
