@@ -36,6 +36,7 @@ from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa: E402
 from trainbudget.train.checkpointing.sharded import read_sharded  # noqa: E402
 from trainbudget.train.data import TrainBatches  # noqa: E402
+from trainbudget.train.preflight import read_plan  # noqa: E402
 from trainrun import free_port, run_env  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -313,6 +314,29 @@ def test_checkpoints_hold_the_single_process_state_and_the_summary_is_written_on
 
 
 @pytest.mark.slow
+def test_the_summary_predicts_the_layout_that_runs(runs):
+    # the same model, batch and optimizer on 2 ranks: DDP keeps a full replica of the model
+    # state on each, FSDP2 (ZeRO-3) a half (ZeRO, arXiv 1910.02054, Sec. 5.1); every log line
+    # carries the same per-rank prediction as the summary
+    summaries = {}
+    for name in ("ddp-sgd", "fsdp-sgd"):
+        out, records = runs(name)
+        summaries[name] = json.loads((out / "summary.json").read_text())
+        predicted = {k: v for k, v in summaries[name]["memory_bytes"].items() if "predicted" in k}
+        for r in records:
+            assert {k: r["memory_bytes"][k] for k in predicted} == predicted
+            assert r["predicted_step_seconds"] == summaries[name]["step_seconds"]["predicted"]
+    ddp, fsdp = summaries["ddp-sgd"], summaries["fsdp-sgd"]
+    assert ddp["plan"] == "dp2 tp1 pp1 zero0 mb4x1"
+    assert fsdp["plan"] == "dp2 tp1 pp1 zero3 mb4x1"
+    ddp_state = ddp["memory_bytes"]["predicted_model_state"]
+    fsdp_state = fsdp["memory_bytes"]["predicted_model_state"]
+    assert fsdp_state == pytest.approx(ddp_state / 2)
+    assert fsdp["memory_bytes"]["predicted_peak"] < ddp["memory_bytes"]["predicted_peak"]
+    assert any("zero3" in note for note in fsdp["notes"])
+
+
+@pytest.mark.slow
 def test_the_plan_from_trainbudget_plan_decides_the_layout(tmp_path):
     # issue 5: "the plan (DP/ZeRO degree) can come from trainbudget plan"
     from clirun import cli_json
@@ -350,3 +374,6 @@ def test_the_plan_from_trainbudget_plan_decides_the_layout(tmp_path):
         layout["grad_accum"],
     )
     assert [r["step"] for r in records] == [1, 2, 3, 4]
+    # and the predictions are the plan's own layout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["plan"] == read_plan(str(path)).describe()

@@ -88,6 +88,7 @@ def test_metrics_and_summary(data_dir, tmp_path):
 
     assert json.loads((tmp_path / "run" / "summary.json").read_text()) == summary
     assert summary["steps"] == 20 and summary["tokens_per_step"] == 4 * 32
+    assert summary["plan"] == "dp1 tp1 pp1 zero0 mb4x1"  # what the predictions are for
     assert summary["loss_first_logged"] == records[0]["loss"]
     assert summary["loss_final"] == records[-1]["loss"]
     assert 0 < summary["unigram_entropy_nats"] < math.log(257)
@@ -258,6 +259,7 @@ def test_cli_train_prints_the_summary(data_dir, tmp_path):
     code, out, err = cli_train(data_dir, tmp_path / "run", "--steps", "4")
     assert code == 0, err
     assert "4 steps ->" in out and "tokens/s" in out and "peak memory" in out
+    assert "predictions for the layout that ran: dp1 tp1 pp1 zero0 mb" in out
     assert "step 4/4" in err  # the progress line
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     code, out, err = cli_train(data_dir, tmp_path / "run2", "--steps", "4", "--json")

@@ -190,6 +190,7 @@ def _print_summary(cfg, s: dict) -> None:
         f"{num(s['loss_final'], '.3f')} nats (unigram entropy of the corpus "
         f"{num(s['unigram_entropy_nats'], '.3f')})"
     )
+    print(f"predictions for the layout that ran: {s['plan']} (memory per rank)")
     print(
         f"step time: measured {num(step['measured_median'], '.4g', 'n/a (one step)')} s, "
         f"predicted {num(step['predicted'], '.4g', 'n/a (no catalog peak)')} s; "

@@ -104,6 +104,10 @@ class TrainBatches:
             self.step, self.micro = self.step + 1, 0
         return to_device(batch, device)
 
+    def seek(self, step: int) -> None:
+        """Continue at the start of optimizer step `step` (a rollback skips the bad batches)."""
+        self.step, self.micro = step, 0
+
     def _fingerprint(self) -> dict:
         return {
             "sampling": "global",

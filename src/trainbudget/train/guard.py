@@ -105,6 +105,11 @@ class StepGuard:
         if verdict.ok:
             self.spikes.accept(loss)
 
+    def rolled_back(self, data_steps: range) -> None:
+        """A rollback happened, dropping these data steps (0-based batch stream positions)."""
+        self.rollbacks += 1
+        self.skipped_data_steps.extend(data_steps)
+
     def counters(self) -> dict:
         return {
             "skipped_nonfinite": self.skipped_nonfinite,

@@ -12,8 +12,6 @@ import math
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +20,7 @@ from trainbudget.core.errors import SpecError
 from trainbudget.model.optim import weight_dtype
 from trainbudget.model.transformer import build_model
 from trainbudget.profile.device import identify_device, resolve_device
-from trainbudget.train.accounting import make_budget
+from trainbudget.train.accounting import make_budget, run_plan
 from trainbudget.train.checkpointing.checkpoint import (
     CHECKPOINTS_DIR,
     clean_partial,
@@ -53,44 +51,11 @@ from trainbudget.train.faults import Faults
 from trainbudget.train.guard import StepGuard, Verdict
 from trainbudget.train.metrics import MetricsWriter, Progress
 from trainbudget.train.preflight import preflight
+from trainbudget.train.run import Run
 from trainbudget.train.run_files import CONFIG_FILE, SUMMARY_FILE
 from trainbudget.train.schedule import Schedule, apply_lr
 from trainbudget.train.setup import make_optimizer, mixed_precision, seed_everything
 from trainbudget.train.summary import memory_bytes, summarize
-
-
-@dataclass(eq=False)
-class Run:
-    """Everything the steps of one run share."""
-
-    cfg: TrainConfig
-    info: object
-    device: torch.device
-    spec: object
-    data: object
-    model: torch.nn.Module
-    net: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    batches: object
-    schedule: Schedule
-    budget: object
-    guard: StepGuard
-    scaler: torch.amp.GradScaler
-    autocast: object
-    faults: Faults
-    checkpoint_root: Path
-    tokens_per_step: int
-    probes: tuple[tuple[str, str], ...] = ()
-    step: int = 0
-    """Iterations done (skipped non-finite steps count; a rollback goes back)."""
-    signal: int = 0
-    last_save_step: int = -1
-    last_save_time: float = field(default_factory=time.monotonic)
-    save_seconds: float | None = None
-    checkpoints_written: int = 0
-    step_times: list[float] = field(default_factory=list)
-    first_loss: float | None = None
-    last_loss: float | None = None
 
 
 def train(cfg: TrainConfig, *, faults: Faults | None = None) -> dict:
@@ -100,9 +65,9 @@ def train(cfg: TrainConfig, *, faults: Faults | None = None) -> dict:
         run.checkpoint_root.parent,
         tensorboard=cfg.tensorboard,
         enabled=run.info.is_main,
-        append=run.step > 0,
+        append=run.state.step > 0,
     )
-    progress = Progress(cfg.steps, enabled=run.info.is_main, first_step=run.step)
+    progress = Progress(cfg.steps, enabled=run.info.is_main, first_step=run.state.step)
     try:
         with _signals(run):
             _loop(run, writer, progress)
@@ -181,14 +146,17 @@ def _start(cfg: TrainConfig, faults: Faults) -> Run:
         ),
         budget=make_budget(
             spec,
+            run_plan(
+                cfg.strategy,
+                world_size=info.world_size,
+                micro_batch=cfg.micro_batch,
+                grad_accum=cfg.grad_accum,
+                recompute=cfg.recompute,
+            ),
             device=identify_device(device),
             precision=cfg.precision,
             optimizer=cfg.optimizer,
-            micro_batch=cfg.micro_batch,
-            grad_accum=cfg.grad_accum,
             seq_len=cfg.seq_len,
-            recompute=cfg.recompute,
-            world_size=info.world_size,
         ),
         guard=StepGuard(
             window=cfg.spike_window, sigmas=cfg.spike_sigmas, min_excess=cfg.spike_min_excess
@@ -213,16 +181,14 @@ def _resume(run: Run) -> None:
     if path is None:
         log_main(run, f"no checkpoint in {run.checkpoint_root}: starting at step 0")
         return
-    restore_run(run, path)
-    run.last_save_step = run.step
-    log_main(
-        run, f"resumed from {path} (step {run.step}, {run.step * run.tokens_per_step:,} tokens)"
-    )
-    if run.step >= run.cfg.steps:
+    step = int(restore_run(run, path)["step"])
+    run.state.restored(step, saved=True)
+    log_main(run, f"resumed from {path} (step {step}, {step * run.tokens_per_step:,} tokens)")
+    if step >= run.cfg.steps:
         raise SpecError(
             "steps",
             run.cfg.steps,
-            f"the checkpoint is already at step {run.step}; give more steps to continue",
+            f"the checkpoint is already at step {step}; give more steps to continue",
         )
 
 
@@ -232,9 +198,9 @@ def _signals(run: Run):
     step's all-reduce, and the run saves a checkpoint and stops. A second signal stops at once."""
 
     def handler(signum, _frame):
-        if run.signal:
+        if run.state.signal:
             raise KeyboardInterrupt
-        run.signal = signum
+        run.state.interrupted(signum)
 
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -248,14 +214,13 @@ def _signals(run: Run):
 
 
 def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
-    cfg = run.cfg
-    probes = run.probes
+    cfg, state = run.cfg, run.state
     if run.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(run.device)
-    first = run.step
-    while run.step < cfg.steps:
-        logged = (run.step + 1) % cfg.log_interval == 0 or run.step + 1 == cfg.steps
-        lr = run.schedule.lr_at(run.step)
+    first = state.step
+    while state.step < cfg.steps:
+        logged = (state.step + 1) % cfg.log_interval == 0 or state.step + 1 == cfg.steps
+        lr = run.schedule.lr_at(state.step)
         apply_lr(run.optimizer, lr)
         batch_crc = run.batches.fingerprint()
         _sync(run.device)
@@ -266,14 +231,14 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         if verdict.reason == "spike":
             rollback(run, writer, loss, verdict)
             continue
-        run.step += 1
+        # the first step of this process includes warm-up (allocation, compilation)
+        state.advance(seconds if state.step > first else None)
         if verdict.reason == "nonfinite":
             skip_step(run, writer, loss, grad_norm, verdict)
-        if run.step > first + 1:  # the first step includes warm-up (allocation, compilation)
-            run.step_times.append(seconds)
-        if verdict.ok and (logged or run.step == cfg.steps):
+        if verdict.ok and (logged or state.step == cfg.steps):
+            state.logged(loss)
             record = _record(run, loss, lr, grad_norm, seconds, phases, batch_crc)
-            if run.step % cfg.eval_interval == 0 or run.step == cfg.steps:
+            if state.step % cfg.eval_interval == 0 or state.step == cfg.steps:
                 record["eval"] = evaluate(
                     run.model,
                     run.data,
@@ -282,23 +247,23 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
                     run.info,
                     sharded=is_sharded(run.model),
                 )
-                if probes:
+                if run.probes:
                     record["probes"] = probe_probabilities(
-                        run.model, run.data.tokenizer, probes, run.device
+                        run.model, run.data.tokenizer, run.probes, run.device
                     )
             writer.write(record)
             mfu = f"  MFU {100 * record['mfu']:.1f}%" if record["mfu"] is not None else ""
             tps = record["tokens_per_second"]
-            progress.update(run.step, f"loss {loss:.3f}  {tps:,.0f} tok/s{mfu}")
-        run.faults.maybe_kill(run.step, run.info.rank)
+            progress.update(state.step, f"loss {loss:.3f}  {tps:,.0f} tok/s{mfu}")
+        run.faults.maybe_kill(state.step, run.info.rank)
         maybe_save(run, writer, time_due=flags["time_due"], force=bool(flags["signal"]))
         if flags["signal"]:
-            signum = run.signal or signal.SIGTERM  # another rank's signal: stop like SIGTERM
+            signum = state.signal or signal.SIGTERM  # another rank's signal: stop like SIGTERM
             name = signal.Signals(signum).name
-            writer.write({"step": run.step, "event": "interrupted", "signal": name})
+            writer.write({"step": state.step, "event": "interrupted", "signal": name})
             raise Interrupted(
                 signum,
-                f"stopped by {name} at step {run.step}; checkpoint saved in "
+                f"stopped by {name} at step {state.step}; checkpoint saved in "
                 f"{run.checkpoint_root}; continue with --resume",
             )
 
@@ -348,7 +313,7 @@ def _step(run: Run, logged: bool):
     packet = torch.stack(
         [
             loss_sum.float(),
-            torch.tensor(float(run.signal), device=run.device),
+            torch.tensor(float(run.state.signal), device=run.device),
             torch.tensor(float(save_by_time), device=run.device),
         ]
     )
@@ -370,17 +335,14 @@ def _step(run: Run, logged: bool):
 
 def _record(run: Run, loss, lr, grad_norm, seconds, phases, batch_crc) -> dict:
     tps = run.tokens_per_step / seconds
-    budget = run.budget
-    if run.first_loss is None:
-        run.first_loss = loss
-    run.last_loss = loss
+    budget, step = run.budget, run.state.step
     return {
-        "step": run.step,
+        "step": step,
         "loss": loss,
         "lr": lr,
         "grad_norm": grad_norm,
         "tokens_per_second": tps,
-        "tokens_seen": run.step * run.tokens_per_step,
+        "tokens_seen": step * run.tokens_per_step,
         "batch_crc32": batch_crc,
         "step_seconds": seconds,
         "predicted_step_seconds": budget.predicted_step_seconds,

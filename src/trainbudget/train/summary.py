@@ -5,28 +5,39 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import TYPE_CHECKING
 
 import torch
 
 from trainbudget.profile.memory import measure_step_memory
 
+if TYPE_CHECKING:
+    from trainbudget.train.accounting import Budget
+    from trainbudget.train.run import Run
 
-def memory_bytes(device: torch.device, budget) -> dict:
-    """Predicted peak (core) and, on CUDA, the allocator's measured peak (None elsewhere)."""
+
+def memory_bytes(device: torch.device, budget: Budget) -> dict:
+    """Predicted peak and model state per rank (core, for the layout that runs) and, on CUDA,
+    the allocator's measured peak (None elsewhere)."""
     measured = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    return {"predicted_peak": budget.predicted_peak_memory_bytes, "measured_peak": measured}
+    return {
+        "predicted_peak": budget.predicted_peak_memory_bytes,
+        "predicted_model_state": budget.predicted_model_state_bytes,
+        "measured_peak": measured,
+    }
 
 
-def summarize(run) -> dict:
-    cfg, budget, world_size = run.cfg, run.budget, run.info.world_size
-    measured = statistics.median(run.step_times) if run.step_times else None
+def summarize(run: Run) -> dict:
+    cfg, budget, world_size, state = run.cfg, run.budget, run.info.world_size, run.state
+    measured = statistics.median(state.step_times) if state.step_times else None
     tps = run.tokens_per_step / measured if measured else None
     device = run.device
     out = {
         "steps": cfg.steps,
+        "plan": budget.plan.describe(),
         "tokens_per_step": run.tokens_per_step,
-        "loss_first_logged": run.first_loss,
-        "loss_final": run.last_loss,
+        "loss_first_logged": state.first_loss,
+        "loss_final": state.last_loss,
         "unigram_entropy_nats": run.data.unigram_entropy(),
         "step_seconds": {"measured_median": measured, "predicted": budget.predicted_step_seconds},
         "tokens_per_second": tps,
@@ -36,8 +47,8 @@ def summarize(run) -> dict:
         "world_size": world_size,
         "reliability": {
             **run.guard.counters(),
-            "checkpoints_written": run.checkpoints_written,
-            "last_checkpoint_seconds": run.save_seconds,
+            "checkpoints_written": state.checkpoints_written,
+            "last_checkpoint_seconds": state.save_seconds,
         },
         "notes": list(budget.notes),
     }
@@ -64,6 +75,6 @@ def summarize(run) -> dict:
             "peak memory measured by torch's MemTracker on fake tensors (one step of the "
             "reference model, single-tensor optimizer): the CPU allocator keeps no statistics"
         )
-    if run.last_loss is not None and math.isfinite(run.last_loss):
-        out["perplexity_final"] = math.exp(run.last_loss)
+    if state.last_loss is not None and math.isfinite(state.last_loss):
+        out["perplexity_final"] = math.exp(state.last_loss)
     return out

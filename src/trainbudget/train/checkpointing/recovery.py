@@ -1,16 +1,22 @@
 """What a run does when something goes wrong or is due: skip a non-finite step, roll back
 after a loss spike, halt when it may not go on, and save a checkpoint every N steps, every T
 minutes (or at the Young-Daly interval) and on a signal. The loop (train.loop) calls these at
-the end of every iteration; `run` is its `Run`."""
+the end of every iteration. With the loop, the only writer of the run's state (train.run):
+`rollback` moves it back to a checkpoint's step, `maybe_save` records each checkpoint."""
 
 from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
 from trainbudget.core.parallel.reliability import mtbf_seconds, young_interval_seconds
 from trainbudget.train.checkpointing.resume import find_checkpoint, log_main, restore_run, save_run
 from trainbudget.train.guard import Verdict
+
+if TYPE_CHECKING:
+    from trainbudget.train.metrics import MetricsWriter
+    from trainbudget.train.run import Run
 
 
 class TrainingHalted(RuntimeError):
@@ -26,10 +32,13 @@ class Interrupted(RuntimeError):
         self.signum = signum
 
 
-def skip_step(run, writer, loss, grad_norm, verdict: Verdict) -> None:
+def skip_step(
+    run: Run, writer: MetricsWriter, loss: float, grad_norm: float, verdict: Verdict
+) -> None:
+    step = run.state.step
     writer.write(
         {
-            "step": run.step,
+            "step": step,
             "event": "skipped_nonfinite",
             "detail": verdict.detail,
             "loss": loss if math.isfinite(loss) else None,
@@ -37,11 +46,11 @@ def skip_step(run, writer, loss, grad_norm, verdict: Verdict) -> None:
             **run.guard.counters(),
         }
     )
-    log_main(run, f"step {run.step}: {verdict.detail}; update skipped")
+    log_main(run, f"step {step}: {verdict.detail}; update skipped")
     cfg = run.cfg
     if cfg.on_nonfinite == "halt":
         raise TrainingHalted(
-            f"step {run.step}: {verdict.detail} (on_nonfinite = halt); the last checkpoint is "
+            f"step {step}: {verdict.detail} (on_nonfinite = halt); the last checkpoint is "
             f"in {run.checkpoint_root}"
         )
     if run.guard.consecutive_skips >= cfg.max_consecutive_skips:
@@ -52,28 +61,28 @@ def skip_step(run, writer, loss, grad_norm, verdict: Verdict) -> None:
         )
 
 
-def rollback(run, writer, loss: float, verdict: Verdict) -> None:
+def rollback(run: Run, writer: MetricsWriter, loss: float, verdict: Verdict) -> None:
     """The article's remedy for a loss spike: back to the newest good checkpoint, and skip the
     batches since then (the bad batch among them). At most max_rollbacks times."""
-    guard, cfg = run.guard, run.cfg
+    guard, cfg, state = run.guard, run.cfg, run.state
     bad_batch = run.batches.step - 1  # 0-based: the batch just drawn
     if guard.rollbacks >= cfg.max_rollbacks:
         raise TrainingHalted(
-            f"loss spike at step {run.step + 1} ({verdict.detail}) after {guard.rollbacks} "
+            f"loss spike at step {state.step + 1} ({verdict.detail}) after {guard.rollbacks} "
             f"rollbacks (max_rollbacks = {cfg.max_rollbacks})"
         )
     path = find_checkpoint(run)
-    guard.rollbacks += 1
     if path is None:  # nothing to go back to: drop the batch, keep the weights
         first_bad, target = bad_batch, "none (update skipped)"
-        run.step += 1
+        state.advance(None)
     else:
-        state = restore_run(run, path, rollback=True)
-        first_bad, target = int(state["data_step"]), path.name
-    guard.skipped_data_steps.extend(range(first_bad, bad_batch + 1))
-    run.batches.step, run.batches.micro = bad_batch + 1, 0
+        saved = restore_run(run, path, rollback=True)
+        first_bad, target = int(saved["data_step"]), path.name
+        state.restored(int(saved["step"]), saved=False)
+    guard.rolled_back(range(first_bad, bad_batch + 1))
+    run.batches.seek(bad_batch + 1)
     event = {
-        "step": run.step,
+        "step": state.step,
         "event": "rollback",
         "detail": verdict.detail,
         "loss": loss,
@@ -89,32 +98,29 @@ def rollback(run, writer, loss: float, verdict: Verdict) -> None:
     )
 
 
-def _interval_seconds(run) -> float | None:
-    minutes = run.cfg.checkpoint_minutes
+def _interval_seconds(run: Run) -> float | None:
+    minutes, written = run.cfg.checkpoint_minutes, run.state.save_seconds
     if minutes == "auto":
-        if run.save_seconds is None:
+        if written is None:
             return 0.0  # save once early to measure the write time
         mtbf = mtbf_seconds(run.info.world_size, run.cfg.gpu_failure_rate_per_day)
         # Young-Daly: sqrt(2 x write seconds x MTBF); a write of 0 s would mean "always"
-        return young_interval_seconds(max(run.save_seconds, 1e-3), mtbf)
+        return young_interval_seconds(max(written, 1e-3), mtbf)
     return minutes * 60 if minutes else None
 
 
-def time_due(run) -> bool:
+def time_due(run: Run) -> bool:
     interval = _interval_seconds(run)
-    return interval is not None and time.monotonic() - run.last_save_time >= interval
+    return interval is not None and time.monotonic() - run.state.last_save_time >= interval
 
 
-def maybe_save(run, writer, *, time_due: bool, force: bool) -> None:
-    every = run.cfg.checkpoint_every
-    due = force or time_due or run.step == run.cfg.steps or (every and run.step % every == 0)
-    if not due or run.last_save_step == run.step:
+def maybe_save(run: Run, writer: MetricsWriter, *, time_due: bool, force: bool) -> None:
+    every, step = run.cfg.checkpoint_every, run.state.step
+    due = force or time_due or step == run.cfg.steps or (every and step % every == 0)
+    if not due or run.state.last_save_step == step:
         return
     t = time.perf_counter()
     path = save_run(run)
-    run.save_seconds = time.perf_counter() - t
-    run.last_save_step, run.last_save_time = run.step, time.monotonic()
-    run.checkpoints_written += 1
-    writer.write(
-        {"step": run.step, "event": "checkpoint", "path": str(path), "seconds": run.save_seconds}
-    )
+    seconds = time.perf_counter() - t
+    run.state.checkpoint_written(seconds)
+    writer.write({"step": step, "event": "checkpoint", "path": str(path), "seconds": seconds})

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -34,6 +35,11 @@ from trainbudget.train.checkpointing.sharded import load_sharded, save_sharded
 from trainbudget.train.distributed import ShardingLoad, barrier, full_state, is_sharded
 from trainbudget.train.rng import capture_rng_state, restore_rng_state
 
+if TYPE_CHECKING:
+    from trainbudget.core.spec.model_spec import ModelSpec
+    from trainbudget.train.data import RunData
+    from trainbudget.train.run import Run
+
 STATE_VERSION = 2
 
 FIXED_FIELDS = ("optimizer", "precision", "seed", "seq_len")
@@ -46,12 +52,12 @@ def rank_file(rank: int) -> str:
     return f"rank-{rank:05d}.pt"
 
 
-def log_main(run, message: str) -> None:
+def log_main(run: Run, message: str) -> None:
     if run.info.is_main:
         print(f"trainbudget train: {message}", file=sys.stderr, flush=True)
 
 
-def data_identity(data) -> dict:
+def data_identity(data: RunData) -> dict:
     """What the token ids mean (the loader's own fingerprint covers which tokens are drawn)."""
     tok = data.tokenizer
     text = tok.to_str() if hasattr(tok, "to_str") else tok.kind
@@ -62,12 +68,13 @@ def data_identity(data) -> dict:
     }
 
 
-def run_state(run, fmt: str) -> dict:
+def run_state(run: Run, fmt: str) -> dict:
+    step = run.state.step
     return {
         "version": STATE_VERSION,
         "format": fmt,
-        "step": run.step,
-        "tokens_seen": run.step * run.tokens_per_step,
+        "step": step,
+        "tokens_seen": step * run.tokens_per_step,
         "data_step": run.batches.step,
         "world_size": run.info.world_size,
         "loader": run.batches.state_dict(),
@@ -79,11 +86,11 @@ def run_state(run, fmt: str) -> dict:
     }
 
 
-def spec_dict(spec) -> dict:
+def spec_dict(spec: ModelSpec) -> dict:
     return {k: v for k, v in dataclasses.asdict(spec).items() if k != "sources"}
 
 
-def save_run(run) -> Path:
+def save_run(run: Run) -> Path:
     """A collective: every rank calls it; returns the committed checkpoint folder."""
     files: dict[str, object] = {rank_file(run.info.rank): {"rng": capture_rng_state()}}
     writer = None
@@ -107,7 +114,7 @@ def save_run(run) -> Path:
             )
     return save_checkpoint(
         run.checkpoint_root,
-        run.step,
+        run.state.step,
         files=files,
         keep=run.cfg.keep,
         rank=run.info.rank,
@@ -117,7 +124,7 @@ def save_run(run) -> Path:
     )
 
 
-def find_checkpoint(run) -> Path | None:
+def find_checkpoint(run: Run) -> Path | None:
     """The newest checkpoint that verifies (every file's SHA-256), chosen by rank 0 -- which
     logs each one it rejects -- and told to the other ranks, so all load the same one."""
     chosen = None
@@ -130,7 +137,7 @@ def find_checkpoint(run) -> Path | None:
     return Path(box[0]) if box[0] else None
 
 
-def check_compatible(run, state: dict, path: Path) -> None:
+def check_compatible(run: Run, state: dict, path: Path) -> None:
     """Refuse a resume whose model, data or training recipe differs from the checkpoint's,
     naming the field; a different world size is allowed when the global batch is the same
     (full checkpoints are cut into any sharding, DCP reshards its own, and the batch stream
@@ -161,10 +168,11 @@ def check_compatible(run, state: dict, path: Path) -> None:
         )
 
 
-def restore_run(run, path: Path, *, rollback: bool = False) -> dict:
+def restore_run(run: Run, path: Path, *, rollback: bool = False) -> dict:
     """Load `path` into the (already wrapped) model, the optimizer, the batch stream, the
     guard, the scaler and the RNGs. A rollback keeps the guard's counters and the batch
-    stream's position (the caller moves it past the bad batches). Returns state.json."""
+    stream's position (the caller moves it past the bad batches). Returns state.json; the
+    caller moves the run's state to its step (RunState.restored)."""
     state = load_file(path, "state.json")
     check_compatible(run, state, path)
     if state.get("format", "full") == "dcp":  # checkpoints before the field are full
@@ -176,7 +184,6 @@ def restore_run(run, path: Path, *, rollback: bool = False) -> dict:
     run.guard.load_state_dict(state["guard"], counters=not rollback)
     if state["scaler"]:  # empty unless fp16 loss scaling is on
         run.scaler.load_state_dict(state["scaler"])
-    run.step = int(state["step"])
     if rollback:
         return state
     run.batches.load_state_dict(state["loader"])
@@ -188,7 +195,7 @@ def restore_run(run, path: Path, *, rollback: bool = False) -> dict:
     return state
 
 
-def _load_full(run, path: Path) -> None:
+def _load_full(run: Run, path: Path) -> None:
     """model.pt and optimizer.pt into the run: as they are, or cut into FSDP2's shards."""
     model_state = load_file(path, "model.pt", map_location="cpu")
     if is_sharded(run.model):

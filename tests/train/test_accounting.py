@@ -1,0 +1,128 @@
+"""accounting: the layout the trainer runs (strategy -> core Plan) and the predictions made for
+it -- the single-process peak unchanged (core.peak_memory's phase model), several ranks'
+from core.parallel_memory with the model state sharded by ZeRO-3 under FSDP2. Pure: no torch
+(a device from the catalog, so no start-up benchmark runs)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from trainbudget.core.errors import SpecError
+from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.parallel_memory import plan_memory
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.parallel.step_time import step_time
+from trainbudget.core.single.peak_memory import training_peak
+from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.precision import get_optimizer, get_precision
+from trainbudget.profile.device import DeviceInfo
+from trainbudget.train.accounting import make_budget, run_plan
+from trainbudget.train.config import TrainConfig
+from trainbudget.train.preflight import apply_plan
+
+H100 = DeviceInfo(
+    kind="cuda", name="NVIDIA H100 80GB HBM3", catalog_key="h100-sxm", total_memory_bytes=80 * 2**30
+)
+SPEC = resolve_model("gpt2", ("n_layers=2", "d_model=64", "n_heads=2", "d_ff=256"))
+BATCHING = {"micro_batch": 4, "grad_accum": 2, "recompute": "none"}
+
+
+def budget(strategy: str, world_size: int, **kw):
+    plan = run_plan(strategy, world_size=world_size, **BATCHING)
+    settings = {"precision": "fp32", "optimizer": "adamw", "seq_len": 128, **kw}
+    return make_budget(SPEC, plan, device=H100, **settings)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "world_size", "zero", "described"),
+    [
+        ("ddp", 2, 0, "dp2 tp1 pp1 zero0 mb4x2"),
+        ("fsdp", 2, 3, "dp2 tp1 pp1 zero3 mb4x2"),  # fully_shard: ZeRO-3
+        ("fsdp", 8, 3, "dp8 tp1 pp1 zero3 mb4x2"),
+        ("ddp", 1, 0, "dp1 tp1 pp1 zero0 mb4x2"),
+        ("fsdp", 1, 0, "dp1 tp1 pp1 zero0 mb4x2"),  # one process runs no wrapper
+    ],
+)
+def test_strategy_maps_to_the_plan_that_runs(strategy, world_size, zero, described):
+    plan = run_plan(strategy, world_size=world_size, **BATCHING)
+    assert (plan.dp, plan.zero, plan.n_gpus) == (world_size, zero, world_size)
+    assert (plan.micro_batch, plan.grad_accum, plan.recompute) == (4, 2, "none")
+    assert plan.flash_attention  # the reference model's fused SDPA
+    assert plan.describe() == described
+
+
+def test_recomputation_is_part_of_the_plan():
+    plan = run_plan("fsdp", world_size=2, micro_batch=1, grad_accum=1, recompute="full")
+    assert plan.describe() == "dp2 tp1 pp1 zero3 mb1x1 recompute-full"
+
+
+def test_unknown_strategy_names_the_field():
+    with pytest.raises(SpecError, match=r"strategy.*zero3.*ddp, fsdp"):
+        run_plan("zero3", world_size=2, **BATCHING)
+
+
+@pytest.mark.parametrize(
+    ("zero", "strategy", "runs"), [(0, "ddp", 0), (1, "ddp", 0), (3, "fsdp", 3)]
+)
+def test_a_plan_file_round_trips_to_the_layout_that_runs(tmp_path, zero, strategy, runs):
+    # preflight turns a plan file into a strategy; run_plan turns it back. ZeRO 1 and 2 have
+    # no trainer of their own: they run as DDP, and the budget then says ZeRO 0
+    asked = Plan(dp=2, zero=zero, micro_batch=2, grad_accum=3, recompute="full")
+    cfg = apply_plan(TrainConfig(out=str(tmp_path)), asked, world_size=2, explicit=())
+    assert cfg.strategy == strategy
+    got = run_plan(
+        cfg.strategy,
+        world_size=2,
+        micro_batch=cfg.micro_batch,
+        grad_accum=cfg.grad_accum,
+        recompute=cfg.recompute,
+    )
+    assert got == dataclasses.replace(asked, zero=runs)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+def test_one_process_keeps_the_phase_model_of_the_reference_implementation(precision):
+    b = budget("ddp", 1, precision=precision)
+    peak = training_peak(
+        SPEC, precision=precision, optimizer="adamw", seq_len=128, micro_batch=4
+    ).total_bytes
+    assert b.predicted_peak_memory_bytes == peak  # the same call, unchanged
+    assert b.plan.describe() == "dp1 tp1 pp1 zero0 mb4x2"
+    assert any("phase model" in note for note in b.notes)
+
+
+def test_fsdp_shards_the_model_state_over_the_ranks():
+    # ZeRO-3 (Rajbhandari et al. 2020, arXiv 1910.02054, Sec. 5.1): parameters, gradients and
+    # optimizer state each divided by the data-parallel degree; DDP keeps a full replica
+    single, ddp, fsdp = budget("ddp", 1), budget("ddp", 2), budget("fsdp", 2)
+    assert ddp.predicted_model_state_bytes == single.predicted_model_state_bytes
+    assert fsdp.predicted_model_state_bytes == pytest.approx(ddp.predicted_model_state_bytes / 2)
+    assert fsdp.predicted_peak_memory_bytes < ddp.predicted_peak_memory_bytes
+    # several ranks: the core's per-GPU model of that plan, called, not re-derived
+    for b in (ddp, fsdp):
+        want = plan_memory(
+            SPEC,
+            b.plan,
+            seq_len=128,
+            precision=get_precision("fp32"),
+            optimizer=get_optimizer("adamw"),
+        )
+        assert b.predicted_peak_memory_bytes == want.total_bytes
+        assert any(b.plan.describe() in note for note in b.notes)
+
+
+def test_step_time_is_predicted_for_the_plan_that_runs():
+    for b in (budget("ddp", 2), budget("fsdp", 2)):
+        cluster = Cluster(hardware=get_hardware("h100-sxm"), n_gpus=2)
+        want = step_time(
+            SPEC,
+            b.plan,
+            cluster,
+            seq_len=128,
+            precision=get_precision("fp32"),
+            optimizer=get_optimizer("adamw"),
+        )
+        assert b.predicted_step_seconds == want.step_seconds > 0
