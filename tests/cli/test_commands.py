@@ -627,3 +627,21 @@ def test_catalog_json_is_strict(command: str) -> None:
     rows = json.loads(out, parse_constant=no_constants)
     assert isinstance(rows, list) and rows
     assert all(math.isfinite(v) for r in rows for v in r.values() if isinstance(v, float))
+
+
+def test_estimate_hsdp_charges_the_shard_group_on_nvlink_and_all_reduces_across_replicas():
+    """The issue's question: llama-2-7b on 64 H100 (8 nodes), ZeRO-3 sharded over one node (8)
+    against all 64 ranks."""
+    base = (
+        "--model llama-2-7b --gpus 64 --gpu h100-sxm --dp 64 --zero 3 --global-batch 512 "
+        "--seq-len 4096"
+    ).split()
+    hsdp = estimate_json(*base, "--zero-shard", "8")
+    full = estimate_json(*base, "--zero-shard", "64")
+    assert hsdp["plan"]["description"] == "dp64 tp1 pp1 zero3/shard8 mb1x8"
+    assert "dp_replica_all_reduce" in hsdp["comm_bytes_per_step"]
+    assert "dp_replica_all_reduce" not in full["comm_bytes_per_step"]
+    for name in ("zero3_gather", "dp_grad_reduce"):
+        assert hsdp["comm_seconds_per_step"][name] < full["comm_seconds_per_step"][name] / 2
+    assert hsdp["step_seconds"] < full["step_seconds"]
+    assert hsdp["memory_bytes"]["total"] > full["memory_bytes"]["total"]

@@ -388,3 +388,26 @@ def test_dense_n_plan_error_leaves_stdout_empty():
     assert code == 2
     assert "dp(3) * tp(2) * pp(1) * cp(1) = 6 != gpus(8)" in err
     assert out == ""
+
+
+HSDP_QUESTION = (
+    "plan --model llama-2-7b --gpus 64 --gpu h100-sxm --global-batch 512 --seq-len 4096 "
+    "--zero-stages 3 --max-micro-batch 1 --no-cp"
+).split()
+
+
+def test_plan_searches_hsdp_and_names_the_shard_size():
+    """ZeRO-3 with 8 micro-batches on 8 nodes: each micro-batch's first gather is exposed, and
+    gathering inside a node (HSDP, shard 8) beats gathering across all 64 ranks."""
+    out = cli_json(*HSDP_QUESTION, "--top", "10")
+    shards = {p["plan"]["zero_shard"] for p in out["plans"]}
+    assert {8, 16, 32} <= shards
+    best = out["plans"][0]["plan"]
+    assert best["zero_shard"] == 8
+    assert best["description"] == "dp64 tp1 pp1 zero3/shard8 mb1x8"
+
+
+def test_no_hsdp_searches_full_sharding_only():
+    out = cli_json(*HSDP_QUESTION, "--no-hsdp", "--top", "10")
+    assert {p["plan"]["zero_shard"] for p in out["plans"]} == {0}
+    assert out["evaluated"] < cli_json(*HSDP_QUESTION)["evaluated"]

@@ -68,6 +68,12 @@ def add_policy_args(g) -> None:
     g.add_argument("--allow-offload", action="store_true", help="also try CPU optimizer offload")
     g.add_argument("--no-cp", action="store_true", help="do not try context parallelism")
     g.add_argument(
+        "--no-hsdp",
+        action="store_true",
+        help="ZeRO over the whole data-parallel group only (by default shard groups of a node's "
+        "dp ranks and their multiples are tried too)",
+    )
+    g.add_argument(
         "--no-flash-attention",
         action="store_true",
         help="plans without FlashAttention (the s x s matrix is stored)",
@@ -98,6 +104,7 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
         recompute=rec,
         allow_offload=args.allow_offload,
         allow_cp=not args.no_cp,
+        hsdp=not args.no_hsdp,
         flash_attention=not args.no_flash_attention,
         max_micro_batch=positive_int("max_micro_batch", args.max_micro_batch),
         memory_headroom=fraction("memory_headroom", args.memory_headroom),

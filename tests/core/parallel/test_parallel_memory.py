@@ -291,3 +291,11 @@ def test_recompute_reduces_activations():
         for r in ("none", "selective", "full")
     ]
     assert acts[0] > acts[1] > acts[2]
+
+
+def test_a_ddp_bucket_never_holds_more_than_the_gradients():
+    # a 2-layer, d_model 32 model has ~30k parameters: 4 bytes each in fp32 is far below 25 MB
+    tiny = ModelSpec(vocab_size=257, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=64)
+    grads = count_params(tiny).total * BF16.grad_bytes
+    assert grads < DDP_BUCKET_BYTES
+    assert mem(tiny, Plan(dp=2), seq_len=64).buffers_bytes == pytest.approx(2 * grads)

@@ -11,6 +11,7 @@ import dataclasses
 import pytest
 
 from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.parallel_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.step_time import (
     DEFAULT_EFFICIENCY,
@@ -32,6 +33,7 @@ H100 = get_hardware("h100-sxm")
 L2_7B = get_preset("llama-2-7b")
 MIXTRAL = get_preset("mixtral-8x7b")
 SEQ = 4096
+L2_7B_PARAMS = 6_738_415_616  # Llama 2 7B's exact count (tests/core/spec/test_presets.py)
 
 
 def st(plan: Plan, spec: ModelSpec = L2_7B, *, precision=BF16, seq_len=SEQ, **kw) -> StepTime:
@@ -316,3 +318,57 @@ def test_higher_efficiency_is_faster():
 def test_overlap_note_mentions_hidden_communication():
     t = st(Plan(dp=8, grad_accum=4))
     assert "communication hidden behind compute" in t.overlap_note
+
+
+# ---- HSDP: a shard group of zero_shard dp ranks inside the dp group ---------------------------
+def _hsdp(shard: int, m: int = 8) -> Plan:
+    return Plan(dp=64, zero=3, zero_shard=shard, grad_accum=m)
+
+
+def test_hsdp_shard_collectives_stay_on_nvlink_and_replicas_all_reduce():
+    """llama-2-7b on 64 H100 (8 nodes), ZeRO-3 sharded over 8 (one node) vs all 64: the shard
+    group's gathers and reduce-scatters send only the intra-node share and run at NVLink speed,
+    and the sharded gradients are all-reduced across the 8 replicas."""
+    full, hsdp = st(_hsdp(0)), st(_hsdp(8))
+    assert "dp_replica_all_reduce" not in full.comm_seconds
+    assert hsdp.comm_seconds["dp_replica_all_reduce"] > 0
+    # one node: (k-1)/k of the buffer on NVLink; 64 ranks: the same plus (m-1)/m of n/k on IB
+    cluster = Cluster(hardware=H100, n_gpus=64)
+    for name, calls in (("zero3_gather", 2 * 8), ("dp_grad_reduce", 1)):
+        assert hsdp.comm_bytes[name] < full.comm_bytes[name]
+        # ring of 8 inside the node: 7 steps of NVLink latency per call, the bytes at NVLink rate
+        nvlink_seconds = hsdp.comm_bytes[name] / cluster.intra_node_bytes_per_second
+        latency = calls * 7 * cluster.intra_node_latency_seconds
+        assert hsdp.comm_seconds[name] == pytest.approx(nvlink_seconds + latency, rel=1e-12)
+    # the replicas all-reduce the 1/8 shard each holds, across nodes
+    grads = L2_7B_PARAMS * BF16.grad_bytes / 8
+    assert hsdp.comm_bytes["dp_replica_all_reduce"] == pytest.approx(2 * 7 / 8 * grads, rel=1e-3)
+
+
+def test_hsdp_is_faster_when_gathers_are_exposed_and_needs_more_memory():
+    full, hsdp = st(_hsdp(0)), st(_hsdp(8))
+    assert hsdp.breakdown_seconds["dp_comm"] < full.breakdown_seconds["dp_comm"]
+    # the update runs on 1/8 of the parameters instead of 1/64
+    assert hsdp.breakdown_seconds["optimizer"] == pytest.approx(
+        8 * full.breakdown_seconds["optimizer"]
+    )
+    assert hsdp.step_seconds < full.step_seconds
+    kw = dict(seq_len=SEQ, precision=BF16, optimizer=ADAMW)
+    assert (
+        plan_memory(L2_7B, _hsdp(8), **kw).total_bytes
+        > plan_memory(L2_7B, _hsdp(0), **kw).total_bytes
+    )
+
+
+def test_a_shard_group_of_the_whole_dp_group_is_full_sharding():
+    assert st(_hsdp(64)).step_seconds == st(_hsdp(0)).step_seconds
+    assert st(Plan(dp=64, zero=1, zero_shard=64)) == st(Plan(dp=64, zero=1))
+
+
+def test_zero3_exposes_one_layer_gather_per_micro_batch():
+    """FSDP cannot prefetch the first layer's weights across a micro-batch boundary: the
+    exposed floor grows by one layer's gather per extra micro-batch."""
+    one, four = st(_hsdp(0, m=1)), st(_hsdp(0, m=4))
+    per_layer = one.comm_seconds["zero3_gather"] / (2 * L2_7B.n_layers)
+    grad_floor = one.breakdown_seconds["dp_comm"] - per_layer
+    assert four.breakdown_seconds["dp_comm"] == pytest.approx(grad_floor + 4 * per_layer)

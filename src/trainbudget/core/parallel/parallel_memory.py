@@ -226,7 +226,9 @@ def stage_memory(
     # ZeRO-3: the layer in use and the one prefetched, gathered in full (TP-split) weights,
     # plus that layer's unsharded gradient before its reduce-scatter; else DDP's buckets
     zero3 = sp_.layer_dense * (2 * precision.weight_bytes + precision.grad_bytes)
-    buckets = xp.where(L.dp * L.cp > 1, DDP_BUCKETS_IN_FLIGHT * DDP_BUCKET_BYTES, 0.0)
+    # (a bucket never holds more than the model's gradients)
+    bucket = xp.minimum(DDP_BUCKET_BYTES, (sp_.dense + sp_.experts) * precision.grad_bytes)
+    buckets = xp.where(L.dp * L.cp > 1, DDP_BUCKETS_IN_FLIGHT * bucket, 0.0)
     e = precision.activation_bytes
     return PlanMemory(
         stage=stage,
