@@ -632,7 +632,22 @@ def test_catalog_json_is_strict(command: str) -> None:
 def test_estimate_hsdp_charges_the_shard_group_on_nvlink_and_all_reduces_across_replicas():
     """The issue's question: llama-2-7b on 64 H100 (8 nodes), ZeRO-3 sharded over one node (8)
     against all 64 ranks."""
-    base = ["--model", "llama-2-7b", "--gpus", "64", "--gpu", "h100-sxm", "--dp", "64", "--zero", "3", "--global-batch", "512", "--seq-len", "4096"]
+    base = [
+        "--model",
+        "llama-2-7b",
+        "--gpus",
+        "64",
+        "--gpu",
+        "h100-sxm",
+        "--dp",
+        "64",
+        "--zero",
+        "3",
+        "--global-batch",
+        "512",
+        "--seq-len",
+        "4096",
+    ]
     hsdp = estimate_json(*base, "--zero-shard", "8")
     full = estimate_json(*base, "--zero-shard", "64")
     assert hsdp["plan"]["description"] == "dp64 tp1 pp1 zero3/shard8 mb1x8"

@@ -390,7 +390,24 @@ def test_dense_n_plan_error_leaves_stdout_empty():
     assert out == ""
 
 
-HSDP_QUESTION = ["plan", "--model", "llama-2-7b", "--gpus", "64", "--gpu", "h100-sxm", "--global-batch", "512", "--seq-len", "4096", "--zero-stages", "3", "--max-micro-batch", "1", "--no-cp"]
+HSDP_QUESTION = [
+    "plan",
+    "--model",
+    "llama-2-7b",
+    "--gpus",
+    "64",
+    "--gpu",
+    "h100-sxm",
+    "--global-batch",
+    "512",
+    "--seq-len",
+    "4096",
+    "--zero-stages",
+    "3",
+    "--max-micro-batch",
+    "1",
+    "--no-cp",
+]
 
 
 def test_plan_searches_hsdp_and_names_the_shard_size():
