@@ -91,6 +91,10 @@ class PlanNumbers:
         """Data-parallel ranks one ZeRO shard group spans (all of dp unless HSDP)."""
         return self.zero_shard + (self.zero_shard == 0) * self.dp
 
+    def take(self, index: Any) -> PlanNumbers:
+        """The plans at `index` of a grid (a numpy index array)."""
+        return PlanNumbers(**{f: getattr(self, f)[index] for f in self.__dataclass_fields__})
+
     def __len__(self) -> int:
         return len(self.dp)
 

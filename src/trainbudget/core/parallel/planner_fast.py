@@ -148,10 +148,12 @@ def evaluate_arrays(
     xp = numpy_ops()
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, xp=xp)
     step = step_terms(spec, a, cluster, efficiency=efficiency, **kw).step_seconds
-    first = stage_memory(spec, a, "first", **kw).total_bytes
-    last = stage_memory(spec, a, "last", **kw).total_bytes
+    memory = stage_memory(spec, a, "first", **kw).total_bytes  # with pp = 1, the only stage
+    staged = np.flatnonzero(a.pp > 1)
+    last = stage_memory(spec, a.take(staged), "last", **kw).total_bytes
+    memory[staged] = np.maximum(memory[staged], last)
     tokens_per_step = a.micro_batch * a.grad_accum * a.dp * seq_len
-    return step, np.maximum(first, last), tokens_per_step
+    return step, memory, tokens_per_step
 
 
 def search_fast(
