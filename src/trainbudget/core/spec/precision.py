@@ -217,6 +217,14 @@ OPTIMIZERS = MappingProxyType(
                 source="Loshchilov & Hutter 2019, arXiv 1711.05101: m and v",
             ),
             Optimizer(
+                name="lion",
+                state_tensors=("exp_avg",),
+                scratch_tensors=("sign(beta1 * m + (1 - beta1) * g)",),
+                scratch_source="train/optimizers.py Lion.step, one parameter at a time: "
+                "m.mul(beta1).add_(g, alpha=1 - beta1).sign_(); the rest in place",
+                source="Chen et al. 2023, arXiv 2302.06675, Algorithm 2: one momentum m",
+            ),
+            Optimizer(
                 name="adafactor",
                 state_tensors=(),
                 factored=True,
