@@ -21,6 +21,7 @@ from trainbudget.train.optimizers import (  # noqa: E402
     FACTORIES,
     SGD,
     AdaGrad,
+    Lion,
     build_optimizer,
 )
 
@@ -351,3 +352,63 @@ def test_build_optimizer_estimate_only_name(name):
     assert err.value.field == "optimizer"
     for trainable in FACTORIES:
         assert trainable in str(err.value)
+
+
+# ---- Lion ------------------------------------------------------------------------------------
+
+
+def lion_by_hand(theta, grads, *, lr, beta1, beta2, weight_decay):
+    """Chen et al. 2023 (arXiv 2302.06675), Algorithm 2, one coordinate at a time in Python
+    floats: c = b1 m + (1 - b1) g; theta -= lr (sign(c) + wd theta); m = b2 m + (1 - b2) g."""
+    theta, m = list(theta), [0.0] * len(theta)
+    for g in grads:
+        for i, gi in enumerate(g):
+            c = beta1 * m[i] + (1 - beta1) * gi
+            sign = (c > 0) - (c < 0)
+            theta[i] -= lr * (sign + weight_decay * theta[i])
+            m[i] = beta2 * m[i] + (1 - beta2) * gi
+    return theta, m
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_lion_follows_the_papers_rule(weight_decay):
+    """Five steps on four coordinates whose gradients change sign, so that sign(c) flips where
+    the momentum and the new gradient disagree (the paper's defaults betas 0.9, 0.99)."""
+    theta0 = [0.5, -1.0, 2.0, 0.25]
+    grads = [
+        [1.0, -2.0, 0.5, 3.0],
+        [-3.0, 1.0, 0.5, -0.1],
+        [0.2, 0.3, -4.0, -0.2],
+        [-0.4, -0.5, 1.0, 5.0],
+        [2.0, 0.1, -0.3, -6.0],
+    ]
+    p = torch.nn.Parameter(torch.tensor(theta0, dtype=torch.float64))
+    opt = build_optimizer("lion", [p], lr=0.01, weight_decay=weight_decay)
+    assert type(opt) is Lion and opt.defaults["betas"] == (0.9, 0.99)
+    for g in grads:
+        p.grad = torch.tensor(g, dtype=torch.float64)
+        opt.step()
+    theta, m = lion_by_hand(
+        theta0, grads, lr=0.01, beta1=0.9, beta2=0.99, weight_decay=weight_decay
+    )
+    assert p.tolist() == pytest.approx(theta, abs=1e-12)
+    assert opt.state[p]["exp_avg"].tolist() == pytest.approx(m, abs=1e-12)
+    assert set(opt.state[p]) == {"exp_avg"}  # the one state tensor of the core's row
+
+
+def test_lion_step_is_lr_in_every_coordinate():
+    """The update is a sign: without decay every coordinate moves by exactly lr."""
+    p = torch.nn.Parameter(torch.zeros(3))
+    opt = Lion([p], lr=0.5)
+    p.grad = torch.tensor([1e-6, -3.0, 200.0])
+    opt.step()
+    assert p.tolist() == [-0.5, 0.5, -0.5]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"), [({"betas": (0.9, 1.0)}, "betas[1]"), ({"lr": -1}, "lr")]
+)
+def test_lion_bad_hyperparameters(kwargs, field):
+    with pytest.raises(SpecError) as err:
+        Lion([torch.nn.Parameter(torch.zeros(2))], **kwargs)
+    assert err.value.field == field
