@@ -103,7 +103,7 @@ CASES = [
     case("unknown-gpu", (*E, "--gpu", "v100"), "gpu", "v100", "h100-sxm"),
     case("unknown-gpu-case", (*E, "--gpu", "H100-SXM"), "gpu", "H100-SXM"),
     case("unknown-precision", (*E, "--precision", "fp12"), "precision", "fp12", "bf16-mixed"),
-    case("unknown-optimizer", (*E, "--optimizer", "lion"), "optimizer", "lion", "adamw"),
+    case("unknown-optimizer", (*E, "--optimizer", "adamww"), "optimizer", "adamww", "adamw"),
     # argparse choices
     case("bad-recompute", (*E, "--recompute", "half"), "--recompute", "half"),
     case("bad-flops-formula", (*E, "--flops-formula", "8n"), "--flops-formula", "8n"),

@@ -354,7 +354,7 @@ BAD = [
     # gpt2 on 8 GPUs, tp 1, no cp: dp in {8, 4, 2}; 7 is prime -> no layout
     ((*GPT2_BATCH_7, "--max-tp", "1", "--no-cp"), "no valid layout"),
     ((*PLAN, "--precision", "fp8"), "precision"),
-    ((*PLAN, "--optimizer", "lion"), "optimizer"),
+    ((*PLAN, "--optimizer", "adamww"), "optimizer"),
     ((*PLAN, "--tokens", "-5"), "tokens"),
 ]
 

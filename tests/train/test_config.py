@@ -14,6 +14,7 @@ from clirun import cli
 from trainbudget.cli.main import build_parser
 from trainbudget.cli.train_cmd import config_from_args
 from trainbudget.core.errors import SpecError
+from trainbudget.core.spec.precision import TRAINABLE_OPTIMIZERS
 from trainbudget.train.config import (
     TrainConfig,
     config_fields,
@@ -252,8 +253,21 @@ def test_valid_edges_are_accepted():
 
 def test_unknown_optimizer_is_refused_by_the_config():
     with pytest.raises(SpecError) as err:
-        TrainConfig(optimizer="lion")
+        TrainConfig(optimizer="adamww")
     assert err.value.field == "optimizer"
+    assert "must be one of" in err.value.rule and "adafactor" not in err.value.rule
+
+
+def test_estimate_only_optimizer_is_refused_with_its_reason():
+    """adafactor is a row of the core's table but the trainer has no factory for it."""
+    with pytest.raises(SpecError, match="estimate-only") as err:
+        TrainConfig(optimizer="adafactor")
+    assert err.value.field == "optimizer"
+
+
+def test_trainable_optimizers_are_accepted():
+    for name in TRAINABLE_OPTIMIZERS:
+        assert TrainConfig(optimizer=name).optimizer == name
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import sys
 from typing import NoReturn
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.spec.precision import OPTIMIZERS, TRAINABLE_OPTIMIZERS
 from trainbudget.core.units import parse_count, parse_int_count
 
 
@@ -59,17 +60,26 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_optimizer_arg(p, *, trainable_only: bool = False) -> None:
+    """--optimizer on a parser or argument group, its choices and help from the core's table:
+    every row for the estimators, the trainable rows where a real optimizer is built."""
+    names = TRAINABLE_OPTIMIZERS if trainable_only else tuple(OPTIMIZERS)
+    p.add_argument(
+        "--optimizer",
+        default="adamw",
+        choices=names,
+        metavar="O",
+        help=" | ".join(n + " (default)" if n == "adamw" else n for n in names),
+    )
+
+
 def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precision",
         default="bf16-mixed",
         help="fp32 | bf16-mixed (fp32 master, default) | fp16-mixed | bf16",
     )
-    p.add_argument(
-        "--optimizer",
-        default="adamw",
-        help="sgd | momentum | adagrad | rmsprop | adam | adamw (default) | adafactor | adamw-8bit",
-    )
+    add_optimizer_arg(p)
     p.add_argument("--seq-len", help="tokens per sequence (default: the model's max_seq_len)")
     p.add_argument("--micro-batch", default="1", help="sequences per micro-batch (default 1)")
     p.add_argument(

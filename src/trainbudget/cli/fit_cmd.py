@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from trainbudget.cli.args import dumps_json, positive_int
+from trainbudget.cli.args import add_optimizer_arg, dumps_json, positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.memory import fit_max_params
 from trainbudget.core.spec.hardware import get_hardware
@@ -15,7 +15,7 @@ from trainbudget.core.units import format_bytes, format_count
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument("--gpus", required=True, help="number of GPUs pooled (fully sharded)")
     p.add_argument("--gpu", required=True, help="accelerator (see `trainbudget hardware`)")
-    p.add_argument("--optimizer", default="adamw", help="optimizer (default adamw)")
+    add_optimizer_arg(p)
     p.add_argument(
         "--precision", default="bf16-mixed", help="precision policy (default bf16-mixed)"
     )

@@ -8,6 +8,7 @@ import functools
 
 from trainbudget.cli.args import (
     add_model_args,
+    add_optimizer_arg,
     dumps_json,
     fraction,
     nonnegative_float,
@@ -45,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument("--seq-len", help="tokens per sequence (default: the model's max_seq_len)")
     p.add_argument("--tokens", help="training tokens: adds days and GPU-hours per plan")
     p.add_argument("--precision", default="bf16-mixed", help="precision policy")
-    p.add_argument("--optimizer", default="adamw", help="optimizer")
+    add_optimizer_arg(p)
     p.add_argument("--top", default="5", help="how many plans to show (default 5)")
     add_cluster_args(p)
     add_reliability_options(p)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from trainbudget.cli.args import add_model_args, dumps_json, positive_int
+from trainbudget.cli.args import add_model_args, add_optimizer_arg, dumps_json, positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -17,11 +17,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument("--micro-batch", default="1", help="sequences per step (default 1)")
     p.add_argument("--seq-len", help="tokens per sequence (default: min(max_seq_len, 1024))")
     p.add_argument("--precision", default="fp32", help="fp32 | bf16-mixed | bf16 (default fp32)")
-    p.add_argument(
-        "--optimizer",
-        default="adamw",
-        help="adamw | adam | sgd | momentum | adagrad | rmsprop (default adamw)",
-    )
+    add_optimizer_arg(p, trainable_only=True)
     p.add_argument(
         "--recompute",
         default="none",

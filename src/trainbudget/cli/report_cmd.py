@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trainbudget.cli.args import dumps_json, nonnegative_float, positive_int
+from trainbudget.cli.args import add_optimizer_arg, dumps_json, nonnegative_float, positive_int
 from trainbudget.cli.plan_cmd import add_policy_args, policy_from_args
 from trainbudget.cli.plan_view import add_cluster_args, cluster_from_args, efficiency_from_args
 from trainbudget.cli.reliability_cmd import parse_probability
@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     g.add_argument("--seq-len", help="tokens per sequence (default: the model's max_seq_len)")
     g.add_argument("--tokens", help="training tokens, e.g. 15T")
     g.add_argument("--precision", default="bf16-mixed", help="precision policy")
-    g.add_argument("--optimizer", default="adamw", help="optimizer")
+    add_optimizer_arg(g)
     g.add_argument("--top", default="5", help="candidate layouts shown (default 5)")
     g.add_argument("--price-per-gpu-hour", help="price of one GPU-hour: cost besides GPU-hours")
     g.add_argument(

@@ -6,7 +6,8 @@
   for Adam, which the core's `bf16-mixed` policy assumes). The update runs one parameter at a
   time, so the fp32 copy of a gradient exists for one tensor at a time, never for the model.
 
-Torch optimizers use their single-tensor (for-loop) implementation here (foreach=False): its
+The optimizers come from the trainer's factory table (`train.optimizers.FACTORIES`, one per
+trainable row of the core's `OPTIMIZERS`) in their single-tensor (for-loop) implementation: its
 temporaries are the size of one parameter, which the core's peak model counts; the multi-tensor
 one would allocate temporaries the size of the whole model.
 """
@@ -16,28 +17,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trainbudget.core.spec.precision import get_optimizer, get_precision
+from trainbudget.core.spec.precision import get_precision
+from trainbudget.train.optimizers import build_optimizer
 
 
 def torch_optimizer(
     name: str, params, lr: float, weight_decay: float = 0.0
 ) -> torch.optim.Optimizer:
-    """The torch optimizer for one of the core's optimizer names (state sizes match the core)."""
-    get_optimizer(name)  # raises SpecError for an unknown name
-    if name in ("adam", "adamw"):
-        cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
-        return cls(params, lr=lr, weight_decay=weight_decay, foreach=False)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay, foreach=False)
-    if name == "momentum":
-        return torch.optim.SGD(
-            params, lr=lr, momentum=0.9, weight_decay=weight_decay, foreach=False
-        )
-    if name == "adagrad":
-        return torch.optim.Adagrad(params, lr=lr, weight_decay=weight_decay, foreach=False)
-    if name == "rmsprop":
-        return torch.optim.RMSprop(params, lr=lr, weight_decay=weight_decay, foreach=False)
-    raise NotImplementedError(f"optimizer {name!r} has no reference implementation yet")
+    """The single-tensor torch optimizer for a trainable row of the core's `OPTIMIZERS`, from
+    the trainer's one factory table (state sizes and scratch match the core's row)."""
+    return build_optimizer(name, params, lr=lr, weight_decay=weight_decay, single_tensor=True)
 
 
 class MasterWeightOptimizer(torch.optim.Optimizer):

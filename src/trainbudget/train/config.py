@@ -17,14 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.spec.precision import (
+    OPTIMIZERS,
+    TRAINABLE_OPTIMIZERS,
+    get_trainable_optimizer,
+)
 
 SCHEDULES = ("cosine", "linear", "constant", "wsd")
 PRECISIONS = ("fp32", "bf16-mixed", "bf16", "amp-bf16", "amp-fp16")
 DEVICES = ("auto", "cpu", "cuda")
 STRATEGIES = ("ddp", "fsdp")
-OPTIMIZERS = ("adamw", "adam", "sgd", "momentum", "adagrad")
 CHOICES = {
-    "optimizer": OPTIMIZERS,
+    "optimizer": TRAINABLE_OPTIMIZERS,  # the core's table: the rows the trainer has a factory for
     "schedule": SCHEDULES,
     "precision": PRECISIONS,
     "device": DEVICES,
@@ -194,6 +198,8 @@ def _check_ranges(cfg: TrainConfig) -> None:
         )
     if not cfg.out.strip():
         raise SpecError("out", cfg.out, "must name a folder for the run")
+    if cfg.optimizer in OPTIMIZERS:
+        get_trainable_optimizer(cfg.optimizer)  # an estimate-only row says why it is refused
     for name, allowed in CHOICES.items():
         if getattr(cfg, name) not in allowed:
             raise SpecError(name, getattr(cfg, name), "must be one of " + ", ".join(allowed))

@@ -1,4 +1,6 @@
-"""SGD and AdaGrad written out, and `build_optimizer` for the training loop.
+"""SGD, AdaGrad and Lion written out, and the torch factory of every trainable optimizer of the
+core's table (`FACTORIES`, built through `build_optimizer`): the one place optimizers are
+constructed, for the training loop and for the reference model (`model.optim`).
 
 `SGD` and `AdaGrad` follow the seed lecture's (seed 001): a `torch.optim.Optimizer` whose
 `step` walks the parameters and keeps per-parameter state in `self.state[p]`. They add what
@@ -23,12 +25,14 @@ read, never modified.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 
-from trainbudget.core.errors import SpecError, unknown_key
+from trainbudget.core.errors import SpecError
+from trainbudget.core.spec.precision import get_trainable_optimizer
 
-__all__ = ["SGD", "SUPPORTED_OPTIMIZERS", "AdaGrad", "build_optimizer"]
+__all__ = ["FACTORIES", "SGD", "AdaGrad", "Lion", "build_optimizer"]
 
 
 def _check_non_negative(field: str, value: float) -> None:
@@ -177,8 +181,127 @@ class AdaGrad(torch.optim.Optimizer):
         return loss
 
 
-SUPPORTED_OPTIMIZERS = ("adam", "adagrad", "adamw", "momentum", "sgd")
-"""Names `build_optimizer` accepts (a subset of the core's `OPTIMIZERS`, same meanings)."""
+class Lion(torch.optim.Optimizer):
+    """Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms", arXiv
+    2302.06675, Algorithm 2): the sign of an interpolated momentum, so every coordinate moves
+    by exactly lr (plus the decay). Per step, with g the gradient and m the one state tensor
+    (zero at first):
+        c = beta1 * m + (1 - beta1) * g
+        p = p - lr * (sign(c) + weight_decay * p)      (decoupled weight decay)
+        m = beta2 * m + (1 - beta2) * g
+    The paper's defaults: betas (0.9, 0.99); its lr is 3-10x smaller than AdamW's.
+    Memory: one temporary of the parameter's size (c, signed in place); the rest in place.
+    No torch release has Lion: this follows the paper's Algorithm 2, tested against it.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict],
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+    ) -> None:
+        _check_non_negative("lr", lr)
+        _check_non_negative("weight_decay", weight_decay)
+        for i, beta in enumerate(betas):
+            if not 0 <= beta < 1:
+                raise SpecError(f"betas[{i}]", beta, "must be in [0, 1)")
+        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, weight_decay = group["lr"], group["weight_decay"]
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = _grad_of(p, "Lion")
+                state = self.state[p]
+                if "exp_avg" not in state:
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                m = state["exp_avg"]
+                p.mul_(1 - lr * weight_decay)
+                # sign(c), the one parameter-sized temporary: not kept in a local, so it is
+                # freed before the next parameter's is allocated
+                p.add_(m.mul(beta1).add_(grad, alpha=1 - beta1).sign_(), alpha=-lr)
+                m.mul_(beta2).add_(grad, alpha=1 - beta2)
+        return loss
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """What `build_optimizer` passes every factory; each takes the fields its optimizer has."""
+
+    lr: float
+    weight_decay: float
+    betas: tuple[float, float]
+    """Adam/AdamW only."""
+    momentum: float
+    """"momentum" only."""
+    fused: bool | None
+    """Adam/AdamW only; see `build_optimizer`."""
+    single_tensor: bool
+    """The for-loop update the core's peak-memory model counts (temporaries the size of one
+    parameter), for torch's own optimizers; SGD and AdaGrad above are always for-loop."""
+
+
+def _torch_implementation(params: list, s: Settings, *, has_fused: bool) -> dict:
+    """torch's implementation keywords: for-loop, fused kernel or multi-tensor (foreach)."""
+    if s.single_tensor:
+        return {"foreach": False}
+    fused = s.fused
+    if fused is None:
+        fused = has_fused and all(p.is_cuda and p.is_floating_point() for p in _all_tensors(params))
+    return {"fused": True} if fused else {"foreach": True}
+
+
+def _sgd(params: list, s: Settings) -> torch.optim.Optimizer:
+    return SGD(params, lr=s.lr, weight_decay=s.weight_decay)
+
+
+def _momentum(params: list, s: Settings) -> torch.optim.Optimizer:
+    return SGD(params, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+
+
+def _adagrad(params: list, s: Settings) -> torch.optim.Optimizer:
+    return AdaGrad(params, lr=s.lr, weight_decay=s.weight_decay)
+
+
+def _lion(params: list, s: Settings) -> torch.optim.Optimizer:
+    return Lion(params, lr=s.lr, weight_decay=s.weight_decay)  # the paper's betas
+
+
+def _rmsprop(params: list, s: Settings) -> torch.optim.Optimizer:
+    kind = _torch_implementation(params, s, has_fused=False)
+    return torch.optim.RMSprop(params, lr=s.lr, weight_decay=s.weight_decay, **kind)
+
+
+def _adam(params: list, s: Settings) -> torch.optim.Optimizer:
+    kind = _torch_implementation(params, s, has_fused=True)
+    return torch.optim.Adam(params, lr=s.lr, betas=s.betas, weight_decay=s.weight_decay, **kind)
+
+
+def _adamw(params: list, s: Settings) -> torch.optim.Optimizer:
+    kind = _torch_implementation(params, s, has_fused=True)
+    return torch.optim.AdamW(params, lr=s.lr, betas=s.betas, weight_decay=s.weight_decay, **kind)
+
+
+FACTORIES: dict[str, Callable[[list, Settings], torch.optim.Optimizer]] = {
+    "sgd": _sgd,
+    "momentum": _momentum,
+    "adagrad": _adagrad,
+    "rmsprop": _rmsprop,
+    "adam": _adam,
+    "adamw": _adamw,
+    "lion": _lion,
+}
+"""One torch factory per trainable row of the core's `OPTIMIZERS`, keyed by its name (a test
+holds the two to the same names). Its state must be the row's `state_tensors`."""
 
 
 def _all_tensors(params: list) -> list[torch.Tensor]:
@@ -201,42 +324,41 @@ def build_optimizer(
     betas: tuple[float, float] = (0.9, 0.999),
     fused: bool | None = None,
     momentum: float = 0.9,
+    single_tensor: bool = False,
 ) -> torch.optim.Optimizer:
-    """The optimizer for one of the core's optimizer names (`SUPPORTED_OPTIMIZERS`).
+    """The torch optimizer for a trainable row of the core's `OPTIMIZERS` (`FACTORIES[name]`).
 
     - "sgd": `SGD(lr, weight_decay)`, no state.
-    - "momentum": `SGD(lr, momentum=momentum, weight_decay)` (momentum 0.9 by default, as
-      `model.optim.torch_optimizer` uses), one state tensor per parameter.
+    - "momentum": `SGD(lr, momentum=momentum, weight_decay)` (momentum 0.9 by default), one
+      state tensor per parameter.
     - "adagrad": `AdaGrad(lr, weight_decay)`, one state tensor per parameter.
+    - "rmsprop": `torch.optim.RMSprop(lr, weight_decay)`, one state tensor per parameter.
     - "adam" / "adamw": `torch.optim.Adam` / `torch.optim.AdamW(lr, betas, weight_decay)`
       (Adam's weight decay is L2 added to the gradient, AdamW's is decoupled), two state
       tensors per parameter plus a scalar `step`.
     `betas` and `fused` apply to Adam/AdamW only; `momentum` to "momentum" only.
 
-    Adam/AdamW implementation, by `fused`:
-    - None (default): the fused kernel (`fused=True`) when every parameter is a floating
-      CUDA tensor, else the multi-tensor one (`foreach=True`).
-    - True: the fused kernel whatever the device (torch raises if it cannot).
-    - False: the multi-tensor one (`foreach=True`).
+    Implementation of torch's own optimizers (RMSprop, Adam, AdamW):
+    - single_tensor=True: the for-loop one (`foreach=False`), whose temporaries are the size of
+      one parameter -- what the core's peak-memory model counts (`model.optim` asks for it);
+    - else, by `fused`: None (default): the fused kernel (`fused=True`) when every parameter
+      is a floating CUDA tensor and the optimizer has one (Adam/AdamW), else the multi-tensor
+      one (`foreach=True`); True: the fused kernel whatever the device (torch raises if it
+      cannot); False: the multi-tensor one.
     The multi-tensor implementation allocates temporaries the size of all the parameters of a
-    group (the core's peak-memory model assumes the for-loop implementation, which
-    `model.optim.torch_optimizer` builds); the fused kernel allocates none.
+    group; the fused kernel allocates none.
 
-    An unknown name (the core's "rmsprop", "adafactor", "adamw-8bit" included) raises
-    SpecError("optimizer", name, ...) listing the supported names. `params` may be tensors or
-    param-group dicts, as for any torch optimizer.
+    An unknown name raises SpecError("optimizer", name, ...) listing the core's names; an
+    estimate-only one ("adafactor", "adamw-8bit") says why, listing the trainable names.
+    `params` may be tensors or param-group dicts, as for any torch optimizer.
     """
-    if name not in SUPPORTED_OPTIMIZERS:
-        raise unknown_key("optimizer", name, SUPPORTED_OPTIMIZERS)
-    if name == "sgd":
-        return SGD(params, lr=lr, weight_decay=weight_decay)
-    if name == "momentum":
-        return SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    if name == "adagrad":
-        return AdaGrad(params, lr=lr, weight_decay=weight_decay)
-    params = list(params)
-    if fused is None:
-        fused = all(p.is_cuda and p.is_floating_point() for p in _all_tensors(params))
-    cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
-    kind = {"fused": True} if fused else {"foreach": True}
-    return cls(params, lr=lr, betas=betas, weight_decay=weight_decay, **kind)
+    get_trainable_optimizer(name)
+    settings = Settings(
+        lr=lr,
+        weight_decay=weight_decay,
+        betas=betas,
+        momentum=momentum,
+        fused=fused,
+        single_tensor=single_tensor,
+    )
+    return FACTORIES[name](list(params), settings)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.spec.precision import dense_bytes_per_param, get_optimizer, get_precision
+from trainbudget.core.spec.precision import (
+    OPTIMIZERS,
+    TRAINABLE_OPTIMIZERS,
+    Optimizer,
+    dense_bytes_per_param,
+    get_optimizer,
+    get_precision,
+    get_trainable_optimizer,
+)
 
 
 def per_param(precision: str, optimizer: str) -> float:
@@ -58,10 +66,57 @@ def test_activation_and_compute_dtypes() -> None:
 
 @pytest.mark.parametrize(
     ("call", "field"),
-    [(lambda: get_precision("fp8"), "precision"), (lambda: get_optimizer("lion"), "optimizer")],
+    [(lambda: get_precision("fp8"), "precision"), (lambda: get_optimizer("adamww"), "optimizer")],
 )
 def test_unknown_names(call, field: str) -> None:
     """Unknown keys raise SpecError naming the table, listing the known keys."""
     with pytest.raises(SpecError, match="known") as err:
         call()
     assert err.value.field == field
+
+
+# ---- the optimizer table ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "n_states", "n_scratch"),
+    # scratch: torch's single-tensor updates (torch/optim/adam.py `denom = (exp_avg_sq.sqrt() /
+    # bias_correction2_sqrt).add_(eps)`: two temporaries; rmsprop.py `square_avg.sqrt()` then
+    # add_: one) and this project's AdaGrad (`sum.sqrt().add_(eps)`: one); SGD is in place
+    [
+        ("sgd", 0, 0),
+        ("momentum", 1, 0),
+        ("adagrad", 1, 1),
+        ("rmsprop", 1, 1),
+        ("adam", 2, 2),
+        ("adamw", 2, 2),
+    ],
+)
+def test_trainable_rows_states_and_scratch(name: str, n_states: int, n_scratch: int) -> None:
+    o = get_optimizer(name)
+    assert (o.n_states, o.n_scratch, o.trainable) == (n_states, n_scratch, True)
+    assert o.scratch_source and o.source
+
+
+def test_estimate_only_rows_say_why() -> None:
+    assert set(OPTIMIZERS) - set(TRAINABLE_OPTIMIZERS) == {"adafactor", "adamw-8bit"}
+    for name in ("adafactor", "adamw-8bit"):
+        o = get_optimizer(name)
+        assert not o.trainable and o.estimate_only_reason and o.scratch_tensors == ()
+        with pytest.raises(SpecError, match="estimate-only") as err:
+            get_trainable_optimizer(name)
+        assert err.value.field == "optimizer"
+        assert "adamw" in err.value.rule  # lists what the trainer runs
+    assert get_trainable_optimizer("adamw") is OPTIMIZERS["adamw"]
+
+
+def test_a_row_is_checked_when_made() -> None:
+    """A non-trainable row needs its reason; a trainable one cites where its scratch comes from."""
+    with pytest.raises(ValueError, match="estimate_only_reason"):
+        Optimizer(name="x", state_tensors=(), trainable=False, source="s")
+    with pytest.raises(ValueError, match="estimate_only_reason"):
+        Optimizer(
+            name="x", state_tensors=(), scratch_source="s", estimate_only_reason="r", source="s"
+        )
+    with pytest.raises(ValueError, match="scratch_source"):
+        Optimizer(name="x", state_tensors=(), source="s")

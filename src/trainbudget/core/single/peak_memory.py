@@ -23,12 +23,8 @@ from dataclasses import dataclass
 from trainbudget.core.single.activations import FP32_BYTES, activation_memory
 from trainbudget.core.single.params import count_params, matrix_shapes
 from trainbudget.core.spec.model_spec import ModelSpec
-from trainbudget.core.spec.precision import get_optimizer, get_precision
+from trainbudget.core.spec.precision import get_precision, get_trainable_optimizer
 
-# Scratch tensors (largest-parameter-sized) each torch single-tensor update allocates:
-# Adam/AdamW: sqrt(v) and its division by the bias correction; Adagrad and RMSprop: one
-# sqrt; SGD (with or without momentum, after the first step): none in place.
-OPTIMIZER_SCRATCH = {"sgd": 0, "momentum": 0, "adagrad": 1, "rmsprop": 1, "adam": 2, "adamw": 2}
 LAYERNORM_STATS_BYTES = 2 * FP32_BYTES  # mean and rstd per token, fp32
 RMSNORM_STATS_BYTES = FP32_BYTES  # rstd per token, fp32
 
@@ -83,9 +79,8 @@ def training_peak(
 ) -> PeakMemory:
     """Peak bytes of a training step of the reference model (FlashAttention-style SDPA,
     no dropout, one micro-batch)."""
-    prec, opt = get_precision(precision), get_optimizer(optimizer)
-    if opt.name not in OPTIMIZER_SCRATCH:
-        raise NotImplementedError(f"no reference implementation of {opt.name}")
+    # an estimate-only optimizer has no reference update whose scratch could be counted
+    prec, opt = get_precision(precision), get_trainable_optimizer(optimizer)
     p = count_params(spec)
     n, e = p.total, prec.activation_bytes
     tokens = seq_len * micro_batch
@@ -147,7 +142,7 @@ def training_peak(
         temporaries_bytes=tied_sum,
     )
     scratch_bytes = FP32_BYTES if prec.master_bytes else prec.state_bytes
-    scratch = OPTIMIZER_SCRATCH[opt.name] * scratch_bytes
+    scratch = opt.n_scratch * scratch_bytes  # the update's own temporaries (its table row)
     if prec.master_bytes:
         scratch += FP32_BYTES  # the fp32 copy of the gradient being applied
     optimizer_step = PhaseMemory(

@@ -1,4 +1,5 @@
 """Precision policies and optimizers: bytes per parameter of weights, gradients and state.
+`OPTIMIZERS` is the one table of optimizers (state, update scratch, whether the trainer runs it).
 
 Policies (the bytes each keeps per parameter):
 - fp32: fp32 weights and gradients, fp32 optimizer state.
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from trainbudget.core.errors import unknown_key
+from trainbudget.core.errors import SpecError, unknown_key
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,17 +110,54 @@ def get_precision(name: str) -> Precision:
 # (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization", arXiv 2110.02861, Sec. 2).
 ADAM8BIT_BLOCK = 2048
 
+# the update the reference trainer runs, whose temporaries `scratch_tensors` counts
+SINGLE_TENSOR = "torch's single-tensor (for-loop) update, one parameter at a time"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Optimizer:
+    """One optimizer: the state it keeps between steps, the scratch its update allocates, and
+    whether the trainer can run it. A row of `OPTIMIZERS`, the one list of optimizer names:
+    the CLI's choices, the training config's validation and the trainer's torch factories
+    (`train/optimizers.py: FACTORIES`, one per trainable row) all read it."""
+
     name: str
-    n_states: int
-    """Full-size state tensors per parameter (momentum, variance, ...)."""
+    state_tensors: tuple[str, ...]
+    """Full-size state tensors per parameter, by the key the torch implementation stores each
+    under (Adam: exp_avg, exp_avg_sq); empty for a factored optimizer."""
     state_bytes_override: float | None = None
     """Bytes per state element when the optimizer fixes it (8-bit Adam), else the policy's."""
     factored: bool = False
     """Adafactor: a matrix keeps row and column statistics, not a full second moment."""
-    source: str = ""
+    scratch_tensors: tuple[str, ...] = ()
+    """Temporaries the size of the parameter being updated, alive at once during its
+    single-tensor update (each in the state's dtype): what `peak_memory.training_peak` adds
+    at the optimizer step. Empty for an estimate-only row (no update to count)."""
+    scratch_source: str = ""
+    """Where `scratch_tensors` comes from: the line of the update that allocates them."""
+    trainable: bool = True
+    """The trainer has a torch factory for it (`train/optimizers.py: FACTORIES`)."""
+    estimate_only_reason: str = ""
+    """Why the trainer cannot run it (required when `trainable` is False)."""
+    source: str
+    """The paper (or documentation) the state accounting follows."""
+
+    def __post_init__(self) -> None:
+        # table data, checked once at import: a wrong row is a bug, not user input
+        if self.trainable == bool(self.estimate_only_reason):
+            raise ValueError(f"optimizer {self.name}: estimate_only_reason iff not trainable")
+        if self.trainable and not self.scratch_source:
+            raise ValueError(f"optimizer {self.name}: a trainable row cites its scratch_source")
+
+    @property
+    def n_states(self) -> int:
+        """Full-size state tensors per parameter (momentum, variance, ...)."""
+        return len(self.state_tensors)
+
+    @property
+    def n_scratch(self) -> int:
+        """Parameter-sized temporaries of one single-tensor update."""
+        return len(self.scratch_tensors)
 
     def state_bytes_per_param(self, precision: Precision) -> float:
         """Bytes of optimizer state per parameter, master copy excluded (dense tensors)."""
@@ -131,41 +169,102 @@ OPTIMIZERS = MappingProxyType(
     {
         o.name: o
         for o in (
-            Optimizer(name="sgd", n_states=0, source="plain SGD keeps no state"),
-            Optimizer(name="momentum", n_states=1, source="SGD with momentum: one velocity buffer"),
+            Optimizer(
+                name="sgd",
+                state_tensors=(),
+                scratch_tensors=(),
+                scratch_source=f"{SINGLE_TENSOR}: p.add_(grad, alpha=-lr), in place",
+                source="plain SGD keeps no state",
+            ),
+            Optimizer(
+                name="momentum",
+                state_tensors=("momentum_buffer",),
+                scratch_tensors=(),
+                scratch_source=f"{SINGLE_TENSOR}: buf.mul_(momentum).add_(grad) and "
+                "p.add_(buf, alpha=-lr), in place (the first step's copy of the gradient "
+                "becomes the buffer)",
+                source="SGD with momentum (Polyak 1964): one velocity buffer",
+            ),
             Optimizer(
                 name="adagrad",
-                n_states=1,
+                state_tensors=("sum",),
+                scratch_tensors=("sqrt(sum) + eps",),
+                scratch_source=f"{SINGLE_TENSOR}: std = sum.sqrt().add_(eps)",
                 source="Duchi et al. 2011: sum of squared gradients (seed 001, AdaGrad)",
             ),
-            Optimizer(name="rmsprop", n_states=1, source="Hinton 2012: running mean of squares"),
-            Optimizer(name="adam", n_states=2, source="Kingma & Ba 2015, arXiv 1412.6980: m and v"),
+            Optimizer(
+                name="rmsprop",
+                state_tensors=("square_avg",),
+                scratch_tensors=("sqrt(square_avg) + eps",),
+                scratch_source=f"{SINGLE_TENSOR}: avg = square_avg.sqrt().add_(eps) "
+                "(torch.optim.RMSprop, centered=False)",
+                source="Hinton 2012: running mean of squares",
+            ),
+            Optimizer(
+                name="adam",
+                state_tensors=("exp_avg", "exp_avg_sq"),
+                scratch_tensors=("sqrt(v)", "sqrt(v) / sqrt(bias_correction2)"),
+                scratch_source=f"{SINGLE_TENSOR}: denom = (exp_avg_sq.sqrt() / "
+                "bias_correction2_sqrt).add_(eps) (torch.optim.Adam)",
+                source="Kingma & Ba 2015, arXiv 1412.6980: m and v",
+            ),
             Optimizer(
                 name="adamw",
-                n_states=2,
+                state_tensors=("exp_avg", "exp_avg_sq"),
+                scratch_tensors=("sqrt(v)", "sqrt(v) / sqrt(bias_correction2)"),
+                scratch_source=f"{SINGLE_TENSOR}: denom = (exp_avg_sq.sqrt() / "
+                "bias_correction2_sqrt).add_(eps) (torch.optim.AdamW; the decay is in place)",
                 source="Loshchilov & Hutter 2019, arXiv 1711.05101: m and v",
             ),
             Optimizer(
+                name="lion",
+                state_tensors=("exp_avg",),
+                scratch_tensors=("sign(beta1 * m + (1 - beta1) * g)",),
+                scratch_source="train/optimizers.py Lion.step, one parameter at a time: "
+                "m.mul(beta1).add_(g, alpha=1 - beta1).sign_(); the rest in place",
+                source="Chen et al. 2023, arXiv 2302.06675, Algorithm 2: one momentum m",
+            ),
+            Optimizer(
                 name="adafactor",
-                n_states=0,
+                state_tensors=(),
                 factored=True,
+                trainable=False,
+                estimate_only_reason="no torch factory yet: torch.optim.Adafactor (torch >= "
+                "2.5) exists, but its update's temporaries are not counted here",
                 source="Shazeer & Stern 2018, arXiv 1804.04235: factored second moment, beta1=0",
             ),
             Optimizer(
                 name="adamw-8bit",
-                n_states=2,
+                state_tensors=("exp_avg", "exp_avg_sq"),
                 state_bytes_override=1 + 4 / ADAM8BIT_BLOCK,
+                trainable=False,
+                estimate_only_reason="needs bitsandbytes (CUDA kernels), not a dependency",
                 source="Dettmers et al. 2022, arXiv 2110.02861: 8-bit blockwise m and v",
             ),
         )
     }
 )
+TRAINABLE_OPTIMIZERS = tuple(name for name, o in OPTIMIZERS.items() if o.trainable)
+"""The names the trainer (and `trainbudget profile`) can run, in the table's order."""
 
 
 def get_optimizer(name: str) -> Optimizer:
     if name not in OPTIMIZERS:
         raise unknown_key("optimizer", name, list(OPTIMIZERS))
     return OPTIMIZERS[name]
+
+
+def get_trainable_optimizer(name: str) -> Optimizer:
+    """`get_optimizer`, refusing an estimate-only row with its reason."""
+    opt = get_optimizer(name)
+    if not opt.trainable:
+        raise SpecError(
+            "optimizer",
+            name,
+            f"estimate-only ({opt.estimate_only_reason}); the trainer runs: "
+            + ", ".join(TRAINABLE_OPTIMIZERS),
+        )
+    return opt
 
 
 def dense_bytes_per_param(precision: Precision, optimizer: Optimizer) -> float:
