@@ -27,8 +27,8 @@ from trainbudget.model.optim import (  # noqa: E402
     torch_optimizer,
     weight_dtype,
 )
+from trainbudget.model.optimizers import SGD, AdaGrad  # noqa: E402
 from trainbudget.model.transformer import build_model  # noqa: E402
-from trainbudget.train.optimizers import SGD, AdaGrad  # noqa: E402
 
 # spot checks of the implementation some names get: class and the settings that make it that
 # optimizer (SGD and AdaGrad are the trainer's own, written out; these three torch's)

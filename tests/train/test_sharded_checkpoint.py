@@ -37,6 +37,7 @@ import trainrun  # noqa: E402
 from clirun import cli  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.model.optim import MasterWeightOptimizer  # noqa: E402
+from trainbudget.model.optimizers import build_optimizer  # noqa: E402
 from trainbudget.train.checkpointing.checkpoint import CheckpointError, list_checkpoints  # noqa: E402
 from trainbudget.train.checkpointing.manifest import DCP_DIR, read_manifest  # noqa: E402
 from trainbudget.train.checkpointing.sharded import (  # noqa: E402
@@ -45,7 +46,6 @@ from trainbudget.train.checkpointing.sharded import (  # noqa: E402
     read_sharded,
     save_sharded,
 )
-from trainbudget.train.optimizers import build_optimizer  # noqa: E402
 from trainrun import flat, ok, steps  # noqa: E402
 
 pytestmark = pytest.mark.torch

@@ -6,7 +6,7 @@
   for Adam, which the core's `bf16-mixed` policy assumes). The update runs one parameter at a
   time, so the fp32 copy of a gradient exists for one tensor at a time, never for the model.
 
-The optimizers come from the trainer's factory table (`train.optimizers.FACTORIES`, one per
+The optimizers come from the one factory table (`model.optimizers.FACTORIES`, one per
 trainable row of the core's `OPTIMIZERS`) in their single-tensor (for-loop) implementation: its
 temporaries are the size of one parameter, which the core's peak model counts; the multi-tensor
 one would allocate temporaries the size of the whole model.
@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from trainbudget.core.spec.precision import get_precision
-from trainbudget.train.optimizers import build_optimizer
+from trainbudget.model.optimizers import build_optimizer
 
 
 def torch_optimizer(

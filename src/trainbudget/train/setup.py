@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from trainbudget.model.optim import MasterWeightOptimizer
+from trainbudget.model.optimizers import build_optimizer
 from trainbudget.train.config import TrainConfig
-from trainbudget.train.optimizers import build_optimizer
 
 
 def seed_everything(seed: int) -> None:

@@ -119,7 +119,7 @@ class Optimizer:
     """One optimizer: the state it keeps between steps, the scratch its update allocates, and
     whether the trainer can run it. A row of `OPTIMIZERS`, the one list of optimizer names:
     the CLI's choices, the training config's validation and the trainer's torch factories
-    (`train/optimizers.py: FACTORIES`, one per trainable row) all read it."""
+    (`model/optimizers.py: FACTORIES`, one per trainable row) all read it."""
 
     name: str
     state_tensors: tuple[str, ...]
@@ -136,7 +136,7 @@ class Optimizer:
     scratch_source: str = ""
     """Where `scratch_tensors` comes from: the line of the update that allocates them."""
     trainable: bool = True
-    """The trainer has a torch factory for it (`train/optimizers.py: FACTORIES`)."""
+    """The trainer has a torch factory for it (`model/optimizers.py: FACTORIES`)."""
     estimate_only_reason: str = ""
     """Why the trainer cannot run it (required when `trainable` is False)."""
     source: str
@@ -220,7 +220,7 @@ OPTIMIZERS = MappingProxyType(
                 name="lion",
                 state_tensors=("exp_avg",),
                 scratch_tensors=("sign(beta1 * m + (1 - beta1) * g)",),
-                scratch_source="train/optimizers.py Lion.step, one parameter at a time: "
+                scratch_source="model/optimizers.py Lion.step, one parameter at a time: "
                 "m.mul(beta1).add_(g, alpha=1 - beta1).sign_(); the rest in place",
                 source="Chen et al. 2023, arXiv 2302.06675, Algorithm 2: one momentum m",
             ),

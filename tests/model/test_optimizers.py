@@ -17,7 +17,7 @@ from trainbudget.core.spec.precision import (  # noqa: E402
     get_optimizer,
     get_precision,
 )
-from trainbudget.train.optimizers import (  # noqa: E402
+from trainbudget.model.optimizers import (  # noqa: E402
     FACTORIES,
     SGD,
     AdaGrad,
