@@ -660,7 +660,21 @@ def test_estimate_hsdp_charges_the_shard_group_on_nvlink_and_all_reduces_across_
 
 
 def test_estimate_causal_lowers_the_step_time_by_the_skipped_tiles():
-    base = ["--model", "llama-3-8b", "--gpus", "8", "--gpu", "h100-sxm", "--dp", "8", "--global-batch", "8", "--seq-len", "32768", "--flash-attention"]
+    base = [
+        "--model",
+        "llama-3-8b",
+        "--gpus",
+        "8",
+        "--gpu",
+        "h100-sxm",
+        "--dp",
+        "8",
+        "--global-batch",
+        "8",
+        "--seq-len",
+        "32768",
+        "--flash-attention",
+    ]
     full, causal = estimate_json(*base), estimate_json(*base, "--causal")
     assert causal["step_seconds"] < 0.75 * full["step_seconds"]
     assert causal["step_breakdown_seconds"]["compute"] < full["step_breakdown_seconds"]["compute"]
