@@ -27,6 +27,7 @@ from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.comm_time import Communication, communication
 from trainbudget.core.parallel.compute_time import (
+    BACKWARD_PER_FORWARD,
     DEFAULT_EFFICIENCY,
     Efficiency,
     MicroBatchCompute,
@@ -221,22 +222,8 @@ def step_time(
         dropout=dropout,
         causal=causal,
     )
-    c = t.comm
-    exposed = {"tp_comm": c.tp_seconds, "pp_comm": c.pp_seconds}
-    if plan.cp > 1:
-        exposed["cp_comm"] = c.cp_seconds
-    if spec.is_moe and plan.ep > 1:
-        exposed["ep_comm"] = c.ep_seconds
-    if plan.dp * plan.cp > 1:
-        exposed["dp_comm"] = c.dp_seconds
-    comm_s: dict[str, float] = {}
-    comm_b: dict[str, float] = {}
-    for name, total in c.collectives:
-        if name == "dp_param_gather" and plan.zero == 3:
-            name = "zero3_gather"
-        if total.seconds > 0:
-            comm_s[name] = comm_s.get(name, 0.0) + total.seconds
-            comm_b[name] = comm_b.get(name, 0.0) + total.bytes_sent_per_rank
+    exposed = _exposed(spec, plan, t.comm)
+    comm_s, comm_b = _by_category(plan, t.comm)
     breakdown = {
         "compute": t.compute_seconds,
         "pipeline_bubble": t.bubble_seconds,
@@ -245,23 +232,10 @@ def step_time(
         "offload": t.offload_seconds,
     }
     comm_total = sum(comm_s.values())
-    # collectives of one axis share links; different axes mostly use different ones (TP inside
-    # a node, DP across nodes), so the busiest axis bounds the step from below
-    by_axis: dict[str, float] = {}
-    for name, seconds in comm_s.items():
-        axis = "dp" if name.startswith(("dp", "zero3")) else name
-        by_axis[axis] = by_axis.get(axis, 0.0) + seconds
-    busiest_link = max(by_axis.values(), default=0.0)
-    hidden = comm_total - sum(exposed.values())
-    note = (
-        f"{hidden:.3g} s of {comm_total:.3g} s communication hidden behind compute; "
-        f"exposed: " + ", ".join(f"{k} {v:.3g} s" for k, v in exposed.items() if v > 0)
-        if comm_total > 0
-        else "no communication (one GPU)"
-    )
+    note = _overlap_note(comm_total, exposed)
     tokens_step = plan.global_batch * seq_len
     fwd = forward_flops(spec, seq_len, causal=causal)
-    model_flops = 3 * (fwd.total / seq_len) * tokens_step
+    model_flops = (1 + BACKWARD_PER_FORWARD) * (fwd.total / seq_len) * tokens_step
     extra = (
         {"none": 0, "selective": fwd.scores + fwd.attn_values, "full": fwd.layers}[plan.recompute]
         / seq_len
@@ -274,7 +248,7 @@ def step_time(
         comm_seconds=comm_s,
         comm_bytes=comm_b,
         compute_seconds=t.compute_seconds,
-        lower_bound_seconds=step_bounds(compute_bubble, busiest_link)[0],
+        lower_bound_seconds=step_bounds(compute_bubble, _busiest_link(comm_s))[0],
         upper_bound_seconds=compute_bubble + comm_total + t.optimizer_seconds + t.offload_seconds,
         overlap_note=note,
         model_flops_per_step=model_flops,
@@ -282,6 +256,52 @@ def step_time(
         tokens_per_step=tokens_step,
         n_gpus=plan.n_gpus,
         peak_flops_per_second=cluster.hardware.peak_flops_per_second(precision.compute_dtype),
+    )
+
+
+def _exposed(spec: ModelSpec, plan: Plan, c: Communication) -> dict[str, float]:
+    """Exposed seconds of the axes the plan uses (an axis of one GPU has no entry)."""
+    exposed = {"tp_comm": c.tp_seconds, "pp_comm": c.pp_seconds}
+    if plan.cp > 1:
+        exposed["cp_comm"] = c.cp_seconds
+    if spec.is_moe and plan.ep > 1:
+        exposed["ep_comm"] = c.ep_seconds
+    if plan.dp * plan.cp > 1:
+        exposed["dp_comm"] = c.dp_seconds
+    return exposed
+
+
+def _by_category(plan: Plan, c: Communication) -> tuple[dict[str, float], dict[str, float]]:
+    """(seconds, bytes sent per rank) per collective category, the ones that run."""
+    seconds: dict[str, float] = {}
+    sent: dict[str, float] = {}
+    for name, total in c.collectives:
+        if name == "dp_param_gather" and plan.zero == 3:
+            name = "zero3_gather"
+        if total.seconds > 0:
+            seconds[name] = seconds.get(name, 0.0) + total.seconds
+            sent[name] = sent.get(name, 0.0) + total.bytes_sent_per_rank
+    return seconds, sent
+
+
+def _busiest_link(comm_seconds: dict[str, float]) -> float:
+    """Collectives of one axis share links; different axes mostly use different ones (TP
+    inside a node, DP across nodes), so the busiest axis bounds the step from below."""
+    by_axis: dict[str, float] = {}
+    for name, seconds in comm_seconds.items():
+        axis = "dp" if name.startswith(("dp", "zero3")) else name
+        by_axis[axis] = by_axis.get(axis, 0.0) + seconds
+    return max(by_axis.values(), default=0.0)
+
+
+def _overlap_note(comm_total: float, exposed: dict[str, float]) -> str:
+    if comm_total <= 0:
+        return "no communication (one GPU)"
+    hidden = comm_total - sum(exposed.values())
+    shown = ", ".join(f"{k} {v:.3g} s" for k, v in exposed.items() if v > 0)
+    return (
+        f"{hidden:.3g} s of {comm_total:.3g} s communication hidden behind compute; "
+        f"exposed: {shown}"
     )
 
 
