@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from trainbudget.cli.args import dumps_json
 from trainbudget.core.units import GB
@@ -40,134 +41,174 @@ def _table(head: Sequence[str], rows: list[list[str]], markdown: bool) -> list[s
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainbudget.validation import (
-        BREAKDOWN_KEYS,
-        EXCLUDED,
-        breakdown,
-        compare_all,
-        leave_one_source_out,
-        mean_absolute_error,
-        memory_error,
-        scored,
-        with_memory,
-    )
+    r = _Results.collect()
+    print(dumps_json(_as_json(r)) if args.json else "\n".join(_as_text(r, args.markdown)))
+    return 0
 
-    comparisons = compare_all()
-    counted = scored(comparisons)
-    mae = mean_absolute_error(counted)
-    loso = leave_one_source_out()
-    loso_mae = sum(abs(v) for v in loso.errors.values()) / len(loso.errors)
-    groups = {name: breakdown(counted, key) for name, key in BREAKDOWN_KEYS.items()}
-    memory = with_memory(counted)
-    memory_groups = breakdown(memory, BREAKDOWN_KEYS["source"], memory_error)
-    if args.json:
-        print(
-            dumps_json(
-                {
-                    "runs": [
-                        {
-                            "id": c.run_id,
-                            "source": c.source_key,
-                            "framework": c.framework,
-                            "gpu_generation": c.gpu_generation,
-                            "layout_family": c.layout_family,
-                            "gpus": c.n_gpus,
-                            "layout": c.layout,
-                            "measured_step_seconds": c.measured_seconds,
-                            "predicted_step_seconds": c.predicted_seconds,
-                            "error": c.error,
-                            "leave_one_source_out_error": loso.errors.get(c.run_id),
-                            "measured_memory_bytes": c.measured_memory_bytes,
-                            "predicted_memory_bytes": c.predicted_memory_bytes,
-                            "memory_error": c.memory_error,
-                            "excluded": EXCLUDED.get(c.run_id),
-                        }
-                        for c in comparisons
-                    ],
-                    "breakdown": {name: [g.__dict__ for g in gs] for name, gs in groups.items()},
-                    "memory_breakdown": [g.__dict__ for g in memory_groups],
-                    "leave_one_source_out_matmul_efficiency": loso.chosen,
-                    "mean_absolute_error": mae,
-                    "leave_one_source_out_mean_absolute_error": loso_mae,
-                    "scored": len(counted),
-                }
-            )
+
+@dataclass(frozen=True)
+class _Results:
+    """Every figure `validate` prints, computed once."""
+
+    comparisons: list
+    counted: list
+    mae: float
+    loso: object
+    loso_mae: float
+    groups: dict
+    memory: list
+    memory_groups: list
+
+    @classmethod
+    def collect(cls) -> _Results:
+        from trainbudget.validation import (
+            BREAKDOWN_KEYS,
+            breakdown,
+            compare_all,
+            leave_one_source_out,
+            mean_absolute_error,
+            memory_error,
+            scored,
+            with_memory,
         )
-        return 0
-    md = args.markdown
-    out: list[str] = []
 
-    def section(title: str, head: Sequence[str], rows: list[list[str]]) -> None:
+        comparisons = compare_all()
+        counted = scored(comparisons)
+        loso = leave_one_source_out()
+        memory = with_memory(counted)
+        return cls(
+            comparisons=comparisons,
+            counted=counted,
+            mae=mean_absolute_error(counted),
+            loso=loso,
+            loso_mae=sum(abs(v) for v in loso.errors.values()) / len(loso.errors),
+            groups={name: breakdown(counted, key) for name, key in BREAKDOWN_KEYS.items()},
+            memory=memory,
+            memory_groups=breakdown(memory, BREAKDOWN_KEYS["source"], memory_error),
+        )
+
+
+def _as_json(r: _Results) -> dict:
+    from trainbudget.validation import EXCLUDED
+
+    return {
+        "runs": [
+            {
+                "id": c.run_id,
+                "source": c.source_key,
+                "framework": c.framework,
+                "gpu_generation": c.gpu_generation,
+                "layout_family": c.layout_family,
+                "gpus": c.n_gpus,
+                "layout": c.layout,
+                "measured_step_seconds": c.measured_seconds,
+                "predicted_step_seconds": c.predicted_seconds,
+                "error": c.error,
+                "leave_one_source_out_error": r.loso.errors.get(c.run_id),
+                "measured_memory_bytes": c.measured_memory_bytes,
+                "predicted_memory_bytes": c.predicted_memory_bytes,
+                "memory_error": c.memory_error,
+                "excluded": EXCLUDED.get(c.run_id),
+            }
+            for c in r.comparisons
+        ],
+        "breakdown": {name: [g.__dict__ for g in gs] for name, gs in r.groups.items()},
+        "memory_breakdown": [g.__dict__ for g in r.memory_groups],
+        "leave_one_source_out_matmul_efficiency": r.loso.chosen,
+        "mean_absolute_error": r.mae,
+        "leave_one_source_out_mean_absolute_error": r.loso_mae,
+        "scored": len(r.counted),
+    }
+
+
+def _as_text(r: _Results, md: bool) -> list[str]:
+    out: list[str] = []
+    for title, head, rows in _sections(r):
         out.extend(["", f"### {title}" if md else f"{title}:", ""] if out else [])
         out.extend(_table(head, rows, md))
-
-    section(
-        "Runs",
-        ["run", "GPUs", "layout", "measured s", "predicted s", "error", "LOSO error"],
-        [
-            [
-                c.run_id + (" (excluded)" if c.run_id in EXCLUDED else ""),
-                str(c.n_gpus),
-                c.layout,
-                f"{c.measured_seconds:.3f}",
-                f"{c.predicted_seconds:.3f}",
-                _pct(c.error),
-                _pct(loso.errors.get(c.run_id)),
-            ]
-            for c in comparisons
-        ],
-    )
-    by_source = {g.name: g for g in groups["source"]}
-    section(
-        "Step-time error by source (leave-one-source-out: matmul efficiency fitted without it)",
-        ["source", "runs", "MAE", "mean error", "LOSO MAE", "LOSO matmul eff."],
-        [
-            [
-                key,
-                str(g.n_runs),
-                f"{100 * g.mean_absolute_error:.1f} %",
-                _pct(g.mean_error),
-                f"{100 * _mean_abs(loso.errors, counted, key):.1f} %",
-                f"{loso.chosen[key]:.2f}",
-            ]
-            for key, g in by_source.items()
-        ],
-    )
-    for name in ("framework", "GPU generation", "layout family"):
-        section(
-            f"Step-time error by {name}",
-            [name, "runs", "MAE", "mean error"],
-            [
-                [g.name, str(g.n_runs), f"{100 * g.mean_absolute_error:.1f} %", _pct(g.mean_error)]
-                for g in groups[name]
-            ],
-        )
-    section(
-        "Peak memory per GPU, where the source reports it (core plan_memory)",
-        ["run", "measured GB", "predicted GB", "error"],
-        [
-            [
-                c.run_id,
-                f"{c.measured_memory_bytes / GB:.1f}",
-                f"{c.predicted_memory_bytes / GB:.1f}",
-                _pct(c.memory_error),
-            ]
-            for c in memory
-            if c.measured_memory_bytes is not None
-        ],
-    )
     out.append("")
     out.extend(
         f"memory: {g.name}: mean absolute error {100 * g.mean_absolute_error:.1f} % over "
         f"{g.n_runs} runs"
-        for g in memory_groups
+        for g in r.memory_groups
     )
     out.append(
-        f"mean absolute error over {len(counted)} runs from {len(by_source)} sources: "
-        f"{100 * mae:.1f} % (leave-one-source-out: {100 * loso_mae:.1f} %)"
+        f"mean absolute error over {len(r.counted)} runs from {len(r.groups['source'])} sources: "
+        f"{100 * r.mae:.1f} % (leave-one-source-out: {100 * r.loso_mae:.1f} %)"
     )
-    print("\n".join(out))
-    return 0
+    return out
+
+
+def _sections(r: _Results) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) of each table, in print order."""
+    from trainbudget.validation import EXCLUDED
+
+    runs = [
+        [
+            c.run_id + (" (excluded)" if c.run_id in EXCLUDED else ""),
+            str(c.n_gpus),
+            c.layout,
+            f"{c.measured_seconds:.3f}",
+            f"{c.predicted_seconds:.3f}",
+            _pct(c.error),
+            _pct(r.loso.errors.get(c.run_id)),
+        ]
+        for c in r.comparisons
+    ]
+    sources = [
+        [
+            g.name,
+            str(g.n_runs),
+            f"{100 * g.mean_absolute_error:.1f} %",
+            _pct(g.mean_error),
+            f"{100 * _mean_abs(r.loso.errors, r.counted, g.name):.1f} %",
+            f"{r.loso.chosen[g.name]:.2f}",
+        ]
+        for g in r.groups["source"]
+    ]
+    memory = [
+        [
+            c.run_id,
+            f"{c.measured_memory_bytes / GB:.1f}",
+            f"{c.predicted_memory_bytes / GB:.1f}",
+            _pct(c.memory_error),
+        ]
+        for c in r.memory
+        if c.measured_memory_bytes is not None
+    ]
+    return [
+        (
+            "Runs",
+            ["run", "GPUs", "layout", "measured s", "predicted s", "error", "LOSO error"],
+            runs,
+        ),
+        (
+            "Step-time error by source (leave-one-source-out: matmul efficiency fitted without it)",
+            ["source", "runs", "MAE", "mean error", "LOSO MAE", "LOSO matmul eff."],
+            sources,
+        ),
+        *(
+            (
+                f"Step-time error by {name}",
+                [name, "runs", "MAE", "mean error"],
+                [
+                    [
+                        g.name,
+                        str(g.n_runs),
+                        f"{100 * g.mean_absolute_error:.1f} %",
+                        _pct(g.mean_error),
+                    ]
+                    for g in r.groups[name]
+                ],
+            )
+            for name in ("framework", "GPU generation", "layout family")
+        ),
+        (
+            "Peak memory per GPU, where the source reports it (core plan_memory)",
+            ["run", "measured GB", "predicted GB", "error"],
+            memory,
+        ),
+    ]
 
 
 def _mean_abs(errors: dict[str, float], counted: list, source_key: str) -> float:
