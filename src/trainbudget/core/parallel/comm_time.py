@@ -12,8 +12,9 @@ from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.comm import CollectiveTotal, collective_total
 from trainbudget.core.parallel.compute_time import MicroBatchCompute
 from trainbudget.core.parallel.layout import FULL, PlanNumbers
-from trainbudget.core.parallel.parallel_memory import DDP_BUCKET_BYTES, StageParams
+from trainbudget.core.parallel.parallel_memory import StageParams
 from trainbudget.core.parallel.plan import members_per_node
+from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Precision
 
@@ -75,6 +76,7 @@ def communication(
     micro_batch: MicroBatchCompute,
     compute_seconds: Any,
     stage: StageParams,
+    framework: Framework = GENERIC,
     xp: Ops = SCALAR,
 ) -> Communication:
     """Every collective of one step of `L` and the part each axis leaves exposed. `stage`: the
@@ -115,7 +117,9 @@ def communication(
         a2a = tokens * spec.experts_per_token * spec.d_model * e
         ep_pn = xp.minimum(L.ep, span["dp"])
         t_ep = run("ep", "all_to_all", a2a, L.ep, ep_pn, m * layers * EP_ALL_TO_ALLS_PER_LAYER)
-    t_dp = _data_parallel(spec, L, span, precision, micro_batch, compute_seconds, stage, run, xp)
+    t_dp = _data_parallel(
+        spec, L, span, precision, framework, micro_batch, compute_seconds, stage, run, xp
+    )
     return Communication(
         tp_seconds=t_tp,
         pp_seconds=t_pp,
@@ -126,7 +130,9 @@ def communication(
     )
 
 
-def _data_parallel(spec, L, span, precision, micro_batch, compute_seconds, stage, run, xp):
+def _data_parallel(
+    spec, L, span, precision, framework, micro_batch, compute_seconds, stage, run, xp
+):
     """ZeRO / HSDP over the dp * cp group; exposed seconds.
 
     Dense weights use the whole dp * cp group; routed experts the expert-data-parallel group of
@@ -135,7 +141,8 @@ def _data_parallel(spec, L, span, precision, micro_batch, compute_seconds, stage
     replicas, and all-gathers the updated weights in the shard group: once per step for
     stages 1-2 (ZeRO paper Sec. 7: the same bytes as one all-reduce), for the forward and the
     backward of every micro-batch for stage 3."""
-    gb, wb, z, m = precision.grad_bytes, precision.weight_bytes, L.zero, L.grad_accum
+    gb = framework.grad_reduce_bytes or precision.grad_bytes
+    wb, z, m = precision.weight_bytes, L.zero, L.grad_accum
     dp_group, shard = L.dp * L.cp, L.shard_dp * L.cp
     replicas = L.dp // L.shard_dp
     # (parameters, dp group, its per-node span, shard group, its span, shard of the params)
@@ -148,6 +155,9 @@ def _data_parallel(spec, L, span, precision, micro_batch, compute_seconds, stage
         )
         groups.append((stage.experts, dp_group // L.ep, e_pn, e_shard, e_shard_pn, e_shard))
     sharded = z > 0
+    # sharded gradients reduced after every micro-batch's backward (FSDP), else once per step
+    every = (z >= 2) & framework.reduce_every_micro_batch
+    reductions = xp.where(every, m, 1)
     # the updated weights once per step (ZeRO-1/2), every micro-batch's forward and backward (3)
     gathers = xp.where(z == 3, ZERO3_GATHERS_PER_MICRO_BATCH * m, sharded * 1)
     t_grad = t_gather = 0.0
@@ -155,22 +165,23 @@ def _data_parallel(spec, L, span, precision, micro_batch, compute_seconds, stage
         t_grad = t_grad + run(
             "dp_grad_reduce", "all_reduce", n * gb, size, pn, xp.not_(sharded) * 1
         )
-        t_grad = t_grad + run("dp_grad_reduce", "reduce_scatter", n * gb, s, s_pn, sharded * 1)
+        rs_count = sharded * reductions
+        t_grad = t_grad + run("dp_grad_reduce", "reduce_scatter", n * gb, s, s_pn, rs_count)
         n_shard = n * gb / part
         t_grad = t_grad + run(
-            "dp_replica_all_reduce", "all_reduce", n_shard, replicas, span["replica"], sharded * 1
+            "dp_replica_all_reduce", "all_reduce", n_shard, replicas, span["replica"], rs_count
         )
         t_gather = t_gather + run("dp_param_gather", "all_gather", n * wb, s, s_pn, gathers)
     # the last bucket (the first layers' gradients) is reduced after the backward ends
     params = stage.dense + stage.experts
-    floor = t_grad * xp.minimum(1.0, DDP_BUCKET_BYTES / (params * gb))
+    floor = t_grad / reductions * xp.minimum(1.0, framework.bucket_bytes / (params * gb))
     # gradients reduce during the last micro-batch's backward; ZeRO-1/2's gather of the
     # updated weights overlaps the next step's first forward; ZeRO-3 prefetches each layer's
     # gather behind the layer before it, but every micro-batch's forward starts with a gather
     # nothing precedes (FSDP reshards after each backward and cannot prefetch across the
     # micro-batch boundary): one layer's gather per micro-batch stays exposed
     fwd, bwd = micro_batch.forward_seconds, micro_batch.backward_seconds
-    window = xp.where(z == 3, compute_seconds, xp.where(sharded, bwd + fwd, bwd))
+    window = xp.where((z == 3) | every, compute_seconds, xp.where(sharded, bwd + fwd, bwd))
     layers = spec.n_layers // L.pp
     first_gathers = t_gather / (ZERO3_GATHERS_PER_MICRO_BATCH * layers)  # m of one layer's
     floor = floor + xp.where(z == 3, first_gathers, 0.0)

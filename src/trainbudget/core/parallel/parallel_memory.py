@@ -26,6 +26,7 @@ from trainbudget.core.parallel.layout import (
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single.activations import FP32_BYTES, layer_activations
 from trainbudget.core.single.params import count_params
+from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision
 from trainbudget.core.units import MB
@@ -61,14 +62,18 @@ def zero_model_state(
     zero: Any,
     precision: Precision,
     optimizer: Optimizer,
+    grad_bytes: float | None = None,
     xp: Ops = SCALAR,
 ) -> ModelState:
     """ZeRO's per-GPU model state for n_params replicated over `shard` data-parallel ranks
-    (B-zero, seed 004 / ZeRO Fig. 1: Psi = 7.5e9, N = 64, K = 12 -> 120, 31.4, 16.6, 1.9 GB)."""
+    (B-zero, seed 004 / ZeRO Fig. 1: Psi = 7.5e9, N = 64, K = 12 -> 120, 31.4, 16.6, 1.9 GB).
+    `grad_bytes`: bytes per gradient element when the framework keeps them in another dtype
+    than the precision's (Megatron's fp32 main gradients)."""
     state_per_param = optimizer.state_bytes_per_param(precision)
+    grad = precision.grad_bytes if grad_bytes is None else grad_bytes
     return ModelState(
         params_bytes=n_params * precision.weight_bytes / xp.where(zero >= 3, shard, 1),
-        grads_bytes=n_params * precision.grad_bytes / xp.where(zero >= 2, shard, 1),
+        grads_bytes=n_params * grad / xp.where(zero >= 2, shard, 1),
         master_bytes=n_params * precision.master_bytes / xp.where(zero >= 1, shard, 1),
         optimizer_state_bytes=n_params * state_per_param / xp.where(zero >= 1, shard, 1),
     )
@@ -138,7 +143,7 @@ class PlanMemory:
     state: ModelState
     activations_bytes: Any
     buffers_bytes: Any
-    """ZeRO-3 gathered layers, DDP gradient buckets."""
+    """ZeRO-3 gathered layers, DDP gradient buckets, the framework's runtime overhead."""
     host_bytes: Any
     """Offloaded to CPU or NVMe (not on the GPU)."""
 
@@ -203,13 +208,15 @@ def stage_memory(
     seq_len: int,
     precision: Precision,
     optimizer: Optimizer,
+    framework: Framework = GENERIC,
     xp: Ops = SCALAR,
 ) -> PlanMemory:
     """Peak bytes on one GPU of a pipeline stage of `plan` (numbers, or arrays of plans)."""
     L = as_numbers(plan)
     sp_ = stage_params(spec, L, stage, xp)
     shard = L.shard_dp * L.cp  # ZeRO's shard group: dp * cp, or the HSDP shard times cp
-    kw = dict(zero=L.zero, precision=precision, optimizer=optimizer, xp=xp)
+    grad = framework.main_grad_bytes or precision.grad_bytes
+    kw = dict(zero=L.zero, precision=precision, optimizer=optimizer, grad_bytes=grad, xp=xp)
     dense = zero_model_state(sp_.dense, shard=shard, **kw)
     experts = zero_model_state(sp_.experts, shard=xp.maximum(1, shard // L.ep), **kw)
     master = dense.master_bytes + experts.master_bytes
@@ -225,25 +232,31 @@ def stage_memory(
     )
     # ZeRO-3: the layer in use and the one prefetched, gathered in full (TP-split) weights,
     # plus that layer's unsharded gradient before its reduce-scatter; else DDP's buckets
-    zero3 = sp_.layer_dense * (2 * precision.weight_bytes + precision.grad_bytes)
+    zero3 = sp_.layer_dense * (2 * precision.weight_bytes + grad)
     # (a bucket never holds more than the model's gradients)
-    bucket = xp.minimum(DDP_BUCKET_BYTES, (sp_.dense + sp_.experts) * precision.grad_bytes)
+    bucket = xp.minimum(framework.bucket_bytes, (sp_.dense + sp_.experts) * grad)
     buckets = xp.where(L.dp * L.cp > 1, DDP_BUCKETS_IN_FLIGHT * bucket, 0.0)
     e = precision.activation_bytes
     return PlanMemory(
         stage=stage,
         state=state,
         activations_bytes=stage_activations(spec, L, seq_len, e, stage, xp),
-        buffers_bytes=xp.where(L.zero >= 3, zero3, buckets),
+        buffers_bytes=xp.where(L.zero >= 3, zero3, buckets) + framework.runtime_overhead_bytes,
         host_bytes=host,
     )
 
 
 def plan_memory(
-    spec: ModelSpec, plan: Plan, *, seq_len: int, precision: Precision, optimizer: Optimizer
+    spec: ModelSpec,
+    plan: Plan,
+    *,
+    seq_len: int,
+    precision: Precision,
+    optimizer: Optimizer,
+    framework: Framework = GENERIC,
 ) -> PlanMemory:
     """Peak bytes on the most loaded GPU of `plan` (first or last pipeline stage)."""
-    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer)
+    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
     if plan.pp == 1:
         return stage_memory(spec, plan, "only", **kw)
     first = stage_memory(spec, plan, "first", **kw)

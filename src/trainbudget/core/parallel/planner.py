@@ -14,6 +14,7 @@ from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.parallel_memory import PlanMemory, plan_memory
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency, StepTime, step_time
+from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision
 
@@ -124,8 +125,11 @@ def evaluate(
     headroom: float = 0.9,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
     causal: bool = False,
+    framework: Framework = GENERIC,
 ) -> RankedPlan:
-    mem = plan_memory(spec, plan, seq_len=seq_len, precision=precision, optimizer=optimizer)
+    mem = plan_memory(
+        spec, plan, seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework
+    )
     t = step_time(
         spec,
         plan,
@@ -135,6 +139,7 @@ def evaluate(
         optimizer=optimizer,
         efficiency=efficiency,
         causal=causal,
+        framework=framework,
     )
     return RankedPlan(
         plan=plan,
@@ -156,6 +161,7 @@ def search(
     top: int = 5,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
     causal: bool = False,
+    framework: Framework = GENERIC,
 ) -> PlannerResult:
     """Evaluate every plan; keep the `top` fastest that fit (`planner_fast.search_fast`)."""
     from trainbudget.core.parallel.planner_fast import search_fast
@@ -171,6 +177,7 @@ def search(
         top=top,
         efficiency=efficiency,
         causal=causal,
+        framework=framework,
     )
 
 

@@ -31,6 +31,7 @@ from trainbudget.core.parallel.planner import (
     hsdp_shards,
 )
 from trainbudget.core.parallel.step_time import step_terms
+from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision
 
@@ -143,11 +144,12 @@ def evaluate_arrays(
     optimizer: Optimizer,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
     causal: bool = False,
+    framework: Framework = GENERIC,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(step_seconds, memory total_bytes, tokens_per_step) of every plan in `a`: the
     heaviest of the first and last pipeline stage, as `plan_memory` takes it."""
     xp = numpy_ops()
-    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, xp=xp)
+    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework, xp=xp)
     step = step_terms(spec, a, cluster, efficiency=efficiency, causal=causal, **kw).step_seconds
     memory = stage_memory(spec, a, "first", **kw).total_bytes  # with pp = 1, the only stage
     staged = np.flatnonzero(a.pp > 1)
@@ -169,6 +171,7 @@ def search_fast(
     top: int = 5,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
     causal: bool = False,
+    framework: Framework = GENERIC,
 ) -> PlannerResult:
     """planner.search over arrays; the `top` plans returned are re-evaluated by the scalar
     `planner.evaluate`, so their memory and time breakdowns are the reference ones."""
@@ -196,6 +199,7 @@ def search_fast(
         optimizer=optimizer,
         efficiency=efficiency,
         causal=causal,
+        framework=framework,
     )
     step, memory, tokens = evaluate_arrays(spec, cluster, arrays, **kw)
     fits = memory <= policy.memory_headroom * cluster.hardware.memory_bytes

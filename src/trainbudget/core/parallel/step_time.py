@@ -37,6 +37,7 @@ from trainbudget.core.parallel.layout import ON_GPU, TO_CPU, PlanNumbers, as_num
 from trainbudget.core.parallel.parallel_memory import stage_params
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single.flops import forward_flops
+from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision
 
@@ -138,6 +139,7 @@ def step_terms(
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
     dropout: bool = False,
     causal: bool = False,
+    framework: Framework = GENERIC,
     xp: Ops = SCALAR,
 ) -> StepTerms:
     """The terms of one optimizer step of `plan` (one plan, or arrays of plans with `xp`)."""
@@ -168,6 +170,7 @@ def step_terms(
         micro_batch=mb,
         compute_seconds=compute,
         stage=stage,
+        framework=framework,
         xp=xp,
     )
     # the update runs on this GPU's ZeRO shard (all of its parameters without ZeRO)
@@ -206,6 +209,7 @@ def step_time(
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
     dropout: bool = False,
     causal: bool = False,
+    framework: Framework = GENERIC,
 ) -> StepTime:
     """Predicted seconds of one optimizer step of `plan` on `cluster`. `dropout`: the model
     trains with attention and hidden dropout (GPT-3-era Megatron), which adds memory traffic.
@@ -221,6 +225,7 @@ def step_time(
         efficiency=efficiency,
         dropout=dropout,
         causal=causal,
+        framework=framework,
     )
     exposed = _exposed(spec, plan, t.comm)
     comm_s, comm_b = _by_category(plan, t.comm)
