@@ -24,7 +24,7 @@ PACKAGE = Path(published.__file__).parent
 
 
 def test_every_run_is_a_validated_record() -> None:
-    assert len(PUBLISHED_RUNS) == 26
+    assert len(PUBLISHED_RUNS) == 44
     assert all(isinstance(r, PublishedRun) for r in PUBLISHED_RUNS)
     with pytest.raises(dataclasses.FrozenInstanceError):
         PUBLISHED_RUNS[0].n_gpus = 1  # type: ignore[misc]
@@ -145,6 +145,12 @@ POSITION_NORM = {
     "dgxc-nemotron4-": ("rope", "layernorm"),
     "torchtitan-": ("rope", "rmsnorm"),
     "mpt-": ("learned", "layernorm"),  # the benchmark config, not the released model
+    "flashattn-": ("learned", "layernorm"),  # flash-attention's GPT-2 blocks (n_positions)
+    "llama1-": ("rope", "rmsnorm"),
+    "llama2-": ("rope", "rmsnorm"),
+    "tinyllama-": ("rope", "rmsnorm"),
+    "pythia-": ("rope", "layernorm"),  # GPT-NeoX: rotary on 25% of each head
+    "starcoderbase-": ("learned", "layernorm"),  # GPTBigCode
 }
 
 
@@ -196,6 +202,21 @@ SOURCE_DIMS = {
     "torchtitan-llama31-8b-fsdp-128gpu": (32, 4096, 32, 8, 14336, 128256, "swiglu", False, False),
     # llm-foundry mpt-7b.yaml: d_model 4096, 32 heads, 32 layers, expansion 4, vocab 50368
     "mpt-7b-h100-fsdp-8gpu": (32, 4096, 32, 32, 16384, 50368, "gelu", True, True),
+    # flash-attention pile/*.yaml: GPT-2 blocks, vocab 50257 padded to a multiple of 8
+    "flashattn-gpt3-125m-8gpu": (12, 768, 12, 12, 3072, 50264, "gelu", True, True),
+    "flashattn-gpt3-355m-8gpu": (24, 1024, 16, 16, 4096, 50264, "gelu", True, True),
+    "flashattn-gpt3-760m-8gpu": (24, 1536, 16, 16, 6144, 50264, "gelu", True, True),
+    "flashattn-gpt3-1.3b-8gpu": (24, 2048, 16, 16, 8192, 50264, "gelu", True, True),
+    "flashattn-gpt3-2.7b-8gpu": (32, 2560, 20, 20, 10240, 50264, "gelu", True, True),
+    # Llama 1 Table 2 (7B: 4096/32/32, 13B: 5120/40/40), vocab 32000, FFN by the 256 rule
+    "llama1-7b-gpuhours": (32, 4096, 32, 32, 11008, 32000, "swiglu", False, False),
+    "llama1-13b-gpuhours": (40, 5120, 40, 40, 13824, 32000, "swiglu", False, False),
+    # Llama 2 / Llama 3 config.json
+    "llama2-7b-gpuhours": (32, 4096, 32, 32, 11008, 32000, "swiglu", False, False),
+    "llama2-13b-gpuhours": (40, 5120, 40, 40, 13824, 32000, "swiglu", False, False),
+    "llama2-70b-gpuhours": (80, 8192, 64, 8, 28672, 32000, "swiglu", False, False),
+    "llama3-8b-gpuhours": (32, 4096, 32, 8, 14336, 128256, "swiglu", False, False),
+    "llama3-70b-gpuhours": (80, 8192, 64, 8, 28672, 128256, "swiglu", False, False),
 }
 # the fields where a run's source differs from the preset it reuses
 OVERRIDES = {
@@ -205,6 +226,13 @@ OVERRIDES = {
     "dgxc-gpt3-175b-bf16-128gpu": {"vocab_size"},
     "dgxc-llama31-405b-bf16-576gpu": {"vocab_size", "n_kv_heads"},
     "mpt-7b-h100-fsdp-8gpu": {"vocab_size"},
+    "flashattn-gpt3-125m-8gpu": {"vocab_size"},
+    "flashattn-gpt3-355m-8gpu": {"vocab_size"},
+    "flashattn-gpt3-760m-8gpu": {"vocab_size"},
+    "flashattn-gpt3-1.3b-8gpu": {"vocab_size"},
+    "flashattn-gpt3-2.7b-8gpu": {"vocab_size", "n_heads", "n_kv_heads"},
+    "llama1-7b-gpuhours": {"max_seq_len"},  # Llama 1's 2k context
+    "llama1-13b-gpuhours": {"max_seq_len"},
 }
 
 

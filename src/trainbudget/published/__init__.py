@@ -14,8 +14,11 @@ are validated when this package is imported. One module per family of sources:
 from __future__ import annotations
 
 from trainbudget.core.errors import unknown_key
+from trainbudget.published.flash_attention import FLASH_ATTENTION
+from trainbudget.published.llama_reports import LLAMA1, LLAMA2, LLAMA3_CARD
 from trainbudget.published.megatron import KORTHIKANTI, MTNLG, NARAYANAN
 from trainbudget.published.nemo import DGXC, NEMOTRON4
+from trainbudget.published.open_community import COMMUNITY
 from trainbudget.published.open_models import BLOOM, LLAMA3, MPT, TORCHTITAN
 from trainbudget.published.record import (
     FLOP_CONVENTIONS,
@@ -27,8 +30,9 @@ from trainbudget.published.record import (
 )
 
 PUBLISHED_RUNS: tuple[PublishedRun, ...] = unique_ids(
-    (*KORTHIKANTI, *MTNLG, *NARAYANAN, *BLOOM, *NEMOTRON4, *LLAMA3, *DGXC, *TORCHTITAN, *MPT)
-)
+    (*KORTHIKANTI, *MTNLG, *NARAYANAN, *BLOOM, *NEMOTRON4, *LLAMA3, *DGXC, *TORCHTITAN, *MPT,
+     *FLASH_ATTENTION, *LLAMA1, *LLAMA2, *LLAMA3_CARD, *COMMUNITY)
+)  # fmt: skip
 """Every run, in the order `trainbudget validate` prints them."""
 
 
