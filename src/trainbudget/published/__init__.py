@@ -9,6 +9,9 @@ are validated when this package is imported. One module per family of sources:
 - megatron.py: Korthikanti et al. 2022, MT-NLG (Smith et al. 2022), Narayanan et al. 2021
 - nemo.py: Nemotron-4 15B and 340B, NVIDIA dgxc-benchmarking
 - open_models.py: BLOOM, Llama 3 405B, torchtitan, MosaicML MPT
+- flash_attention.py: FlashAttention's GPT-3 training table on 8 x A100 80GB
+- llama_reports.py: Llama 1 (§2.4, Table 15), Llama 2 and Llama 3 model cards (GPU-hours)
+- open_community.py: TinyLlama, Pythia-1B, StarCoderBase
 """
 
 from __future__ import annotations
