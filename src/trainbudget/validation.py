@@ -2,35 +2,69 @@
 
 Each run's measured figure is turned into seconds per step with the source's own FLOP
 convention; the prediction is step_time() for the published model, layout and batch, with
-one efficiency setting for every case (no per-case tuning).
+one efficiency setting for every case (no per-case tuning). The error is broken down by
+source, framework, GPU generation and layout family; memory is compared where a source
+reports it; and the one fitted constant (the matmul efficiency, a grid search) is checked by
+leaving each source out of its own fit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from trainbudget.core.errors import unknown_key
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.parallel_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency, step_time
 from trainbudget.core.single.flops import palm_flops_per_token
+from trainbudget.core.single.params import count_params
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.published import PUBLISHED_RUNS, PublishedRun
+from trainbudget.published.record import Layout
 
 TFLOPS = 1e12  # the sources quote TFLOP/s = 1e12 FLOP/s
 # passes over the model that each Megatron convention counts (full recomputation adds one)
 _MEGATRON_PASSES = {"megatron-96Bslh2": 4, "megatron-72Bslh2": 3}
+
+GPU_GENERATION = {
+    "a100-40gb": "A100",
+    "a100-80gb": "A100",
+    "h100-sxm": "H100",
+    "h100-pcie": "H100",
+    "h200": "H200",
+    "b200": "B200",
+    "mi300x": "MI300X",
+}
+"""Hardware catalog key -> the GPU generation the breakdown groups by (exact keys)."""
+
+
+def gpu_generation(gpu: str) -> str:
+    if gpu not in GPU_GENERATION:
+        raise unknown_key("gpu generation of", gpu, list(GPU_GENERATION))
+    return GPU_GENERATION[gpu]
+
+
+def layout_family(lay: Layout) -> str:
+    """'dp only', or the model-splitting axes in use joined by '+' ('tp+pp+cp'), with
+    'zero3/fsdp' when parameters are sharded (ZeRO-3 / FSDP full or hybrid shard)."""
+    parts = [axis for axis in ("tp", "pp", "cp") if getattr(lay, axis) > 1]
+    if lay.zero == 3:
+        parts.append("zero3/fsdp")
+    return "+".join(parts) or "dp only"
 
 
 def timing_spec(run: PublishedRun) -> ModelSpec:
     """The spec whose even pipeline split matches the run's heaviest stage.
 
     BLOOM (70 layers on 12 stages; DeepSpeed counts the embedding and head as pipeline
-    units, 6 per stage) and Llama 3 405B (126 layers on 16 stages, the first and last one
-    layer short) split unevenly, which Megatron-style validation forbids; the slowest stage
-    sets the pace, so they are timed as ceil(L / stages) layers per stage."""
+    units, 6 per stage), Llama 3 405B (126 layers on 16 stages, the first and last one
+    layer short) and Zero Bubble's models (first and last stage one layer short) split
+    unevenly, which Megatron-style validation forbids; the slowest stage sets the pace, so
+    they are timed as ceil(L / stages) layers per stage."""
     spec = run.model
     stages = run.layout.pp * run.layout.vpp
     per_stage = -(-spec.n_layers // stages)
@@ -45,6 +79,7 @@ def plan_of(run: PublishedRun) -> Plan:
         pp=lay.pp,
         cp=lay.cp,
         zero=lay.zero,
+        zero_shard=lay.zero_shard,
         sp=lay.sp,
         vpp=lay.vpp,
         schedule="interleaved" if lay.vpp > 1 else "1f1b",
@@ -64,20 +99,34 @@ def megatron_flops(run: PublishedRun, passes: int) -> float:
     return 24 * passes * b * s * n * h * h * (1 + s / (6 * h) + v / (4 * passes * n * h))
 
 
+def flash_attention2_flops(run: PublishedRun) -> float:
+    """Dao 2023 §4.2 per iteration: B * (6*s*N + 12*l*h*s^2), N every parameter."""
+    m, s = run.model, run.seq_len
+    per_sequence = 6 * s * count_params(m).total + 12 * m.n_layers * m.d_model * s * s
+    return run.layout.global_batch * per_sequence
+
+
 def measured_step_seconds(run: PublishedRun) -> float | None:
     """The source's figure as seconds per step (None when it gives nothing convertible)."""
     meas, n = run.measured, run.n_gpus
-    tokens = run.layout.global_batch * run.seq_len
+    batch = run.layout.global_batch
     if meas.iteration_seconds is not None:
         return meas.iteration_seconds
-    passes = _MEGATRON_PASSES.get(meas.flops_convention or "")
-    if meas.tflops_per_second_per_gpu is not None and passes is not None:
-        return megatron_flops(run, passes) / (meas.tflops_per_second_per_gpu * TFLOPS * n)
+    if meas.tflops_per_second_per_gpu is not None:
+        passes = _MEGATRON_PASSES.get(meas.flops_convention or "")
+        if passes is not None:
+            flops = megatron_flops(run, passes)
+            return flops / (meas.tflops_per_second_per_gpu * TFLOPS * n)
+        if meas.flops_convention == "flash-attention-2":
+            flops = flash_attention2_flops(run)
+            return flops / (meas.tflops_per_second_per_gpu * TFLOPS * n)
     if meas.tokens_per_second_per_gpu is not None:
-        return tokens / (meas.tokens_per_second_per_gpu * n)
+        return batch * run.seq_len / (meas.tokens_per_second_per_gpu * n)
+    if meas.samples_per_second_per_gpu is not None:
+        return batch / (meas.samples_per_second_per_gpu * n)
     if meas.mfu is not None and meas.flops_convention == "palm":
         # Llama 3: MFU of the PaLM-convention model FLOPs over the bf16 dense peak
-        flops = palm_flops_per_token(run.model, run.seq_len) * tokens
+        flops = palm_flops_per_token(run.model, run.seq_len) * batch * run.seq_len
         peak = get_hardware(run.gpu).peak_flops_per_second("bf16")
         return flops / (meas.mfu * peak * n)
     return None
@@ -86,18 +135,29 @@ def measured_step_seconds(run: PublishedRun) -> float | None:
 @dataclass(frozen=True)
 class Comparison:
     run_id: str
-    source: str
+    source_key: str
+    framework: str
+    gpu_generation: str
+    layout_family: str
     n_gpus: int
     layout: str
     measured_seconds: float
     predicted_seconds: float
     predicted_memory_bytes: float
     gpu_memory_bytes: float
+    measured_memory_bytes: float | None = None
 
     @property
     def error(self) -> float:
         """(predicted - measured) / measured."""
         return self.predicted_seconds / self.measured_seconds - 1
+
+    @property
+    def memory_error(self) -> float | None:
+        """(predicted - measured) / measured peak memory; None where none was reported."""
+        if self.measured_memory_bytes is None:
+            return None
+        return self.predicted_memory_bytes / self.measured_memory_bytes - 1
 
 
 def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> Comparison | None:
@@ -112,25 +172,22 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
     hw = get_hardware(run.gpu)
     cluster = Cluster(hardware=hw, n_gpus=run.n_gpus, gpus_per_node=run.gpus_per_node)
     prec, opt = get_precision("bf16-mixed"), get_optimizer("adam")
-    t = step_time(
-        spec,
-        plan,
-        cluster,
-        seq_len=seq_len,
-        precision=prec,
-        optimizer=opt,
-        efficiency=efficiency,
-    )
-    mem = plan_memory(spec, plan, seq_len=seq_len, precision=prec, optimizer=opt)
+    kw = dict(seq_len=seq_len, precision=prec, optimizer=opt)
+    t = step_time(spec, plan, cluster, efficiency=efficiency, **kw)
+    mem = plan_memory(spec, plan, **kw)
     return Comparison(
         run_id=run.id,
-        source=run.source.split(",")[0],
+        source_key=run.source_key,
+        framework=run.framework,
+        gpu_generation=gpu_generation(run.gpu),
+        layout_family=layout_family(run.layout),
         n_gpus=run.n_gpus,
         layout=plan.describe(),
         measured_seconds=measured,
         predicted_seconds=t.step_seconds,
         predicted_memory_bytes=mem.total_bytes,
         gpu_memory_bytes=hw.memory_bytes,
+        measured_memory_bytes=run.measured.memory_bytes_per_gpu,
     )
 
 
@@ -142,12 +199,35 @@ def mean_absolute_error(comparisons: list[Comparison]) -> float:
     return sum(abs(c.error) for c in comparisons) / len(comparisons)
 
 
-# The runs whose published layout leaves out what decides the prediction.
+# A figure from a whole run's GPU-hours (tokens / (GPU-hours x 3600)) is not a step time of the
+# stated configuration: it averages over restarts, evaluation and checkpointing. Such rows are
+# listed, not scored, whatever their layout (a stated steady-state throughput is scored).
+WHOLE_RUN_AVERAGE = "GPU-hours are a whole-run average (restarts and evaluation included)"
+_NO_LAYOUT_WHOLE_RUN = "layout not published; " + WHOLE_RUN_AVERAGE
+_META_GPU_HOURS_RUNS = (
+    "llama1-33b-gpuhours",
+    "llama1-13b-gpuhours",
+    "llama1-7b-gpuhours",
+    "llama2-7b-gpuhours",
+    "llama2-13b-gpuhours",
+    "llama2-34b-gpuhours",
+    "llama2-70b-gpuhours",
+    "llama3-8b-gpuhours",
+    "llama3-70b-gpuhours",
+)
+
+# The runs whose published figure or layout leaves out what decides the prediction.
 EXCLUDED = {
     "llama3-405b-8k-8192gpu": "virtual pipeline stages not published (vpp=1 placeholder); the "
     "bubble of pp=16 with 16-32 micro-batches depends on it",
     "llama3-405b-8k-16384gpu": "virtual pipeline stages not published (vpp=1 placeholder)",
     "llama3-405b-128k-cp16": "virtual pipeline stages not published (vpp=1 placeholder)",
+    "opt-175b-992gpu": "the paper does not say how its 'up to 147 TFLOP/s' counts FLOPs (with "
+    "or without the recomputed forward: 33 % apart) nor give the batch per replica",
+    **dict.fromkeys(_META_GPU_HOURS_RUNS, _NO_LAYOUT_WHOLE_RUN),
+    "pythia-1b-64gpu": WHOLE_RUN_AVERAGE + "; the layout is published (pythia-1b.yml)",
+    "starcoderbase-15b-512gpu": WHOLE_RUN_AVERAGE + "; TP, PP, DP and batch are published, "
+    "recomputation and sharding are not",
 }
 MATMUL_GRID = (0.60, 0.65, 0.70, 0.75)
 
@@ -157,17 +237,82 @@ def scored(comparisons: list[Comparison]) -> list[Comparison]:
     return [c for c in comparisons if c.run_id not in EXCLUDED]
 
 
-def leave_one_out_errors(grid: tuple[float, ...] = MATMUL_GRID) -> dict[str, float]:
-    """Each scored run predicted with the matmul efficiency that fits all the others best:
-    how well the one global constant generalises to a run it was not chosen on."""
-    by_value = {v: {c.run_id: c for c in scored(compare_all(Efficiency(matmul=v)))} for v in grid}
-    ids = list(by_value[grid[0]])
-    out = {}
-    for held in ids:
+@dataclass(frozen=True)
+class Group:
+    """The error over the runs of one source, framework, GPU generation or layout family."""
+
+    name: str
+    n_runs: int
+    mean_absolute_error: float
+    mean_error: float
+    """Signed mean: > 0 when the model predicts these runs slower than measured."""
+
+
+def breakdown(
+    comparisons: Iterable[Comparison],
+    key: Callable[[Comparison], str],
+    error: Callable[[Comparison], float] = lambda c: c.error,
+) -> list[Group]:
+    """One Group per value of `key`, in the order the values first appear."""
+    groups: dict[str, list[float]] = {}
+    for c in comparisons:
+        groups.setdefault(key(c), []).append(error(c))
+    return [
+        Group(name, len(errs), sum(map(abs, errs)) / len(errs), sum(errs) / len(errs))
+        for name, errs in groups.items()
+    ]
+
+
+BREAKDOWN_KEYS: dict[str, Callable[[Comparison], str]] = {
+    "source": lambda c: c.source_key,
+    "framework": lambda c: c.framework,
+    "GPU generation": lambda c: c.gpu_generation,
+    "layout family": lambda c: c.layout_family,
+}
+"""The breakdowns `trainbudget validate` prints, in order."""
+
+
+def with_memory(comparisons: Iterable[Comparison]) -> list[Comparison]:
+    """The comparisons whose source reports peak memory."""
+    return [c for c in comparisons if c.measured_memory_bytes is not None]
+
+
+def memory_error(c: Comparison) -> float:
+    error = c.memory_error
+    if error is None:
+        raise ValueError(f"{c.run_id}: its source reports no memory")
+    return error
+
+
+@dataclass(frozen=True)
+class LeaveOneSourceOut:
+    errors: dict[str, float]
+    """Run id -> error, predicted with the matmul efficiency fitted without its source."""
+    chosen: dict[str, float]
+    """Source key -> the grid value fitted on every other source's runs."""
+
+
+def leave_one_source_out(
+    grid: tuple[float, ...] = MATMUL_GRID,
+    comparisons_at: Callable[[float], list[Comparison]] | None = None,
+) -> LeaveOneSourceOut:
+    """Each source's scored runs predicted with the matmul efficiency that gives the smallest
+    mean absolute error over the runs of all OTHER sources (the documented grid search, one
+    source held out at a time): how the one global constant generalises to a source it was not
+    chosen on. `comparisons_at(v)` gives the comparisons with matmul efficiency v."""
+    at = comparisons_at or (lambda v: compare_all(Efficiency(matmul=v)))
+    by_value = {v: scored(at(v)) for v in grid}
+    sources = list(dict.fromkeys(c.source_key for c in by_value[grid[0]]))
+    if len(sources) < 2:
+        raise ValueError("leave-one-source-out needs runs from at least two sources")
+    errors: dict[str, float] = {}
+    chosen: dict[str, float] = {}
+    for held in sources:
 
         def others_mae(v: float, held: str = held) -> float:
-            return sum(abs(c.error) for i, c in by_value[v].items() if i != held) / (len(ids) - 1)
+            return mean_absolute_error([c for c in by_value[v] if c.source_key != held])
 
         best = min(grid, key=others_mae)
-        out[held] = by_value[best][held].error
-    return out
+        chosen[held] = best
+        errors.update({c.run_id: c.error for c in by_value[best] if c.source_key == held})
+    return LeaveOneSourceOut(errors=errors, chosen=chosen)

@@ -657,3 +657,24 @@ def test_estimate_hsdp_charges_the_shard_group_on_nvlink_and_all_reduces_across_
         assert hsdp["comm_seconds_per_step"][name] < full["comm_seconds_per_step"][name] / 2
     assert hsdp["step_seconds"] < full["step_seconds"]
     assert hsdp["memory_bytes"]["total"] > full["memory_bytes"]["total"]
+
+
+def test_estimate_causal_lowers_the_step_time_by_the_skipped_tiles():
+    base = [
+        "--model",
+        "llama-3-8b",
+        "--gpus",
+        "8",
+        "--gpu",
+        "h100-sxm",
+        "--dp",
+        "8",
+        "--global-batch",
+        "8",
+        "--seq-len",
+        "32768",
+        "--flash-attention",
+    ]
+    full, causal = estimate_json(*base), estimate_json(*base, "--causal")
+    assert causal["step_seconds"] < 0.75 * full["step_seconds"]
+    assert causal["step_breakdown_seconds"]["compute"] < full["step_breakdown_seconds"]["compute"]

@@ -353,7 +353,8 @@ BAD = [
     ((*PLAN, "--gpus-per-node", "3"), "gpus_per_node (3)"),
     # gpt2 on 8 GPUs, tp 1, no cp: dp in {8, 4, 2}; 7 is prime -> no layout
     ((*GPT2_BATCH_7, "--max-tp", "1", "--no-cp"), "no valid layout"),
-    ((*PLAN, "--precision", "fp8"), "precision"),
+    ((*PLAN, "--precision", "int8"), "precision"),
+    ((*PLAN, "--gpu", "a100-80gb", "--precision", "fp8"), "a100-80gb has no dense fp8 peak"),
     ((*PLAN, "--optimizer", "adamww"), "optimizer"),
     ((*PLAN, "--tokens", "-5"), "tokens"),
 ]

@@ -248,7 +248,15 @@ def test_learning_rate_schedule_reaches_the_update() -> None:
     [("fp32", False), ("bf16", False), ("bf16-mixed", True), ("fp16-mixed", True)],
 )
 def test_make_optimizer_follows_the_policy(precision: str, mixed: bool) -> None:
-    assert set(PRECISIONS) == {"fp32", "bf16", "bf16-mixed", "fp16-mixed", "amp-bf16", "amp-fp16"}
+    assert set(PRECISIONS) == {
+        "fp32",
+        "bf16",
+        "bf16-mixed",
+        "fp16-mixed",
+        "amp-bf16",
+        "amp-fp16",
+        "fp8",
+    }
     model = build_model(TINY_LM, dtype=weight_dtype(precision))
     opt = make_optimizer(model, precision=precision, optimizer="adamw", lr=1e-3)
     if mixed:
@@ -277,7 +285,11 @@ def test_weight_dtype_mapping() -> None:
     assert weight_dtype("fp16-mixed") is torch.float16
     assert weight_dtype("amp-bf16") is weight_dtype("amp-fp16") is torch.float32  # autocast
     for name, prec in PRECISIONS.items():  # the dtype's width is the policy's weight bytes
-        assert torch.empty(0, dtype=weight_dtype(name)).element_size() == prec.weight_bytes
-    with pytest.raises(SpecError) as err:
+        if name != "fp8":  # estimate-only, below
+            assert torch.empty(0, dtype=weight_dtype(name)).element_size() == prec.weight_bytes
+    with pytest.raises(SpecError, match="estimate-only") as err:
         weight_dtype("fp8")
+    assert err.value.field == "precision"
+    with pytest.raises(SpecError) as err:
+        weight_dtype("int8")
     assert err.value.field == "precision"

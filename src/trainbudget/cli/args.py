@@ -8,7 +8,7 @@ import sys
 from typing import NoReturn
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.spec.precision import OPTIMIZERS, TRAINABLE_OPTIMIZERS
+from trainbudget.core.spec.precision import OPTIMIZERS, PRECISIONS, TRAINABLE_OPTIMIZERS
 from trainbudget.core.units import parse_count, parse_int_count
 
 
@@ -77,7 +77,9 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precision",
         default="bf16-mixed",
-        help="fp32 | bf16-mixed (fp32 master, default) | fp16-mixed | bf16",
+        help=" | ".join(
+            n + " (fp32 master, default)" if n == "bf16-mixed" else n for n in PRECISIONS
+        ),
     )
     add_optimizer_arg(p)
     p.add_argument("--seq-len", help="tokens per sequence (default: the model's max_seq_len)")

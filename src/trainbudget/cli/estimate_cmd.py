@@ -280,6 +280,7 @@ def _plan_result(args: argparse.Namespace, e: Estimate) -> tuple[RankedPlan, Clu
         precision=get_precision(req.precision),
         optimizer=get_optimizer(req.optimizer),
         efficiency=efficiency_from_args(args, req.hardware),
+        causal=req.causal,
     )
     return ranked, cluster
 

@@ -47,6 +47,12 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument("--tokens", help="training tokens: adds days and GPU-hours per plan")
     p.add_argument("--precision", default="bf16-mixed", help="precision policy")
     add_optimizer_arg(p)
+    p.add_argument(
+        "--causal",
+        action="store_true",
+        help="causal attention: FlashAttention skips the masked tiles and MFU counts only the "
+        "unmasked pairs (default: non-causal, as the seeds and PaLM count)",
+    )
     p.add_argument("--top", default="5", help="how many plans to show (default 5)")
     add_cluster_args(p)
     add_reliability_options(p)
@@ -142,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
         optimizer=get_optimizer(args.optimizer),
         policy=policy_from_args(args),
         top=positive_int("top", args.top),
+        causal=args.causal,
     )
     if args.within_days is not None:
         if args.calibration is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.precision import get_precision
 from trainbudget.model.optimizers import build_optimizer
 
@@ -82,11 +83,17 @@ def make_optimizer(
 
 def weight_dtype(precision: str) -> torch.dtype:
     """The dtype model weights (and activations) take under a precision policy."""
-    return {
+    dtypes = {
         "fp32": torch.float32,
         "bf16-mixed": torch.bfloat16,
         "bf16": torch.bfloat16,
         "fp16-mixed": torch.float16,
         "amp-bf16": torch.float32,  # autocast keeps fp32 weights
         "amp-fp16": torch.float32,
-    }[get_precision(precision).name]
+    }
+    name = get_precision(precision).name
+    if name not in dtypes:  # fp8: its matmuls need Transformer Engine or torchao float8 kernels
+        raise SpecError(
+            "precision", precision, "estimate-only; the model here runs: " + ", ".join(dtypes)
+        )
+    return dtypes[name]

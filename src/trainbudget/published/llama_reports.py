@@ -37,6 +37,7 @@ _META_LAYOUT_NOTES = (
 )
 _META_ASSUMED = frozenset(
     {
+        "framework",
         "n_gpus",
         "gpus_per_node",
         "layout.tp",
@@ -49,6 +50,14 @@ _META_ASSUMED = frozenset(
         "layout.flash_attention",
     }
 )
+
+
+META_FRAMEWORK = "other"
+_META_FRAMEWORK_SOURCE = (
+    "not named: the reports describe Meta's own training code (Llama 1 §2.4: the xformers "
+    "attention and a hand-written backward), no public framework; 'other' assumed"
+)
+LLAMA1_SOURCE_KEY = "touvron-2023-llama1"
 
 
 def _meta_layout(*, global_batch: int, tp: int = 8, n_gpus: int = 2048) -> Layout:
@@ -93,6 +102,9 @@ LLAMA1: tuple[PublishedRun, ...] = (
     PublishedRun(
         id="llama1-65b-2048gpu",
         source=f"{_LLAMA1_SRC}; the figure is §2.4's sentence.",
+        source_key=LLAMA1_SOURCE_KEY,
+        framework=META_FRAMEWORK,
+        framework_source=_META_FRAMEWORK_SOURCE,
         model=_llama1("llama-1-65b", d_model=8192, n_layers=80, n_heads=64, d_ff=22016),
         seq_len=2048, gpu="a100-80gb", n_gpus=2048, gpus_per_node=8,
         layout=_meta_layout(global_batch=2048),
@@ -105,6 +117,9 @@ LLAMA1: tuple[PublishedRun, ...] = (
     PublishedRun(
         id="llama1-33b-gpuhours",
         source=f"{_LLAMA1_SRC}; Table 15 row 'LLaMA-33B'.",
+        source_key=LLAMA1_SOURCE_KEY,
+        framework=META_FRAMEWORK,
+        framework_source=_META_FRAMEWORK_SOURCE,
         model=_llama1("llama-1-33b", d_model=6656, n_layers=60, n_heads=52, d_ff=17920),
         seq_len=2048, gpu="a100-80gb", n_gpus=2048, gpus_per_node=8,
         layout=_meta_layout(global_batch=2048, tp=4),
@@ -116,6 +131,9 @@ LLAMA1: tuple[PublishedRun, ...] = (
     PublishedRun(
         id="llama1-13b-gpuhours",
         source=f"{_LLAMA1_SRC}; Table 15 row 'LLaMA-13B'.",
+        source_key=LLAMA1_SOURCE_KEY,
+        framework=META_FRAMEWORK,
+        framework_source=_META_FRAMEWORK_SOURCE,
         # Llama 1 13B has Llama 2 13B's shapes (Table 2: 5120, 40 heads, 40 layers) at 2k context
         model=preset("llama-2-13b", max_seq_len=2048),
         seq_len=2048, gpu="a100-80gb", n_gpus=2048, gpus_per_node=8,
@@ -127,6 +145,9 @@ LLAMA1: tuple[PublishedRun, ...] = (
     PublishedRun(
         id="llama1-7b-gpuhours",
         source=f"{_LLAMA1_SRC}; Table 15 row 'LLaMA-7B'.",
+        source_key=LLAMA1_SOURCE_KEY,
+        framework=META_FRAMEWORK,
+        framework_source=_META_FRAMEWORK_SOURCE,
         # Llama 1 7B has Llama 2 7B's shapes (Table 2: 4096, 32 heads, 32 layers) at 2k context
         model=preset("llama-2-7b", max_seq_len=2048),
         seq_len=2048, gpu="a100-80gb", n_gpus=2048, gpus_per_node=8,
@@ -180,6 +201,9 @@ def _llama2(
     return PublishedRun(
         id=run_id,
         source=f"{_LLAMA2_SRC}, row '{row}'.",
+        source_key="touvron-2023-llama2",
+        framework=META_FRAMEWORK,
+        framework_source=_META_FRAMEWORK_SOURCE,
         model=model,
         seq_len=4096, gpu="a100-80gb", n_gpus=2048, gpus_per_node=8,
         layout=_meta_layout(global_batch=1024),
@@ -229,6 +253,11 @@ def _llama3_card(run_id: str, row: str, name: str, gpu_hours: float) -> Publishe
     return PublishedRun(
         id=run_id,
         source=f"{_LLAMA3_CARD_SRC}, row '{row}'.",
+        # the card is the Llama 3 paper's companion (same team, cluster and training stack):
+        # one source with the 405B rows of open_models.py, not an independent one
+        source_key="meta-2024-llama3",
+        framework=META_FRAMEWORK,
+        framework_source=_META_FRAMEWORK_SOURCE,
         model=preset(name),
         seq_len=8192, gpu="h100-sxm", n_gpus=2048, gpus_per_node=8,
         layout=_meta_layout(global_batch=2048),

@@ -34,7 +34,11 @@ def _h100(tp: int, pp: int, dp: int, *, cp: int = 1, vpp: int = 1, micro: int = 
     )  # fmt: skip
 
 
-_NEMO_ASSUMED = frozenset({"layout.micro_batch", "layout.sp", "layout.recompute"})
+_NEMO_ASSUMED = frozenset({"layout.micro_batch", "layout.sp", "layout.recompute", "framework"})
+_NEMOTRON_FRAMEWORK = (
+    "not read in the report: NVIDIA's NeMo, whose NeMo-Framework-Launcher configs describe "
+    "these models (the layout assumptions come from them too)"
+)
 
 # fmt: off
 NEMOTRON4: tuple[PublishedRun, ...] = (
@@ -48,6 +52,9 @@ NEMOTRON4: tuple[PublishedRun, ...] = (
     # ------------------------------------------------------------------------------------------
     PublishedRun(
         id="nemotron4-15b-768gpu",
+        source_key="parmar-2024-nemotron4-15b",
+        framework="nemo",
+        framework_source=_NEMOTRON_FRAMEWORK,
         source=(
             "Parmar et al. 2024, 'Nemotron-4 15B Technical Report', arXiv:2402.16819, §2 "
             "'Pre-training' and Table 2 (text read from a stored conversion of the paper)."
@@ -70,6 +77,9 @@ NEMOTRON4: tuple[PublishedRun, ...] = (
     # Table 2: "288 | 2,304 | 0.64 | 30.5 | 1,152 | 7,600 | 11.9"
     PublishedRun(
         id="nemotron4-15b-2304gpu",
+        source_key="parmar-2024-nemotron4-15b",
+        framework="nemo",
+        framework_source=_NEMOTRON_FRAMEWORK,
         source="Parmar et al. 2024, arXiv:2402.16819, Table 2, third row.",
         model=_NEMOTRON4_15B, seq_len=4096, gpu="h100-sxm", n_gpus=2304, gpus_per_node=8,
         layout=_h100(8, 1, 288, batch=1152),
@@ -88,6 +98,9 @@ NEMOTRON4: tuple[PublishedRun, ...] = (
     # ------------------------------------------------------------------------------------------
     PublishedRun(
         id="nemotron4-340b-6144gpu",
+        source_key="nvidia-2024-nemotron4-340b",
+        framework="nemo",
+        framework_source=_NEMOTRON_FRAMEWORK,
         source=(
             "NVIDIA 2024, 'Nemotron-4 340B Technical Report', arXiv:2406.11704, §3 / Table 2 "
             "(batch-size ramp), last stage; as quoted by aiportalx.com/nvidia/nemotron-4-340b."
@@ -138,6 +151,8 @@ DGXC: tuple[PublishedRun, ...] = (
     # ------------------------------------------------------------------------------------------
     PublishedRun(
         id="dgxc-gpt3-175b-bf16-128gpu",
+        source_key="nvidia-dgxc-benchmarking", framework="nemo",
+        framework_source="the README's setup: the NeMo container named in the source",
         source=_DGXC_SRC.format(path="nemo_megatron/README_175b.md", fw="(DGXC 24.x)")
         + " Config: nemo_megatron/gpt3_175b_hydra.yaml.",
         # GPT-3 175B's dimensions (the preset) with the executed, padded vocabulary
@@ -166,6 +181,8 @@ DGXC: tuple[PublishedRun, ...] = (
     #  step) | 14.72 |"; "| Model flops utilization | 54.10% |"
     PublishedRun(
         id="dgxc-llama31-70b-bf16-64gpu",
+        source_key="nvidia-dgxc-benchmarking", framework="nemo",
+        framework_source="the README's setup: the NeMo container named in the source",
         source=_DGXC_SRC.format(path="llama3.1/README_70b.md", fw="24.09")
         + " Config: NeMo-Framework-Launcher conf/training/llama/llama3_1_70b.yaml.",
         model=preset("llama-3-70b"),  # Llama 3.1 70B has Llama 3 70B's shapes
@@ -188,6 +205,8 @@ DGXC: tuple[PublishedRun, ...] = (
     # "Note that Llama3.1 405B uses the GPT2BPETokenizer as a proxy."
     PublishedRun(
         id="dgxc-llama31-405b-bf16-576gpu",
+        source_key="nvidia-dgxc-benchmarking", framework="nemo",
+        framework_source="the README's setup: the NeMo container named in the source",
         source=_DGXC_SRC.format(path="llama3.1/README_405b.md", fw="24.09")
         + " Config: NeMo-Framework-Launcher conf/training/llama/llama3_1_405b.yaml.",
         # the NeMo config's query groups and the executed proxy vocabulary (notes)
@@ -214,6 +233,8 @@ DGXC: tuple[PublishedRun, ...] = (
     #  |  4.61 |"; "| Model flops utilization | 55.38% |"
     PublishedRun(
         id="dgxc-nemotron4-340b-bf16-128gpu",
+        source_key="nvidia-dgxc-benchmarking", framework="nemo",
+        framework_source="the README's setup: the NeMo container named in the source",
         source=_DGXC_SRC.format(path="nemotron/README_340b.md", fw="24.09/24.11")
         + " Config: NeMo-Framework-Launcher conf/training/nemotron/nemotron_340b.yaml.",
         model=_NEMOTRON4_340B, seq_len=4096, gpu="h100-sxm", n_gpus=128, gpus_per_node=8,

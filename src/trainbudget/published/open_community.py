@@ -28,6 +28,10 @@ TINYLLAMA = PublishedRun(
         "'Training Details' (table) and 'Blazingly Fast' (throughput sentence and GPU-hours "
         "table); FSDP settings from pretrain/tinyllama.py."
     ),
+    source_key="zhang-2024-tinyllama",
+    framework="pytorch-fsdp",
+    framework_source="README 'Blazingly Fast': 'multi-gpu and multi-node distributed training "
+    "with FSDP' (pretrain/tinyllama.py: Lightning Fabric's FSDPStrategy over PyTorch FSDP)",
     model=architecture(
         name="tinyllama-1.1b",
         source="TinyLlama README 'Training Details' ('exactly the same architecture and "
@@ -72,6 +76,10 @@ PYTHIA_1B = PublishedRun(
         "quoted in the jzhang38/TinyLlama README table 'A100 GPU hours taken on 300B tokens' "
         "(row 'Pythia-1.0B'); layout from EleutherAI/pythia models/1B/pythia-1b.yml."
     ),
+    source_key="biderman-2023-pythia",
+    framework="megatron-deepspeed",
+    framework_source="EleutherAI/pythia README: the configs were used 'to train these models "
+    "within the GPT-NeoX library', Megatron's model code on DeepSpeed (ZeRO-1 in the config)",
     model=architecture(
         name="pythia-1b",
         source="EleutherAI/pythia models/1B/pythia-1b.yml (16 layers, 2048 hidden, 8 heads, "
@@ -116,6 +124,11 @@ STARCODER = PublishedRun(
         "'Training details' (layout, as quoted by nl2code.github.io/posts/StarCoder) and the "
         "model card's 320,256 pre-training GPU-hours (as quoted in a stored secondary text)."
     ),
+    source_key="li-2023-starcoder",
+    framework="megatron",
+    framework_source="not named in the quoted §5 text; BigCode publishes the trained model in "
+    "Megatron's checkpoint format (huggingface.co/bigcode/starcoderbase-megatron, 'the "
+    "Megatron-version of StarCoderBase'): their Megatron fork assumed",
     model=architecture(
         name="starcoderbase-15.5b",
         source="bigcode/starcoder config.json (GPTBigCode): n_embd 6144, n_layer 40, n_head "
@@ -131,7 +144,9 @@ STARCODER = PublishedRun(
         micro_batch=1, global_batch=512, flash_attention=True,
     ),
     measured=Measurement(tokens_per_second_per_gpu=tokens_per_second_per_gpu(1e12, 320_256)),
-    assumed=frozenset({"layout.sp", "layout.recompute", "layout.zero", "layout.flash_attention"}),
+    assumed=frozenset({
+        "layout.sp", "layout.recompute", "layout.zero", "layout.flash_attention", "framework",
+    }),
     notes=(
         "A100 80GB, 64 nodes of 8. Layout stated: TP 4, PP 4, DP 32, micro 1, GA 16, batch 512 "
         "x 8192 = 4M tokens; StarCoderBase trained 1T tokens (abstract). Not stated, assumed: "

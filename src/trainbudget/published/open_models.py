@@ -1,4 +1,7 @@
-"""Runs outside NVIDIA's papers: BLOOM (BigScience), Llama 3 (Meta), torchtitan, MPT (MosaicML)."""
+"""Runs outside NVIDIA's papers: BLOOM (BigScience) and Llama 3 (Meta).
+
+The torchtitan and MosaicML llm-foundry rows that were here are gone: the reviewer's held-out
+runs are drawn from those sources (see published/__init__.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,10 @@ BLOOM: tuple[PublishedRun, ...] = (
     # ------------------------------------------------------------------------------------------
     PublishedRun(
         id="bloom-176b-384gpu",
+        source_key="bigscience-2022-bloom",
+        framework="megatron-deepspeed",
+        framework_source="tr11-176B-ml/README.md: trained with bigscience-workshop/"
+        "Megatron-DeepSpeed (DeepSpeed BF16_Optimizer, pipeline engine)",
         source=(
             "BigScience, BLOOM-176B training (tr11-176B-ml), github.com/bigscience-workshop/"
             "bigscience train/tr11-176B-ml/README.md, sections 'Replica setup' and 'Important "
@@ -71,7 +78,7 @@ _LLAMA3_NOTES = (
     "not stated (TP cites Korthikanti et al.; assumed on). MFU = BF16 model FLOPs (Chowdhery "
     "et al. definition) over 989 TFLOP/s; 430/989 = 43%."
 )
-_LLAMA3_ASSUMED = frozenset({"layout.vpp", "layout.micro_batch", "layout.sp"})
+_LLAMA3_ASSUMED = frozenset({"layout.vpp", "layout.micro_batch", "layout.sp", "framework"})
 
 
 def _llama3(
@@ -82,6 +89,10 @@ def _llama3(
     return PublishedRun(
         id=run_id,
         source=f"{_LLAMA3_SRC} {row}",
+        source_key="meta-2024-llama3",
+        framework="other",
+        framework_source="§3.3 describes Meta's own 4D-parallel training stack; no public "
+        "framework is named",
         model=preset("llama-3-405b"),
         seq_len=seq_len, gpu="h100-sxm", n_gpus=8 * 16 * dp * cp, gpus_per_node=8,
         layout=Layout(
@@ -125,78 +136,6 @@ LLAMA3: tuple[PublishedRun, ...] = (
             "for 8K; recompute='none' here is an assumption (per-GPU tokens equal the 8K "
             "rows'). With 131K tokens the FLOP convention matters: Chowdhery's 6N + "
             "12*l*h*s attention term vs causal counting differ a lot."
-        ),
-    ),
-)
-
-TORCHTITAN: tuple[PublishedRun, ...] = (
-    # ------------------------------------------------------------------------------------------
-    # torchtitan docs/performance.md (commit eaea6f6):
-    # "**Table 3** 1D Parallelism (FSDP). Llama 3.1 8B model. 128 GPUs. Local batch size 2,
-    #  global batch size 256. Selective activation checkpointing."  "| FSDP | 5,605 | 67.0 |"
-    # "Each H100 GPU is equipped with 96GB HBM2e ... We used the default 500W power limit"
-    # ------------------------------------------------------------------------------------------
-    PublishedRun(
-        id="torchtitan-llama31-8b-fsdp-128gpu",
-        source=(
-            "pytorch/torchtitan docs/performance.md, Table 3 (Liang et al. 2024, "
-            "'TorchTitan', arXiv:2410.06511), row 'FSDP' (eager, bf16, no Float8)."
-        ),
-        model=preset("llama-3-8b"),  # Llama 3.1 8B has Llama 3 8B's shapes
-        seq_len=8192, gpu="other:h100-sxm-96gb-hbm2e-500w", n_gpus=128, gpus_per_node=8,
-        layout=Layout(
-            tp=1, pp=1, dp=128, sp=False, recompute="selective", zero=3,
-            micro_batch=2, global_batch=256, flash_attention=True,
-        ),
-        measured=Measurement(tokens_per_second_per_gpu=5605),
-        assumed=frozenset({"seq_len"}),
-        notes=(
-            "Grand Teton: H100 with 96GB HBM2e (2.4 TB/s) at 500 W, not the 80GB/700 W SXM "
-            "part; 400 Gb/s RDMA per GPU. FSDP2 full shard (zero=3), no gradient "
-            "accumulation (micro = local batch 2). TPS read at iteration 90. Sequence "
-            "length not stated in the doc: 8192 from the llama3_8b.toml default. torchtitan "
-            "'selective' AC is the per-op policy (selective_ac_option='op'), not Megatron's "
-            "attention-only scheme. Derived step time = 256*8192/(5605*128) = 2.92 s."
-        ),
-    ),
-)
-
-MPT: tuple[PublishedRun, ...] = (
-    # ------------------------------------------------------------------------------------------
-    # mosaicml/llm-foundry scripts/train/benchmarking/README.md, "## H100 80GB BF16":
-    # "|  7b | 2048 | 8 | h100_80gb | 46.44 | 46.44 |  4.595096E+14 | 6 | 1 | 48 | 41 | 85144 |
-    #   10643 | 98304 | amp_bf16 | DEFAULT | FULL_SHARD | False | False | 6658859008 |"
-    # ------------------------------------------------------------------------------------------
-    PublishedRun(
-        id="mpt-7b-h100-fsdp-8gpu",
-        source=(
-            "MosaicML llm-foundry, scripts/train/benchmarking/README.md, table 'H100 80GB "
-            "BF16', row 7b / SeqLen 2048 / 8 GPUs; model from scripts/train/yamls/pretrain/"
-            "mpt-7b.yaml."
-        ),
-        # mpt-7b.yaml over MPTConfig's defaults (learned_pos_emb=True, no_bias=False,
-        # low_precision_layernorm, tied): GPT-3 6.7B's shape and kind, GPT-NeoX's padded vocab
-        model=preset("gpt3-6.7b", vocab_size=50368),
-        seq_len=2048, gpu="h100-sxm", n_gpus=8, gpus_per_node=8,
-        layout=Layout(
-            tp=1, pp=1, dp=8, sp=False, recompute="none", zero=3,
-            micro_batch=6, global_batch=48, flash_attention=True,
-        ),
-        measured=Measurement(
-            tokens_per_second_per_gpu=10643, mfu=0.4644, flops_convention="llm-foundry",
-        ),
-        assumed=frozenset({"gpu"}),
-        notes=(
-            "Columns: MFU 46.44, HFU 46.44, MicroBatchSize 6, GradAccum 1, GlobalBatchSize "
-            "48, Throughput 85144 T/s total, 10643 T/s/GPU, FSDP FULL_SHARD, activation "
-            "checkpointing False, NumParams 6,658,859,008. The benchmarked model is "
-            "mpt-7b.yaml over MPTConfig's defaults, NOT the released MPT-7B (ALiBi, no "
-            "biases): the yaml sets neither alibi nor no_bias, and NumParams is exactly "
-            "the count with learned positions (2048 x 4096) and biases on every linear "
-            "and LayerNorm; the same table's 7b rows at 512/1024/8192 tokens differ by "
-            "4096 parameters per position, the learned table. Tied embeddings, expansion "
-            "ratio 4; triton/flash attention. 'h100_80gb' assumed SXM. Derived step time = "
-            "48*2048/85144 = 1.155 s."
         ),
     ),
 )

@@ -33,7 +33,20 @@ FLOP_CONVENTIONS = {
     "nemo-dgxc": "per sequence s * (attention + mlp + embedding), attention = 12*l*h^2*(1 + "
     "kv_groups/heads + s/h), mlp = 18*l*ffn*h (SwiGLU) or 48*l*h^2 (4h non-gated), embedding "
     "= 6*V*h (the 'Notes' of each dgxc-benchmarking README)",
-    "llm-foundry": "6N + 12*l*h*s per token (non-causal), llm-foundry's MFU",
+    "flash-attention-2": "per sequence 6*s*N + 12*l*h*s^2, N every parameter (embeddings "
+    "included), non-causal attention, recomputation not counted (Dao 2023, FlashAttention-2, "
+    "arXiv:2307.08691, §4.2, the formula under Table 1)",
+}
+
+# Who ran the training: the software stack the run's source names (the error is broken down by
+# it). Megatron-DeepSpeed is its own row: Megatron's model code on DeepSpeed's engine.
+FRAMEWORKS = {
+    "megatron": "NVIDIA Megatron-LM or Megatron-Core used directly",
+    "megatron-deepspeed": "Megatron's model code with DeepSpeed's pipeline and ZeRO engine",
+    "deepspeed": "DeepSpeed without Megatron's model code",
+    "pytorch-fsdp": "PyTorch FullyShardedDataParallel (or FairScale's FSDP it grew from)",
+    "nemo": "NVIDIA NeMo (on Megatron-Core)",
+    "other": "any other stack (an in-house trainer, SageMaker model parallelism, ...)",
 }
 
 _ID = re.compile(r"[a-z0-9][a-z0-9.-]*")
@@ -69,6 +82,9 @@ class Layout:
     """Activation recomputation: 'none', 'selective' or 'full'."""
     zero: int
     """Sharding stage 0-3: Megatron distributed optimizer = 1, FSDP full shard = 3."""
+    zero_shard: int = 0
+    """HSDP: shard over groups of this many data-parallel ranks and replicate across the groups
+    (MiCS); 0 = shard over all of dp."""
     micro_batch: int
     """Sequences per micro-batch on one data-parallel rank."""
     global_batch: int
@@ -97,6 +113,8 @@ class Measurement:
     """Achieved TFLOP/s (1e12 FLOP/s) per GPU, counted with `flops_convention`."""
     tokens_per_second_per_gpu: float | None = None
     """Training tokens per second per GPU."""
+    samples_per_second_per_gpu: float | None = None
+    """Training sequences per second per GPU."""
     mfu: float | None = None
     """Model FLOPs utilisation, a fraction of the dense peak (0.43 = 43 %)."""
     hfu: float | None = None
@@ -105,6 +123,8 @@ class Measurement:
     """Key of FLOP_CONVENTIONS: how the TFLOP/s or MFU figure counts FLOPs; None = unstated."""
     flops_note: str = ""
     """What the source adds about its FLOP count (its per-sequence figure, HFU's extra)."""
+    memory_bytes_per_gpu: float | None = None
+    """Peak memory on one GPU as the source reports it (the most loaded GPU where it says)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,6 +135,13 @@ class PublishedRun:
     """Short unique slug (lower case, digits, '-' and '.')."""
     source: str
     """Citation (authors, title, arXiv or URL) and the table, figure or section read."""
+    source_key: str
+    """Slug of the publication the figure comes from (every run of one paper, report or
+    benchmark page shares it): the unit that leave-one-source-out validation holds out."""
+    framework: str
+    """Key of FRAMEWORKS: the training stack the source names."""
+    framework_source: str
+    """Where the source names the framework (a quote or section), or why it is assumed."""
     model: ModelSpec
     """The architecture trained; position and norm as the source's model uses them."""
     seq_len: int
@@ -180,7 +207,8 @@ def architecture(
 
 def assumable_fields() -> frozenset[str]:
     """The names `assumed` may hold: a run field, or 'model.', 'layout.', 'measured.' + field."""
-    top = {f.name for f in dataclasses.fields(PublishedRun)} - {"id", "source", "assumed", "notes"}
+    fixed = {"id", "source", "source_key", "framework_source", "assumed", "notes"}
+    top = {f.name for f in dataclasses.fields(PublishedRun)} - fixed
     nested = {
         f"{prefix}.{f.name}"
         for prefix, cls in (("model", ModelSpec), ("layout", Layout), ("measured", Measurement))
@@ -195,9 +223,13 @@ def _validate(run: PublishedRun) -> None:
 
     if not isinstance(run.id, str) or not _ID.fullmatch(run.id):
         fail("id", run.id, "must be a slug of lower-case letters, digits, '-' and '.'")
-    for name in ("source", "notes"):
+    for name in ("source", "framework_source", "notes"):
         if not isinstance(getattr(run, name), str) or not getattr(run, name).strip():
             fail(name, getattr(run, name), "must be a non-empty string")
+    if not isinstance(run.source_key, str) or not _ID.fullmatch(run.source_key):
+        fail("source_key", run.source_key, "must be a slug of lower-case letters, digits, '-'")
+    if run.framework not in FRAMEWORKS:
+        fail("framework", run.framework, "must be one of " + ", ".join(FRAMEWORKS))
     for name, cls in (("model", ModelSpec), ("layout", Layout), ("measured", Measurement)):
         if not isinstance(getattr(run, name), cls):
             fail(name, type(getattr(run, name)).__name__, f"must be a {cls.__name__}")
@@ -241,6 +273,11 @@ def _validate_layout(fail: _Fail, lay: Layout, n_gpus: int) -> None:
     if n_gpus != lay.n_gpus:
         factors = f"{lay.tp}*{lay.pp}*{lay.dp}*{lay.cp} = {lay.n_gpus}"
         fail("n_gpus", n_gpus, f"must equal tp*pp*dp*cp ({factors})")
+    if isinstance(lay.zero_shard, bool) or not isinstance(lay.zero_shard, int):
+        fail("layout.zero_shard", lay.zero_shard, "must be an integer (0 = all of dp)")
+    if lay.zero_shard and (lay.zero_shard < 0 or lay.dp % lay.zero_shard or lay.zero == 0):
+        rule = f"must be 0 or divide dp ({lay.dp}), with zero > 0"
+        fail("layout.zero_shard", lay.zero_shard, rule)
     if lay.global_batch % (lay.micro_batch * lay.dp):
         fail(
             "layout.global_batch",
@@ -250,8 +287,13 @@ def _validate_layout(fail: _Fail, lay: Layout, n_gpus: int) -> None:
 
 
 def _validate_measurement(fail: _Fail, m: Measurement) -> None:
-    figures = ("iteration_seconds", "tflops_per_second_per_gpu", "tokens_per_second_per_gpu")
-    for name in (*figures, "mfu", "hfu"):
+    figures = (
+        "iteration_seconds",
+        "tflops_per_second_per_gpu",
+        "tokens_per_second_per_gpu",
+        "samples_per_second_per_gpu",
+    )
+    for name in (*figures, "mfu", "hfu", "memory_bytes_per_gpu"):
         value = getattr(m, name)
         if value is not None and (isinstance(value, bool) or not value > 0):
             fail(f"measured.{name}", value, "must be a positive number or None")

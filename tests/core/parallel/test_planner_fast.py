@@ -118,10 +118,10 @@ def _arrays(case: str) -> PlanArrays:
     )
 
 
-def _agree(spec, cluster, arrays, index, kw):
-    step, memory, tokens = evaluate_arrays(spec, cluster, arrays, **kw)
+def _agree(spec, cluster, arrays, index, kw, causal=False):
+    step, memory, tokens = evaluate_arrays(spec, cluster, arrays, causal=causal, **kw)
     for i in index:
-        ref = evaluate(spec, arrays.plan(int(i)), cluster, **kw)
+        ref = evaluate(spec, arrays.plan(int(i)), cluster, causal=causal, **kw)
         assert step[i] == pytest.approx(ref.time.step_seconds, rel=1e-12, abs=0)
         assert memory[i] == pytest.approx(ref.memory.total_bytes, rel=1e-12, abs=0)
         assert tokens[i] == ref.time.tokens_per_step
@@ -135,6 +135,12 @@ def test_grid_equals_one_plan_at_a_time_on_a_sample(case):
     if len(arrays) > SAMPLE:
         index = np.sort(np.random.default_rng(0).choice(len(arrays), SAMPLE, replace=False))
     _agree(spec, cluster, arrays, index, kw)
+
+
+def test_grid_equals_one_plan_at_a_time_under_a_causal_mask():
+    spec, cluster, _, _, kw = _setup("llama-3-8b/32xh100/cp")
+    arrays = _arrays("llama-3-8b/32xh100/cp")
+    _agree(spec, cluster, arrays, range(0, len(arrays), 7), kw, causal=True)
 
 
 # every plan of three searches (4 nodes or 2: HSDP shard sizes are among them)

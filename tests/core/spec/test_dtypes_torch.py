@@ -122,3 +122,14 @@ def test_overflow_matches_torch(name: str, dtype: object) -> None:
             if name == "fp8-e4m3" and math.isnan(theirs):
                 continue
             assert _same(ours, theirs), (v, ours, theirs)
+
+
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fnuz"), reason="torch without FNUZ fp8")
+def test_mi300x_fnuz_fp8_is_not_ocp_e4m3() -> None:
+    """The mi300x row's note: MI300X (gfx942) computes in the FNUZ FP8 variants (HIP
+    fp8_numbers page), whose E4M3 tops out at 240, not OCP E4M3's 448 that `fp8-e4m3` models;
+    one byte per element either way."""
+    fnuz = torch.finfo(torch.float8_e4m3fnuz)
+    assert fnuz.max == 240.0
+    assert get_format("fp8-e4m3").max_value == 448.0
+    assert torch.tensor([], dtype=torch.float8_e4m3fnuz).element_size() == 1

@@ -16,6 +16,8 @@ REQUIRED = (
     "a100-80gb",
     "h100-sxm",
     "h100-pcie",
+    "h100-nvl",
+    "h800",
     "h200",
     "b200",
     "mi300x",
@@ -122,6 +124,88 @@ def test_datasheet_figures(name, memory, bandwidth, bf16):
         assert hw.memory_bytes == memory
     assert hw.hbm_bytes_per_second == pytest.approx(bandwidth)
     assert hw.peak_flops_per_second("bf16") == bf16
+
+
+# --- rows added for published runs and FP8 (issue "Numbers you can trust", item 4) ----------
+
+
+def test_h100_nvl_datasheet():
+    nvl = get_hardware("h100-nvl")
+    # https://www.nvidia.com/en-us/data-center/h100/ , specifications, H100 NVL column:
+    # FP32 60 TFLOPS; TF32 835, BFLOAT16 1,671, FP16 1,671, FP8 3,341 TFLOPS (with sparsity);
+    # 94GB; 3.9TB/s; NVLink 600GB/s (a bridge joining two cards), PCIe Gen5 128GB/s
+    assert nvl.memory_bytes == 94 * GB
+    assert nvl.hbm_bytes_per_second == 3.9 * TB
+    assert nvl.peak_flops_per_second("fp32") == 60e12
+    sparse = {"tf32": 835e12, "bf16": 1671e12, "fp16": 1671e12, "fp8": 3341e12}
+    assert dict(nvl.sparse_flops_per_second) == sparse
+    for dtype, value in sparse.items():
+        assert nvl.peak_flops_per_second(dtype) * 2 == value
+    # bridge joins pairs only: 8 cards talk over PCIe Gen5, 128 GB/s bidirectional -> 64
+    assert nvl.intra_node_bytes_per_second == 64 * GB
+
+
+def test_h800_is_h100_sxm_compute_with_cut_nvlink():
+    h800, h100, h200 = get_hardware("h800"), get_hardware("h100-sxm"), get_hardware("h200")
+    # arXiv 2505.09343 (DeepSeek, "Insights into DeepSeek-V3"): H800 = H100 SXM with FP64 and
+    # NVLink cut; NVLink 400 GB/s bidirectional (H100: 900) -> 200 GB/s one direction
+    assert h800.intra_node_bytes_per_second == 200 * GB
+    assert h800.intra_node_bytes_per_second < h100.intra_node_bytes_per_second
+    # H100 SXM datasheet tensor peaks, dense = sparse / 2; fp32 the datasheet's 67 (as h200)
+    assert dict(h800.dense_flops_per_second) == dict(h200.dense_flops_per_second)
+    assert dict(h800.sparse_flops_per_second) == dict(h100.sparse_flops_per_second)
+    assert (h800.memory_bytes, h800.hbm_bytes_per_second) == (80 * GB, 3.35 * TB)
+    # github.com/deepseek-ai/DeepEP README: one CX7 InfiniBand 400 Gb/s NIC per H800
+    assert h800.inter_node_bytes_per_second == 400 * GB / 8
+
+
+def test_b200_fp4_dense_and_sparse():
+    b200 = get_hardware("b200")
+    # https://www.nvidia.com/en-us/data-center/hgx/ , HGX B200: FP4 Tensor Core 18 PFLOPS per
+    # GPU; system row "144 | 72 PFLOPS" (sparse | dense) for 8 GPUs -> 9 PFLOPS dense per GPU
+    assert b200.peak_flops_per_second("fp4") == 72e15 / 8 == 9e15
+    assert b200.peak_flops_per_second("fp4", sparse=True) == 144e15 / 8 == 18e15
+    # FP4 runs at twice the FP8 rate
+    assert b200.peak_flops_per_second("fp4") == 2 * b200.peak_flops_per_second("fp8")
+
+
+# Where a datasheet prints the tensor figures with sparsity, the dense peak is half of them.
+_SPARSE_PRINTED = ("h100-sxm", "h100-pcie", "h100-nvl", "h800", "h200", "b200")
+
+
+@pytest.mark.parametrize("name", _SPARSE_PRINTED)
+def test_sparse_is_twice_dense(name):
+    hw = get_hardware(name)
+    for dtype, sparse in hw.sparse_flops_per_second.items():
+        assert sparse == pytest.approx(2 * hw.peak_flops_per_second(dtype), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("name", "fp8"),
+    [
+        # dense FP8 (E4M3 and E5M2 run at one rate): sparse datasheet figure / 2
+        ("h100-sxm", 1979e12),  # nvidia.com/en-us/data-center/h100/ : 3,958 with sparsity
+        ("h100-nvl", 1670.5e12),  # same page, H100 NVL column: 3,341 with sparsity
+        ("h800", 1979e12),  # H100 SXM compute (arXiv 2505.09343)
+        ("h200", 1979e12),  # nvidia.com/en-us/data-center/h200/ : 3,958 with sparsity
+        ("b200", 4.5e15),  # nvidia.com/en-us/data-center/hgx/ : HGX B200 FP8 9 PFLOPS sparse
+        ("mi300x", 2614.9e12),  # amd-instinct-mi300x-data-sheet.pdf: FP8 2,614.9 TFLOPS dense
+    ],
+)
+def test_fp8_dense_peaks(name, fp8):
+    hw = get_hardware(name)
+    assert hw.peak_flops_per_second("fp8") == fp8
+    # on every one of them the FP8 tensor rate is twice the bf16 rate
+    assert fp8 == pytest.approx(2 * hw.peak_flops_per_second("bf16"), rel=1e-3)
+
+
+@pytest.mark.parametrize("name", ["a100-40gb", "a100-80gb", "tpu-v5e"])
+def test_no_fp8_error_names_the_gpu_and_fp8(name):
+    with pytest.raises(SpecError) as info:
+        get_hardware(name).peak_flops_per_second("fp8")
+    message = str(info.value)
+    assert "\n" not in message
+    assert name in message and "'fp8'" in message and "precision" in message
 
 
 def test_one_direction_link_convention():

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.spec.hardware import DTYPES, get_hardware
 from trainbudget.core.spec.precision import (
     OPTIMIZERS,
+    PRECISIONS,
     TRAINABLE_OPTIMIZERS,
     Optimizer,
     dense_bytes_per_param,
@@ -64,9 +66,39 @@ def test_activation_and_compute_dtypes() -> None:
     assert get_precision("fp32").activation_bytes == 4
 
 
+def test_fp8_policy_bytes() -> None:
+    """FP8 training as Transformer Engine / torchao float8 do it: matmuls in FP8, the bytes of
+    bf16-mixed. Weights the GEMMs read are bf16 (2), gradients bf16 (2), fp32 master (4) and
+    fp32 Adam m, v (4 + 4): 16 bytes per parameter, as ZeRO Sec. 3.1's 2 + 2 + 12 (arXiv
+    1910.02054). Activations 2 bytes: torchao's matmul_with_hp_or_float8_args saves the bf16
+    input for backward (Transformer Engine would save 1-byte FP8 GEMM inputs)."""
+    p = get_precision("fp8")
+    assert (p.weight_bytes, p.grad_bytes, p.master_bytes, p.state_bytes) == (2, 2, 4, 4)
+    assert p.activation_bytes == 2
+    assert p.compute_dtype == "fp8"
+    assert per_param("fp8", "adamw") == per_param("bf16-mixed", "adamw") == 16
+    assert per_param("fp8", "adamw-8bit") == 10.00390625
+
+
+def test_every_compute_dtype_is_a_catalog_peak_key() -> None:
+    """compute_dtype picks a key of Hardware.dense_flops_per_second."""
+    for p in PRECISIONS.values():
+        assert p.compute_dtype in DTYPES
+
+
+def test_fp8_on_a_gpu_without_fp8_is_one_line_error() -> None:
+    """A100 has no FP8 tensor cores (nvidia-a100-datasheet: no FP8 row): asking for the fp8
+    policy's peak names the GPU and fp8 on one line."""
+    with pytest.raises(SpecError) as err:
+        get_hardware("a100-80gb").peak_flops_per_second(get_precision("fp8").compute_dtype)
+    assert "a100-80gb" in str(err.value) and "fp8" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert get_hardware("h100-sxm").peak_flops_per_second("fp8") == 1979e12
+
+
 @pytest.mark.parametrize(
     ("call", "field"),
-    [(lambda: get_precision("fp8"), "precision"), (lambda: get_optimizer("adamww"), "optimizer")],
+    [(lambda: get_precision("fp4"), "precision"), (lambda: get_optimizer("adamww"), "optimizer")],
 )
 def test_unknown_names(call, field: str) -> None:
     """Unknown keys raise SpecError naming the table, listing the known keys."""

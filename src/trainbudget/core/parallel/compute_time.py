@@ -4,6 +4,7 @@ Every function takes numbers for one plan or arrays for the planner's grid (`xp`
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,9 +46,20 @@ ACTIVATION_FN_TRAFFIC = {"swiglu": 3, "gelu": 2}
 activation reads its input and writes its output."""
 ROPE_TRAFFIC = 2
 """RoPE reads and writes every element of q and k."""
+FLASH_BLOCK_TOKENS = 128
+"""Query/key tile of FlashAttention-2's kernels (Dao 2023, arXiv 2307.08691, Sec. 3.1 and the
+released kernels' 128-row blocks). Under a causal mask the kernel skips every tile above the
+diagonal and computes the diagonal ones whole (Sec. 3.1.1, "Causal masking")."""
 LOSS_FP32_TRAFFIC_BYTES = 4 * FP32_BYTES
 """Per logit, beyond writing and reading the logits themselves: the fp32 log-softmax written
 and read by the loss, and its fp32 gradient written and read by the head's backward."""
+
+
+def causal_tile_fraction(seq_len: int) -> float:
+    """Share of the s x s score tiles a causal FlashAttention kernel computes: with n tiles
+    per side, the n (n + 1) / 2 on or below the diagonal of n^2, i.e. (n + 1) / (2 n)."""
+    n = math.ceil(seq_len / FLASH_BLOCK_TOKENS)
+    return (n + 1) / (2 * n)
 
 
 def matmul_seconds(
@@ -90,8 +102,11 @@ def layer_compute(
     hbm: float,
     eff: Efficiency,
     dropout: bool,
+    causal: bool = False,
     xp: Ops = SCALAR,
 ) -> LayerCompute:
+    """`causal`: a causal mask, whose upper tiles FlashAttention skips (the unfused kernel
+    computes the whole s x s scores and masks them, so it costs the same)."""
     fwd = forward_flops(spec, seq_len)
     n_layers, t, b = spec.n_layers, L.tp, L.micro_batch
     rows = b * seq_len / L.cp  # tokens through each weight matmul on this GPU
@@ -113,6 +128,8 @@ def layer_compute(
     )
     hbm_rate = hbm * eff.hbm
     flash = (fwd.scores + fwd.attn_values) * scale / (peak * eff.attention)
+    if causal:
+        flash = flash * causal_tile_fraction(seq_len)
     # unfused: batched GEMMs (s/cp, d_head) @ (d_head, s) and (s/cp, s) @ (s, d_head) per
     # head, whose k = d_head makes them memory-bound on the s x s operand; then softmax
     # (read and write the s x s scores) and, with dropout, its mask and dropped copy
@@ -169,10 +186,20 @@ def micro_batch_compute(
     hbm: float,
     eff: Efficiency,
     dropout: bool,
+    causal: bool = False,
     xp: Ops = SCALAR,
 ) -> MicroBatchCompute:
     layer = layer_compute(
-        spec, L, seq_len=seq_len, e=e, peak=peak, hbm=hbm, eff=eff, dropout=dropout, xp=xp
+        spec,
+        L,
+        seq_len=seq_len,
+        e=e,
+        peak=peak,
+        hbm=hbm,
+        eff=eff,
+        dropout=dropout,
+        causal=causal,
+        xp=xp,
     )
     fwd, attn = layer.forward_seconds, layer.attention_seconds
     # recomputation repeats forward work in the backward: the attention core (selective) or

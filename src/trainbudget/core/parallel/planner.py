@@ -123,6 +123,7 @@ def evaluate(
     optimizer: Optimizer,
     headroom: float = 0.9,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
+    causal: bool = False,
 ) -> RankedPlan:
     mem = plan_memory(spec, plan, seq_len=seq_len, precision=precision, optimizer=optimizer)
     t = step_time(
@@ -133,6 +134,7 @@ def evaluate(
         precision=precision,
         optimizer=optimizer,
         efficiency=efficiency,
+        causal=causal,
     )
     return RankedPlan(
         plan=plan,
@@ -153,6 +155,7 @@ def search(
     policy: Policy = Policy(),
     top: int = 5,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
+    causal: bool = False,
 ) -> PlannerResult:
     """Evaluate every plan; keep the `top` fastest that fit (`planner_fast.search_fast`)."""
     from trainbudget.core.parallel.planner_fast import search_fast
@@ -167,6 +170,7 @@ def search(
         policy=policy,
         top=top,
         efficiency=efficiency,
+        causal=causal,
     )
 
 

@@ -142,12 +142,13 @@ def evaluate_arrays(
     precision: Precision,
     optimizer: Optimizer,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
+    causal: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(step_seconds, memory total_bytes, tokens_per_step) of every plan in `a`: the
     heaviest of the first and last pipeline stage, as `plan_memory` takes it."""
     xp = numpy_ops()
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, xp=xp)
-    step = step_terms(spec, a, cluster, efficiency=efficiency, **kw).step_seconds
+    step = step_terms(spec, a, cluster, efficiency=efficiency, causal=causal, **kw).step_seconds
     memory = stage_memory(spec, a, "first", **kw).total_bytes  # with pp = 1, the only stage
     staged = np.flatnonzero(a.pp > 1)
     last = stage_memory(spec, a.take(staged), "last", **kw).total_bytes
@@ -167,6 +168,7 @@ def search_fast(
     policy: Policy = DEFAULT_POLICY,
     top: int = 5,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
+    causal: bool = False,
 ) -> PlannerResult:
     """planner.search over arrays; the `top` plans returned are re-evaluated by the scalar
     `planner.evaluate`, so their memory and time breakdowns are the reference ones."""
@@ -188,7 +190,13 @@ def search_fast(
     for i in np.flatnonzero(bad)[:1]:
         plan = arrays.plan(int(i))
         validate_plan(plan, spec, n_gpus=cluster.n_gpus, seq_len=seq_len, global_batch=global_batch)
-    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, efficiency=efficiency)
+    kw = dict(
+        seq_len=seq_len,
+        precision=precision,
+        optimizer=optimizer,
+        efficiency=efficiency,
+        causal=causal,
+    )
     step, memory, tokens = evaluate_arrays(spec, cluster, arrays, **kw)
     fits = memory <= policy.memory_headroom * cluster.hardware.memory_bytes
     fitting = np.flatnonzero(fits)

@@ -136,6 +136,7 @@ def step_terms(
     optimizer: Optimizer,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
     dropout: bool = False,
+    causal: bool = False,
     xp: Ops = SCALAR,
 ) -> StepTerms:
     """The terms of one optimizer step of `plan` (one plan, or arrays of plans with `xp`)."""
@@ -151,6 +152,7 @@ def step_terms(
         hbm=hbm,
         eff=eff,
         dropout=dropout,
+        causal=causal,
         xp=xp,
     )
     stage_mb = mb.stage_seconds
@@ -202,9 +204,12 @@ def step_time(
     optimizer: Optimizer,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
     dropout: bool = False,
+    causal: bool = False,
 ) -> StepTime:
     """Predicted seconds of one optimizer step of `plan` on `cluster`. `dropout`: the model
-    trains with attention and hidden dropout (GPT-3-era Megatron), which adds memory traffic."""
+    trains with attention and hidden dropout (GPT-3-era Megatron), which adds memory traffic.
+    `causal`: attention under a causal mask -- FlashAttention skips the masked tiles, and the
+    model FLOPs (MFU) count only the unmasked query-key pairs (docs/conventions.md)."""
     t = step_terms(
         spec,
         plan,
@@ -214,6 +219,7 @@ def step_time(
         optimizer=optimizer,
         efficiency=efficiency,
         dropout=dropout,
+        causal=causal,
     )
     c = t.comm
     exposed = {"tp_comm": c.tp_seconds, "pp_comm": c.pp_seconds}
@@ -254,7 +260,7 @@ def step_time(
         else "no communication (one GPU)"
     )
     tokens_step = plan.global_batch * seq_len
-    fwd = forward_flops(spec, seq_len)
+    fwd = forward_flops(spec, seq_len, causal=causal)
     model_flops = 3 * (fwd.total / seq_len) * tokens_step
     extra = (
         {"none": 0, "selective": fwd.scores + fwd.attn_values, "full": fwd.layers}[plan.recompute]

@@ -5,6 +5,17 @@ table is `sparse_flops_per_second` (2:4 structured sparsity, kept for reference 
 estimate uses it unless asked with `sparse=True`). Link bandwidths are ONE direction, so a
 vendor's "900 GB/s bidirectional" NVLink appears here as 450 GB/s. Where a vendor prints only
 sparse figures, dense = sparse / 2 and the row's `notes` say so.
+
+`fp8` is the FP8 tensor-core rate. Every chip here that has one runs E4M3 and E5M2 inputs at that
+same rate (the datasheets print one "FP8" line), so the table keys the rate, not the format; the
+formats' bits and ranges are `dtypes.FORMATS["fp8-e4m3"]` and `["fp8-e5m2"]`. `fp4` is the FP4
+(E2M1 element) tensor-core rate, Blackwell only. A chip without a key has no such tensor cores
+(A100: no FP8), and asking for its peak is an error naming the chip.
+
+Not in the table: power-capped parts without a datasheet. torchtitan's H100 runs use Meta's
+Grand Teton H100 with 96 GB HBM2e at 500 W (docs/performance.md); NVIDIA publishes no clocks or
+peaks for that part, so those runs name it `other:` (see `published/`) rather than borrow the
+700 W SXM row's peaks.
 """
 
 from __future__ import annotations
@@ -17,7 +28,7 @@ from types import MappingProxyType
 from trainbudget.core.errors import SpecError, unknown_key
 from trainbudget.core.units import GB, TB, GiB
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 
 _NDR_400G = 400 * GB / 8  # one 400 Gb/s NIC, bits -> bytes: 50 GB/s per direction
 _HDR_200G = 200 * GB / 8  # one 200 Gb/s NIC: 25 GB/s per direction
@@ -82,7 +93,10 @@ class Hardware:
             kind = "sparse" if sparse else "dense"
             have = ", ".join(d for d in DTYPES if d in table) or "none"
             raise SpecError(
-                "dtype", dtype, f"{self.name} has no {kind} peak for it; it has: {have}"
+                "dtype",
+                dtype,
+                f"{self.name} has no {kind} {dtype} peak, so a precision computing in {dtype} "
+                f"cannot be estimated on it; it has: {have}",
             )
         return table[dtype]
 
@@ -103,6 +117,7 @@ _A100_NOTES = (
     "bidirectional -> 300 GB/s one direction. Inter-node assumes DGX A100: one 200 Gb/s HDR "
     "NIC per GPU."
 )
+_H100_PAGE = "https://www.nvidia.com/en-us/data-center/h100/"
 # H100 SXM and H200 share the GH100 tensor cores: datasheet sparse figures, dense = sparse / 2.
 _HOPPER_SXM_SPARSE = {"tf32": 989e12, "bf16": 1979e12, "fp16": 1979e12, "fp8": 3958e12}
 
@@ -132,7 +147,7 @@ _ROWS = (
         sparse_flops_per_second=_HOPPER_SXM_SPARSE,
         intra_node_bytes_per_second=450 * GB, inter_node_bytes_per_second=_NDR_400G,
         gpus_per_node=8, intra_node_link="NVLink 4", inter_node_link="InfiniBand NDR 400 Gb/s",
-        source_urls=("https://www.nvidia.com/en-us/data-center/h100/",
+        source_urls=(_H100_PAGE,
                      "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"),
         notes="Datasheet tensor figures are with sparsity (bf16 1979 TFLOPS); dense = sparse / 2. "
         "fp32 is 67.5e12 because the lecture this project follows uses 67.5e12; the datasheet "
@@ -156,6 +171,41 @@ _ROWS = (
         "only pairs of cards. Inter-node assumes one 400 Gb/s NIC per GPU.",
     ),
     Hardware(
+        name="h100-nvl", description="NVIDIA H100 NVL 94GB (PCIe card)",
+        memory_bytes=94 * GB, hbm_bytes_per_second=3.9 * TB,
+        dense_flops_per_second={"fp32": 60e12, "tf32": 417.5e12, "bf16": 835.5e12,
+                                "fp16": 835.5e12, "fp8": 1670.5e12},
+        sparse_flops_per_second={"tf32": 835e12, "bf16": 1671e12, "fp16": 1671e12, "fp8": 3341e12},
+        intra_node_bytes_per_second=64 * GB, inter_node_bytes_per_second=_NDR_400G,
+        gpus_per_node=8, intra_node_link="PCIe 5.0 x16", inter_node_link="InfiniBand NDR 400 Gb/s",
+        source_urls=(_H100_PAGE,),
+        notes="H100 product page, specifications table, H100 NVL column: TF32 835, BF16/FP16 "
+        "1,671, FP8 3,341 TFLOPS, all marked 'with sparsity'; dense = sparse / 2. FP32 60 "
+        "TFLOPS, 94 GB at 3.9 TB/s, 350-400 W configurable. Its NVLink bridge (600 GB/s "
+        "bidirectional) joins pairs of cards only, so intra-node assumes an 8-card server "
+        "over PCIe Gen5 (128 GB/s bidirectional -> 64 GB/s), as the h100-pcie row does. "
+        "Inter-node assumes one 400 Gb/s NIC per GPU.",
+    ),
+    Hardware(
+        name="h800", description="NVIDIA H800 SXM5 80GB",
+        memory_bytes=80 * GB, hbm_bytes_per_second=3.35 * TB,
+        dense_flops_per_second={"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12,
+                                "fp16": 989.5e12, "fp8": 1979e12},
+        sparse_flops_per_second=_HOPPER_SXM_SPARSE,
+        intra_node_bytes_per_second=200 * GB, inter_node_bytes_per_second=_NDR_400G,
+        gpus_per_node=8, intra_node_link="NVLink 4 (cut to 400 GB/s)",
+        inter_node_link="InfiniBand NDR 400 Gb/s (ConnectX-7)",
+        source_urls=("https://arxiv.org/abs/2505.09343", "https://github.com/deepseek-ai/DeepEP",
+                     "https://arxiv.org/abs/2412.19437", _H100_PAGE),
+        notes="DeepSeek-V3's GPU (arXiv 2412.19437 Sec. 3.1: 2,048 H800, 8 per node on "
+        "NVLink/NVSwitch, InfiniBand across nodes). DeepSeek's hardware paper (arXiv "
+        "2505.09343) describes it as an H100 SXM with FP64 and NVLink cut for export rules, "
+        "NVLink 400 GB/s instead of 900 (bidirectional) -> 200 GB/s one direction. NVIDIA's "
+        "own H800 sheet is not cited: tensor, memory and fp32 figures are the H100 SXM "
+        "datasheet's (sparse, dense = sparse / 2; fp32 the printed 67 TFLOPS). DeepEP's "
+        "README measures about 160 GB/s NVLink and one CX7 400 Gb/s NIC per GPU (~50 GB/s).",
+    ),
+    Hardware(
         name="h200", description="NVIDIA H200 SXM 141GB",
         memory_bytes=141 * GB, hbm_bytes_per_second=4.8 * TB,
         dense_flops_per_second={"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12,
@@ -173,13 +223,15 @@ _ROWS = (
         name="b200", description="NVIDIA B200 (HGX B200) 180GB",
         memory_bytes=180 * GB, hbm_bytes_per_second=7.7 * TB,
         dense_flops_per_second={"fp32": 75e12, "tf32": 1.1e15, "bf16": 2.25e15,
-                                "fp16": 2.25e15, "fp8": 4.5e15},
-        sparse_flops_per_second={"tf32": 2.2e15, "bf16": 4.5e15, "fp16": 4.5e15, "fp8": 9e15},
+                                "fp16": 2.25e15, "fp8": 4.5e15, "fp4": 9e15},
+        sparse_flops_per_second={"tf32": 2.2e15, "bf16": 4.5e15, "fp16": 4.5e15, "fp8": 9e15,
+                                 "fp4": 18e15},
         intra_node_bytes_per_second=900 * GB, inter_node_bytes_per_second=_NDR_400G,
         gpus_per_node=8, intra_node_link="NVLink 5", inter_node_link="InfiniBand NDR 400 Gb/s",
         source_urls=("https://www.nvidia.com/en-us/data-center/hgx/",
                      "https://www.nvidia.com/en-us/data-center/dgx-b200/"),
-        notes="HGX B200 per-GPU column; tensor figures printed with sparsity, dense = sparse / 2. "
+        notes="HGX B200 per-GPU column; tensor figures printed with sparsity, dense = sparse / 2 "
+        "(FP4 18 PFLOPS per GPU; the system row prints both, 144 | 72 PFLOPS per 8 GPUs). "
         "HBM 7.7 TB/s per the HGX table (DGX B200 prints 64 TB/s per 8 GPUs = 8 TB/s); fp32 75 "
         "TFLOPS per the HGX table (earlier Blackwell datasheets print 80). NVLink 5 is 1.8 TB/s "
         "bidirectional -> 900 GB/s. Inter-node: one 400 Gb/s ConnectX-7 NIC per GPU (DGX B200).",
@@ -196,11 +248,13 @@ _ROWS = (
         inter_node_link="400 Gb/s RoCE/InfiniBand",
         source_urls=("https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/"
                      "amd-instinct-mi300x-data-sheet.pdf",
-                     "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html"),
+                     "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",
+                     "https://rocm.docs.amd.com/projects/HIP/en/docs-6.2.0/reference/fp8_numbers.html"),
         notes="Datasheet prints dense and sparse figures; fp32 is the matrix peak. 8-GPU platform, "
         "each GPU has 7 Infinity Fabric links of 128 GB/s bidirectional (896 GB/s) -> 448 GB/s one "
         "direction summed over all 7 peers (64 GB/s to any single peer). Inter-node assumes one "
-        "400 Gb/s NIC per GPU.",
+        "400 Gb/s NIC per GPU. Its FP8 are the FNUZ variants (HIP fp8_numbers page: gfx942 "
+        "runs FNUZ, not OCP FP8): E4M3FNUZ tops out at 240, not OCP E4M3's 448.",
     ),
     Hardware(
         name="rtx-4090", description="NVIDIA GeForce RTX 4090 24GB",

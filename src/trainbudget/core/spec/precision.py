@@ -8,6 +8,8 @@ Policies (the bytes each keeps per parameter):
   2 + 2 + K bytes, K = 12 for Adam) and of seed 004 (LLaMA-2 70B: 140 + 140 + 840 GB).
 - bf16: everything in bf16, no master copy (pure 16-bit training).
 - amp-bf16 / amp-fp16: PyTorch autocast: fp32 weights, gradients and state, 16-bit compute.
+- fp8: FP8 matmuls over bf16-mixed bytes, as Transformer Engine and torchao float8 train (see the
+  comment at the row: what is and is not modelled).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ class Precision:
     activation_bytes: int
     """Bytes per stored activation element."""
     compute_dtype: str
-    """Which peak FLOP/s of the hardware applies: 'fp32', 'bf16' or 'fp16'."""
+    """Which peak FLOP/s of the hardware applies: 'fp32', 'bf16', 'fp16' or 'fp8' (a key of
+    `Hardware.dense_flops_per_second`; a chip without it cannot run the policy)."""
 
 
 PRECISIONS = MappingProxyType(
@@ -94,6 +97,32 @@ PRECISIONS = MappingProxyType(
                 state_bytes=4,
                 activation_bytes=2,
                 compute_dtype="fp16",
+            ),
+            # FP8 training as Transformer Engine (Micikevicius et al. 2022, "FP8 Formats for
+            # Deep Learning", arXiv 2209.05433) and torchao float8 (the torchtitan recipe) run
+            # it: the weights the GEMMs read stay bf16 (Megatron + TE: bf16 parameters;
+            # torchtitan: FSDP2's bf16 copy of fp32 parameters) and each Linear casts its
+            # input and weight to FP8 per GEMM (E4M3 forward, E5M2 or E4M3 for gradients;
+            # delayed or current scaling); the optimizer keeps fp32 master weights and fp32
+            # Adam state. So the bytes per parameter are bf16-mixed's (2 + 2 + 4 + K, 16 for
+            # AdamW); only the matmul rate changes. Activations are modelled as torchao's
+            # default: torchao/float8/float8_linear.py matmul_with_hp_or_float8_args saves the
+            # bf16 input and weight for backward, so 2 bytes. Transformer Engine instead saves
+            # the FP8 GEMM input (transformer_engine/pytorch/module/linear.py: saved_inputmat
+            # or its FP8 transpose, 1 byte) and bf16 for everything else; one activation_bytes
+            # cannot say both, so TE runs are overestimated here. Not counted: the FP8 copy of
+            # the weights (transient, one layer at a time; TE can cache it across
+            # micro-batches), scaling factors (one fp32 per tensor with tensorwise scaling),
+            # and that attention's own matmuls (FlashAttention) run in bf16 while
+            # compute_dtype prices every FLOP at the fp8 peak.
+            Precision(
+                name="fp8",
+                weight_bytes=2,
+                grad_bytes=2,
+                master_bytes=4,
+                state_bytes=4,
+                activation_bytes=2,
+                compute_dtype="fp8",
             ),
         )
     }
