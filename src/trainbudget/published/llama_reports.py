@@ -6,8 +6,8 @@ GPU") and, per model, the GPU-hours and tokens of the whole pre-training. From t
 run-average tokens/s/GPU = tokens / (GPU-hours x 3600) is derived (restarts, evaluation and
 checkpointing included, so it is a lower bound on the steady-state rate). None of these sources
 states the layout: every layout field here is an assumption, the same rule for every row (notes
-of `_META_LAYOUT_NOTES`). Treat these rows as the weakest in the package: they test the model's
-order of magnitude on Llama shapes, not its handling of a known layout.
+of `_META_LAYOUT_NOTES`). Only the 65B row, a stated throughput, is scored; the GPU-hours rows
+are listed but not scored (validation.EXCLUDED: layout not published, whole-run average).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Open community pre-training runs on A100s: TinyLlama (FSDP), Pythia-1B (GPT-NeoX) and
-StarCoderBase (BigCode Megatron-LM).
+StarCoderBase (BigCode's Megatron fork).
 
-TinyLlama states its throughput; Pythia's and StarCoder's come from their GPU-hours and tokens
-(tokens / (GPU-hours x 3600): a run average, restarts and evaluation included).
+TinyLlama states its throughput (scored); Pythia's and StarCoder's come from their GPU-hours and
+tokens (tokens / (GPU-hours x 3600): a run average, restarts and evaluation included), so those
+two are listed but not scored (validation.EXCLUDED), though their layouts are published.
 """
 
 from __future__ import annotations
