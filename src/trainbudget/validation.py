@@ -199,6 +199,23 @@ def mean_absolute_error(comparisons: list[Comparison]) -> float:
     return sum(abs(c.error) for c in comparisons) / len(comparisons)
 
 
+# A figure from a whole run's GPU-hours (tokens / (GPU-hours x 3600)) is not a step time of the
+# stated configuration: it averages over restarts, evaluation and checkpointing. Such rows are
+# listed, not scored, whatever their layout (a stated steady-state throughput is scored).
+WHOLE_RUN_AVERAGE = "GPU-hours are a whole-run average (restarts and evaluation included)"
+_NO_LAYOUT_WHOLE_RUN = "layout not published; " + WHOLE_RUN_AVERAGE
+_META_GPU_HOURS_RUNS = (
+    "llama1-33b-gpuhours",
+    "llama1-13b-gpuhours",
+    "llama1-7b-gpuhours",
+    "llama2-7b-gpuhours",
+    "llama2-13b-gpuhours",
+    "llama2-34b-gpuhours",
+    "llama2-70b-gpuhours",
+    "llama3-8b-gpuhours",
+    "llama3-70b-gpuhours",
+)
+
 # The runs whose published figure or layout leaves out what decides the prediction.
 EXCLUDED = {
     "llama3-405b-8k-8192gpu": "virtual pipeline stages not published (vpp=1 placeholder); the "
@@ -207,6 +224,10 @@ EXCLUDED = {
     "llama3-405b-128k-cp16": "virtual pipeline stages not published (vpp=1 placeholder)",
     "opt-175b-992gpu": "the paper does not say how its 'up to 147 TFLOP/s' counts FLOPs (with "
     "or without the recomputed forward: 33 % apart) nor give the batch per replica",
+    **dict.fromkeys(_META_GPU_HOURS_RUNS, _NO_LAYOUT_WHOLE_RUN),
+    "pythia-1b-64gpu": WHOLE_RUN_AVERAGE + "; the layout is published (pythia-1b.yml)",
+    "starcoderbase-15b-512gpu": WHOLE_RUN_AVERAGE + "; TP, PP, DP and batch are published, "
+    "recomputation and sharding are not",
 }
 MATMUL_GRID = (0.60, 0.65, 0.70, 0.75)
 

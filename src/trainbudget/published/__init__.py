@@ -11,6 +11,10 @@ are validated when this package is imported. One module per family of sources:
 - open_models.py: BLOOM, Llama 3 405B
 - sharded_dp.py: the PyTorch FSDP paper, OPT-175B, BloombergGPT
 - systems_papers.py: Zero Bubble Pipeline Parallelism (1F1B baseline), FlashAttention-2
+- flash_attention.py: the flash-attention repository's GPT-3 training table on 8 x A100 80GB
+  (FlashAttention-1 era; one source with FlashAttention-2's rows)
+- llama_reports.py: Llama 1 (§2.4, Table 15), Llama 2 and Llama 3 model cards (GPU-hours)
+- open_community.py: TinyLlama, Pythia-1B, StarCoderBase
 
 Excluded sources: the Megatron-LM repository (README tables, CI golden values), torchtitan's
 docs and benchmarks, MosaicML llm-foundry's benchmark tables and IBM fms-fsdp's README. A
@@ -21,8 +25,11 @@ reviewer's held-out runs are drawn from them, so no record may take a number fro
 from __future__ import annotations
 
 from trainbudget.core.errors import unknown_key
+from trainbudget.published.flash_attention import FLASH_ATTENTION
+from trainbudget.published.llama_reports import LLAMA1, LLAMA2, LLAMA3_CARD
 from trainbudget.published.megatron import KORTHIKANTI, MTNLG, NARAYANAN
 from trainbudget.published.nemo import DGXC, NEMOTRON4
+from trainbudget.published.open_community import COMMUNITY
 from trainbudget.published.open_models import BLOOM, LLAMA3
 from trainbudget.published.record import (
     FLOP_CONVENTIONS,
@@ -50,6 +57,11 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = unique_ids(
         *BLOOMBERG,
         *ZERO_BUBBLE,
         *FLASH_ATTN2,
+        *FLASH_ATTENTION,
+        *LLAMA1,
+        *LLAMA2,
+        *LLAMA3_CARD,
+        *COMMUNITY,
     )
 )
 """Every run, in the order `trainbudget validate` prints them."""

@@ -131,6 +131,9 @@ ZERO_BUBBLE: tuple[PublishedRun, ...] = (
 # 4), gpt3-2.7B-flash-8k.yaml (batch_size 4); gpt3s-flash.yaml (use_flash_attn, fused MLP,
 # pad_vocab_size_multiple 8); base.yaml (8 devices, 1 node, precision bf16).
 # ----------------------------------------------------------------------------------------------
+FLASH_ATTENTION_SOURCE_KEY = "dao-flashattention"
+"""FlashAttention's authors and codebase: these rows and the repository's own training table
+(flash_attention.py) are one source for leave-one-source-out, not two independent ones."""
 _FA2_SRC = (
     "Dao 2023, 'FlashAttention-2: Faster Attention with Better Parallelism and Work "
     "Partitioning', arXiv:2307.08691, §4.2 and Table 1 (column FlashAttention-2)."
@@ -158,7 +161,7 @@ def _fa2(size: str, preset_name: str, seq_len: int, *, micro: int, batch: int, t
     return PublishedRun(
         id=f"flashattn2-gpt3-{size}-{seq_len // 1024}k",
         source=_FA2_SRC,
-        source_key="dao-2023-flashattention2",
+        source_key=FLASH_ATTENTION_SOURCE_KEY,
         framework="other",
         framework_source="the paper's own training scripts (flash-attention training/, PyTorch "
         "Lightning with DDP and a ZeRO-1 optimizer), named by the configs, not by the paper",
