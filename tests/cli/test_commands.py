@@ -678,3 +678,29 @@ def test_estimate_causal_lowers_the_step_time_by_the_skipped_tiles():
     full, causal = estimate_json(*base), estimate_json(*base, "--causal")
     assert causal["step_seconds"] < 0.75 * full["step_seconds"]
     assert causal["step_breakdown_seconds"]["compute"] < full["step_breakdown_seconds"]["compute"]
+
+
+def test_estimate_recompute_every_k_sits_between_none_and_full():
+    base = [
+        "--model",
+        "llama-3-8b",
+        "--gpus",
+        "8",
+        "--gpu",
+        "h100-sxm",
+        "--dp",
+        "8",
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "8192",
+        "--flash-attention",
+    ]
+    none = estimate_json(*base)
+    full = estimate_json(*base, "--recompute", "full")
+    every2 = estimate_json(*base, "--recompute", "full", "--recompute-every", "2")
+    assert every2["plan"]["recompute_every"] == 2
+    assert every2["plan"]["description"].endswith("recompute-full/every2")
+    assert none["step_seconds"] < every2["step_seconds"] < full["step_seconds"]
+    acts = [j["memory_bytes"]["activations"] for j in (full, every2, none)]
+    assert acts == sorted(acts)

@@ -409,3 +409,11 @@ def test_bad_input_in_a_real_process(argv, needles, tmp_path: Path) -> None:
         timeout=60,
     )
     assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, needles, tmp_path)
+
+
+def test_recompute_every_without_full_recomputation_is_one_line() -> None:
+    code, out, err = cli(
+        "estimate", "--model", "llama-3-8b", "--gpus", "8", "--recompute-every", "2"
+    )
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "recompute_every (2) > 1 needs recompute 'full'" in err

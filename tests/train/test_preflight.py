@@ -97,6 +97,12 @@ def test_selective_recomputation_is_refused(tmp_path, plan_doc):
     assert "--recompute-options none,full" in err.rule
 
 
+def test_recomputing_only_every_kth_layer_is_refused(tmp_path, plan_doc):
+    path = write_json(tmp_path / "p.json", edited(plan_doc, recompute="full", recompute_every=2))
+    err = refused(config(tmp_path, plan=path), world_size=2)
+    assert err.field == "plan" and "recomputes one layer in 2" in err.rule
+
+
 def test_plan_dp_must_match_the_processes(tmp_path, plan_doc, monkeypatch):
     cfg = config(tmp_path, plan=write_json(tmp_path / "p.json", plan_doc))
     monkeypatch.delenv("WORLD_SIZE", raising=False)

@@ -14,7 +14,18 @@ from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.precision import get_precision
 from trainbudget.core.units import format_bytes
 
-PLAN_FLAGS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "zero_shard", "global_batch")
+PLAN_FLAGS = (
+    "dp",
+    "tp",
+    "pp",
+    "vpp",
+    "cp",
+    "ep",
+    "zero",
+    "zero_shard",
+    "global_batch",
+    "recompute_every",
+)
 
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
@@ -58,6 +69,11 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--zero", help="ZeRO stage 0-3 (3 = FSDP; default 0)")
     g.add_argument("--zero-shard", help="HSDP: shard over this many dp ranks, replicate across")
     g.add_argument("--sp", action="store_true", help="sequence parallelism (needs tp > 1)")
+    g.add_argument(
+        "--recompute-every",
+        help="with --recompute full: recompute only every K-th layer, the others keep their "
+        "activations (default 1: every layer)",
+    )
     g.add_argument(
         "--schedule",
         choices=("1f1b", "gpipe", "interleaved"),
@@ -136,6 +152,7 @@ def plan_from_args(
         ep=opt("ep", 1),
         zero=opt("zero", 0),
         zero_shard=opt("zero_shard", 0),
+        recompute_every=opt("recompute_every", 1),
         sp=args.sp,
         vpp=vpp,
         schedule=schedule,
@@ -167,6 +184,7 @@ def plan_json(r: RankedPlan, cluster: Cluster) -> dict:
             "grad_accum": p.grad_accum,
             "global_batch": p.global_batch,
             "recompute": p.recompute,
+            "recompute_every": p.recompute_every,
             "flash_attention": p.flash_attention,
             "offload_optimizer": p.offload_optimizer,
             "offload_params": p.offload_params,

@@ -269,6 +269,13 @@ def apply_plan(
             f"the plan is for dp={plan.dp} processes and this run has {world_size}; run it with "
             f"torchrun --nproc-per-node {plan.dp}",
         )
+    if plan.recompute_every != 1:
+        raise SpecError(
+            "plan",
+            plan.describe(),
+            "the trainer recomputes every layer or none; this plan recomputes one layer in "
+            f"{plan.recompute_every} (recompute_every={plan.recompute_every})",
+        )
     if plan.recompute not in ("none", "full"):
         raise SpecError(
             "plan",

@@ -299,3 +299,21 @@ def test_a_ddp_bucket_never_holds_more_than_the_gradients():
     grads = count_params(tiny).total * BF16.grad_bytes
     assert grads < DDP_BUCKET_BYTES
     assert mem(tiny, Plan(dp=2), seq_len=64).buffers_bytes == pytest.approx(2 * grads)
+
+
+@pytest.mark.parametrize("every", [2, 3, 32])
+def test_recomputing_every_kth_layer_keeps_the_others_whole(every):
+    """torchtitan's per-layer checkpointing: ceil(L / K) layers keep only their input."""
+    layers = L2_7B.n_layers  # 32
+    recomputed = -(-layers // every)
+    none = mem(L2_7B, Plan(dp=8, zero=3)).activations_bytes
+    full = mem(L2_7B, Plan(dp=8, zero=3, recompute="full")).activations_bytes
+    part = mem(L2_7B, Plan(dp=8, zero=3, recompute="full", recompute_every=every))
+    layer = layer_activations(
+        L2_7B, seq_len=SEQ, micro_batch=1, activation_bytes=2, flash_attention=True
+    ).total_bytes
+    checkpoint = SEQ * L2_7B.d_model * 2
+    head = none - layers * layer  # the head's inputs, logits and loss
+    want = recomputed * checkpoint + (layers - recomputed) * layer + (layer - checkpoint) + head
+    assert part.activations_bytes == pytest.approx(want, rel=1e-12)
+    assert full <= part.activations_bytes <= none + (layer - checkpoint)

@@ -163,7 +163,8 @@ def test_grid_equals_one_plan_at_a_time_on_every_plan(case):
 
 
 def test_codes_the_search_never_enumerates_agree_too():
-    """NVMe offload, parameter offload, GPipe and HSDP on hand-made plans."""
+    """NVMe offload, parameter offload, GPipe, HSDP and partial recomputation on hand-made
+    plans."""
     spec, cluster, _, _, kw = _setup("llama-2-7b/64xh100/offload")
     plans = [
         Plan(dp=16, tp=4, zero=z, sp=True, micro_batch=2, grad_accum=16, offload_optimizer=off)
@@ -179,6 +180,12 @@ def test_codes_the_search_never_enumerates_agree_too():
         Plan(dp=8, tp=2, pp=4, schedule="gpipe", micro_batch=1, grad_accum=64, zero=z)
         for z in (0, 1)
     ]
+    plans += [
+        Plan(dp=8, tp=4, pp=2, sp=True, micro_batch=1, grad_accum=64, recompute="full",
+             recompute_every=k, flash_attention=flash)
+        for k in (1, 3, 16)
+        for flash in (False, True)
+    ]  # fmt: skip
     arrays = PlanArrays.of_many(plans)
     assert arrays.plans() == plans
     _agree(spec, cluster, arrays, range(len(plans)), kw)

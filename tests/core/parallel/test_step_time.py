@@ -10,9 +10,10 @@ import dataclasses
 
 import pytest
 
+from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.parallel_memory import plan_memory
-from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.step_time import (
     DEFAULT_EFFICIENCY,
     Efficiency,
@@ -372,3 +373,21 @@ def test_zero3_exposes_one_layer_gather_per_micro_batch():
     per_layer = one.comm_seconds["zero3_gather"] / (2 * L2_7B.n_layers)
     grad_floor = one.breakdown_seconds["dp_comm"] - per_layer
     assert four.breakdown_seconds["dp_comm"] == pytest.approx(grad_floor + 4 * per_layer)
+
+
+def test_recomputing_every_kth_layer_costs_between_none_and_full():
+    base = dict(dp=2, tp=4, sp=True, grad_accum=4)
+    none = st(Plan(**base))
+    full = st(Plan(**base, recompute="full"))
+    half = st(Plan(**base, recompute="full", recompute_every=2))
+    assert none.step_seconds < half.step_seconds < full.step_seconds
+    # half of the 32 layers repeat their 2 forward TP collectives
+    assert half.comm_bytes["tp"] == pytest.approx(
+        (none.comm_bytes["tp"] + full.comm_bytes["tp"]) / 2, rel=1e-12
+    )
+    assert none.hfu < half.hfu < full.hfu
+
+
+def test_recompute_every_needs_full_recomputation():
+    with pytest.raises(SpecError, match=r"recompute_every \(2\) > 1 needs recompute 'full'"):
+        validate_plan(Plan(dp=8, recompute_every=2), L2_7B, n_gpus=8, seq_len=SEQ)

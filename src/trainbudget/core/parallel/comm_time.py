@@ -95,10 +95,8 @@ def communication(
     tokens = L.micro_batch * seq_len / L.cp
     act_msg = tokens * spec.d_model * e  # one layer's activations for one micro-batch
     # TP: all-reduces, or SP's all-gather + reduce-scatter pairs
-    per_layer = TP_COLLECTIVES_PER_LAYER + xp.where(
-        L.recompute == FULL, TP_COLLECTIVES_RECOMPUTED, 0
-    )
-    n_tp = m * layers * per_layer
+    recomputed = xp.where(L.recompute == FULL, L.recomputed_layers(layers), 0)
+    n_tp = m * (layers * TP_COLLECTIVES_PER_LAYER + recomputed * TP_COLLECTIVES_RECOMPUTED)
     sp_count, ar_count = xp.where(L.sp, n_tp, 0), xp.where(L.sp, 0, n_tp)
     t_tp = run("tp", "all_gather", act_msg, L.tp, span["tp"], sp_count)
     t_tp = t_tp + run("tp", "reduce_scatter", act_msg, L.tp, span["tp"], sp_count)

@@ -204,9 +204,14 @@ def micro_batch_compute(
     fwd, attn = layer.forward_seconds, layer.attention_seconds
     # recomputation repeats forward work in the backward: the attention core (selective) or
     # the whole layer (full); FlashAttention's backward recomputes Q K^T itself
-    recompute = xp.where(L.recompute == NONE, 0.0, xp.where(L.recompute == SELECTIVE, attn, fwd))
-    recompute = xp.where(L.flash & (L.recompute != FULL), attn / 2, recompute)
     layers = spec.n_layers // L.pp
+    recomputed = L.recomputed_layers(layers)
+    # full recomputation of every K-th layer: the others recompute what they would without it
+    flash_own = xp.where(L.flash, attn / 2, 0.0)
+    every_kth = (recomputed * fwd + (layers - recomputed) * flash_own) / layers
+    full = xp.where(L.recompute_every == 1, fwd, every_kth)
+    recompute = xp.where(L.recompute == NONE, 0.0, xp.where(L.recompute == SELECTIVE, attn, full))
+    recompute = xp.where(L.flash & (L.recompute != FULL), attn / 2, recompute)
     tokens = L.micro_batch * seq_len / L.cp
     logits = tokens * spec.vocab_size / L.tp  # elements on this GPU (vocab-parallel)
     head = 2 * tokens * spec.d_model * spec.vocab_size / L.tp / (peak * eff.matmul)

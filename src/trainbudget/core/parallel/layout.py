@@ -32,6 +32,7 @@ _INT_FIELDS = (
     "vpp",
     "micro_batch",
     "grad_accum",
+    "recompute_every",
 )
 
 
@@ -53,6 +54,7 @@ class PlanNumbers:
     micro_batch: Any
     grad_accum: Any
     recompute: Any
+    recompute_every: Any
     offload_optimizer: Any
     offload_params: Any
     flash: Any
@@ -73,6 +75,7 @@ class PlanNumbers:
             micro_batch=plan.micro_batch,
             grad_accum=plan.grad_accum,
             recompute=RECOMPUTE_CODES.index(plan.recompute),
+            recompute_every=plan.recompute_every,
             offload_optimizer=OFFLOAD_CODES.index(plan.offload_optimizer),
             offload_params=OFFLOAD_CODES.index(plan.offload_params),
             flash=plan.flash_attention,
@@ -85,6 +88,11 @@ class PlanNumbers:
 
         rows = [cls.of(p) for p in plans]
         return cls(**{f: np.array([getattr(r, f) for r in rows]) for f in cls.__dataclass_fields__})
+
+    def recomputed_layers(self, layers: Any) -> Any:
+        """Layers of a stage of `layers` whose activations full recomputation rebuilds: every
+        recompute_every-th one, starting with the first (ceil(layers / K))."""
+        return (layers + self.recompute_every - 1) // self.recompute_every
 
     @property
     def shard_dp(self) -> Any:

@@ -187,7 +187,14 @@ def stage_activations(
     rep = xp.where(L.sp, L.tp, 1)
     full = L.recompute == FULL
     checkpoint = tokens * spec.d_model * e / rep
-    per_micro_batch = xp.where(full, layers * checkpoint, layers * layer)
+    # recomputed layers keep their input; with recompute_every > 1 the others keep everything
+    recomputed = L.recomputed_layers(layers)
+    kept = xp.where(
+        L.recompute_every == 1,
+        layers * checkpoint,
+        recomputed * checkpoint + (layers - recomputed) * layer,
+    )
+    per_micro_batch = xp.where(full, kept, layers * layer)
     working = xp.where(full, layer - checkpoint, 0.0)  # the layer being recomputed
     last_of_many = (stage == "last") & (L.pp > 1)
     in_flight = xp.where(last_of_many, 1, in_flight_micro_batches(L, xp))

@@ -47,6 +47,10 @@ class Plan:
     grad_accum: int = 1
     """Micro-batches per step per data-parallel rank (the pipeline's m)."""
     recompute: str = "none"
+    recompute_every: int = 1
+    """With recompute 'full': only every K-th layer of a stage is recomputed (its input kept,
+    the rest rebuilt in backward); the others keep all their activations (torchtitan's
+    per-layer activation checkpointing with `selective_ac_option = K`). 1 = every layer."""
     flash_attention: bool = True
     offload_optimizer: str = "none"
     """Where the fp32 master and optimizer state live: GPU ('none'), CPU or NVMe."""
@@ -78,7 +82,8 @@ class Plan:
         parts.append(f"zero{self.zero}" + (f"/shard{self.zero_shard}" if self.zero_shard else ""))
         parts.append(f"mb{self.micro_batch}x{self.grad_accum}")
         if self.recompute != "none":
-            parts.append(f"recompute-{self.recompute}")
+            every = f"/every{self.recompute_every}" if self.recompute_every > 1 else ""
+            parts.append(f"recompute-{self.recompute}{every}")
         if self.offload_optimizer != "none":
             parts.append(f"offload-opt-{self.offload_optimizer}")
         if self.offload_params != "none":
@@ -113,7 +118,17 @@ def layout_problems(
     """The rules that need no architecture: degrees, the GPU product, ZeRO, SP, schedule,
     batch, recomputation and offload. validate_plan adds the model's rules."""
     problems: list[str] = []
-    for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "grad_accum"):
+    for name in (
+        "dp",
+        "tp",
+        "pp",
+        "cp",
+        "ep",
+        "vpp",
+        "micro_batch",
+        "grad_accum",
+        "recompute_every",
+    ):
         value = getattr(plan, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             problems.append(f"{name} ({value!r}) must be a positive integer")
@@ -153,6 +168,11 @@ def layout_problems(
         )
     if plan.recompute not in RECOMPUTE_KINDS:
         problems.append(f"recompute ({plan.recompute!r}) must be one of {RECOMPUTE_KINDS}")
+    elif plan.recompute_every > 1 and plan.recompute != "full":
+        problems.append(
+            f"recompute_every ({plan.recompute_every}) > 1 needs recompute 'full' (it picks "
+            "which layers are fully recomputed)"
+        )
     for name in ("offload_optimizer", "offload_params"):
         if getattr(plan, name) not in OFFLOAD_TARGETS:
             problems.append(f"{name} ({getattr(plan, name)!r}) must be none, cpu or nvme")

@@ -113,6 +113,7 @@ def enumerate_plan_arrays(
         zero_shard=zero_shard,
         schedule=np.where(columns["vpp"] > 1, INTERLEAVED, ONE_F_ONE_B),
         offload_params=np.zeros(size, dtype=np.int64),
+        recompute_every=np.ones(size, dtype=np.int64),
         flash=np.full(size, policy.flash_attention),
     )
 

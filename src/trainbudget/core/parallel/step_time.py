@@ -241,11 +241,12 @@ def step_time(
     tokens_step = plan.global_batch * seq_len
     fwd = forward_flops(spec, seq_len, causal=causal)
     model_flops = (1 + BACKWARD_PER_FORWARD) * (fwd.total / seq_len) * tokens_step
-    extra = (
-        {"none": 0, "selective": fwd.scores + fwd.attn_values, "full": fwd.layers}[plan.recompute]
-        / seq_len
-        * tokens_step
-    )
+    layers = spec.n_layers // plan.pp
+    full = fwd.layers * PlanNumbers.of(plan).recomputed_layers(layers) / layers
+    if plan.recompute_every == 1:
+        full = fwd.layers
+    recomputed = {"none": 0, "selective": fwd.scores + fwd.attn_values, "full": full}
+    extra = recomputed[plan.recompute] / seq_len * tokens_step
     compute_bubble = t.compute_seconds + t.bubble_seconds
     return StepTime(
         step_seconds=t.step_seconds,
