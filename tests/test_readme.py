@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -41,6 +43,7 @@ def test_ci_runs_the_readme_test_command():
     assert "awk" in (ROOT / ".ci" / "run").read_text()
 
 
+@pytest.mark.torch  # the README shows `trainbudget profile`, measured with torch
 def test_readme_examples_are_real_output():
     check = subprocess.run(
         [sys.executable, "scripts/refresh_readme.py", "--check"],

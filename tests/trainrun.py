@@ -41,11 +41,19 @@ def run_env(faults: dict | None) -> dict:
 
 
 def train_cli(
-    out: Path, data: Path, *args: str, nproc: int = 1, faults=None, restarts=None
+    out: Path,
+    data: Path,
+    *args: str,
+    nproc: int = 1,
+    faults=None,
+    restarts=None,
+    script: Path | None = None,
 ) -> subprocess.CompletedProcess:
     """`python -m trainbudget train --data DATA --out OUT ARGS` (under torchrun when nproc > 1,
-    with --max-restarts when `restarts` is given); the finished process."""
-    cmd = ["-m", "trainbudget", "train", "--data", str(data), "--out", str(out), *args]
+    with --max-restarts when `restarts` is given; `script` instead of `-m trainbudget train`
+    when given); the finished process."""
+    program = [str(script)] if script is not None else ["-m", "trainbudget", "train"]
+    cmd = [*program, "--data", str(data), "--out", str(out), *args]
     if nproc > 1:
         launch = ["-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
         launch += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
@@ -73,7 +81,11 @@ def train_cli(
 
 
 def ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """A run that succeeded: exit 0 (under torchrun: every rank exited 0) and no rank aborted
+    on its way out ("terminate called ..." is what a C++ thread of the process group left
+    running into interpreter exit prints; see train.distributed.shutdown)."""
     assert r.returncode == 0, f"{' '.join(r.args)}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    assert "terminate called" not in r.stderr, f"{' '.join(r.args)}\n{r.stderr[-3000:]}"
     return r
 
 

@@ -30,6 +30,7 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("needs torch.distributed with gloo", allow_module_level=True)
 
+import trainrun  # noqa: E402
 from trainbudget.core.errors import SpecError  # noqa: E402
 from trainbudget.data.loader import TokenDataset  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
@@ -37,7 +38,7 @@ from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa:
 from trainbudget.train.checkpointing.sharded import read_sharded  # noqa: E402
 from trainbudget.train.data import TrainBatches  # noqa: E402
 from trainbudget.train.preflight import read_plan  # noqa: E402
-from trainrun import free_port, run_env  # noqa: E402
+from trainrun import free_port, ok, run_env  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -169,7 +170,7 @@ def _train(out: Path, data: Path, *args: str, nproc: int = 1, steps: int = STEPS
         )
         if r.returncode == 0 or "address already in use" not in r.stderr.lower() or attempt:
             break
-    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+    ok(r)
     lines = (out / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if "event" not in r]  # steps, not checkpoints
 
@@ -377,3 +378,34 @@ def test_the_plan_from_trainbudget_plan_decides_the_layout(tmp_path):
     # and the predictions are the plan's own layout
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["plan"] == read_plan(str(path)).describe()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists threads in /proc (Linux)")
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_no_thread_of_the_process_group_outlives_train(tmp_path, strategy):
+    # Regression: destroy_process_group alone left gloo's threads running into interpreter
+    # exit (DDP and FSDP2 held the group, and DTensor's caches held FSDP2's DeviceMesh), where a
+    # worker still freeing its last collective's tensors aborted the rank ("terminate called
+    # without an active exception") now and then under load. Deterministic: the threads are
+    # there or not when train() returns. 3 steps: a checkpoint (DCP under FSDP2), an
+    # evaluation and clipped gradients (DTensor collectives) all come before the exit.
+    data = tmp_path / "data"
+    prepare(None, data, tokenizer="byte")
+    args = (*TINY, "--steps", "3", "--checkpoint-every", "3", "--micro-batch", "2", *ADAMW)
+    r = ok(
+        trainrun.train_cli(
+            tmp_path / "run",
+            data,
+            *args,
+            "--strategy",
+            strategy,
+            nproc=2,
+            script=Path(__file__).with_name("rank_exit.py"),
+        )
+    )
+    reports = [json.loads(line) for line in r.stdout.splitlines() if line.startswith('{"rank"')]
+    assert sorted(report["rank"] for report in reports) == [0, 1], r.stdout
+    for report in reports:
+        assert report["code"] == 0
+        assert not [name for name in report["threads"] if "gloo" in name], report

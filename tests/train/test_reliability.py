@@ -15,6 +15,7 @@ Timing on a 2-core CPU: about 60 s (six 1-process runs of ~3 s, five 2-rank runs
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,14 @@ def test_resume_passes_over_a_corrupt_newest_checkpoint(tmp_path, data, referenc
     assert_same_run(out, reference)
 
 
+@pytest.fixture(scope="module")
+def three_steps(tmp_path_factory, data) -> Path:
+    """A 3-step run with its checkpoint at step 3; tests resume copies of it."""
+    out = tmp_path_factory.mktemp("three-steps") / "run"
+    ok(train_cli(out, data, "--micro-batch", "4", "--steps", "3"))
+    return out
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
@@ -176,9 +185,9 @@ def test_resume_passes_over_a_corrupt_newest_checkpoint(tmp_path, data, referenc
         (("--seq-len", "16"), "seq_len"),
     ],
 )
-def test_resume_refuses_a_changed_model_or_recipe(tmp_path_factory, data, change, field):
-    out = tmp_path_factory.mktemp("changed") / "run"
-    ok(train_cli(out, data, "--micro-batch", "4", "--steps", "3"))
+def test_resume_refuses_a_changed_model_or_recipe(tmp_path, data, three_steps, change, field):
+    out = tmp_path / "run"
+    shutil.copytree(three_steps, out)
     r = train_cli(out, data, "--micro-batch", "4", "--resume", *change)
     assert r.returncode == 2, r.stderr[-2000:]
     (line,) = r.stderr.strip().splitlines()[-1:]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -221,5 +222,41 @@ def barrier(info: DistInfo) -> None:
 
 
 def shutdown(info: DistInfo) -> None:
-    if info.enabled and dist.is_initialized():
-        dist.destroy_process_group()
+    """End the process group while the interpreter is fully alive. Every rank calls it, after
+    its last collective and after dropping its model, optimizer and DDP/FSDP2 wrappers
+    (train.loop.train does).
+
+    `destroy_process_group` only unregisters a gloo group (gloo's `shutdown` does nothing):
+    the backend and its threads (two `pt_gloo_runloop` workers, one `gloo_tcp_loop`) live on
+    until the last reference to the group goes -- and DDP and FSDP2 hold references, in
+    reference cycles, and so do torch 2.13's DeviceMeshes (`_pg_registry`), which DTensor's
+    caches keep for the life of the process. Left alive into interpreter exit, a worker that
+    finished a collective but has not yet dropped it (it wakes the caller first, then lets go;
+    under CPU load it can lag) frees the work's tensors during Py_FinalizeEx; a tensor whose
+    Python object the C++ side owns needs the GIL to be freed, a thread asking for the GIL then
+    is ended by pthread_exit, and its unwinding through a noexcept destructor aborts the
+    process: "terminate called without an active exception", SIGABRT, after the last step.
+    (gdb on such a core: runLoop -> ~AsyncAllgatherWork -> TensorImpl::decref_pyobject ->
+    take_gil -> PyThread_exit_thread -> _Unwind_ForcedUnwind -> std::terminate.)
+
+    Hence: a barrier (no rank still communicates), those cycles collected, the meshes' links to
+    the group cut, and the destroy drops the last reference: the backend's destructor joins its
+    threads here."""
+    if not (info.enabled and dist.is_initialized()):
+        return
+    dist.barrier()
+    gc.collect()
+    _unlink_device_meshes()
+    dist.destroy_process_group()
+
+
+def _unlink_device_meshes() -> None:
+    """Empty every DeviceMesh's `_pg_registry` (torch 2.13; older torch has none): the strong
+    references to the process groups that DTensor's module-level caches (redistribute planners,
+    sharding propagation) would otherwise keep until exit. It is read only while torch.compile
+    traces; outside tracing a mesh finds its groups by name, and after the destroy it has none."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    for obj in gc.get_objects():
+        if isinstance(obj, DeviceMesh) and isinstance(getattr(obj, "_pg_registry", None), dict):
+            obj._pg_registry.clear()

@@ -28,6 +28,7 @@ from trainbudget.train.checkpointing.checkpoint import (
 )
 from trainbudget.train.checkpointing.recovery import (
     Interrupted,
+    TrainingHalted,
     maybe_save,
     rollback,
     skip_step,
@@ -61,6 +62,26 @@ from trainbudget.train.summary import memory_bytes, summarize
 def train(cfg: TrainConfig, *, faults: Faults | None = None) -> dict:
     """Run `cfg`; returns the summary (also written to <out>/summary.json)."""
     run = _start(cfg, faults if faults is not None else Faults.from_env())
+    info = run.info
+    try:
+        summary = _train(run)
+    except (Interrupted, TrainingHalted) as err:
+        # an orderly stop, at the same step on every rank (the flags and the guard's verdict
+        # come from all-reduced values); its traceback's frames hold the model: dropped
+        stopped = err.with_traceback(None)
+    else:
+        stopped = None
+    # the model, optimizer and DDP/FSDP2 wrappers hold the process group: let them go, so
+    # that shutdown really ends it (see distributed.shutdown)
+    del run
+    shutdown(info)
+    if stopped is not None:
+        raise stopped
+    return summary
+
+
+def _train(run: Run) -> dict:
+    cfg = run.cfg
     writer = MetricsWriter(
         run.checkpoint_root.parent,
         tensorboard=cfg.tensorboard,
@@ -78,8 +99,6 @@ def train(cfg: TrainConfig, *, faults: Faults | None = None) -> dict:
     if run.info.is_main:
         text = json.dumps(summary, indent=2, allow_nan=False)
         (run.checkpoint_root.parent / SUMMARY_FILE).write_text(text)
-    barrier(run.info)
-    shutdown(run.info)
     return summary
 
 
