@@ -20,6 +20,7 @@ from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency, step_time
 from trainbudget.core.single.flops import palm_flops_per_token
 from trainbudget.core.single.params import count_params
+from trainbudget.core.spec.frameworks import GENERIC, Framework, get_framework
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
@@ -160,6 +161,27 @@ class Comparison:
         return self.predicted_memory_bytes / self.measured_memory_bytes - 1
 
 
+# The Framework row each published run's stack is predicted with, the same for every run of it.
+# NeMo trains on Megatron-Core's DDP (its bf16_mixed recipe sets grad_reduce_in_fp32=True);
+# Megatron-DeepSpeed and GPT-NeoX hand data parallelism and ZeRO to DeepSpeed's engine, so
+# DeepSpeed's defaults (bf16 gradients, 5e8-element buckets) apply, not Megatron's fp32
+# main_grad; the FSDP sources (2022-2024: FSDP1, FairScale's FSDP, Lightning's FSDPStrategy)
+# predate FSDP2, so FSDP1's row; "other" (in-house stacks) gets the framework-neutral GENERIC.
+RUN_FRAMEWORK_ROWS = {
+    "megatron": "megatron",
+    "nemo": "megatron",
+    "megatron-deepspeed": "deepspeed",
+    "deepspeed": "deepspeed",
+    "pytorch-fsdp": "pytorch-fsdp1",
+}
+
+
+def framework_row(run_framework: str) -> Framework:
+    """The Framework a published run is predicted with; GENERIC where no row matches."""
+    name = RUN_FRAMEWORK_ROWS.get(run_framework)
+    return GENERIC if name is None else get_framework(name)
+
+
 def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> Comparison | None:
     """None for runs on hardware outside the catalog or without a convertible figure."""
     if run.gpu.startswith("other:"):
@@ -172,7 +194,9 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
     hw = get_hardware(run.gpu)
     cluster = Cluster(hardware=hw, n_gpus=run.n_gpus, gpus_per_node=run.gpus_per_node)
     prec, opt = get_precision("bf16-mixed"), get_optimizer("adam")
-    kw = dict(seq_len=seq_len, precision=prec, optimizer=opt)
+    kw = dict(
+        seq_len=seq_len, precision=prec, optimizer=opt, framework=framework_row(run.framework)
+    )
     t = step_time(spec, plan, cluster, efficiency=efficiency, **kw)
     mem = plan_memory(spec, plan, **kw)
     return Comparison(

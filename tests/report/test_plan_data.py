@@ -167,3 +167,19 @@ def test_no_torch_no_matplotlib() -> None:
 def test_question_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         question().tokens = 1.0  # type: ignore[misc]
+
+
+def test_the_framework_reaches_the_search_and_the_assumptions(report) -> None:
+    from trainbudget.core.spec.frameworks import get_framework
+
+    assert report.framework == "generic"
+    assert any(a.startswith("framework: generic (none named; ") for a in report.assumptions)
+    small = {"cluster": Cluster(hardware=get_hardware("h100-sxm"), n_gpus=64)}
+    small["scaling_gpus"] = (64,)
+    mega = plan_report(question(framework=get_framework("megatron"), **small))
+    assert mega.framework == "megatron"
+    assert any(a.startswith("framework: megatron (") for a in mega.assumptions)
+    # the same question as `trainbudget plan` on 64 GPUs (PLAN_ARGS's last --gpus wins)
+    best = cli_json("plan", *PLAN_ARGS, "--gpus", "64", "--framework", "megatron")["plans"][0]
+    assert mega.answer.plan == best["plan"]["description"]
+    assert mega.answer.step_seconds == best["step_seconds"]

@@ -8,6 +8,7 @@ import sys
 from typing import NoReturn
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.spec.frameworks import FRAMEWORKS, GENERIC_NAME, Framework, get_framework
 from trainbudget.core.spec.precision import OPTIMIZERS, PRECISIONS, TRAINABLE_OPTIMIZERS
 from trainbudget.core.units import parse_count, parse_int_count
 
@@ -71,6 +72,22 @@ def add_optimizer_arg(p, *, trainable_only: bool = False) -> None:
         metavar="O",
         help=" | ".join(n + " (default)" if n == "adamw" else n for n in names),
     )
+
+
+def add_framework_arg(p) -> None:
+    """--framework on a parser or argument group, its choices and help from the core's table."""
+    p.add_argument(
+        "--framework",
+        default=GENERIC_NAME,
+        metavar="NAME",
+        help="training stack whose gradient dtypes, reduction timing and buckets to assume: "
+        + " | ".join(n + " (default)" if n == GENERIC_NAME else n for n in FRAMEWORKS),
+    )
+
+
+def framework_from_args(args: argparse.Namespace) -> Framework:
+    """The named row; an unknown name is a one-line error listing the known ones."""
+    return get_framework(args.framework)
 
 
 def add_training_args(p: argparse.ArgumentParser) -> None:

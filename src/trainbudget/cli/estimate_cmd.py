@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 
 from trainbudget.cli.args import (
+    add_framework_arg,
     add_model_args,
     add_training_args,
     dumps_json,
     fraction,
+    framework_from_args,
     nonnegative_float,
     positive_int,
 )
@@ -46,6 +48,7 @@ from trainbudget.core.single.flops import (
 )
 from trainbudget.core.single.memory import rule_of_thumb_6gb
 from trainbudget.core.single.training_time import tokens_from_epochs
+from trainbudget.core.spec.frameworks import Framework
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -81,6 +84,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
         help="exact per-part count (default), 6n, or palm (6N + 12LHQT)",
     )
     add_training_args(p)
+    add_framework_arg(p)
     add_plan_args(p)
     add_reliability_options(p)
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -245,7 +249,7 @@ def _summary(e: Estimate) -> str:
     return "\n".join(lines)
 
 
-def _explain(e: Estimate) -> str:
+def _explain(e: Estimate, fw_line: str) -> str:
     width = max(len(s.quantity) for s in e.steps)
     out = ["Derivation:"]
     out += [f"  {s.quantity:<{width}} = {s.formula}\n  {'':<{width}} = {s.value}" for s in e.steps]
@@ -256,11 +260,21 @@ def _explain(e: Estimate) -> str:
         f"  It covers {rule.covers};\n  it leaves out {rule.leaves_out}."
     )
     out.append("\nAssumptions:")
-    out += [f"  - {a}" for a in e.assumptions]
+    out += [f"  - {a}" for a in (*e.assumptions, fw_line)]
     return "\n".join(out)
 
 
-def _plan_result(args: argparse.Namespace, e: Estimate) -> tuple[RankedPlan, Cluster] | None:
+def _framework_assumption(fw: Framework, planned: bool) -> str:
+    """The framework changes the plan-aware memory and step time only: the one-GPU estimate has
+    no data-parallel reduction and keeps the precision's gradient bytes."""
+    if planned:
+        return fw.assumption()
+    return fw.assumption() + "; used by the plan-aware memory and step time (a plan option)"
+
+
+def _plan_result(
+    args: argparse.Namespace, e: Estimate, fw: Framework
+) -> tuple[RankedPlan, Cluster] | None:
     """The plan-aware evaluation when any plan option was given, else None."""
     if not wants_plan(args):
         return None
@@ -281,11 +295,12 @@ def _plan_result(args: argparse.Namespace, e: Estimate) -> tuple[RankedPlan, Clu
         optimizer=get_optimizer(req.optimizer),
         efficiency=efficiency_from_args(args, req.hardware),
         causal=req.causal,
+        framework=fw,
     )
     return ranked, cluster
 
 
-def _bare_plan_json(args: argparse.Namespace, e: Estimate) -> dict:
+def _bare_plan_json(args: argparse.Namespace, e: Estimate, fw: Framework) -> dict:
     """dense:N under a plan: ZeRO-sharded model state per GPU, weights split evenly over
     tp * pp (B-zero, seed 004). No activations or step time without an architecture."""
     req = e.request
@@ -293,12 +308,14 @@ def _bare_plan_json(args: argparse.Namespace, e: Estimate) -> dict:
         args, req.n_gpus, req.micro_batch, req.grad_accum, req.recompute, req.flash_attention
     )
     validate_layout(plan, n_gpus=req.n_gpus, seq_len=e.seq_len)
+    precision = get_precision(req.precision)
     state = zero_model_state(
         req.model.n_params / (plan.tp * plan.pp),
         shard=plan.shard_group,
         zero=plan.zero,
-        precision=get_precision(req.precision),
+        precision=precision,
         optimizer=get_optimizer(req.optimizer),
+        grad_bytes=fw.main_grad_bytes or precision.grad_bytes,
     )
     return {
         "plan": {
@@ -337,8 +354,10 @@ def _useful_seconds(e: Estimate, planned: tuple[RankedPlan, Cluster] | None) -> 
 
 def run(args: argparse.Namespace) -> int:
     e = estimate(request_from_args(args))
-    planned = _plan_result(args, e)
-    bare = _bare_plan_json(args, e) if wants_plan(args) and planned is None else None
+    fw = framework_from_args(args)
+    planned = _plan_result(args, e, fw)
+    bare = _bare_plan_json(args, e, fw) if wants_plan(args) and planned is None else None
+    fw_line = _framework_assumption(fw, planned is not None or bare is not None)
     reliability = reliability_json(
         args,
         n_gpus=e.request.n_gpus,
@@ -358,12 +377,15 @@ def run(args: argparse.Namespace) -> int:
                 out["plan_time_days"] = out["plan_time_seconds"] / SECONDS_PER_DAY
         if reliability is not None:
             out["reliability"] = reliability
+        out["framework"] = fw.name
+        out["assumptions"] = [*out["assumptions"], fw_line]
         print(dumps_json(out))
         return 0
     summary = _summary(e)
     if planned is not None:
         summary = summary.replace("memory/GPU  ", "memory (1 GPU, no parallelism)\n            ")
     print(summary)
+    print(f"framework    {fw.name}")
     if bare is not None:
         mem = bare["memory_bytes"]
         print(
@@ -389,5 +411,5 @@ def run(args: argparse.Namespace) -> int:
         print(reliability_line(reliability))
     if args.explain:
         print()
-        print(_explain(e))
+        print(_explain(e, fw_line))
     return 0

@@ -7,10 +7,12 @@ import argparse
 import functools
 
 from trainbudget.cli.args import (
+    add_framework_arg,
     add_model_args,
     add_optimizer_arg,
     dumps_json,
     fraction,
+    framework_from_args,
     nonnegative_float,
     positive_int,
 )
@@ -31,6 +33,7 @@ from trainbudget.core.parallel.planner import Policy, why_best
 from trainbudget.core.parallel.planner_fast import search_fast
 from trainbudget.core.parallel.procurement import Candidate, cheapest
 from trainbudget.core.single.memory import checkpoint_bytes
+from trainbudget.core.spec.frameworks import Framework
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -47,6 +50,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument("--tokens", help="training tokens: adds days and GPU-hours per plan")
     p.add_argument("--precision", default="bf16-mixed", help="precision policy")
     add_optimizer_arg(p)
+    add_framework_arg(p)
     p.add_argument(
         "--causal",
         action="store_true",
@@ -139,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
     if not isinstance(model, ModelSpec):
         raise SpecError("--model", args.model, "the planner needs an architecture, not dense:N")
     seq_len = positive_int("seq_len", args.seq_len) if args.seq_len else model.max_seq_len
+    fw = framework_from_args(args)
     run_search = functools.partial(
         search_fast,
         model,
@@ -149,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
         policy=policy_from_args(args),
         top=positive_int("top", args.top),
         causal=args.causal,
+        framework=fw,
     )
     if args.within_days is not None:
         if args.calibration is not None:
@@ -157,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
                 args.calibration,
                 "describes one GPU; it cannot be used with --within-days, which compares GPU types",
             )
-        return _run_cheapest(args, run_search)
+        return _run_cheapest(args, run_search, fw)
     hardware = get_hardware(args.gpu)
     cluster = cluster_from_args(args, hardware, positive_int("gpus", args.gpus))
     result = run_search(cluster, efficiency=efficiency_from_args(args, hardware))
@@ -191,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
                     "search_seconds": result.search_seconds,
                     "why": why_best(result),
                     "reliability": reliability,
+                    "framework": fw.name,
+                    "assumptions": [fw.assumption()],
                 }
             )
         )
@@ -213,12 +221,13 @@ def run(args: argparse.Namespace) -> int:
             days = tokens / result.plans[0].time.tokens_per_second / SECONDS_PER_DAY
             print(f"time         {days:.2f} days for {tokens:.4g} tokens")
         print(f"why          {why_best(result)}")
+        print(f"framework    {fw.assumption().removeprefix('framework: ')}")
         if reliability is not None:
             print(reliability_line(reliability))
     return 0
 
 
-def _run_cheapest(args: argparse.Namespace, run_search) -> int:
+def _run_cheapest(args: argparse.Namespace, run_search, fw: Framework) -> int:
     if args.tokens is None:
         raise SpecError("--tokens", None, "is required with --within-days")
     names = (args.gpu_options or args.gpu).split(",")
@@ -248,7 +257,7 @@ def _run_cheapest(args: argparse.Namespace, run_search) -> int:
         for q in quotes
     ]
     if args.json:
-        print(dumps_json({"quotes": rows, "best": rows[0]}))
+        print(dumps_json({"quotes": rows, "best": rows[0], "framework": fw.name}))
         return 0
     print(f"{'gpu':<10} {'gpus':>6} {'days':>8} {'cost':>14}  plan")
     for r in rows:

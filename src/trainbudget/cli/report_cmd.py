@@ -7,7 +7,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trainbudget.cli.args import add_optimizer_arg, dumps_json, nonnegative_float, positive_int
+from trainbudget.cli.args import (
+    add_framework_arg,
+    add_optimizer_arg,
+    dumps_json,
+    framework_from_args,
+    nonnegative_float,
+    positive_int,
+)
 from trainbudget.cli.plan_cmd import add_policy_args, policy_from_args
 from trainbudget.cli.plan_view import add_cluster_args, cluster_from_args, efficiency_from_args
 from trainbudget.cli.reliability_cmd import parse_probability
@@ -56,6 +63,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     g.add_argument("--tokens", help="training tokens, e.g. 15T")
     g.add_argument("--precision", default="bf16-mixed", help="precision policy")
     add_optimizer_arg(g)
+    add_framework_arg(g)
     g.add_argument("--top", default="5", help="candidate layouts shown (default 5)")
     g.add_argument("--price-per-gpu-hour", help="price of one GPU-hour: cost besides GPU-hours")
     g.add_argument(
@@ -145,6 +153,7 @@ def _question(args: argparse.Namespace):
         seq_len=positive_int("seq_len", args.seq_len) if args.seq_len else model.max_seq_len,
         precision=get_precision(args.precision),
         optimizer=get_optimizer(args.optimizer),
+        framework=framework_from_args(args),
         policy=policy_from_args(args),
         efficiency=efficiency_from_args(args, hardware),
         efficiency_source=(
@@ -201,6 +210,7 @@ def _plan_report(args: argparse.Namespace) -> int:
         print(dumps_json(doc))
         return 0
     print(headline(report)[1])
+    print(f"framework {report.framework}")
     print(f"wrote {out} ({len(pngs)} plots, also as PNG files in {pngs[0].parent})")
     return 0
 

@@ -59,6 +59,7 @@ def plan_assumptions(q: PlanQuestion, best: RankedPlan) -> tuple[str, ...]:
         f"{p.name}: weights {p.weight_bytes} B, gradients {p.grad_bytes} B, fp32 master "
         f"{p.master_bytes} B per parameter; {q.optimizer.name} state {state:g} B per parameter; "
         f"activations {p.activation_bytes} B per element, no dropout",
+        q.framework.assumption(),
         "memory per GPU is the sum of its parts on the most loaded pipeline stage; a plan fits "
         f"when that is at most {pol.memory_headroom:.0%} of the GPU's memory (the rest for the "
         "CUDA context, allocator fragmentation and communication buffers not modelled)",

@@ -90,6 +90,7 @@ class PlanReport:
     seq_len: int
     precision: str
     optimizer: str
+    framework: str
     price_per_gpu_hour: float | None
     answer: Answer
     candidates: tuple[Candidate, ...]
@@ -188,6 +189,7 @@ def plan_report(q: PlanQuestion) -> PlanReport:
         seq_len=q.seq_len,
         precision=q.precision.name,
         optimizer=q.optimizer.name,
+        framework=q.framework.name,
         price_per_gpu_hour=q.price_per_gpu_hour,
         answer=_answer(result, t),
         candidates=tuple(_candidate(i, r) for i, r in enumerate(result.plans, 1)),

@@ -17,7 +17,8 @@ def headline(r: PlanReport) -> tuple[str, str]:
     question = (
         f"Train {r.model} ({format_count(r.n_params)} parameters) on {format_count(r.tokens)} "
         f"tokens with {r.n_gpus:,} x {r.gpu}, global batch {r.global_batch} x {r.seq_len} "
-        f"tokens, {r.precision}, {r.optimizer}: how long, at what cost, in which layout?"
+        f"tokens, {r.precision}, {r.optimizer}, framework {r.framework}: how long, at what "
+        "cost, in which layout?"
     )
     a = r.answer
     cost = f" (cost {a.cost:,.0f})" if a.cost is not None else ""

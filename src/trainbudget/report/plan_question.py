@@ -11,6 +11,7 @@ from trainbudget.core.parallel.planner_fast import DEFAULT_POLICY, search_fast
 from trainbudget.core.parallel.reliability import DEFAULT_RESTART_SECONDS
 from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency
 from trainbudget.core.single.training_time import TrainingTime, training_time
+from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision
 from trainbudget.report.roofline_data import MeasuredRoofline
@@ -31,6 +32,8 @@ class PlanQuestion:
     seq_len: int
     precision: Precision
     optimizer: Optimizer
+    framework: Framework = GENERIC
+    """The training stack's gradient dtypes, reduction timing and buckets."""
     policy: Policy = DEFAULT_POLICY
     efficiency: Efficiency = DEFAULT_EFFICIENCY
     efficiency_source: str = "the defaults of core.step_time.Efficiency"
@@ -59,6 +62,7 @@ def search(q: PlanQuestion, cluster: Cluster, top: int) -> PlannerResult:
         policy=q.policy,
         top=top,
         efficiency=q.efficiency,
+        framework=q.framework,
     )
 
 

@@ -32,6 +32,12 @@ class Framework:
     sources: tuple[str, ...] = ()
     """Where each non-default field comes from (the framework's code or docs, with version)."""
 
+    def assumption(self) -> str:
+        """The line an assumptions list carries: the row's name and what it changes."""
+        if self.name == GENERIC_NAME:
+            return f"framework: {self.name} (none named; {self.description})"
+        return f"framework: {self.name} ({self.description})"
+
     def __post_init__(self) -> None:
         for field in ("grad_reduce_bytes", "main_grad_bytes"):
             value = getattr(self, field)
@@ -42,14 +48,102 @@ class Framework:
                 raise SpecError(f"{self.name}.{field}", getattr(self, field), "must be >= 0")
 
 
+GENERIC_NAME = "generic"
+
 GENERIC = Framework(
-    name="generic",
+    name=GENERIC_NAME,
     description="framework-neutral: gradients reduced in the precision's gradient dtype once "
     "per step, PyTorch DDP's 25 MB buckets, no runtime overhead",
     sources=("torch.nn.parallel.DistributedDataParallel: bucket_cap_mb=25",),
 )
 
-FRAMEWORKS = MappingProxyType({f.name: f for f in (GENERIC,)})
+# Megatron-Core's default DDP bucket: max(40M, 1M * dp) parameters; the fp32 gradients of
+# 40M parameters (dp <= 40), one bucket's bytes at the default
+MEGATRON_BUCKET_PARAMS = 40_000_000
+# DeepSpeed's ZeRO reduce_bucket_size default, in elements; bf16 gradients, 2 bytes each
+DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
+
+MEGATRON = Framework(
+    name="megatron",
+    grad_reduce_bytes=4,
+    main_grad_bytes=4,
+    reduce_every_micro_batch=False,
+    bucket_bytes=MEGATRON_BUCKET_PARAMS * 4,
+    description="Megatron-LM / Megatron-Core (NeMo on it): bf16 runs keep an fp32 main_grad "
+    "buffer, accumulate micro-batches into it and reduce it in fp32 once per step, in buckets of "
+    "40M parameters; runtime overhead not sourced (0)",
+    sources=(
+        "Megatron-LM d98e8a6 (core 0.20.0 dev) megatron/training/arguments.py: with --bf16 and "
+        "the default --main-grads-dtype fp32, accumulate_allreduce_grads_in_fp32 is set "
+        "('bfloat16 requires gradient accumulation and all-reduce to be done in fp32')",
+        "megatron/core/distributed/distributed_data_parallel_config.py: grad_reduce_in_fp32 "
+        "(set from that flag); the gradient buffer holds main_grad in that dtype",
+        "megatron/core/distributed/distributed_data_parallel.py: bucket_size defaults to "
+        "max(40000000, 1000000 * dp_group.size()) parameters",
+        "megatron/core/distributed/distributed_data_parallel.py no_sync(): gradients are "
+        "reduced on the last micro-batch only (is_last_microbatch)",
+        "NeMo 2 nemo/collections/llm/recipes/precision/mixed_precision.py bf16_mixed(): "
+        "grad_reduce_in_fp32=True (why NeMo runs use this row)",
+    ),
+)
+
+TORCHTITAN = Framework(
+    name="torchtitan",
+    grad_reduce_bytes=4,
+    reduce_every_micro_batch=True,
+    description="torchtitan (FSDP2 fully_shard + DTensor): reduce-scatters in fp32 after every "
+    "micro-batch's backward; gradients kept in the precision's bytes (FSDP2's fp32 sharded "
+    "parameter and gradient total the same 2 + 2 + 4 bytes as bf16 weight, gradient and "
+    "master); FSDP2 reduces per fully_shard unit, not in size-capped buckets, so the generic "
+    "25 MB bucket stays; runtime overhead not sourced (0)",
+    sources=(
+        "torchtitan 0.2.2 (b5bcd76) torchtitan/config/configs.py: mixed_precision_reduce "
+        "defaults to (and only allows) 'float32'; mixed_precision_param 'bfloat16'",
+        "torchtitan/trainer.py train_step: forward_backward_step per gradient-accumulation "
+        "micro-batch with no set_requires_gradient_sync(False), so FSDP2 reduce-scatters each "
+        "micro-batch (only the loss's lm_head chunking toggles it, components/loss.py)",
+    ),
+)
+
+DEEPSPEED = Framework(
+    name="deepspeed",
+    reduce_every_micro_batch=True,
+    bucket_bytes=DEEPSPEED_BUCKET_ELEMENTS * 2,
+    description="DeepSpeed ZeRO (Megatron-DeepSpeed, GPT-NeoX on it): bf16 gradients "
+    "accumulated and reduced in the model dtype by default; ZeRO-2/3 reduce every micro-batch, "
+    "ZeRO 0-1 at the accumulation boundary; 5e8-element (1 GB in bf16) reduce buckets; runtime "
+    "overhead not sourced (0)",
+    sources=(
+        "DeepSpeed 0.19.6 (edaa722) deepspeed/runtime/zero/config.py: reduce_bucket_size "
+        "default 5e8 elements",
+        "deepspeed/runtime/constants.py: grad_accum_dtype default None; engine.py "
+        "get_data_types: None means the model dtype (bf16); communication_data_type: bf16 "
+        "when bf16 is enabled",
+        "deepspeed/runtime/engine.py allreduce_gradients: 'ZeRO stage >= 2 communicates during "
+        "non gradient accumulation boundaries as well'; stages 0-1 only at the boundary",
+    ),
+)
+
+PYTORCH_FSDP1 = Framework(
+    name="pytorch-fsdp1",
+    reduce_every_micro_batch=True,
+    description="PyTorch FullyShardedDataParallel (FSDP1, FairScale's FSDP before it): "
+    "MixedPrecision's reduce_dtype defaults to param_dtype, so gradients are reduced in the "
+    "precision's dtype; reduce-scatters every micro-batch unless no_sync() is used (which keeps "
+    "unsharded gradients instead); reduces per FlatParameter, so the generic 25 MB bucket stays; "
+    "runtime overhead not sourced (0)",
+    sources=(
+        "torch 2.13 torch/distributed/fsdp/api.py MixedPrecision: reduce_dtype default None, "
+        "'If this is None but param_dtype is not None, then this takes on the param_dtype "
+        "value'",
+        "torch 2.13 torch/distributed/fsdp/fully_sharded_data_parallel.py no_sync(): "
+        "gradients are reduce-scattered on every backward outside it",
+    ),
+)
+
+FRAMEWORKS = MappingProxyType(
+    {f.name: f for f in (GENERIC, MEGATRON, TORCHTITAN, DEEPSPEED, PYTORCH_FSDP1)}
+)
 
 
 def get_framework(name: str) -> Framework:

@@ -1,0 +1,72 @@
+"""--framework on estimate, plan and report: the named row reaches the core and the output."""
+
+from __future__ import annotations
+
+import pytest
+
+from clirun import cli, cli_json
+from trainbudget.core.single.params import count_params
+from trainbudget.core.spec.presets import get_preset
+
+EST = ("estimate", "--model", "llama-2-7b", "--gpus", "8", "--dp", "8")
+PLAN = ("plan", "--model", "gpt2", "--gpus", "8", "--global-batch", "16", "--no-cp")
+N_PARAMS = count_params(get_preset("llama-2-7b")).total
+
+
+def test_default_is_generic_and_said_so():
+    j = cli_json(*EST, "--zero", "1")
+    assert j["framework"] == "generic"
+    assert j["assumptions"][-1].startswith("framework: generic (none named; ")
+
+
+def test_megatron_keeps_fp32_gradients_for_bf16_mixed():
+    # bf16-mixed keeps 2-byte gradients; Megatron's fp32 main_grad buffer (frameworks.py
+    # sources: --accumulate-allreduce-grads-in-fp32 for bf16) holds 4 bytes per parameter,
+    # unsharded under ZeRO-1
+    generic = cli_json(*EST, "--zero", "1")
+    megatron = cli_json(*EST, "--zero", "1", "--framework", "megatron")
+    assert generic["memory_bytes"]["grads"] == pytest.approx(2 * N_PARAMS)
+    assert megatron["memory_bytes"]["grads"] == pytest.approx(4 * N_PARAMS)
+    assert megatron["framework"] == "megatron"
+    assert megatron["assumptions"][-1].startswith("framework: megatron (")
+
+
+def test_torchtitan_reduce_scatters_every_micro_batch():
+    # FSDP2 in torchtitan's train loop reduce-scatters after each of the 4 micro-batches, in
+    # fp32 (mixed_precision_reduce): 4 x 2 = 8 times generic's once-per-step bf16 bytes
+    args = (*EST, "--zero", "3", "--grad-accum", "4")
+    generic = cli_json(*args)["comm_bytes_per_step"]["dp_grad_reduce"]
+    titan = cli_json(*args, "--framework", "torchtitan")["comm_bytes_per_step"]["dp_grad_reduce"]
+    assert titan == pytest.approx(8 * generic)
+
+
+def test_estimate_text_names_the_framework():
+    code, out, _ = cli(*EST, "--zero", "1", "--framework", "deepspeed")
+    assert code == 0 and "framework    deepspeed" in out
+
+
+def test_plan_passes_the_framework():
+    narrow = ("--zero-stages", "0,1", "--recompute-options", "none", "--top", "1")
+    generic = cli_json(*PLAN, *narrow)
+    megatron = cli_json(*PLAN, *narrow, "--framework", "megatron")
+    assert generic["framework"] == "generic" and megatron["framework"] == "megatron"
+    assert megatron["assumptions"] == [megatron["assumptions"][0]]
+    assert megatron["assumptions"][0].startswith("framework: megatron (")
+    g, m = generic["plans"][0], megatron["plans"][0]
+    if g["plan"]["description"] == m["plan"]["description"]:
+        assert m["memory_bytes"]["grads"] == pytest.approx(2 * g["memory_bytes"]["grads"])
+    code, out, _ = cli(*PLAN, *narrow, "--framework", "torchtitan")
+    assert code == 0 and "framework    torchtitan (" in out
+
+
+@pytest.mark.parametrize("command", [EST, PLAN])
+def test_unknown_framework_is_one_line_error(command):
+    code, out, err = cli(*command, "--framework", "megatron-lm")
+    assert code != 0 and out == ""
+    assert err.count("\n") == 1
+    assert "framework" in err and "megatron, pytorch-fsdp1, torchtitan" in err
+
+
+def test_help_lists_the_table():
+    code, out, _ = cli("plan", "--help")
+    assert code == 0 and "generic (default)" in out and "pytorch-fsdp1" in out

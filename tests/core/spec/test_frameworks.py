@@ -1,0 +1,113 @@
+"""Framework rows (core/spec/frameworks.py): each field pinned next to where it comes from."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from trainbudget.core.errors import SpecError
+from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.parallel_memory import plan_memory
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.parallel.step_time import step_time
+from trainbudget.core.spec.frameworks import (
+    FRAMEWORKS,
+    GENERIC,
+    Framework,
+    get_framework,
+)
+from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.spec.precision import get_optimizer, get_precision
+from trainbudget.core.spec.presets import get_preset
+from trainbudget.core.units import MB
+
+
+def test_table_names():
+    assert set(FRAMEWORKS) == {"generic", "megatron", "torchtitan", "deepspeed", "pytorch-fsdp1"}
+    for name, fw in FRAMEWORKS.items():
+        assert fw.name == name and fw.description and fw.sources
+
+
+def test_generic():
+    # torch.nn.parallel.DistributedDataParallel: bucket_cap_mb=25
+    assert get_framework("generic") is GENERIC
+    assert GENERIC.grad_reduce_bytes is None and GENERIC.main_grad_bytes is None
+    assert not GENERIC.reduce_every_micro_batch
+    assert GENERIC.bucket_bytes == 25 * MB
+    assert GENERIC.runtime_overhead_bytes == 0
+
+
+def test_megatron():
+    fw = get_framework("megatron")
+    # Megatron-LM arguments.py: --bf16 with --main-grads-dtype fp32 (default) sets
+    # accumulate_allreduce_grads_in_fp32 -> DistributedDataParallelConfig.grad_reduce_in_fp32
+    assert fw.grad_reduce_bytes == 4 and fw.main_grad_bytes == 4
+    # distributed_data_parallel.py no_sync(): reduce on the last micro-batch only
+    assert not fw.reduce_every_micro_batch
+    # distributed_data_parallel.py: bucket_size = max(40000000, 1000000 * dp) parameters, fp32
+    assert fw.bucket_bytes == 40_000_000 * 4
+    assert fw.runtime_overhead_bytes == 0  # not sourced
+
+
+def test_torchtitan():
+    fw = get_framework("torchtitan")
+    # torchtitan 0.2.2 config/configs.py: mixed_precision_reduce = "float32"
+    assert fw.grad_reduce_bytes == 4
+    # FSDP2's fp32 sharded parameter + gradient total bf16-mixed's 2 + 2 + 4 bytes
+    assert fw.main_grad_bytes is None
+    # trainer.py: no set_requires_gradient_sync(False) across gradient-accumulation steps
+    assert fw.reduce_every_micro_batch
+    assert fw.bucket_bytes == 25 * MB  # FSDP2 reduces per fully_shard unit: generic kept
+    assert fw.runtime_overhead_bytes == 0  # not sourced
+
+
+def test_deepspeed():
+    fw = get_framework("deepspeed")
+    # DeepSpeed 0.19.6 constants.py: grad_accum_dtype None -> model dtype; engine.py
+    # communication_data_type: bf16 when bf16 is enabled
+    assert fw.grad_reduce_bytes is None and fw.main_grad_bytes is None
+    # engine.py allreduce_gradients: ZeRO stage >= 2 communicates every micro-batch
+    assert fw.reduce_every_micro_batch
+    # zero/config.py: reduce_bucket_size default 5e8 elements, bf16 (2 bytes)
+    assert fw.bucket_bytes == 500_000_000 * 2
+    assert fw.runtime_overhead_bytes == 0  # not sourced
+
+
+def test_pytorch_fsdp1():
+    fw = get_framework("pytorch-fsdp1")
+    # torch/distributed/fsdp/api.py MixedPrecision: reduce_dtype None takes param_dtype
+    assert fw.grad_reduce_bytes is None and fw.main_grad_bytes is None
+    # fully_sharded_data_parallel.py no_sync(): outside it every backward reduce-scatters
+    assert fw.reduce_every_micro_batch
+    assert fw.bucket_bytes == 25 * MB
+    assert fw.runtime_overhead_bytes == 0  # not sourced
+
+
+def test_unknown_name_lists_known():
+    with pytest.raises(SpecError, match=r"framework.*megatron.*pytorch-fsdp1.*torchtitan"):
+        get_framework("megatron-lm")
+
+
+def test_bad_field_is_one_line_error():
+    with pytest.raises(SpecError, match=r"x\.grad_reduce_bytes"):
+        Framework(name="x", grad_reduce_bytes=3)
+
+
+def test_assumption_line():
+    assert GENERIC.assumption().startswith("framework: generic (none named; ")
+    assert get_framework("megatron").assumption().startswith("framework: megatron (")
+
+
+KW = dict(seq_len=2048, precision=get_precision("bf16-mixed"), optimizer=get_optimizer("adamw"))
+SPEC = get_preset("llama-2-7b")
+CLUSTER = Cluster(hardware=get_hardware("h100-sxm"), n_gpus=16, gpus_per_node=8)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 3])
+def test_generic_leaves_output_unchanged(zero):
+    plan = Plan(dp=16, zero=zero, grad_accum=4, recompute="full")
+    assert dataclasses.asdict(step_time(SPEC, plan, CLUSTER, **KW)) == dataclasses.asdict(
+        step_time(SPEC, plan, CLUSTER, framework=GENERIC, **KW)
+    )
+    assert plan_memory(SPEC, plan, **KW) == plan_memory(SPEC, plan, framework=GENERIC, **KW)
