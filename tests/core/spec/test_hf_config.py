@@ -209,11 +209,13 @@ MALFORMED += [
         "layer_types irregular",
         {
             **GEMMA3,
-            "layer_types": _TYPES[:2]
-            + ["full_attention"]
-            + _TYPES[3:8]
-            + ["full_attention"]
-            + _TYPES[9:],
+            "layer_types": [
+                *_TYPES[:2],
+                "full_attention",
+                *_TYPES[3:8],
+                "full_attention",
+                *_TYPES[9:],
+            ],
         },
         "layer_types[5]",
     ),

@@ -115,6 +115,149 @@ def test_exact_counts_of_the_stated_models():
     assert {n: count_params(PRESETS[n]).total for n in exact} == exact
 
 
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_total_equals_published_exactly(name):
+    published, source = PUBLISHED_PARAMS[name]
+    assert published == EXPECTED[name]
+    assert source.startswith("https://")
+    assert count_params(PRESETS[name]).total == published
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_has_an_https_source_and_its_own_name(name):
+    spec = PRESETS[name]
+    assert isinstance(spec, ModelSpec)
+    assert spec.name == name
+    assert spec.sources and all(s.startswith("https://") for s in spec.sources)
+
+
+def test_published_sources_cite_the_right_places():
+    assert PUBLISHED_PARAMS["gpt2"][1].startswith(KERAS_HUB + "gpt2/")
+    assert PUBLISHED_PARAMS["llama-2-13b"][1].startswith(HF_API + "meta-llama/Llama-2-13b-hf")
+    assert PUBLISHED_PARAMS["llama-3-405b"][1].startswith(HF_API + "meta-llama/Llama-3.1-405B")
+
+
+def test_llama2_safetensors_totals_differ_only_by_inv_freq_buffers():
+    # HF API safetensors.total (7b/13b/70b) = parameters + n_layers * (d_head / 2) inv_freq values
+    safetensors = {
+        "llama-2-7b": 6_738_417_664,
+        "llama-2-13b": 13_015_866_880,
+        "llama-2-70b": 68_976_653_312,
+    }
+    for name, total in safetensors.items():
+        spec = PRESETS[name]
+        assert total - count_params(spec).total == spec.n_layers * spec.d_head // 2
+
+
+# GPT-3 (arXiv 2005.14165, Table 2.1) prints rounded n_params only.
+GPT3_ROUNDS_TO_PRINTED = ["gpt3-125m", "gpt3-760m", "gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b"]
+
+
+@pytest.mark.parametrize("name", GPT3_ROUNDS_TO_PRINTED)
+def test_gpt3_rounds_to_the_papers_printed_value(name):
+    nominal, unit, source = PAPER_ROUNDED_PARAMS[name]
+    assert source.startswith("https://arxiv.org/abs/2005.14165")
+    assert abs(count_params(PRESETS[name]).total - nominal) <= unit / 2
+
+
+# Where the paper's name is not the rounded count of its own table row, pin the deviation so a
+# change to the preset is noticed: (exact count, relative deviation from the printed value).
+GPT3_DEVIATIONS = {
+    "gpt3-350m": (355_871_744, 0.017),  # printed 350M
+    "gpt3-13b": (12_853_386_240, 0.012),  # printed 13.0B; d_model 5120, see next test
+    "gpt3-175b": (174_604_259_328, 0.003),  # printed 175.0B
+}
+
+
+@pytest.mark.parametrize("name", sorted(GPT3_DEVIATIONS))
+def test_gpt3_known_deviations_from_the_printed_value(name):
+    nominal, unit, _ = PAPER_ROUNDED_PARAMS[name]
+    exact, rel = GPT3_DEVIATIONS[name]
+    total = count_params(PRESETS[name]).total
+    assert total == exact
+    assert abs(total - nominal) > unit / 2  # does not round to the printed digits
+    assert abs(total - nominal) / nominal < rel  # but is within the stated relative gap
+
+
+def test_gpt3_13b_printed_count_comes_from_d_model_5140():
+    spec_5140 = ModelSpec(
+        name="gpt3-13b-as-printed",
+        vocab_size=50257,
+        d_model=5140,
+        n_layers=40,
+        n_heads=20,
+        d_ff=4 * 5140,
+        max_seq_len=2048,
+        bias=True,
+    )
+    nominal, unit, _ = PAPER_ROUNDED_PARAMS["gpt3-13b"]
+    assert abs(count_params(spec_5140).total - nominal) <= unit / 2
+    assert PRESETS["gpt3-13b"].d_model == 5120
+    assert PRESETS["gpt3-13b"].d_head == 128
+
+
+def test_gpt3_rows_follow_the_table():
+    table = {  # name: (n_layers, d_model, d_head) from Table 2.1 (13B: 5120, see presets.py)
+        "gpt3-125m": (12, 768, 64),
+        "gpt3-350m": (24, 1024, 64),
+        "gpt3-760m": (24, 1536, 96),
+        "gpt3-1.3b": (24, 2048, 128),
+        "gpt3-2.7b": (32, 2560, 80),
+        "gpt3-6.7b": (32, 4096, 128),
+        "gpt3-13b": (40, 5120, 128),
+        "gpt3-175b": (96, 12288, 128),
+    }
+    for name, (n_layers, d_model, d_head) in table.items():
+        spec = PRESETS[name]
+        assert (spec.n_layers, spec.d_model, spec.d_head) == (n_layers, d_model, d_head), name
+        assert (spec.max_seq_len, spec.vocab_size, spec.d_ff) == (2048, 50257, 4 * d_model)
+        assert spec.bias and spec.tied_embeddings and spec.norm == "layernorm"
+
+
+def test_mixtral_active_params_match_mistrals_announcement():
+    # https://mistral.ai/news/mixtral-of-experts/: "46.7B total parameters but only uses
+    # 12.9B parameters per token".
+    p = count_params(PRESETS["mixtral-8x7b"])
+    assert round(p.total / 1e9, 1) == 46.7
+    assert round(p.active / 1e9, 1) == 12.9
+    assert p.active == 12_879_925_248
+
+
+def test_family_conventions():
+    for name, spec in PRESETS.items():
+        if name.startswith(("llama", "mistral", "mixtral", "qwen3", "deepseek")):
+            assert (spec.mlp, spec.norm, spec.position) == ("swiglu", "rmsnorm", "rope")
+            assert not spec.tied_embeddings and not spec.bias and not spec.qkv_bias
+            assert spec.gate_activation == "silu" and not spec.post_norms
+        elif name.startswith("gemma"):
+            assert (spec.mlp, spec.gate_activation) == ("swiglu", "gelu_tanh")
+            assert spec.tied_embeddings and spec.post_norms and spec.sliding_window
+        else:
+            assert (spec.mlp, spec.norm, spec.position) == ("gelu", "layernorm", "learned")
+    assert PRESETS["mixtral-8x7b"].n_experts == 8
+    assert PRESETS["mixtral-8x7b"].experts_per_token == 2
+    assert PRESETS["llama-2-70b"].n_kv_heads == 8
+
+
+def test_get_preset_returns_the_row():
+    assert get_preset("gpt2") is PRESETS["gpt2"]
+
+
+def test_unknown_preset_lists_names():
+    with pytest.raises(SpecError) as err:
+        get_preset("gpt5")
+    assert err.value.field == "model"
+    message = str(err.value)
+    assert "gpt5" in message
+    for name in ("gpt2", "llama-2-7b", "mixtral-8x7b", "gpt3-175b"):
+        assert name in message
+
+
+def test_presets_are_read_only():
+    with pytest.raises(TypeError):
+        PRESETS["x"] = PRESETS["gpt2"]  # type: ignore[index]
+
+
 def test_deepseek_v3_mtp_module_is_one_more_moe_layer():
     """README_WEIGHTS.md: the MTP module has "11.5B unique parameters" (embedding and head are
     shared with the main model) and layer 61 is "structure identical to the Main Model hidden
