@@ -39,7 +39,7 @@ def test_real_config_matches_preset_and_published_count(name):
 
 # Fixtures of current open models -> the preset they must equal (their counts, as the model
 # cards state them, are checked against the presets in test_presets.py).
-MODERN = ["qwen3-8b", "gemma-2-9b", "gemma-3-1b", "mistral-nemo-12b", "deepseek-v3"]
+MODERN = ["qwen3-8b", "gemma-2-9b", "gemma-3-1b", "mistral-nemo", "deepseek-v3"]
 
 
 @pytest.mark.parametrize("name", MODERN)
@@ -51,7 +51,7 @@ def test_modern_config_matches_preset(name):
 def test_explicit_head_dim_qk_norm_and_post_norms():
     qwen3 = load_hf_config(str(DATA / "qwen3-8b.json"))
     assert qwen3.qk_norm and not qwen3.qkv_bias and qwen3.head_dim == 0  # 128 = 4096 / 32
-    nemo = load_hf_config(str(DATA / "mistral-nemo-12b.json"))
+    nemo = load_hf_config(str(DATA / "mistral-nemo.json"))
     assert (nemo.d_head, nemo.d_q, nemo.d_model) == (128, 4096, 5120)
     assert nemo.sliding_window == 0  # "sliding_window": null
     gemma2 = load_hf_config(str(DATA / "gemma-2-9b.json"))

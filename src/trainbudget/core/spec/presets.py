@@ -218,7 +218,7 @@ _ROWS: tuple[ModelSpec, ...] = (
            d_ff=14336, n_layers=32, n_heads=32, n_kv_heads=8, max_seq_len=32768,
            n_experts=8, experts_per_token=2),
     # Mistral NeMo: 32 heads of 128 (4096 wide) on a 5120-wide residual stream.
-    _llama("mistral-nemo-12b", "mistralai/Mistral-Nemo-Base-2407", vocab=131072, d_model=5120,
+    _llama("mistral-nemo", "mistralai/Mistral-Nemo-Base-2407", vocab=131072, d_model=5120,
            d_ff=14336, n_layers=40, n_heads=32, n_kv_heads=8, max_seq_len=1024000,
            head_dim=128),
     # Qwen3 8B: QK-norm, no q/k/v biases (unlike Qwen2), untied head.
@@ -341,7 +341,7 @@ STATED_PARAMS: Mapping[str, tuple[StatedCount, ...]] = MappingProxyType({
         StatedCount(part="non_embedding", value=6_950_000_000, unit=10_000_000,
                     source=_QWEN3_CARD),
     ),
-    "mistral-nemo-12b": (
+    "mistral-nemo": (
         StatedCount(part="total", value=12_000_000_000, unit=1_000_000_000, source=_NEMO_CARD),
     ),
     "mistral-7b": (
