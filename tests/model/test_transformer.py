@@ -181,7 +181,11 @@ def test_layer_kinds_follow_the_spec() -> None:
     assert [b.window for b in gemma.blocks] == [8, 0]  # layer 0 slides, layer 1 is global
     mla = build_model(MLA_LIKE, device="meta")
     assert [type(b.mlp).__name__ for b in mla.blocks] == ["MLP", "MoE"]  # 1 dense, then MoE
-    assert not mla.blocks[1].mlp.score_bias.requires_grad  # set by a rule, not by gradients
+    model = build_model(MLA_LIKE)
+    _, loss = model(_tokens(MLA_LIKE), _tokens(MLA_LIKE, seed=1))
+    loss.backward()
+    assert model.blocks[1].mlp.score_bias.grad is None  # only picks experts: no gradient
+    assert model.blocks[1].mlp.router.weight.grad is not None
 
 
 def test_sliding_window_limits_what_a_token_sees() -> None:

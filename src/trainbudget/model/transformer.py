@@ -192,16 +192,17 @@ class MoE(nn.Module):
     """Top-k routed experts plus shared ones (Shazeer et al. 2017; Mixtral: softmax over the
     top-k router logits). Tokens are gathered per expert, so each expert runs one matmul. With
     router_bias, a per-expert bias shifts which experts are picked but not their weights
-    (DeepSeek-V3's balancing bias; it is set by a rule, not by gradients)."""
+    (DeepSeek-V3's balancing bias; it is set by a rule, which this model does not implement,
+    not by gradients)."""
 
     def __init__(self, spec: ModelSpec, factory: dict) -> None:
         super().__init__()
         self.k = spec.experts_per_token
         self.router = nn.Linear(spec.d_model, spec.n_experts, bias=False, **factory)
+        # a Parameter, as in DeepSeek-V3's checkpoint, that only the top-k choice reads: no
+        # gradient reaches it through the indices (frozen, it would trip torch's MemTracker)
         self.score_bias = (
-            nn.Parameter(torch.zeros(spec.n_experts, **factory), requires_grad=False)
-            if spec.router_bias
-            else None
+            nn.Parameter(torch.zeros(spec.n_experts, **factory)) if spec.router_bias else None
         )
         self.experts = nn.ModuleList(
             MLP(spec, spec.d_ff_expert, factory) for _ in range(spec.n_experts)
