@@ -35,6 +35,11 @@ PRESET_NAMES = [
     "llama-3-405b",
     "mistral-7b",
     "mixtral-8x7b",
+    "mistral-nemo",
+    "qwen3-8b",
+    "gemma-2-9b",
+    "gemma-3-1b",
+    "deepseek-v3",
 ]
 HARDWARE_NAMES = [
     "a100-40gb",

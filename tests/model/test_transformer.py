@@ -58,7 +58,37 @@ LLAMA_LIKE = ModelSpec(
 MOE_LIKE = LLAMA_LIKE.replace(
     name="tiny-moe", d_ff=64, n_experts=4, experts_per_token=2, n_shared_experts=1
 )
-TINY = [GPT2_LIKE, LLAMA_LIKE, MOE_LIKE]
+# Qwen3-like: heads of 32 on a 64-wide stream (n_heads * head_dim != d_model), QK-norm
+QWEN3_LIKE = LLAMA_LIKE.replace(name="tiny-qwen3", head_dim=32, qk_norm=True)
+# Gemma-like: GeGLU, post-norms, tied head, windows of 8 with every 2nd layer global
+GEMMA_LIKE = LLAMA_LIKE.replace(
+    name="tiny-gemma",
+    head_dim=32,
+    qk_norm=True,
+    gate_activation="gelu_tanh",
+    post_norms=True,
+    tied_embeddings=True,
+    sliding_window=8,
+    global_every=2,
+)
+# DeepSeek-V3-like: MLA (q and kv latents, 8 of each head rotary), one dense layer, then MoE
+# with a shared expert and a router bias
+MLA_LIKE = LLAMA_LIKE.replace(
+    name="tiny-mla",
+    n_kv_heads=4,
+    head_dim=24,
+    q_lora_rank=32,
+    kv_lora_rank=16,
+    rope_head_dim=8,
+    v_head_dim=16,
+    n_experts=4,
+    experts_per_token=2,
+    n_shared_experts=1,
+    d_ff_expert=32,
+    n_dense_layers=1,
+    router_bias=True,
+)
+TINY = [GPT2_LIKE, LLAMA_LIKE, MOE_LIKE, QWEN3_LIKE, GEMMA_LIKE, MLA_LIKE]
 TINY_IDS = [s.name for s in TINY]
 
 
@@ -86,6 +116,11 @@ def _core_matrix(param_name: str) -> tuple[str, bool]:
         "pos": ("embedding/position", False),
         "head": ("head", False),
         "qkv": ("attention/qkv", True),
+        "q": ("attention/q", True),
+        "q_down": ("attention/q_down", True),
+        "q_up": ("attention/q_up", True),
+        "kv_down": ("attention/kv_down", True),
+        "kv_up": ("attention/kv_up", True),
         "proj": ("attention/proj", True),
         "up": ("mlp/in", True),
         "gate": ("mlp/in", True),
@@ -119,6 +154,53 @@ def test_preset_matrix_shapes_match_core(name: str) -> None:
     assert built == expected
     matrix_numel = sum(r * c * k for _, r, c, k in matrix_shapes(spec))
     assert matrix_numel + vector_numel == count_params(spec).total
+
+
+@pytest.mark.parametrize("spec", TINY, ids=TINY_IDS)
+def test_tiny_param_count_and_shapes_match_core(spec: ModelSpec) -> None:
+    model = build_model(spec, device="meta")
+    assert count_model_params(model) == count_params(spec).total
+    built: Counter = Counter()
+    for pname, p in model.named_parameters():
+        if p.dim() == 2:
+            core_name, transposed = _core_matrix(pname)
+            rows, cols = reversed(p.shape) if transposed else p.shape
+            built[(core_name, rows, cols)] += 1
+    assert built == Counter({(n, r, c): k for n, r, c, k in matrix_shapes(spec)})
+
+
+def test_mla_without_q_latent_builds_a_direct_query() -> None:
+    spec = MLA_LIKE.replace(q_lora_rank=0)
+    model = build_model(spec, device="meta")
+    assert count_model_params(model) == count_params(spec).total
+    assert hasattr(model.blocks[0].attn, "q") and not hasattr(model.blocks[0].attn, "q_down")
+
+
+def test_layer_kinds_follow_the_spec() -> None:
+    gemma = build_model(GEMMA_LIKE, device="meta")
+    assert [b.window for b in gemma.blocks] == [8, 0]  # layer 0 slides, layer 1 is global
+    mla = build_model(MLA_LIKE, device="meta")
+    assert [type(b.mlp).__name__ for b in mla.blocks] == ["MLP", "MoE"]  # 1 dense, then MoE
+    model = build_model(MLA_LIKE)
+    _, loss = model(_tokens(MLA_LIKE), _tokens(MLA_LIKE, seed=1))
+    loss.backward()
+    assert model.blocks[1].mlp.score_bias.grad is None  # only picks experts: no gradient
+    assert model.blocks[1].mlp.router.weight.grad is not None
+
+
+def test_sliding_window_limits_what_a_token_sees() -> None:
+    """Two layers of window 4: token 0 reaches positions 0..6 (3 steps back per layer) and no
+    further."""
+    spec = LLAMA_LIKE.replace(name="tiny-window", sliding_window=4)
+    model = build_model(spec).eval()
+    idx = _tokens(spec)
+    changed = idx.clone()
+    changed[:, 0] = (idx[:, 0] + 1) % V
+    with torch.no_grad():
+        a, _ = model(idx)
+        b, _ = model(changed)
+    assert not torch.allclose(a[:, 6], b[:, 6])
+    torch.testing.assert_close(a[:, 7:], b[:, 7:], rtol=1e-6, atol=1e-6)
 
 
 def test_tied_head_shares_the_embedding_storage() -> None:

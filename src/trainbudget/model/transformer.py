@@ -1,8 +1,13 @@
 """A decoder-only transformer built from `ModelSpec`: GPT-2 (LayerNorm, GELU, learned positions,
-biases, tied head) to Llama/Mistral/Mixtral (RMSNorm, SwiGLU, RoPE, GQA, untied, MoE).
+biases, tied head) to Llama/Mistral/Mixtral (RMSNorm, SwiGLU, RoPE, GQA, untied, MoE), with
+Qwen3/Gemma's explicit head width, QK-norm and post-norms, sliding-window layers, and
+DeepSeek-V3's multi-head latent attention and dense-then-MoE stack.
 
 Every parameter the core's `count_params` counts exists here with the same shape, so
-`sum(p.numel())` equals it exactly (a test checks every preset, on the meta device).
+`sum(p.numel())` equals it exactly (a test checks every preset, on the meta device). It is the
+spec's model, not a replica of each checkpoint's numerics: Gemma's embedding scale, (1 + w)
+norm weights and logit soft-capping, and DeepSeek's sigmoid, group-limited routing are left out
+(they add no parameter and no matmul).
 Shapes: B batch, T sequence, D d_model, H query heads, K kv heads, E head dim, F d_ff, V vocab.
 """
 
@@ -53,10 +58,12 @@ class RMSNorm(nn.Module):
         return _RMSNormFunction.apply(x, self.weight, self.eps)
 
 
-def _norm(spec: ModelSpec, factory: dict) -> nn.Module:
+def _norm(spec: ModelSpec, factory: dict, width: int | None = None) -> nn.Module:
+    """The spec's norm over `width` features (default d_model)."""
+    width = spec.d_model if width is None else width
     if spec.norm == "rmsnorm":
-        return RMSNorm(spec.d_model, **factory)
-    return nn.LayerNorm(spec.d_model, bias=spec.bias, **factory)
+        return RMSNorm(width, **factory)
+    return nn.LayerNorm(width, bias=spec.bias, **factory)
 
 
 def rope_tables(seq_len: int, d_head: int, device, base: float = 10000.0) -> tuple:
@@ -78,37 +85,95 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> torch.Tensor:
+    """Causal attention of q: (B, H, T, E) over k: (B, K, T, E), v: (B, K, T, Ev) -> (B, H, T, Ev);
+    with window > 0 each query sees itself and the window - 1 keys before it."""
+    t = q.shape[-2]
+    gqa = k.shape[1] != q.shape[1]
+    if not window or window >= t:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    pos = torch.arange(t, device=q.device)
+    offset = pos[:, None] - pos[None, :]  # (T, T): query i minus key j
+    band = (offset >= 0) & (offset < window)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=band, enable_gqa=gqa)
+
+
 class Attention(nn.Module):
+    """Multi-head / grouped-query attention, with QK-norm (an RMSNorm over each q and k head,
+    Dehghani et al. 2023, arXiv:2302.05442) when the spec asks for it."""
+
     def __init__(self, spec: ModelSpec, factory: dict) -> None:
         super().__init__()
         self.spec = spec
-        d_q, d_kv = spec.n_heads * spec.d_head, spec.d_kv
         bias = spec.bias or spec.qkv_bias
-        self.qkv = nn.Linear(spec.d_model, d_q + 2 * d_kv, bias=bias, **factory)
-        self.proj = nn.Linear(d_q, spec.d_model, bias=spec.bias, **factory)
+        self.qkv = nn.Linear(spec.d_model, spec.d_q + spec.d_kv + spec.d_v, bias=bias, **factory)
+        self.proj = nn.Linear(spec.d_attn_out, spec.d_model, bias=spec.bias, **factory)
+        self.q_norm = _norm(spec, factory, spec.d_head) if spec.qk_norm else None
+        self.k_norm = _norm(spec, factory, spec.d_head) if spec.qk_norm else None
 
-    def forward(self, x: torch.Tensor, rope: tuple | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: tuple | None, window: int = 0) -> torch.Tensor:
         s = self.spec
         b, t, _ = x.shape
-        q, k, v = self.qkv(x).split([s.n_heads * s.d_head, s.d_kv, s.d_kv], dim=-1)
+        q, k, v = self.qkv(x).split([s.d_q, s.d_kv, s.d_v], dim=-1)
         q = q.view(b, t, s.n_heads, s.d_head)  # (B, T, H, E)
         k = k.view(b, t, s.n_kv_heads, s.d_head)  # (B, T, K, E)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, T, E), (B, K, T, E)
-        v = v.view(b, t, s.n_kv_heads, s.d_head).transpose(1, 2)  # (B, K, T, E)
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=s.n_kv_heads != s.n_heads
-        )  # (B, H, T, E)
-        return self.proj(y.transpose(1, 2).reshape(b, t, s.n_heads * s.d_head))
+        v = v.view(b, t, s.n_kv_heads, s.d_v_head).transpose(1, 2)  # (B, K, T, E)
+        y = attend(q, k, v, window)  # (B, H, T, E)
+        return self.proj(y.transpose(1, 2).reshape(b, t, s.d_attn_out))
+
+
+class LatentAttention(nn.Module):
+    """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434, Sec. 2.1): queries and
+    keys/values are projected through normalised low-rank latents; each q and k head is a
+    non-rotary part from the latent and a rotary part (R = rope_head_dim), the key's shared by
+    all heads and projected straight from x."""
+
+    def __init__(self, spec: ModelSpec, factory: dict) -> None:
+        super().__init__()
+        self.spec = spec
+        d, n_heads = spec.d_model, spec.n_heads
+        self.d_nope = spec.d_head - spec.rope_head_dim
+        if spec.q_lora_rank:
+            self.q_down = nn.Linear(d, spec.q_lora_rank, bias=False, **factory)
+            self.q_norm = _norm(spec, factory, spec.q_lora_rank)
+            self.q_up = nn.Linear(spec.q_lora_rank, spec.d_q, bias=False, **factory)
+        else:
+            self.q = nn.Linear(d, spec.d_q, bias=False, **factory)
+        self.kv_down = nn.Linear(d, spec.kv_lora_rank + spec.rope_head_dim, bias=False, **factory)
+        self.kv_norm = _norm(spec, factory, spec.kv_lora_rank)
+        kv_width = n_heads * (self.d_nope + spec.d_v_head)
+        self.kv_up = nn.Linear(spec.kv_lora_rank, kv_width, bias=False, **factory)
+        self.proj = nn.Linear(spec.d_attn_out, d, bias=False, **factory)
+
+    def forward(self, x: torch.Tensor, rope: tuple, window: int = 0) -> torch.Tensor:
+        s = self.spec
+        b, t, _ = x.shape
+        h, r = s.n_heads, s.rope_head_dim
+        q = self.q_up(self.q_norm(self.q_down(x))) if s.q_lora_rank else self.q(x)
+        q_nope, q_rope = q.view(b, t, h, s.d_head).split([self.d_nope, r], dim=-1)
+        c_kv, k_rope = self.kv_down(x).split([s.kv_lora_rank, r], dim=-1)  # (B, T, C), (B, T, R)
+        kv = self.kv_up(self.kv_norm(c_kv)).view(b, t, h, self.d_nope + s.d_v_head)
+        k_nope, v = kv.split([self.d_nope, s.d_v_head], dim=-1)
+        k_rope = apply_rope(k_rope[:, :, None, :], *rope).expand(b, t, h, r)  # (B, T, H, R)
+        q = torch.cat((q_nope, apply_rope(q_rope, *rope)), dim=-1).transpose(1, 2)  # (B,H,T,E)
+        k = torch.cat((k_nope, k_rope), dim=-1).transpose(1, 2)  # (B, H, T, E)
+        y = attend(q, k, v.transpose(1, 2), window)  # (B, H, T, Ev)
+        return self.proj(y.transpose(1, 2).reshape(b, t, s.d_attn_out))
 
 
 class MLP(nn.Module):
-    """GELU: down(gelu(up x)); SwiGLU: down(silu(gate x) * up x) (Shazeer 2020)."""
+    """GELU: down(gelu(up x)); SwiGLU: down(silu(gate x) * up x) (Shazeer 2020); GeGLU the
+    same with a tanh-approximated GELU on the gate."""
 
     def __init__(self, spec: ModelSpec, d_hidden: int, factory: dict) -> None:
         super().__init__()
         self.swiglu = spec.mlp == "swiglu"
+        self.gelu_gate = spec.gate_activation == "gelu_tanh"
         self.up = nn.Linear(spec.d_model, d_hidden, bias=spec.bias, **factory)
         self.gate = (
             nn.Linear(spec.d_model, d_hidden, bias=spec.bias, **factory) if self.swiglu else None
@@ -117,18 +182,28 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate is not None:
-            return self.down(F.silu(self.gate(x)) * self.up(x))
+            g = self.gate(x)
+            g = F.gelu(g, approximate="tanh") if self.gelu_gate else F.silu(g)
+            return self.down(g * self.up(x))
         return self.down(F.gelu(self.up(x), approximate="tanh"))
 
 
 class MoE(nn.Module):
     """Top-k routed experts plus shared ones (Shazeer et al. 2017; Mixtral: softmax over the
-    top-k router logits). Tokens are gathered per expert, so each expert runs one matmul."""
+    top-k router logits). Tokens are gathered per expert, so each expert runs one matmul. With
+    router_bias, a per-expert bias shifts which experts are picked but not their weights
+    (DeepSeek-V3's balancing bias; it is set by a rule, which this model does not implement,
+    not by gradients)."""
 
     def __init__(self, spec: ModelSpec, factory: dict) -> None:
         super().__init__()
         self.k = spec.experts_per_token
         self.router = nn.Linear(spec.d_model, spec.n_experts, bias=False, **factory)
+        # a Parameter, as in DeepSeek-V3's checkpoint, that only the top-k choice reads: no
+        # gradient reaches it through the indices (frozen, it would trip torch's MemTracker)
+        self.score_bias = (
+            nn.Parameter(torch.zeros(spec.n_experts, **factory)) if spec.router_bias else None
+        )
         self.experts = nn.ModuleList(
             MLP(spec, spec.d_ff_expert, factory) for _ in range(spec.n_experts)
         )
@@ -139,7 +214,12 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         flat = x.reshape(b * t, d)  # (N, D)
-        weights, chosen = self.router(flat).topk(self.k, dim=-1)  # (N, k) each
+        logits = self.router(flat)  # (N, E)
+        if self.score_bias is None:
+            weights, chosen = logits.topk(self.k, dim=-1)  # (N, k) each
+        else:
+            chosen = (logits + self.score_bias).topk(self.k, dim=-1).indices  # (N, k)
+            weights = logits.gather(-1, chosen)
         weights = weights.softmax(dim=-1, dtype=torch.float32).to(x.dtype)
         out = torch.zeros_like(flat)
         for e, expert in enumerate(self.experts):
@@ -152,15 +232,24 @@ class MoE(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, spec: ModelSpec, factory: dict) -> None:
+    """Layer `index` of the spec: global or sliding-window attention, dense MLP or experts,
+    and with post_norms a norm on each branch's output before the residual add (Gemma 2)."""
+
+    def __init__(self, spec: ModelSpec, factory: dict, index: int = 0) -> None:
         super().__init__()
         self.norm1, self.norm2 = _norm(spec, factory), _norm(spec, factory)
-        self.attn = Attention(spec, factory)
-        self.mlp = MoE(spec, factory) if spec.is_moe else MLP(spec, spec.d_ff, factory)
+        self.attn = LatentAttention(spec, factory) if spec.is_mla else Attention(spec, factory)
+        self.window = spec.sliding_window if spec.is_sliding_layer(index) else 0
+        moe = spec.is_moe_layer(index)
+        self.mlp = MoE(spec, factory) if moe else MLP(spec, spec.d_ff, factory)
+        self.post_norm1 = _norm(spec, factory) if spec.post_norms else None
+        self.post_norm2 = _norm(spec, factory) if spec.post_norms else None
 
     def forward(self, x: torch.Tensor, rope: tuple | None) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), rope)
-        return x + self.mlp(self.norm2(x))
+        a = self.attn(self.norm1(x), rope, self.window)
+        x = x + (a if self.post_norm1 is None else self.post_norm1(a))
+        m = self.mlp(self.norm2(x))
+        return x + (m if self.post_norm2 is None else self.post_norm2(m))
 
 
 class Transformer(nn.Module):
@@ -181,7 +270,7 @@ class Transformer(nn.Module):
             if spec.position == "learned"
             else None
         )
-        self.blocks = nn.ModuleList(Block(spec, factory) for _ in range(spec.n_layers))
+        self.blocks = nn.ModuleList(Block(spec, factory, i) for i in range(spec.n_layers))
         self.norm = _norm(spec, factory)
         self.head = nn.Linear(spec.d_model, spec.vocab_size, bias=False, **factory)
         if spec.tied_embeddings:
@@ -195,7 +284,7 @@ class Transformer(nn.Module):
         if self.pos is not None:
             x = x + self.pos(torch.arange(t, device=idx.device))
         else:
-            rope = rope_tables(t, self.spec.d_head, idx.device)
+            rope = rope_tables(t, self.spec.d_rope, idx.device)
         for block in self.blocks:
             if self.recompute == "full" and self.training:
                 # every layer's forward runs again in backward (Megatron's full recomputation,

@@ -125,3 +125,94 @@ def test_errors(kw: dict, field: str) -> None:
     with pytest.raises(SpecError) as err:
         activation_memory(paper_spec(64, 4), activation_bytes=E, **kw)
     assert err.value.field == field
+
+
+# ---- shapes of current open models --------------------------------------------------------
+
+from trainbudget.core.ops import numpy_ops  # noqa: E402
+from trainbudget.core.spec.presets import PRESETS  # noqa: E402
+
+MODERN = ["qwen3-8b", "gemma-2-9b", "gemma-3-1b", "mistral-nemo", "mistral-7b", "deepseek-v3"]
+
+
+@pytest.mark.parametrize("name", MODERN)
+@pytest.mark.parametrize("flash", [False, True], ids=["eager", "flash"])
+def test_positive_and_growing_with_seq_len(name: str, flash: bool) -> None:
+    spec = PRESETS[name]
+    totals = [
+        layer_activations(
+            spec, seq_len=s, micro_batch=1, activation_bytes=E, flash_attention=flash
+        ).total_bytes
+        for s in (1024, 2048, 4096)
+    ]
+    assert 0 < totals[0] < totals[1] < totals[2]
+    if flash:  # no s x s matrix: linear in the sequence
+        assert totals[2] == pytest.approx(4 * totals[0])
+
+
+@pytest.mark.parametrize("name", MODERN)
+def test_grid_form_equals_one_plan(name: str) -> None:
+    """The same per-layer count over numpy arrays of layouts (the planner's grid)."""
+    np = pytest.importorskip("numpy")
+    spec = PRESETS[name]
+    tp, sp, cp = np.array([1, 2, 8]), np.array([False, True, True]), np.array([1, 1, 2])
+    grid = layer_activations(
+        spec,
+        seq_len=4096,
+        micro_batch=1,
+        activation_bytes=E,
+        tp=tp,
+        sp=sp,
+        cp=cp,
+        xp=numpy_ops(),
+    ).total_bytes
+    for i in range(3):
+        one = layer_activations(
+            spec,
+            seq_len=4096,
+            micro_batch=1,
+            activation_bytes=E,
+            tp=int(tp[i]),
+            sp=bool(sp[i]),
+            cp=int(cp[i]),
+        ).total_bytes
+        assert grid[i] == pytest.approx(one)
+
+
+def test_post_norms_keep_two_more_inputs() -> None:
+    """Gemma's post-attention and post-MLP norms keep their inputs: 2*s*b*h*e per layer."""
+    spec, s, b = PRESETS["gemma-2-9b"], 4096, 2
+    kw = dict(seq_len=s, micro_batch=b, activation_bytes=E)
+    with_post = layer_activations(spec, **kw).total_bytes
+    without = layer_activations(spec.replace(post_norms=False), **kw).total_bytes
+    assert with_post - without == 2 * s * b * 3584 * E
+
+
+def test_dense_then_moe_layer_is_the_stack_mean() -> None:
+    """DeepSeek-V3: n_layers x the per-layer figure = 3 dense layers + 58 MoE layers."""
+    spec = PRESETS["deepseek-v3"]
+    kw = dict(seq_len=4096, micro_batch=1, activation_bytes=E)
+    mean = layer_activations(spec, **kw).mlp_bytes
+    moe = layer_activations(spec.replace(n_dense_layers=0), **kw).mlp_bytes
+    dense = layer_activations(
+        spec.replace(
+            n_experts=0,
+            experts_per_token=0,
+            n_shared_experts=0,
+            d_ff_expert=0,
+            n_dense_layers=0,
+            router_bias=False,
+        ),
+        **kw,
+    ).mlp_bytes
+    assert 61 * mean == pytest.approx(3 * dense + 58 * moe)
+
+
+def test_mla_qkv_by_hand() -> None:
+    """DeepSeek-V3, one token: latents before their norms (1536 + 512 + 64), the kv
+    up-projection's output (128 x (128 + 128)), Q and K assembled (128 x 192 each); the
+    normalised latents (1536 + 512) are inputs of the up-projections."""
+    spec = PRESETS["deepseek-v3"]
+    layer = layer_activations(spec, seq_len=1, micro_batch=1, activation_bytes=1)
+    assert layer.qkv_bytes == (1536 + 512 + 64) + 128 * 256 + 2 * 128 * 192
+    assert layer.attention_linear_inputs_bytes == 7168 + 128 * 128 + (1536 + 512)

@@ -150,3 +150,123 @@ def test_errors_name_field(call, field: str) -> None:
     with pytest.raises(SpecError) as err:
         call()
     assert err.value.field == field
+
+
+# ---- sliding windows, MLA, dense-then-MoE, and the presets of current open models ----------
+
+from trainbudget.core.single.flops import attended_pairs  # noqa: E402
+from trainbudget.core.single.params import count_params, matmul_params  # noqa: E402
+from trainbudget.core.spec.presets import PRESETS  # noqa: E402
+
+
+@pytest.mark.parametrize("t", [1, 5, 8, 9, 33])
+@pytest.mark.parametrize("w", [1, 4, 8, 100])
+def test_window_pairs_by_enumeration(t: int, w: int) -> None:
+    """Query i sees key j when j <= i and i - j < w (itself and w - 1 before it); the
+    non-causal convention charges every query min(T, w) keys."""
+    causal = sum(1 for i in range(t) for j in range(t) if 0 <= i - j < w)
+    assert attended_pairs(t, causal=True, window=w) == causal
+    assert attended_pairs(t, causal=False, window=w) == t * min(t, w)
+    if w >= t:  # a window as long as the sequence is global attention
+        assert attended_pairs(t, True, w) == attended_pairs(t, True)
+        assert attended_pairs(t, False, w) == attended_pairs(t, False)
+
+
+def test_sliding_layers_in_the_scores() -> None:
+    """Gemma 2 9B at 8192 tokens: 21 global layers score T^2 pairs per head, 21 sliding ones
+    T x 4096; 16 heads of 256 (d_q 4096) for Q K^T and for softmax V."""
+    spec, t = PRESETS["gemma-2-9b"], 8192
+    f = forward_flops(spec, t)
+    pairs = 21 * t * t + 21 * t * 4096
+    assert f.scores == f.attn_values == 2 * pairs * 4096
+    assert forward_flops(spec, 4096).scores == 2 * 42 * 4096 * 4096 * 4096  # window >= T
+    mistral = PRESETS["mistral-7b"]  # every layer slides over 4096
+    assert (
+        forward_flops(mistral, 4096).scores
+        == forward_flops(mistral.replace(sliding_window=0), 4096).scores
+    )
+    assert (
+        forward_flops(mistral, 8192, causal=True).scores
+        < forward_flops(mistral.replace(sliding_window=0), 8192, causal=True).scores
+    )
+
+
+def test_mla_forward_by_hand() -> None:
+    """DeepSeek-V3 at T tokens: the q/kv down- and up-projections, scores over d_head 192 and
+    values over d_v_head 128 per head, o from 128 x 128 to 7168."""
+    spec, t = PRESETS["deepseek-v3"], 16
+    f = forward_flops(spec, t)
+    weights = 7168 * 1536 + 1536 * 128 * 192 + 7168 * (512 + 64) + 512 * 128 * (128 + 128)
+    assert f.qkv == 61 * 2 * t * weights
+    assert f.scores == 61 * 2 * t * t * 128 * 192
+    assert f.attn_values == 61 * 2 * t * t * 128 * 128
+    assert f.attn_proj == 61 * 2 * t * 128 * 128 * 7168
+    # 3 dense layers (18432 wide), 58 MoE layers of 8 routed + 1 shared experts (2048 wide)
+    assert f.mlp_up == f.mlp_gate == 2 * t * 7168 * (3 * 18432 + 58 * 9 * 2048)
+    assert f.router == 58 * 2 * t * 7168 * 256
+
+
+STATED_PRESETS = ["qwen3-8b", "gemma-2-9b", "gemma-3-1b", "mistral-nemo", "mistral-7b"]
+
+
+@pytest.mark.parametrize("name", [*STATED_PRESETS, "deepseek-v3"])
+def test_flops_agree_with_the_parameters(name: str) -> None:
+    """Every matmul but the attention core multiplies each active weight once per token:
+    exact model FLOPs = 6 x (active matmul parameters) + 3 x the attention core, to the
+    norm weights and router biases that are parameters but no matmul (< 0.02 %: Gemma 3
+    1B's five norms per layer are 134,272 of its 1.0B)."""
+    spec, t = PRESETS[name], 4096
+    tf = training_flops(spec, t)
+    fwd = tf.forward_per_sequence
+    weights_only = tf.model_flops_per_token - 3 * (fwd.scores + fwd.attn_values) / t
+    assert weights_only / (6 * matmul_params(spec, active=True)) == pytest.approx(1, abs=2e-4)
+
+
+# exact / 6N at 4096 tokens, non-causal: above 1 by the attention core (large for
+# DeepSeek-V3's 128 heads of 192 against 37B active parameters), below 1 when the untied
+# input embedding (in 6N, in no matmul) outweighs it.
+SIX_N_RATIO = {
+    "qwen3-8b": 1.071,
+    "gemma-2-9b": 1.152,
+    "gemma-3-1b": 1.056,
+    "mistral-nemo": 1.055,
+    "mistral-7b": 1.130,
+    "deepseek-v3": 1.248,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIX_N_RATIO))
+def test_six_n_rule_within_a_stated_margin(name: str) -> None:
+    tf = training_flops(PRESETS[name], 4096)
+    assert tf.approx_6n_per_token == 6 * count_params(PRESETS[name]).active
+    assert tf.model_flops_per_token / tf.approx_6n_per_token == pytest.approx(
+        SIX_N_RATIO[name], abs=0.001
+    )
+    # causal attention halves the core: Qwen3 then falls just under 6N (0.998), NeMo to 1.000
+    causal = training_flops(PRESETS[name], 4096, causal=True)
+    assert 0.99 < causal.model_flops_per_token / causal.approx_6n_per_token < SIX_N_RATIO[name]
+
+
+def test_kv_cache_of_sliding_layers_and_mla() -> None:
+    """Gemma 3 1B: 4 global layers keep every token, 22 sliding ones their last 512 (one kv
+    head of 256, K and V). DeepSeek-V3 caches the 512-wide latent and the 64-wide rotary key
+    per layer (DeepSeek-V2, Sec. 2.1.2), not 128 heads of K and V."""
+    gemma = PRESETS["gemma-3-1b"]
+    assert kv_cache_bytes(gemma, 32768, 2) == (4 * 32768 + 22 * 512) * 2 * 256 * 2
+    assert kv_cache_bytes(gemma, 100, 2) == 26 * 100 * 2 * 256 * 2
+    assert kv_cache_bytes(PRESETS["deepseek-v3"], 1, 2) == 61 * (512 + 64) * 2
+
+
+def test_inference_attention_sees_the_window() -> None:
+    """A new token's attention: 2 * (d_q + d_attn_out) per key, at most 512 keys in Gemma 3's
+    sliding layers; MLA's values are 128 wide, its queries and keys 192."""
+    gemma, n = PRESETS["gemma-3-1b"], matmul_params(PRESETS["gemma-3-1b"])
+    keys = 4 * 10_000 + 22 * 512
+    assert inference_flops_per_token(gemma, 9_999) == 2 * n + 2 * (1024 + 1024) * keys
+    ds = PRESETS["deepseek-v3"]
+    assert (
+        inference_flops_per_token(ds, 9) == 2 * matmul_params(ds) + 2 * 128 * (192 + 128) * 61 * 10
+    )
+    assert (
+        palm_flops_per_token(ds, 4096) == 6 * matmul_params(ds) + 6 * 61 * 128 * (192 + 128) * 4096
+    )

@@ -31,17 +31,23 @@ MIXTRAL = LLAMA2_7B.replace(
 def vector_count(spec: ModelSpec) -> int:
     """Everything not in a matrix: norms and biases (derived independently of params.py)."""
     d = spec.d_model
-    norm = 2 * d if (spec.norm == "layernorm" and spec.bias) else d
-    qkv_out = d + 2 * spec.d_kv
+    w = 2 if (spec.norm == "layernorm" and spec.bias) else 1  # weight (+ bias) per feature
+    layer_norms = (4 if spec.post_norms else 2) * d * w
+    layer_norms += 2 * spec.d_head * w if spec.qk_norm else 0
+    layer_norms += (spec.q_lora_rank + spec.kv_lora_rank) * w  # MLA's latent norms
+    qkv_out = spec.d_q + spec.d_kv + spec.d_v
     n_in = 2 if spec.mlp == "swiglu" else 1
-    d_h = spec.d_ff_expert if spec.is_moe else spec.d_ff
-    n_mlps = spec.n_experts + spec.n_shared_experts if spec.is_moe else 1
+    n_moe = spec.n_layers - spec.n_dense_layers if spec.is_moe else 0
+    n_mlps = spec.n_experts + spec.n_shared_experts
     biases = 0
     if spec.bias:
-        biases = qkv_out + d + n_mlps * (n_in * d_h + d)
+        biases = spec.n_layers * (qkv_out + d)
+        biases += (spec.n_layers - n_moe) * (n_in * spec.d_ff + d)
+        biases += n_moe * n_mlps * (n_in * spec.d_ff_expert + d)
     elif spec.qkv_bias:
-        biases = qkv_out
-    return (2 * spec.n_layers + 1) * norm + spec.n_layers * biases
+        biases = spec.n_layers * qkv_out
+    router = n_moe * spec.n_experts if spec.router_bias else 0
+    return spec.n_layers * layer_norms + d * w + biases + router
 
 
 def test_gpt2_no_bias_total() -> None:
@@ -131,3 +137,88 @@ def test_matmul_params() -> None:
     """PaLM's N: drop lookups (position table; untied input embedding), keep the head."""
     assert matmul_params(GPT2) == 124_337_664 - 786_432  # tied: embedding is the head
     assert matmul_params(LLAMA2_7B) == 6_738_415_616 - 131_072_000  # untied input table
+
+
+# ---- shapes of current open models (the published counts are in tests/core/spec) ---------
+
+# A small Llama-like base the cases below edit: d 64, 4 heads, 2 kv heads, d_ff 96, 3 layers.
+SMALL = ModelSpec(
+    vocab_size=100,
+    d_model=64,
+    n_layers=3,
+    n_heads=4,
+    n_kv_heads=2,
+    d_ff=96,
+    max_seq_len=32,
+    mlp="swiglu",
+    norm="rmsnorm",
+    position="rope",
+    tied_embeddings=False,
+)
+
+
+def test_explicit_head_dim_widens_q_k_v_and_o() -> None:
+    """head_dim 32 on d 64: q 4x32 = 128, k and v 2x32 = 64 each, o 128 -> 64."""
+    wide = SMALL.replace(head_dim=32)
+    p = count_params(wide)
+    assert p.attention_qkv == 3 * 64 * (128 + 64 + 64)
+    assert p.attention_proj == 3 * 128 * 64
+    narrow = count_params(SMALL)  # head_dim 16
+    assert narrow.attention_qkv == 3 * 64 * (64 + 32 + 32)
+
+
+def test_qk_norm_and_post_norms() -> None:
+    """QK-norm: a d_head weight for q and one for k per layer; post-norms: two d_model ones."""
+    base = count_params(SMALL).total
+    assert count_params(SMALL.replace(qk_norm=True)).total - base == 3 * 2 * 16
+    assert count_params(SMALL.replace(post_norms=True)).total - base == 3 * 2 * 64
+    # GeGLU costs what SwiGLU does; the window changes no parameter
+    assert count_params(SMALL.replace(gate_activation="gelu_tanh")).total == base
+    assert count_params(SMALL.replace(sliding_window=8, global_every=2)).total == base
+
+
+MLA = SMALL.replace(
+    n_kv_heads=4, head_dim=24, q_lora_rank=32, kv_lora_rank=16, rope_head_dim=8, v_head_dim=20
+)
+
+
+def test_mla_by_hand() -> None:
+    """DeepSeek-V2 eqs. 9-13: q_down 64x32, its norm 32, q_up 32 x 4*24; kv_down 64 x (16+8),
+    its norm 16, kv_up 16 x 4*(16+20) (non-rotary k and v per head); o 4*20 x 64."""
+    p = count_params(MLA)
+    per_layer = 64 * 32 + 32 + 32 * 96 + 64 * 24 + 16 + 16 * 4 * 36
+    assert p.attention_qkv == 3 * per_layer
+    assert p.attention_proj == 3 * 80 * 64
+    no_q_latent = count_params(MLA.replace(q_lora_rank=0))
+    assert no_q_latent.attention_qkv == 3 * (64 * 96 + 64 * 24 + 16 + 16 * 4 * 36)
+
+
+def test_dense_then_moe_stack_and_router_bias() -> None:
+    """One dense layer (d_ff 96), then two MoE layers of 4 experts (width 32) + 1 shared."""
+    moe = SMALL.replace(
+        n_experts=4, experts_per_token=2, n_shared_experts=1, d_ff_expert=32, n_dense_layers=1
+    )
+    p = count_params(moe)
+    assert p.mlp == 1 * 3 * 64 * 96
+    assert p.moe_experts == 2 * 4 * 3 * 64 * 32
+    assert p.moe_shared_experts == 2 * 1 * 3 * 64 * 32
+    assert p.moe_router == 2 * 64 * 4
+    assert p.active_routed_experts == 2 * 2 * 3 * 64 * 32
+    biased = count_params(moe.replace(router_bias=True))
+    assert biased.moe_router - p.moe_router == 2 * 4
+
+
+def test_matrix_shapes_cover_the_new_shapes() -> None:
+    for spec in (
+        SMALL.replace(head_dim=32, qk_norm=True, post_norms=True),
+        MLA,
+        MLA.replace(q_lora_rank=0),
+        MLA.replace(n_experts=4, experts_per_token=2, d_ff_expert=96, n_dense_layers=1),
+        MLA.replace(n_experts=4, experts_per_token=1, n_dense_layers=2, router_bias=True),
+    ):
+        elements = sum(r * c * k for _, r, c, k in matrix_shapes(spec))
+        assert elements + vector_count(spec) == count_params(spec).total, spec
+    # d_ff_expert == d_ff: the dense and expert matrices merge into one row each
+    merged = MLA.replace(n_experts=4, experts_per_token=2, d_ff_expert=96, n_dense_layers=1)
+    names = [(n, r, c) for n, r, c, _ in matrix_shapes(merged)]
+    assert len(names) == len(set(names))

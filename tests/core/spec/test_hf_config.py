@@ -37,6 +37,66 @@ def test_real_config_matches_preset_and_published_count(name):
     assert count_params(spec).total == published
 
 
+# Fixtures of current open models -> the preset they must equal (their counts, as the model
+# cards state them, are checked against the presets in test_presets.py).
+MODERN = ["qwen3-8b", "gemma-2-9b", "gemma-3-1b", "mistral-nemo", "deepseek-v3"]
+
+
+@pytest.mark.parametrize("name", MODERN)
+def test_modern_config_matches_preset(name):
+    spec = load_hf_config(str(DATA / f"{name}.json"))
+    assert spec == PRESETS[name]
+
+
+def test_explicit_head_dim_qk_norm_and_post_norms():
+    qwen3 = load_hf_config(str(DATA / "qwen3-8b.json"))
+    assert qwen3.qk_norm and not qwen3.qkv_bias and qwen3.head_dim == 0  # 128 = 4096 / 32
+    nemo = load_hf_config(str(DATA / "mistral-nemo.json"))
+    assert (nemo.d_head, nemo.d_q, nemo.d_model) == (128, 4096, 5120)
+    assert nemo.sliding_window == 0  # "sliding_window": null
+    gemma2 = load_hf_config(str(DATA / "gemma-2-9b.json"))
+    assert gemma2.post_norms and not gemma2.qk_norm and gemma2.tied_embeddings  # no tie key
+    assert gemma2.gate_activation == "gelu_tanh"
+    # Gemma2Config's default head_dim is 256, not hidden_size / heads (224)
+    assert spec_from_hf_config(_without(_config("gemma-2-9b"), "head_dim"), "g").d_head == 256
+
+
+def test_sliding_window_layers():
+    mistral = load_hf_config(str(DATA / "mistral-7b.json"))
+    assert (mistral.sliding_window, mistral.n_sliding_layers) == (4096, 32)
+    gemma2 = load_hf_config(str(DATA / "gemma-2-9b.json"))
+    assert (gemma2.sliding_window, gemma2.global_every, gemma2.n_sliding_layers) == (4096, 2, 21)
+    assert gemma2.is_sliding_layer(0) and not gemma2.is_sliding_layer(1)  # layer 0 slides
+    gemma3 = load_hf_config(str(DATA / "gemma-3-1b.json"))
+    global_layers = [i for i in range(26) if not gemma3.is_sliding_layer(i)]
+    assert global_layers == [5, 11, 17, 23] and gemma3.n_sliding_layers == 22
+    # transformers >= 4.53 writes the same pattern as layer_types
+    types = ["full_attention" if i in global_layers else "sliding_attention" for i in range(26)]
+    as_types = {**_without(_config("gemma-3-1b"), "sliding_window_pattern"), "layer_types": types}
+    assert spec_from_hf_config(as_types, "gemma-3-1b") == gemma3
+    # Qwen ignores sliding_window unless use_sliding_window
+    qwen = {**_config("qwen3-8b"), "sliding_window": 4096}
+    assert spec_from_hf_config(qwen, "q").sliding_window == 0
+
+
+def test_deepseek_v3_shapes():
+    spec = load_hf_config(str(DATA / "deepseek-v3.json"))
+    assert spec.is_mla and (spec.d_head, spec.d_rope, spec.d_v_head) == (192, 64, 128)
+    assert (spec.q_lora_rank, spec.kv_lora_rank) == (1536, 512)
+    assert (spec.n_dense_layers, spec.n_moe_layers) == (3, 58)
+    assert (spec.d_ff, spec.d_ff_expert, spec.n_experts, spec.experts_per_token) == (
+        18432,
+        2048,
+        256,
+        8,
+    )
+    assert spec.n_shared_experts == 1 and spec.router_bias
+    no_q_lora = spec_from_hf_config({**_config("deepseek-v3"), "q_lora_rank": None}, "v2-like")
+    assert no_q_lora.q_lora_rank == 0
+    greedy = spec_from_hf_config({**_config("deepseek-v3"), "topk_method": "greedy"}, "g")
+    assert count_params(spec).total - count_params(greedy).total == 58 * 256  # router biases
+
+
 def test_qwen2_0_5b_published_count_with_tied_embeddings_and_qkv_bias():
     # Qwen/Qwen2-0.5B: 494,032,768 parameters (HF safetensors; same shapes and count as
     # KerasHub qwen2.5_0.5b_en "params" 494032768, keras_hub/src/models/qwen/qwen_presets.py).
@@ -122,7 +182,7 @@ MALFORMED = [
     ("kv heads not dividing", {**LLAMA, "num_key_value_heads": 5}, "num_key_value_heads"),
     ("heads not dividing", {**LLAMA, "num_attention_heads": 30}, "num_attention_heads"),
     ("gpt2 heads not dividing", {**GPT2, "n_head": 7}, "n_head"),
-    ("head_dim differs", {**LLAMA, "head_dim": 256}, "head_dim"),
+    ("head_dim zero", {**LLAMA, "head_dim": 0}, "head_dim"),
     ("attention_bias only", {**LLAMA, "attention_bias": True}, "attention_bias"),
     ("mlp_bias only", {**LLAMA, "mlp_bias": True}, "mlp_bias"),
     ("tie not bool", {**LLAMA, "tie_word_embeddings": "false"}, "tie_word_embeddings"),
@@ -133,6 +193,38 @@ MALFORMED = [
     ("zero experts", {**MIXTRAL, "num_local_experts": 0}, "num_local_experts"),
     ("missing model_type", _without(LLAMA, "model_type"), "model_type"),
     ("unknown model_type", {**LLAMA, "model_type": "bert"}, "model_type"),
+]
+
+
+QWEN3 = _config("qwen3-8b")
+GEMMA3 = _config("gemma-3-1b")
+DEEPSEEK = _config("deepseek-v3")
+_TYPES = ["sliding_attention"] * 26
+MALFORMED += [
+    ("qwen3 attention bias", {**QWEN3, "attention_bias": True}, "attention_bias"),
+    ("qwen3 sliding", {**QWEN3, "use_sliding_window": True}, "use_sliding_window"),
+    ("gemma relu", {**GEMMA3, "hidden_activation": "relu"}, "hidden_activation"),
+    ("layer_types short", {**GEMMA3, "layer_types": _TYPES[:3]}, "layer_types"),
+    (
+        "layer_types irregular",
+        {
+            **GEMMA3,
+            "layer_types": [
+                *_TYPES[:2],
+                "full_attention",
+                *_TYPES[3:8],
+                "full_attention",
+                *_TYPES[9:],
+            ],
+        },
+        "layer_types[5]",
+    ),
+    ("mla kv heads", {**DEEPSEEK, "num_key_value_heads": 16}, "num_key_value_heads"),
+    ("moe every other layer", {**DEEPSEEK, "moe_layer_freq": 2}, "moe_layer_freq"),
+    ("missing kv_lora_rank", _without(DEEPSEEK, "kv_lora_rank"), "kv_lora_rank"),
+    ("all layers dense", {**DEEPSEEK, "first_k_dense_replace": 61}, "first_k_dense_replace"),
+    ("rope wider than head", {**DEEPSEEK, "qk_rope_head_dim": 0}, "qk_rope_head_dim"),
+    ("gemma3 multimodal", {**GEMMA3, "model_type": "gemma3"}, "model_type"),
 ]
 
 

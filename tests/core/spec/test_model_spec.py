@@ -126,3 +126,66 @@ def test_bare_model_validation(bad: object) -> None:
 def test_bare_model_ok() -> None:
     """A positive int count is accepted as is."""
     assert BareModel(n_params=70_000_000_000).n_params == 70_000_000_000
+
+
+# ---- fields of current open models ---------------------------------------------------------
+
+# DeepSeek-V3-like MLA on the GPT-2 base: 12 heads of 64 + 32 rotary, values 64 wide.
+MLA = dict(
+    head_dim=96,
+    kv_lora_rank=64,
+    q_lora_rank=96,
+    rope_head_dim=32,
+    v_head_dim=64,
+    position="rope",
+    norm="rmsnorm",
+)
+
+
+def test_explicit_head_dim_frees_n_heads_from_d_model() -> None:
+    s = spec(n_heads=5, head_dim=128)  # 768 % 5 != 0 is fine with an explicit width
+    assert (s.d_head, s.d_q, s.d_kv, s.d_attn_out) == (128, 640, 640, 640)
+    assert spec(n_heads=16).d_head == 48  # head_dim 0 follows d_model / n_heads
+
+
+def test_mla_derived_widths() -> None:
+    s = spec(**MLA)
+    assert s.is_mla and (s.d_head, s.d_v_head, s.d_rope) == (96, 64, 32)
+    assert (s.d_q, s.d_kv, s.d_v, s.d_attn_out) == (1152, 1152, 768, 768)
+
+
+def test_layer_kinds() -> None:
+    s = spec(sliding_window=128, global_every=3)
+    assert [s.is_sliding_layer(i) for i in range(6)] == [True, True, False] * 2
+    assert s.n_sliding_layers == 8  # 12 layers, every 3rd global
+    assert spec(sliding_window=128).n_sliding_layers == 12  # global_every 0: all slide
+    moe = spec(n_experts=4, experts_per_token=1, n_dense_layers=2)
+    assert moe.n_moe_layers == 10
+    assert [moe.is_moe_layer(i) for i in range(3)] == [False, False, True]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"head_dim": -1}, "head_dim"),
+        ({"sliding_window": True}, "sliding_window"),
+        ({"global_every": 2}, "global_every"),  # every layer is already global
+        ({"qk_norm": 1}, "qk_norm"),
+        ({"gate_activation": "relu"}, "gate_activation"),
+        ({"gate_activation": "gelu_tanh"}, "gate_activation"),  # GELU MLP has no gate
+        ({"q_lora_rank": 32}, "q_lora_rank"),  # an MLA field without kv_lora_rank
+        ({"v_head_dim": 32}, "v_head_dim"),
+        ({**MLA, "rope_head_dim": 0}, "rope_head_dim"),
+        ({**MLA, "rope_head_dim": 96}, "rope_head_dim"),  # the whole head rotary
+        ({**MLA, "rope_head_dim": 31}, "rope_head_dim"),  # RoPE rotates pairs
+        ({**MLA, "n_kv_heads": 4}, "n_kv_heads"),
+        ({**MLA, "position": "learned"}, "position"),
+        ({**MLA, "bias": True}, "bias"),
+        ({**MLA, "qk_norm": True}, "qk_norm"),
+        ({"n_dense_layers": 1}, "n_experts"),  # dense layers on a dense model
+        ({"router_bias": True}, "n_experts"),
+        ({"n_experts": 4, "experts_per_token": 1, "n_dense_layers": 12}, "n_dense_layers"),
+    ],
+)
+def test_new_fields_validated(changes: dict, field: str) -> None:
+    assert field_of(**changes) == field

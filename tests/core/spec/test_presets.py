@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.single.params import count_params
+from trainbudget.core.single.params import count_params, matmul_params
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.presets import (
     PAPER_ROUNDED_PARAMS,
     PRESETS,
     PUBLISHED_PARAMS,
+    STATED_PARAMS,
     get_preset,
 )
 
@@ -44,7 +45,8 @@ EXPECTED_KEYS = [
     *("gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b"),
     *("llama-2-7b", "llama-2-13b", "llama-2-70b"),
     *("llama-3-8b", "llama-3-70b", "llama-3-405b"),
-    *("mistral-7b", "mixtral-8x7b"),
+    *("mistral-7b", "mixtral-8x7b", "mistral-nemo", "qwen3-8b"),
+    *("gemma-2-9b", "gemma-3-1b", "deepseek-v3"),
 ]
 
 
@@ -55,6 +57,62 @@ def test_exact_keys():
 def test_every_non_gpt3_preset_has_a_published_count():
     assert set(PUBLISHED_PARAMS) == set(EXPECTED)
     assert set(PAPER_ROUNDED_PARAMS) == {k for k in PRESETS if k.startswith("gpt3-")}
+    assert set(PRESETS) == set(PUBLISHED_PARAMS) | set(PAPER_ROUNDED_PARAMS) | set(STATED)
+
+
+# name -> {part: (printed value, unit of its last printed digit)}; repeated from presets.py on
+# purpose, with the sources. Each exact count must round to the printed digits.
+STATED = {
+    # huggingface.co/Qwen/Qwen3-8B model card: "Number of Parameters: 8.2B; Number of
+    # Paramaters (Non-Embedding): 6.95B" (exact: 8,190,735,360 and 6,946,075,648)
+    "qwen3-8b": {"total": (8.2e9, 1e8), "non_embedding": (6.95e9, 1e7)},
+    # huggingface.co/mistralai/Mistral-Nemo-Base-2407 card: "of 12B parameters" (12.25B)
+    "mistral-nemo": {"total": (12e9, 1e9)},
+    # huggingface.co/mistralai/Mistral-7B-v0.1 card: "with 7 billion parameters" (7.24B;
+    # Mistral's announcement says 7.3B, which the exact count does not round to)
+    "mistral-7b": {"total": (7e9, 1e9)},
+    # Gemma 2 report (arXiv 2408.00118) Table 1, 9B: non-embedding 8,324,201,984 exactly
+    "gemma-2-9b": {"non_embedding": (8_324_201_984, 1)},
+    # Gemma 3 report (arXiv 2503.19786) Table 1, 1B: 302M embedding, 698M non-embedding
+    "gemma-3-1b": {"embedding": (302e6, 1e6), "non_embedding": (698e6, 1e6)},
+    # DeepSeek-V3 README_WEIGHTS.md, main model (MTP module apart): "Total parameters: 671B",
+    # "Activation parameters: 36.6B (including 0.9B for the output Head)"
+    "deepseek-v3": {"total": (671e9, 1e9), "activated": (36.6e9, 1e8)},
+}
+
+
+def _part(spec: ModelSpec, part: str) -> int:
+    p = count_params(spec)
+    return {
+        "total": p.total,
+        "non_embedding": p.total - p.embedding_token - p.head,
+        "embedding": p.embedding_token,
+        "activated": matmul_params(spec, active=True),  # head in, input embedding out
+    }[part]
+
+
+@pytest.mark.parametrize(
+    ("name", "part"), [(n, part) for n in sorted(STATED) for part in sorted(STATED[n])]
+)
+def test_stated_counts_round_to_the_printed_value(name, part):
+    value, unit = STATED[name][part]
+    stated = {c.part: c for c in STATED_PARAMS[name]}
+    assert set(stated) == set(STATED[name])
+    assert (stated[part].value, stated[part].unit) == (value, unit)
+    assert stated[part].source.startswith("https://")
+    assert abs(_part(PRESETS[name], part) - value) <= unit / 2
+
+
+def test_exact_counts_of_the_stated_models():
+    """Pinned so that a change is noticed; the cards print these rounded (see STATED)."""
+    exact = {
+        "qwen3-8b": 8_190_735_360,
+        "mistral-nemo": 12_247_782_400,
+        "gemma-2-9b": 9_241_705_984,
+        "gemma-3-1b": 999_885_952,
+        "deepseek-v3": 671_026_419_200,
+    }
+    assert {n: count_params(PRESETS[n]).total for n in exact} == exact
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -167,9 +225,13 @@ def test_mixtral_active_params_match_mistrals_announcement():
 
 def test_family_conventions():
     for name, spec in PRESETS.items():
-        if name.startswith(("llama", "mistral", "mixtral")):
+        if name.startswith(("llama", "mistral", "mixtral", "qwen3", "deepseek")):
             assert (spec.mlp, spec.norm, spec.position) == ("swiglu", "rmsnorm", "rope")
             assert not spec.tied_embeddings and not spec.bias and not spec.qkv_bias
+            assert spec.gate_activation == "silu" and not spec.post_norms
+        elif name.startswith("gemma"):
+            assert (spec.mlp, spec.gate_activation) == ("swiglu", "gelu_tanh")
+            assert spec.tied_embeddings and spec.post_norms and spec.sliding_window
         else:
             assert (spec.mlp, spec.norm, spec.position) == ("gelu", "layernorm", "learned")
     assert PRESETS["mixtral-8x7b"].n_experts == 8
@@ -194,3 +256,19 @@ def test_unknown_preset_lists_names():
 def test_presets_are_read_only():
     with pytest.raises(TypeError):
         PRESETS["x"] = PRESETS["gpt2"]  # type: ignore[index]
+
+
+def test_deepseek_v3_mtp_module_is_one_more_moe_layer():
+    """README_WEIGHTS.md: the MTP module has "11.5B unique parameters" (embedding and head are
+    shared with the main model) and layer 61 is "structure identical to the Main Model hidden
+    layers". The spec leaves MTP out (671B is the main model); one of its MoE layers is
+    11,507,286,272 parameters, which rounds to the stated 11.5B. With the module's projection
+    eh_proj (2d x d = 102,760,448) and its three d-wide norms it is 11.61B, so the README's
+    figure is truncated or leaves eh_proj out: pinned here, not guessed."""
+    spec = PRESETS["deepseek-v3"]
+    p, d = count_params(spec), spec.d_model
+    attention = (p.attention_norm + p.attention_qkv + p.attention_proj + p.mlp_norm) // 61
+    moe = (p.moe_router + p.moe_experts + p.moe_shared_experts) // 58
+    assert attention + moe == 11_507_286_272
+    assert abs(attention + moe - 11.5e9) <= 0.05e9
+    assert attention + moe + 2 * d * d + 3 * d == 11_610_068_224

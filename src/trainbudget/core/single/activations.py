@@ -6,6 +6,10 @@ activations and dropout), term by term, adapted to:
 - grouped-query attention (K and V are s*b*d_kv, not s*b*h);
 - SwiGLU (gate, up, silu(gate) and their product are saved: 4*s*b*d_ff instead of GELU's 2);
 - MoE (each token's hidden tensors exist once per expert it visits, plus the router scores);
+  with dense layers before the MoE ones, a layer's figure is the mean over the stack, so that
+  n_layers times it is the stack's total;
+- MLA (its latents and assembled Q, K; see `_qkv_bytes`) and Gemma's post-norms (two more
+  s*b*h norm inputs);
 - no dropout by default (modern LLM pre-training; `dropout=True` restores the paper's masks);
 - FlashAttention (Dao et al. 2022, arXiv 2205.14135): no s*s matrix, an fp32 logsumexp instead.
 With dropout, MHA, GELU and d_ff = 4h the count equals the paper's 34*s*b*h + 5*a*s*s*b exactly
@@ -95,19 +99,13 @@ def layer_activations(
     tokens = s * b / cp  # tokens this GPU holds along the sequence
     rep = xp.where(sp, tp, 1)  # divisor of the tensors TP alone leaves replicated
     heads = a / tp
-    d_q = a * spec.d_head / tp
-    d_kv = xp.maximum(spec.d_kv / tp, spec.d_head)
-    n_hidden = 4 if spec.mlp == "swiglu" else 2  # saved hidden tensors of width d_ff per MLP
-    if spec.is_moe:
-        k = spec.experts_per_token + spec.n_shared_experts
-        # each visited expert keeps its own copy of the token's input and hidden tensors;
-        # the router's softmax scores (fp32) are kept for the gate gradient
-        mlp = k * tokens * (h / rep + n_hidden * spec.d_ff_expert / tp) * e
-        mlp = mlp + tokens * spec.n_experts * FP32_BYTES / rep
-    else:
-        mlp = tokens * (h / rep + n_hidden * spec.d_ff / tp) * e
+    d_q = spec.d_q / tp
+    d_kv = xp.maximum(spec.d_kv / tp, spec.d_head)  # K heads replicated when tp > n_kv_heads
+    d_v = xp.maximum(spec.d_v / tp, spec.d_v_head)
     store_matrix = xp.not_(flash_attention | drop_attention_matrix)
-    matrix_elements = heads * (s / cp) * s * b  # local queries x all keys, local heads
+    # local queries x all keys, local heads; a sliding layer without FlashAttention still
+    # materialises the whole masked s x s matrix
+    matrix_elements = heads * (s / cp) * s * b
     dropout_bytes = 0.0
     if dropout:
         # masks after attention and MLP (s*b*h each); on the attention matrix, its mask and its
@@ -116,18 +114,61 @@ def layer_activations(
         dropout_bytes = dropout_bytes + xp.where(
             store_matrix, matrix_elements * (MASK_BYTES + e), 0
         )
-    # RoPE writes rotated copies of q and k, while the fused qkv output stays alive (V is a
-    # view of it): d_q + d_kv more per token than learned positions
-    rope = tokens * (d_q + d_kv) * e if spec.position == "rope" else 0.0
+    n_norms = 4 if spec.post_norms else 2  # post-norms also keep their inputs (s*b*h each)
     return LayerActivations(
-        norm_inputs_bytes=2 * tokens * h * e / rep,
-        attention_linear_inputs_bytes=tokens * (h / rep + d_q) * e,
-        qkv_bytes=tokens * (d_q + 2 * d_kv) * e + rope,
+        norm_inputs_bytes=n_norms * tokens * h * e / rep,
+        attention_linear_inputs_bytes=tokens * (h / rep + spec.d_attn_out / tp) * e
+        + _mla_latent_bytes(spec, tokens, e),
+        qkv_bytes=_qkv_bytes(spec, tokens, d_q, d_kv, d_v, tp, e),
         attention_matrix_bytes=xp.where(store_matrix, matrix_elements * e, 0),
         flash_stats_bytes=xp.where(flash_attention, heads * tokens * FP32_BYTES, 0),
-        mlp_bytes=mlp,
+        mlp_bytes=_mlp_bytes(spec, tokens, rep, tp, e),
         dropout_bytes=dropout_bytes,
     )
+
+
+def _mla_latent_bytes(spec: ModelSpec, tokens: Any, e: int) -> Any:
+    """MLA: the normalised q and kv latents, inputs of the up-projections (not split by TP:
+    the down-projections are replicated)."""
+    return tokens * (spec.q_lora_rank + spec.kv_lora_rank) * e if spec.is_mla else 0.0
+
+
+def _qkv_bytes(spec: ModelSpec, tokens: Any, d_q: Any, d_kv: Any, d_v: Any, tp: Any, e: int) -> Any:
+    """Q, K, V as attention keeps them, and what their producers keep.
+
+    RoPE writes rotated copies of q and k while the fused qkv output stays alive (V is a view
+    of it): d_q + d_kv more per token than learned positions. QK-norm keeps its inputs, which
+    are views of that output; with RoPE its outputs are not kept (rotation needs only cos and
+    sin), without RoPE attention keeps them. MLA keeps its latents before their norms
+    (q_lora_rank + kv_lora_rank + rope_head_dim), the kv up-projection's output (k_nope and
+    V are views of it) and Q, K assembled from their rotary and non-rotary parts.
+    """
+    if spec.is_mla:
+        latents = spec.q_lora_rank + spec.kv_lora_rank + spec.rope_head_dim
+        kv_up = spec.n_heads * (spec.d_head - spec.rope_head_dim + spec.d_v_head) / tp
+        return tokens * (latents + kv_up + d_q + d_kv) * e
+    fused = tokens * (d_q + d_kv + d_v) * e
+    if spec.position == "rope" or spec.qk_norm:
+        fused = fused + tokens * (d_q + d_kv) * e
+    return fused
+
+
+def _mlp_bytes(spec: ModelSpec, tokens: Any, rep: Any, tp: Any, e: int) -> Any:
+    """MLP inputs and hidden tensors, the mean over the layers (dense-then-MoE stacks)."""
+    n_hidden = 4 if spec.mlp == "swiglu" else 2  # saved hidden tensors of width d_ff per MLP
+    h = spec.d_model
+    dense = tokens * (h / rep + n_hidden * spec.d_ff / tp) * e
+    if not spec.is_moe:
+        return dense
+    k = spec.experts_per_token + spec.n_shared_experts
+    # each visited expert keeps its own copy of the token's input and hidden tensors;
+    # the router's softmax scores (fp32) are kept for the gate gradient
+    moe = k * tokens * (h / rep + n_hidden * spec.d_ff_expert / tp) * e
+    moe = moe + tokens * spec.n_experts * FP32_BYTES / rep
+    n_moe = spec.n_moe_layers
+    if n_moe == spec.n_layers:
+        return moe
+    return (n_moe * moe + (spec.n_layers - n_moe) * dense) / spec.n_layers
 
 
 @dataclass(frozen=True, kw_only=True)

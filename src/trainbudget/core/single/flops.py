@@ -7,6 +7,9 @@ Conventions, stated once and carried in every result:
   timed from bytes, not FLOPs, by the step-time model.
 - Attention is non-causal by default (every query scores all T keys, as in seed 003, PaLM and
   Chinchilla); `causal=True` counts only the T*(T+1)/2 query-key pairs a causal mask keeps.
+  A sliding-window layer of window w scores T*min(T, w) pairs non-causally (each query is
+  charged a full window) and sum_i min(i+1, w) causally (query i sees itself and up to w-1
+  keys before it).
 - Backward = 2 x forward (a weight gradient and an input gradient per matmul; seed 001,
   gradients_flops). Model FLOPs exclude recomputation; hardware FLOPs add it.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.single.params import count_params, matmul_params
+from trainbudget.core.single.params import attention_matrices, count_params, matmul_params
 from trainbudget.core.spec.model_spec import BareModel, ModelSpec
 
 RECOMPUTE_KINDS = ("none", "selective", "full")
@@ -92,38 +95,53 @@ def check_seq_len(spec: ModelSpec, seq_len: int) -> None:
         )
 
 
-def attended_pairs(seq_len: int, causal: bool) -> int:
-    """Query-key pairs scored in one head: T*T, or T*(T+1)/2 under a causal mask."""
+def attended_pairs(seq_len: int, causal: bool, window: int = 0) -> int:
+    """Query-key pairs scored in one head: T*T, or T*(T+1)/2 under a causal mask. With a
+    sliding window w < T: T*w, or causally w*(w+1)/2 + (T-w)*w (the first w queries see
+    1..w keys, every later one w)."""
+    if window and window < seq_len:
+        if causal:
+            return window * (window + 1) // 2 + (seq_len - window) * window
+        return seq_len * window
     return seq_len * (seq_len + 1) // 2 if causal else seq_len * seq_len
+
+
+def stack_pairs(spec: ModelSpec, seq_len: int, causal: bool) -> int:
+    """Query-key pairs of one head summed over all layers (global and sliding-window ones)."""
+    n_sliding = spec.n_sliding_layers
+    return (spec.n_layers - n_sliding) * attended_pairs(seq_len, causal) + (
+        n_sliding * attended_pairs(seq_len, causal, spec.sliding_window)
+    )
 
 
 def forward_flops(spec: ModelSpec, seq_len: int, *, causal: bool = False) -> ForwardFlops:
     """Exact forward matmul FLOPs of one sequence (seed 003, `flops()`, generalised to GQA,
-    SwiGLU and MoE)."""
+    SwiGLU, MoE after dense layers, MLA and sliding-window layers)."""
     check_seq_len(spec, seq_len)
     t, d, n = seq_len, spec.d_model, spec.n_layers
-    d_q = spec.n_heads * spec.d_head
-    pairs = attended_pairs(t, causal)
-    if spec.is_moe:
-        d_hidden = spec.d_ff_expert
-        n_mlps = spec.experts_per_token + spec.n_shared_experts
-        router = matmul_flops(t, d, spec.n_experts)
-    else:
-        d_hidden, n_mlps, router = spec.d_ff, 1, 0
-    gate = matmul_flops(t, d, d_hidden) if spec.mlp == "swiglu" else 0
+    pairs = stack_pairs(spec, t, causal)
+    n_moe, n_dense = spec.n_moe_layers, spec.n_layers - spec.n_moe_layers
+    k = spec.experts_per_token + spec.n_shared_experts  # experts a token visits
+    d_ff, d_e = spec.d_ff, spec.d_ff_expert
+
+    def up(d_hidden: int) -> int:
+        return matmul_flops(t, d, d_hidden)
+
+    gated = spec.mlp == "swiglu"
     return ForwardFlops(
         seq_len=t,
         causal=causal,
-        qkv=n * matmul_flops(t, d, d_q + 2 * spec.d_kv),
+        # fused (d, d_q + d_kv + d_v), or MLA's down- and up-projections
+        qkv=n * sum(matmul_flops(t, rows, cols) for _, rows, cols, _ in attention_matrices(spec)),
         # (T, d_head) @ (d_head, T) per head, n_heads heads: 2 * pairs * d_head * n_heads
-        scores=n * 2 * pairs * d_q,
-        # (T, T) @ (T, d_head) per head: the same count
-        attn_values=n * 2 * pairs * d_q,
-        attn_proj=n * matmul_flops(t, d_q, d),
-        mlp_up=n * n_mlps * matmul_flops(t, d, d_hidden),
-        mlp_gate=n * n_mlps * gate,
-        mlp_down=n * n_mlps * matmul_flops(t, d_hidden, d),
-        router=n * router,
+        scores=2 * pairs * spec.d_q,
+        # (T, T) @ (T, d_v_head) per head: 2 * pairs * d_v_head * n_heads
+        attn_values=2 * pairs * spec.d_attn_out,
+        attn_proj=n * matmul_flops(t, spec.d_attn_out, d),
+        mlp_up=n_dense * up(d_ff) + n_moe * k * up(d_e),
+        mlp_gate=(n_dense * up(d_ff) + n_moe * k * up(d_e)) if gated else 0,
+        mlp_down=n_dense * matmul_flops(t, d_ff, d) + n_moe * k * matmul_flops(t, d_e, d),
+        router=n_moe * matmul_flops(t, d, spec.n_experts),
         logits=matmul_flops(t, d, spec.vocab_size),
     )
 
@@ -218,32 +236,43 @@ def training_flops(
 
 def palm_flops_per_token(spec: ModelSpec, seq_len: int) -> int:
     """PaLM's estimate 6N + 12*L*H*Q*T (Chowdhery et al. 2022, App. B) with N the parameters
-    used in matmuls (seed 003 `palm_flops`: total minus the position table)."""
+    used in matmuls (seed 003 `palm_flops`: total minus the position table). H*Q is taken
+    as (d_q + d_attn_out) / 2, so MLA's narrower values count as they are; every layer is
+    charged the full T whatever its window, as the formula defines."""
     n = matmul_params(spec, active=True)
-    return 6 * n + 12 * spec.n_layers * spec.n_heads * spec.d_head * seq_len
+    return 6 * n + 6 * spec.n_layers * (spec.d_q + spec.d_attn_out) * seq_len
 
 
 def inference_flops_per_token(model: ModelSpec | BareModel, context_len: int = 0) -> float:
     """Forward FLOPs to generate one token after `context_len` cached tokens.
 
     2 x (matmul params) for the weights (seed 004, B-infer: "2 x params"), plus the attention
-    of the new query against context_len + 1 keys: 2 * 2 * n_layers * d_q * (context_len + 1).
-    A BareModel gives the bare 2N.
+    of the new query against the context_len + 1 keys it sees (at most sliding_window in a
+    sliding layer): 2 * (d_q + d_attn_out) per key and layer. A BareModel gives the bare 2N.
     """
     if context_len < 0:
         raise SpecError("context_len", context_len, "must not be negative")
     if isinstance(model, BareModel):
         return 2 * model.n_params
-    d_q = model.n_heads * model.d_head
-    attention = 4 * model.n_layers * d_q * (context_len + 1)
+    seen, n_sliding = context_len + 1, model.n_sliding_layers
+    keys = (model.n_layers - n_sliding) * seen + n_sliding * min(seen, model.sliding_window or seen)
+    attention = 2 * (model.d_q + model.d_attn_out) * keys
     return 2 * matmul_params(model, active=True) + attention
 
 
 def kv_cache_bytes(spec: ModelSpec, n_tokens: int, bytes_per_element: float) -> float:
-    """K and V for `n_tokens` cached tokens: 2 * n_layers * n_kv_heads * d_head * bytes each."""
+    """The cache for `n_tokens` tokens: K and V, (d_kv + d_v) * bytes per token and layer; a
+    sliding layer keeps only its last sliding_window tokens. MLA caches its compressed latent
+    and the shared rotary key instead, kv_lora_rank + rope_head_dim per token and layer
+    (DeepSeek-V2, arXiv:2405.04434, Sec. 2.1.2)."""
     if n_tokens < 0:
         raise SpecError("n_tokens", n_tokens, "must not be negative")
-    return 2 * spec.n_layers * spec.d_kv * n_tokens * bytes_per_element
+    per_token = spec.kv_lora_rank + spec.rope_head_dim if spec.is_mla else spec.d_kv + spec.d_v
+    n_sliding = spec.n_sliding_layers
+    layer_tokens = (spec.n_layers - n_sliding) * n_tokens + n_sliding * min(
+        n_tokens, spec.sliding_window or n_tokens
+    )
+    return layer_tokens * per_token * bytes_per_element
 
 
 def hidden_state_bytes(spec: ModelSpec, n_tokens: int, bytes_per_element: float) -> float:

@@ -4,7 +4,11 @@ Conventions (matching PyTorch's `sum(p.numel() for p in model.parameters())`):
 - a tied head shares the token embedding and adds no parameters;
 - `bias=True` puts a bias on every linear layer and every LayerNorm (GPT-2); the head has none;
 - RMSNorm has a weight and never a bias; RoPE has no parameters;
-- an MoE layer has a router (d_model x n_experts, no bias) and n_experts SwiGLU/GELU experts.
+- QK-norm has one d_head weight for q and one for k (shared by the heads, as in Qwen3 and
+  Gemma 3); MLA normalises its two latents (q_lora_rank + kv_lora_rank weights);
+- an MoE layer has a router (d_model x n_experts, plus n_experts when router_bias) and
+  n_experts SwiGLU/GELU experts; the first n_dense_layers layers of an MoE model have a dense
+  MLP of width d_ff instead.
 """
 
 from __future__ import annotations
@@ -21,11 +25,16 @@ class ParamBreakdown:
     embedding_token: int
     embedding_position: int
     attention_norm: int
+    """Norms around attention: the pre-norm, and the post-norm with post_norms."""
     attention_qkv: int
+    """Q, K, V projections (MLA: the down- and up-projections) with their biases, and the norms
+    inside attention (QK-norm; MLA's latent norms)."""
     attention_proj: int
     mlp_norm: int
+    """Norms around the MLP: the pre-norm, and the post-norm with post_norms."""
     mlp: int
-    """Dense MLP matrices (and biases); 0 for MoE models."""
+    """Dense MLP matrices (and biases) of the dense layers: all layers of a dense model, the
+    first n_dense_layers of an MoE one."""
     moe_router: int
     moe_experts: int
     """All routed experts of all layers."""
@@ -81,11 +90,32 @@ class ParamBreakdown:
         }
 
 
-def norm_params(spec: ModelSpec) -> int:
-    """One normalisation layer: weight (d_model), plus a bias for LayerNorm when bias=True."""
-    if spec.norm == "layernorm" and spec.bias:
-        return 2 * spec.d_model
-    return spec.d_model
+def norm_params(spec: ModelSpec, width: int | None = None) -> int:
+    """One normalisation layer over `width` (default d_model): a weight, plus a bias for
+    LayerNorm when bias=True."""
+    width = spec.d_model if width is None else width
+    return 2 * width if spec.norm == "layernorm" and spec.bias else width
+
+
+def attention_in_params(spec: ModelSpec) -> int:
+    """One layer's Q, K, V projections with their biases and inner norms.
+
+    MLA (DeepSeek-V2, arXiv:2405.04434, eqs. 9-10, 12-13): q = W_uq norm(W_dq x) (or W_q x
+    without q_lora_rank); [c_kv, k_rope] = W_dkv x, the rotary key k_rope shared by all
+    heads; [k_nope, v] = W_ukv norm(c_kv) per head.
+    """
+    d = spec.d_model
+    if spec.is_mla:
+        q = spec.q_lora_rank * (d + spec.d_q) if spec.q_lora_rank else d * spec.d_q
+        kv_down = d * (spec.kv_lora_rank + spec.rope_head_dim)
+        d_nope = spec.d_head - spec.rope_head_dim
+        kv_up = spec.kv_lora_rank * spec.n_heads * (d_nope + spec.d_v_head)
+        latent_norms = norm_params(spec, spec.q_lora_rank) if spec.q_lora_rank else 0
+        return q + kv_down + kv_up + latent_norms + norm_params(spec, spec.kv_lora_rank)
+    out = spec.d_q + spec.d_kv + spec.d_v
+    biases = out if (spec.bias or spec.qkv_bias) else 0
+    qk_norm = 2 * norm_params(spec, spec.d_head) if spec.qk_norm else 0
+    return d * out + biases + qk_norm
 
 
 def mlp_params(spec: ModelSpec, d_hidden: int) -> int:
@@ -98,35 +128,30 @@ def mlp_params(spec: ModelSpec, d_hidden: int) -> int:
 
 def count_params(spec: ModelSpec) -> ParamBreakdown:
     """Exact parameter count of `spec`, per part."""
-    d, n_layers = spec.d_model, spec.n_layers
-    d_q = spec.n_heads * spec.d_head  # == d_model
-    qkv_out = d_q + 2 * spec.d_kv
-    qkv = d * qkv_out + (qkv_out if (spec.bias or spec.qkv_bias) else 0)
-    proj = d_q * d + (d if spec.bias else 0)
+    d, n_layers, n_moe = spec.d_model, spec.n_layers, spec.n_moe_layers
+    proj = spec.d_attn_out * d + (d if spec.bias else 0)
+    block_norms = (2 if spec.post_norms else 1) * norm_params(spec)  # per block, per layer
+    router = experts = shared = active_routed = 0
     if spec.is_moe:
-        dense_mlp = 0
-        router = d * spec.n_experts
+        router = d * spec.n_experts + (spec.n_experts if spec.router_bias else 0)
         one_expert = mlp_params(spec, spec.d_ff_expert)
         experts = spec.n_experts * one_expert
         shared = spec.n_shared_experts * one_expert
         active_routed = spec.experts_per_token * one_expert
-    else:
-        dense_mlp = mlp_params(spec, spec.d_ff)
-        router = experts = shared = active_routed = 0
     return ParamBreakdown(
         embedding_token=spec.vocab_size * d,
         embedding_position=spec.max_seq_len * d if spec.position == "learned" else 0,
-        attention_norm=n_layers * norm_params(spec),
-        attention_qkv=n_layers * qkv,
+        attention_norm=n_layers * block_norms,
+        attention_qkv=n_layers * attention_in_params(spec),
         attention_proj=n_layers * proj,
-        mlp_norm=n_layers * norm_params(spec),
-        mlp=n_layers * dense_mlp,
-        moe_router=n_layers * router,
-        moe_experts=n_layers * experts,
-        moe_shared_experts=n_layers * shared,
+        mlp_norm=n_layers * block_norms,
+        mlp=(n_layers - n_moe) * mlp_params(spec, spec.d_ff),
+        moe_router=n_moe * router,
+        moe_experts=n_moe * experts,
+        moe_shared_experts=n_moe * shared,
         final_norm=norm_params(spec),
         head=0 if spec.tied_embeddings else spec.vocab_size * d,
-        active_routed_experts=n_layers * active_routed,
+        active_routed_experts=n_moe * active_routed,
     )
 
 
@@ -144,25 +169,49 @@ def matmul_params(spec: ModelSpec, active: bool = True) -> int:
     return n
 
 
+def attention_matrices(spec: ModelSpec) -> list[tuple[str, int, int, int]]:
+    """The Q, K, V projection matrices (name, rows, cols, n_layers): one fused matrix, or
+    MLA's down- and up-projections."""
+    d, n = spec.d_model, spec.n_layers
+    if not spec.is_mla:
+        return [("attention/qkv", d, spec.d_q + spec.d_kv + spec.d_v, n)]
+    d_nope = spec.d_head - spec.rope_head_dim
+    q_lora = spec.q_lora_rank
+    if q_lora:
+        q = [("attention/q_down", d, q_lora, n), ("attention/q_up", q_lora, spec.d_q, n)]
+    else:
+        q = [("attention/q", d, spec.d_q, n)]
+    return [
+        *q,
+        ("attention/kv_down", d, spec.kv_lora_rank + spec.rope_head_dim, n),
+        ("attention/kv_up", spec.kv_lora_rank, spec.n_heads * (d_nope + spec.d_v_head), n),
+    ]
+
+
 def matrix_shapes(spec: ModelSpec) -> list[tuple[str, int, int, int]]:
     """The weight matrices of `spec` as (name, rows, cols, how many), in the trainer's layout
-    (fused qkv; one tensor per expert matrix). Everything else (norms, biases) is a vector."""
-    d, n = spec.d_model, spec.n_layers
-    d_q = spec.n_heads * spec.d_head
+    (fused qkv, or MLA's four projections; one tensor per expert matrix). Everything else
+    (norms, biases) is a vector. Equal (name, rows, cols) rows are merged."""
+    d, n, n_moe = spec.d_model, spec.n_layers, spec.n_moe_layers
     n_in = 2 if spec.mlp == "swiglu" else 1
-    d_hidden = spec.d_ff_expert if spec.is_moe else spec.d_ff
-    n_mlps = (spec.n_experts + spec.n_shared_experts) if spec.is_moe else 1
+    n_experts = spec.n_experts + spec.n_shared_experts
     shapes = [
         ("embedding/token", spec.vocab_size, d, 1),
-        ("attention/qkv", d, d_q + 2 * spec.d_kv, n),
-        ("attention/proj", d_q, d, n),
-        ("mlp/in", d, d_hidden, n * n_mlps * n_in),
-        ("mlp/down", d_hidden, d, n * n_mlps),
+        *attention_matrices(spec),
+        ("attention/proj", spec.d_attn_out, d, n),
+        ("mlp/in", d, spec.d_ff, (n - n_moe) * n_in),
+        ("mlp/down", spec.d_ff, d, n - n_moe),
+        ("mlp/in", d, spec.d_ff_expert, n_moe * n_experts * n_in),
+        ("mlp/down", spec.d_ff_expert, d, n_moe * n_experts),
     ]
     if spec.position == "learned":
         shapes.append(("embedding/position", spec.max_seq_len, d, 1))
     if spec.is_moe:
-        shapes.append(("moe/router", d, spec.n_experts, n))
+        shapes.append(("moe/router", d, spec.n_experts, n_moe))
     if not spec.tied_embeddings:
         shapes.append(("head", spec.vocab_size, d, 1))
-    return shapes
+    merged: dict[tuple[str, int, int], int] = {}
+    for name, rows, cols, count in shapes:
+        if count:
+            merged[(name, rows, cols)] = merged.get((name, rows, cols), 0) + count
+    return [(name, rows, cols, count) for (name, rows, cols), count in merged.items()]

@@ -2,12 +2,14 @@
 
 GPT-2 and the open-weight models are typed from their Hugging Face `config.json`; GPT-3 from
 Table 2.1 of Brown et al. 2020. `PUBLISHED_PARAMS` holds the exact published parameter counts
-the presets are tested against; `PAPER_ROUNDED_PARAMS` holds GPT-3's rounded names.
+the presets are tested against; `PAPER_ROUNDED_PARAMS` holds GPT-3's rounded names and
+`STATED_PARAMS` the counts model cards and reports state, at their printed precision.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from trainbudget.core.errors import SpecError, unknown_key
@@ -74,6 +76,9 @@ def _llama(
     max_seq_len: int,
     n_experts: int = 0,
     experts_per_token: int = 0,
+    head_dim: int = 0,
+    qk_norm: bool = False,
+    sliding_window: int = 0,
 ) -> ModelSpec:
     """A Llama-style config.json: RMSNorm, SwiGLU, RoPE, untied head, no biases."""
     return ModelSpec(
@@ -92,8 +97,83 @@ def _llama(
         bias=False,
         n_experts=n_experts,
         experts_per_token=experts_per_token,
+        head_dim=head_dim,
+        qk_norm=qk_norm,
+        sliding_window=sliding_window,
         sources=(_hf_config(repo),),
     )
+
+
+def _gemma(
+    name: str,
+    repo: str,
+    *,
+    vocab: int,
+    d_model: int,
+    d_ff: int,
+    n_layers: int,
+    n_heads: int,
+    n_kv_heads: int,
+    head_dim: int,
+    max_seq_len: int,
+    sliding_window: int,
+    global_every: int,
+    qk_norm: bool,
+) -> ModelSpec:
+    """A Gemma 2/3 config.json: RMSNorm before and after attention and the MLP, GeGLU, RoPE,
+    tied head, no biases, local sliding-window layers with every global_every-th one global."""
+    return ModelSpec(
+        name=name,
+        vocab_size=vocab,
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        head_dim=head_dim,
+        d_ff=d_ff,
+        max_seq_len=max_seq_len,
+        mlp="swiglu",
+        gate_activation="gelu_tanh",
+        norm="rmsnorm",
+        post_norms=True,
+        qk_norm=qk_norm,
+        position="rope",
+        tied_embeddings=True,
+        sliding_window=sliding_window,
+        global_every=global_every,
+        sources=(_hf_config(repo),),
+    )
+
+
+# DeepSeek-V3 config.json: MLA (q_lora_rank 1536, kv_lora_rank 512, heads of 128 + 64 rotary
+# for q and k, 128 for v), 3 dense layers (intermediate_size 18432), then 58 MoE layers of 256
+# routed experts (top-8) plus 1 shared, each 2048 wide; topk_method noaux_tc (a router bias).
+_DEEPSEEK_V3 = ModelSpec(
+    name="deepseek-v3",
+    vocab_size=129280,
+    d_model=7168,
+    n_layers=61,
+    n_heads=128,
+    n_kv_heads=128,
+    head_dim=192,
+    q_lora_rank=1536,
+    kv_lora_rank=512,
+    rope_head_dim=64,
+    v_head_dim=128,
+    d_ff=18432,
+    max_seq_len=163840,
+    mlp="swiglu",
+    norm="rmsnorm",
+    position="rope",
+    tied_embeddings=False,
+    n_experts=256,
+    experts_per_token=8,
+    n_shared_experts=1,
+    d_ff_expert=2048,
+    n_dense_layers=3,
+    router_bias=True,
+    sources=(_hf_config("deepseek-ai/DeepSeek-V3"),),
+)
 
 
 # fmt: off
@@ -130,12 +210,29 @@ _ROWS: tuple[ModelSpec, ...] = (
            d_ff=28672, n_layers=80, n_heads=64, n_kv_heads=8, max_seq_len=8192),
     _llama("llama-3-405b", "meta-llama/Llama-3.1-405B", vocab=128256, d_model=16384,
            d_ff=53248, n_layers=126, n_heads=128, n_kv_heads=8, max_seq_len=131072),
-    # Mistral (sliding window 4096 changes no parameter) and Mixtral (8 experts, top-2).
+    # Mistral (every layer slides over 4096 tokens; no parameter depends on it) and Mixtral
+    # (8 experts, top-2; sliding_window null).
     _llama("mistral-7b", "mistralai/Mistral-7B-v0.1", vocab=32000, d_model=4096, d_ff=14336,
-           n_layers=32, n_heads=32, n_kv_heads=8, max_seq_len=32768),
+           n_layers=32, n_heads=32, n_kv_heads=8, max_seq_len=32768, sliding_window=4096),
     _llama("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", vocab=32000, d_model=4096,
            d_ff=14336, n_layers=32, n_heads=32, n_kv_heads=8, max_seq_len=32768,
            n_experts=8, experts_per_token=2),
+    # Mistral NeMo: 32 heads of 128 (4096 wide) on a 5120-wide residual stream.
+    _llama("mistral-nemo", "mistralai/Mistral-Nemo-Base-2407", vocab=131072, d_model=5120,
+           d_ff=14336, n_layers=40, n_heads=32, n_kv_heads=8, max_seq_len=1024000,
+           head_dim=128),
+    # Qwen3 8B: QK-norm, no q/k/v biases (unlike Qwen2), untied head.
+    _llama("qwen3-8b", "Qwen/Qwen3-8B", vocab=151936, d_model=4096, d_ff=12288, n_layers=36,
+           n_heads=32, n_kv_heads=8, max_seq_len=40960, qk_norm=True),
+    # Gemma 2 9B: sliding window 4096 on every other layer (layer 0 slides).
+    _gemma("gemma-2-9b", "google/gemma-2-9b", vocab=256000, d_model=3584, d_ff=14336,
+           n_layers=42, n_heads=16, n_kv_heads=8, head_dim=256, max_seq_len=8192,
+           sliding_window=4096, global_every=2, qk_norm=False),
+    # Gemma 3 1B (text only): 5 local layers of window 512 per global one, QK-norm.
+    _gemma("gemma-3-1b", "google/gemma-3-1b-pt", vocab=262144, d_model=1152, d_ff=6912,
+           n_layers=26, n_heads=4, n_kv_heads=1, head_dim=256, max_seq_len=32768,
+           sliding_window=512, global_every=6, qk_norm=True),
+    _DEEPSEEK_V3,
 )
 # fmt: on
 
@@ -210,9 +307,73 @@ the printed value for 125M, 760M, 1.3B, 2.7B and 6.7B, but not for 350M (355.9M)
 """
 
 
+@dataclass(frozen=True, kw_only=True)
+class StatedCount:
+    """A parameter count as a model card or report prints it."""
+
+    part: str
+    """What is counted: 'total'; 'non_embedding' (total minus the token embedding and an
+    untied head); 'embedding' (the token embedding); 'activated' (the matmul parameters one
+    token uses, input embedding excluded, as DeepSeek counts its 37B)."""
+    value: int
+    """The printed number, in parameters ("8.2B" -> 8_200_000_000)."""
+    unit: int
+    """The unit of its last printed digit ("8.2B" -> 100_000_000; an exact count -> 1)."""
+    source: str
+
+
+STATED_PARTS = ("total", "non_embedding", "embedding", "activated")
+
+_QWEN3_CARD = _HF + "Qwen/Qwen3-8B (model card, Model Overview)"
+_NEMO_CARD = _HF + "mistralai/Mistral-Nemo-Base-2407 (model card: 'of 12B parameters')"
+_MISTRAL_CARD = _HF + "mistralai/Mistral-7B-v0.1 (model card: 'with 7 billion parameters')"
+_GEMMA2_REPORT = "https://arxiv.org/abs/2408.00118 (Gemma 2 report, Table 1)"
+_GEMMA3_REPORT = "https://arxiv.org/abs/2503.19786 (Gemma 3 report, Table 1)"
+_DEEPSEEK_WEIGHTS = (
+    "https://github.com/deepseek-ai/DeepSeek-V3/blob/main/README_WEIGHTS.md (main model, "
+    "without the 11.5B-parameter MTP module)"
+)
+
+# fmt: off
+STATED_PARAMS: Mapping[str, tuple[StatedCount, ...]] = MappingProxyType({
+    "qwen3-8b": (
+        StatedCount(part="total", value=8_200_000_000, unit=100_000_000, source=_QWEN3_CARD),
+        StatedCount(part="non_embedding", value=6_950_000_000, unit=10_000_000,
+                    source=_QWEN3_CARD),
+    ),
+    "mistral-nemo": (
+        StatedCount(part="total", value=12_000_000_000, unit=1_000_000_000, source=_NEMO_CARD),
+    ),
+    "mistral-7b": (
+        StatedCount(part="total", value=7_000_000_000, unit=1_000_000_000,
+                    source=_MISTRAL_CARD),
+    ),
+    "gemma-2-9b": (
+        StatedCount(part="non_embedding", value=8_324_201_984, unit=1, source=_GEMMA2_REPORT),
+    ),
+    "gemma-3-1b": (
+        StatedCount(part="embedding", value=302_000_000, unit=1_000_000, source=_GEMMA3_REPORT),
+        StatedCount(part="non_embedding", value=698_000_000, unit=1_000_000,
+                    source=_GEMMA3_REPORT),
+    ),
+    "deepseek-v3": (
+        StatedCount(part="total", value=671_000_000_000, unit=1_000_000_000,
+                    source=_DEEPSEEK_WEIGHTS),
+        StatedCount(part="activated", value=36_600_000_000, unit=100_000_000,
+                    source=_DEEPSEEK_WEIGHTS + "; 'including 0.9B for the output Head'"),
+    ),
+})
+# fmt: on
+"""Preset name -> the counts its model card or report states, each at its printed precision."""
+
+
 def _check_table() -> None:
-    """Import-time guard: every published/rounded count names a preset."""
-    for table in (PUBLISHED_PARAMS, PAPER_ROUNDED_PARAMS):
+    """Import-time guard: every published/rounded/stated count names a preset."""
+    for name, counts in STATED_PARAMS.items():
+        for count in counts:
+            if count.part not in STATED_PARTS:
+                raise SpecError(f"STATED_PARAMS[{name!r}].part", count.part, "unknown part")
+    for table in (PUBLISHED_PARAMS, PAPER_ROUNDED_PARAMS, STATED_PARAMS):
         for name in table:
             if name not in PRESETS:
                 raise SpecError("presets", name, "count recorded for an unknown preset")
