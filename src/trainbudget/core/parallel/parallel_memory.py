@@ -164,13 +164,9 @@ class PlanMemory:
         return self.state.total_bytes + self.activations_bytes + self.buffers_bytes
 
 
-def stage_activations(
-    spec: ModelSpec, L: PlanNumbers, seq_len: int, e: int, stage: str, xp: Ops = SCALAR
-) -> Any:
-    """Activation bytes at the peak of a stage's GPU: the layers' saved tensors for every
-    micro-batch in flight (checkpoints only under full recomputation, plus the layer being
-    recomputed), and on the stage with the head its inputs, logits and loss."""
-    layer = layer_activations(
+def layer_bytes(spec: ModelSpec, L: PlanNumbers, seq_len: int, e: int, xp: Ops = SCALAR) -> Any:
+    """What one layer saves for one micro-batch on one GPU of `L` (the same on every stage)."""
+    return layer_activations(
         spec,
         seq_len=seq_len,
         micro_batch=L.micro_batch,
@@ -182,6 +178,23 @@ def stage_activations(
         cp=L.cp,
         xp=xp,
     ).total_bytes
+
+
+def stage_activations(
+    spec: ModelSpec,
+    L: PlanNumbers,
+    seq_len: int,
+    e: int,
+    stage: str,
+    xp: Ops = SCALAR,
+    layer: Any = None,
+) -> Any:
+    """Activation bytes at the peak of a stage's GPU: the layers' saved tensors for every
+    micro-batch in flight (checkpoints only under full recomputation, plus the layer being
+    recomputed), and on the stage with the head its inputs, logits and loss. `layer`:
+    `layer_bytes` when the caller has it already."""
+    if layer is None:
+        layer = layer_bytes(spec, L, seq_len, e, xp)
     layers = spec.n_layers // L.pp
     tokens = seq_len * L.micro_batch / L.cp
     rep = xp.where(L.sp, L.tp, 1)
@@ -207,6 +220,11 @@ def stage_activations(
     return acts
 
 
+_NO_EXPERTS = ModelState(
+    params_bytes=0.0, grads_bytes=0.0, master_bytes=0.0, optimizer_state_bytes=0.0
+)
+
+
 def stage_memory(
     spec: ModelSpec,
     plan: Plan | PlanNumbers,
@@ -217,15 +235,19 @@ def stage_memory(
     optimizer: Optimizer,
     framework: Framework = GENERIC,
     xp: Ops = SCALAR,
+    layer: Any = None,
 ) -> PlanMemory:
-    """Peak bytes on one GPU of a pipeline stage of `plan` (numbers, or arrays of plans)."""
+    """Peak bytes on one GPU of a pipeline stage of `plan` (numbers, or arrays of plans).
+    `layer`: `layer_bytes` of the plan, when the caller computes several stages."""
     L = as_numbers(plan)
     sp_ = stage_params(spec, L, stage, xp)
     shard = L.shard_dp * L.cp  # ZeRO's shard group: dp * cp, or the HSDP shard times cp
     grad = framework.main_grad_bytes or precision.grad_bytes
     kw = dict(zero=L.zero, precision=precision, optimizer=optimizer, grad_bytes=grad, xp=xp)
     dense = zero_model_state(sp_.dense, shard=shard, **kw)
-    experts = zero_model_state(sp_.experts, shard=xp.maximum(1, shard // L.ep), **kw)
+    experts = _NO_EXPERTS  # a dense model: skip the zeros (the grid's hot path)
+    if spec.is_moe:
+        experts = zero_model_state(sp_.experts, shard=xp.maximum(1, shard // L.ep), **kw)
     master = dense.master_bytes + experts.master_bytes
     opt_state = dense.optimizer_state_bytes + experts.optimizer_state_bytes
     params = dense.params_bytes + experts.params_bytes
@@ -247,7 +269,7 @@ def stage_memory(
     return PlanMemory(
         stage=stage,
         state=state,
-        activations_bytes=stage_activations(spec, L, seq_len, e, stage, xp),
+        activations_bytes=stage_activations(spec, L, seq_len, e, stage, xp, layer),
         buffers_bytes=xp.where(L.zero >= 3, zero3, buckets) + framework.runtime_overhead_bytes,
         host_bytes=host,
     )

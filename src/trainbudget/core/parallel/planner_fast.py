@@ -20,7 +20,7 @@ from trainbudget.core.parallel.layout import (
     RECOMPUTE_CODES,
     PlanNumbers,
 )
-from trainbudget.core.parallel.parallel_memory import stage_memory
+from trainbudget.core.parallel.parallel_memory import layer_bytes, stage_memory
 from trainbudget.core.parallel.plan import validate_plan
 from trainbudget.core.parallel.planner import (
     PlannerResult,
@@ -152,10 +152,10 @@ def evaluate_arrays(
     xp = numpy_ops()
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework, xp=xp)
     step = step_terms(spec, a, cluster, efficiency=efficiency, causal=causal, **kw).step_seconds
-    memory = stage_memory(spec, a, "first", **kw).total_bytes  # with pp = 1, the only stage
-    staged = np.flatnonzero(a.pp > 1)
-    last = stage_memory(spec, a.take(staged), "last", **kw).total_bytes
-    memory[staged] = np.maximum(memory[staged], last)
+    layer = layer_bytes(spec, a, seq_len, precision.activation_bytes, xp)
+    first = stage_memory(spec, a, "first", layer=layer, **kw).total_bytes  # pp 1: the only one
+    last = stage_memory(spec, a, "last", layer=layer, **kw).total_bytes
+    memory = np.where(a.pp > 1, np.maximum(first, last), first)
     tokens_per_step = a.micro_batch * a.grad_accum * a.dp * seq_len
     return step, memory, tokens_per_step
 
