@@ -4,9 +4,10 @@ Each module of src/trainbudget is parsed (ast, so imports inside functions count
 is executed) and every `trainbudget.*` import becomes an edge between two parts of the tree: the
 core's base (the modules directly in core/: errors, units), core.spec, core.single,
 core.parallel, data, model, profile, train, train.checkpointing, report, cli, the top-level
-package published, the module validation, and `trainbudget/__main__.py`. An edge not in ALLOWED
-fails, printed as `module -> imported (a may not import b)`. The Layout sections of README.md
-and README.zh-CN.md state the same table; the last test checks they name every part.
+package published, the modules validation and uncertainty, and `trainbudget/__main__.py`. An
+edge not in ALLOWED fails, printed as `module -> imported (a may not import b)`. The Layout
+sections of README.md and README.zh-CN.md state the same table; the last test checks they name
+every part.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     "train": CORE | {"data", "model", "profile", "train.checkpointing"},
     "published": CORE,
     "validation": CORE | {"published"},
+    "uncertainty": CORE | {"validation"},
     "report": CORE | {"train"},  # of train: only its reader of run folders, see NARROW
     "cli": CORE
     | {"data", "model", "profile", "train", "train.checkpointing", "report"}
-    | {"published", "validation"},
+    | {"published", "validation", "uncertainty"},
     "__main__": frozenset({"cli"}),
 }
 
@@ -194,7 +196,7 @@ def test_the_check_sees_an_import_inside_a_function_and_names_the_edge() -> None
 
 def test_both_readmes_lay_out_every_package() -> None:
     def path(part: str) -> str:  # core.spec -> core/spec/, validation -> validation.py
-        module = part in ("validation", "__main__")
+        module = part in ("validation", "uncertainty", "__main__")
         return part.replace(".", "/") + (".py" if module else "/")
 
     paths = sorted(path(part) for part in ALLOWED if part != PACKAGE)

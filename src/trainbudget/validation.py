@@ -49,7 +49,7 @@ def gpu_generation(gpu: str) -> str:
     return GPU_GENERATION[gpu]
 
 
-def layout_family(lay: Layout) -> str:
+def layout_family(lay: Layout | Plan) -> str:
     """'dp only', or the model-splitting axes in use joined by '+' ('tp+pp+cp'), with
     'zero3/fsdp' when parameters are sharded (ZeRO-3 / FSDP full or hybrid shard)."""
     parts = [axis for axis in ("tp", "pp", "cp") if getattr(lay, axis) > 1]

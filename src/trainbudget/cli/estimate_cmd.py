@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from trainbudget.cli.args import (
     add_framework_arg,
@@ -28,10 +29,18 @@ from trainbudget.cli.reliability_view import (
     reliability_json,
     reliability_line,
 )
+from trainbudget.cli.uncertainty_view import (
+    leave_unstated,
+    range_json,
+    range_line,
+    sensitivity,
+    sensitivity_line,
+    take_assumptions,
+)
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.parallel_memory import zero_model_state
-from trainbudget.core.parallel.plan import validate_layout, validate_plan
+from trainbudget.core.parallel.plan import Plan, validate_layout, validate_plan
 from trainbudget.core.parallel.planner import RankedPlan, evaluate
 from trainbudget.core.single.estimate import (
     DEFAULT_MFU,
@@ -89,6 +98,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     add_reliability_options(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--explain", action="store_true", help="print each formula, inputs and result")
+    leave_unstated(p)
 
 
 def _tokens(args: argparse.Namespace) -> float | None:
@@ -115,6 +125,7 @@ def _tokens(args: argparse.Namespace) -> float | None:
 
 
 def request_from_args(args: argparse.Namespace) -> EstimateRequest:
+    take_assumptions(args)
     price = None
     if args.price_per_gpu_hour is not None:
         price = nonnegative_float("price_per_gpu_hour", args.price_per_gpu_hour)
@@ -272,32 +283,41 @@ def _framework_assumption(fw: Framework, planned: bool) -> str:
     return fw.assumption() + "; used by the plan-aware memory and step time (a plan option)"
 
 
+PlanRun = Callable[[Plan, Framework], RankedPlan]
+"""A layout and framework -> its validated, evaluated plan (the other inputs fixed)."""
+
+
 def _plan_result(
     args: argparse.Namespace, e: Estimate, fw: Framework
-) -> tuple[RankedPlan, Cluster] | None:
+) -> tuple[RankedPlan, Cluster, PlanRun] | None:
     """The plan-aware evaluation when any plan option was given, else None."""
     if not wants_plan(args):
         return None
     req = e.request
     if not isinstance(req.model, ModelSpec):
         return None  # a bare count gets model-state memory only: see _bare_plan_json
+    model = req.model
     cluster = cluster_from_args(args, req.hardware, req.n_gpus)
+    efficiency = efficiency_from_args(args, req.hardware)
+
+    def run_plan(plan: Plan, framework: Framework) -> RankedPlan:
+        validate_plan(plan, model, n_gpus=req.n_gpus, seq_len=e.seq_len)
+        return evaluate(
+            model,
+            plan,
+            cluster,
+            seq_len=e.seq_len,
+            precision=get_precision(req.precision),
+            optimizer=get_optimizer(req.optimizer),
+            efficiency=efficiency,
+            causal=req.causal,
+            framework=framework,
+        )
+
     plan = plan_from_args(
         args, req.n_gpus, req.micro_batch, req.grad_accum, req.recompute, req.flash_attention
     )
-    validate_plan(plan, req.model, n_gpus=req.n_gpus, seq_len=e.seq_len)
-    ranked = evaluate(
-        req.model,
-        plan,
-        cluster,
-        seq_len=e.seq_len,
-        precision=get_precision(req.precision),
-        optimizer=get_optimizer(req.optimizer),
-        efficiency=efficiency_from_args(args, req.hardware),
-        causal=req.causal,
-        framework=fw,
-    )
-    return ranked, cluster
+    return run_plan(plan, fw), cluster, run_plan
 
 
 def _bare_plan_json(args: argparse.Namespace, e: Estimate, fw: Framework) -> dict:
@@ -353,9 +373,14 @@ def _useful_seconds(e: Estimate, planned: tuple[RankedPlan, Cluster] | None) -> 
 
 
 def run(args: argparse.Namespace) -> int:
+    unstated = take_assumptions(args)
     e = estimate(request_from_args(args))
     fw = framework_from_args(args)
     planned = _plan_result(args, e, fw)
+    if planned is not None:
+        ranked, _, run_plan = planned
+        rng = range_json(ranked, e.request.hardware.name, e.request.tokens)
+        sens = sensitivity(ranked, fw, unstated, run_plan)
     bare = _bare_plan_json(args, e, fw) if wants_plan(args) and planned is None else None
     fw_line = _framework_assumption(fw, planned is not None or bare is not None)
     reliability = reliability_json(
@@ -369,12 +394,20 @@ def run(args: argparse.Namespace) -> int:
         if bare is not None:
             out.update(bare)
         if planned is not None:
-            ranked, cluster = planned
+            ranked, cluster, _ = planned
             out.update(plan_json(ranked, cluster))
+            out["step_seconds_range"] = rng["step_seconds_range"]
             if e.request.tokens is not None:
                 steps = e.request.tokens / ranked.time.tokens_per_step
                 out["plan_time_seconds"] = steps * ranked.time.step_seconds
                 out["plan_time_days"] = out["plan_time_seconds"] / SECONDS_PER_DAY
+                low, high = rng["time_seconds_range"].values()
+                out["plan_time_seconds_range"] = {"low": low, "high": high}
+                out["plan_time_days_range"] = {
+                    "low": low / SECONDS_PER_DAY,
+                    "high": high / SECONDS_PER_DAY,
+                }
+            out["sensitivity"] = sens
         if reliability is not None:
             out["reliability"] = reliability
         out["framework"] = fw.name
@@ -398,15 +431,20 @@ def run(args: argparse.Namespace) -> int:
             f"{format_bytes(mem['total'])}"
         )
     if planned is not None:
-        ranked, cluster = planned
+        ranked, cluster, _ = planned
         print()
         print("\n".join(plan_lines(ranked, cluster)))
+        print(range_line(rng))
         if e.request.tokens is not None:
             days = e.request.tokens / ranked.time.tokens_per_second / SECONDS_PER_DAY
+            low, high = (t / SECONDS_PER_DAY for t in rng["time_seconds_range"].values())
             print(
-                f"plan time    {days:.2f} days for {e.request.tokens:.4g} tokens at the "
-                "predicted step time"
+                f"plan time    {days:.2f} days ({low:.2f}-{high:.2f}) for "
+                f"{e.request.tokens:.4g} tokens at the predicted step time"
             )
+        line = sensitivity_line(sens)
+        if line is not None:
+            print(line)
     if reliability is not None:
         print(reliability_line(reliability))
     if args.explain:

@@ -28,6 +28,7 @@ from trainbudget.cli.reliability_view import (
     reliability_json,
     reliability_line,
 )
+from trainbudget.cli.uncertainty_view import range_json, range_line
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.planner import Policy, why_best
 from trainbudget.core.parallel.planner_fast import search_fast
@@ -188,6 +189,12 @@ def run(args: argparse.Namespace) -> int:
                 j["time_days"] = tokens / r.time.tokens_per_second / SECONDS_PER_DAY
                 j["gpu_hours"] = j["time_days"] * 24 * cluster.n_gpus
             plans.append(j)
+        if result.plans:  # the best plan's range from the model's error on similar runs
+            rng = range_json(result.plans[0], cluster.hardware.name, tokens)
+            plans[0]["step_seconds_range"] = rng["step_seconds_range"]
+            if tokens is not None:
+                low, high = (t / SECONDS_PER_DAY for t in rng["time_seconds_range"].values())
+                plans[0]["time_days_range"] = {"low": low, "high": high}
         print(
             dumps_json(
                 {
@@ -217,9 +224,12 @@ def run(args: argparse.Namespace) -> int:
     if result.plans:
         print()
         print("\n".join(plan_lines(result.plans[0], cluster)))
+        rng = range_json(result.plans[0], cluster.hardware.name, tokens)
+        print(range_line(rng))
         if tokens is not None:
             days = tokens / result.plans[0].time.tokens_per_second / SECONDS_PER_DAY
-            print(f"time         {days:.2f} days for {tokens:.4g} tokens")
+            low, high = (t / SECONDS_PER_DAY for t in rng["time_seconds_range"].values())
+            print(f"time         {days:.2f} days ({low:.2f}-{high:.2f}) for {tokens:.4g} tokens")
         print(f"why          {why_best(result)}")
         print(f"framework    {fw.assumption().removeprefix('framework: ')}")
         if reliability is not None:

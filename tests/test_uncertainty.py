@@ -1,0 +1,118 @@
+"""The step-time range from the model's own error on similar published runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainbudget import uncertainty, validation
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.uncertainty import (
+    MIN_RUNS,
+    RunError,
+    error_range,
+    percentile,
+    plan_error_range,
+    published_errors,
+)
+
+
+def runs(family: str, generation: str, ratios: list[float]) -> list[RunError]:
+    return [
+        RunError(f"{family}-{generation}-{i}", family, generation, r) for i, r in enumerate(ratios)
+    ]
+
+
+@pytest.fixture
+def fresh_cache():
+    published_errors.cache_clear()
+    yield
+    published_errors.cache_clear()
+
+
+def test_percentile_interpolates_between_sorted_values():
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile([1.0, 2.0], 10) == pytest.approx(1.1)
+    assert percentile([5.0], 90) == 5.0
+
+
+def test_the_range_brackets_one_when_the_errors_straddle_zero():
+    similar = runs("tp+pp", "A100", [0.8, 0.9, 0.95, 1.05, 1.1, 1.2])
+    r = error_range(similar, "tp+pp", "A100")
+    assert r.low < 1.0 < r.high
+    assert (r.n_runs, r.basis) == (6, "tp+pp on A100")
+
+
+def test_the_range_is_one_sided_when_every_run_is_slower_than_predicted():
+    r = error_range(runs("pp", "A100", [1.1, 1.2, 1.3, 1.4, 1.5]), "pp", "A100")
+    assert 1.0 < r.low < r.high
+
+
+def test_the_basis_falls_back_from_generation_to_family_to_everything():
+    assert MIN_RUNS == 5
+    table = (
+        runs("tp+pp", "A100", [1.0] * 5)
+        + runs("tp+pp", "H100", [2.0] * 3)
+        + runs("zero3/fsdp", "H100", [3.0] * 2)
+    )
+    same = error_range(table, "tp+pp", "A100")
+    assert (same.basis, same.n_runs, same.low) == ("tp+pp on A100", 5, 1.0)
+    family = error_range(table, "tp+pp", "H100")  # 3 H100 runs: too few
+    assert (family.basis, family.n_runs) == ("tp+pp on any GPU", 8)
+    everything = error_range(table, "zero3/fsdp", "H100")  # 2 runs of the family
+    assert (everything.basis, everything.n_runs) == ("every scored run", 10)
+    no_generation = error_range(table, "tp+pp", None)
+    assert no_generation.basis == "tp+pp on any GPU"
+
+
+def test_the_ratios_are_the_leave_one_source_out_errors(monkeypatch, fresh_cache):
+    # in-sample errors of +100 % would give ratios of 0.5; the held-out ones (-20 %, +25 %)
+    # give 1.25 and 0.8: only the latter may reach the range
+    def comparison(run_id: str, source: str) -> validation.Comparison:
+        return validation.Comparison(
+            run_id=run_id,
+            source_key=source,
+            framework="megatron",
+            gpu_generation="A100",
+            layout_family="tp+pp",
+            n_gpus=8,
+            layout="",
+            measured_seconds=1.0,
+            predicted_seconds=2.0,
+            predicted_memory_bytes=0.0,
+            gpu_memory_bytes=0.0,
+        )
+
+    fake = [comparison("a", "s1"), comparison("b", "s2"), comparison("excluded", "s2")]
+    loso = validation.LeaveOneSourceOut(errors={"a": -0.2, "b": 0.25}, chosen={})
+    monkeypatch.setattr(validation, "compare_all", lambda: fake)
+    monkeypatch.setattr(validation, "leave_one_source_out", lambda: loso)
+    monkeypatch.setitem(validation.EXCLUDED, "excluded", "a test row")
+    got = {r.run_id: r.ratio for r in published_errors()}
+    assert got == pytest.approx({"a": 1.25, "b": 0.8})
+
+
+def test_every_scored_published_run_has_a_held_out_ratio(fresh_cache):
+    scored = validation.scored(validation.compare_all())
+    errors = published_errors()
+    assert {r.run_id for r in errors} == {c.run_id for c in scored}
+    assert all(r.ratio > 0 for r in errors)
+
+
+def test_a_plan_gets_its_layout_family_and_generation(fresh_cache):
+    plan = Plan(dp=1, tp=8, pp=8, micro_batch=1, grad_accum=64)
+    r = plan_error_range(plan, "a100-80gb")
+    assert r.basis == "tp+pp on A100" and r.n_runs >= MIN_RUNS
+    assert r.low < r.high
+    # a GPU outside validation's generation table never gets a same-generation set
+    assert "rtx-4090" not in validation.GPU_GENERATION
+    assert plan_error_range(plan, "rtx-4090").basis != "tp+pp on A100"
+
+
+def test_the_published_errors_are_computed_once(monkeypatch, fresh_cache):
+    calls = []
+    real = validation.leave_one_source_out
+    monkeypatch.setattr(validation, "leave_one_source_out", lambda: calls.append(1) or real())
+    published_errors()
+    published_errors()
+    assert calls == [1]
+    assert uncertainty.published_errors.cache_info().hits == 1
