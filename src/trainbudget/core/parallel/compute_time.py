@@ -147,6 +147,18 @@ def _mean(a: Any, n_a: Any, b: Any, n_b: Any, xp: Ops) -> Any:
     return (n_a * a + n_b * b) / xp.maximum(1, n_a + n_b)
 
 
+def attention_projection_seconds(spec: ModelSpec, rows: Any, t: Any, gemm: Any) -> Any:
+    """One layer's Q, K, V and output projections on one GPU, each timed by `gemm(m, n, k)`
+    for its (rows, k) @ (k, n) shape: one fused QKV GEMM, or MLA's four, whose FLOPs are
+    forward_flops' qkv. MLA's down-projections are replicated on each TP rank (Megatron-Core's
+    MLASelfAttention builds linear_q_down_proj and linear_kv_down_proj with parallel_mode=
+    "duplicated"), the others column-parallel; the output projection's k is d_attn_out / tp."""
+    seconds = gemm(rows, spec.d_model, spec.d_attn_out / t)
+    for name, n_in, n_out, _ in attention_matrices(spec):
+        seconds = seconds + gemm(rows, n_out if name.endswith("_down") else n_out / t, n_in)
+    return seconds
+
+
 def layer_compute(
     spec: ModelSpec,
     L: PlanNumbers,
@@ -172,14 +184,7 @@ def layer_compute(
     def gemm(m: Any, n: Any, k: Any) -> Any:  # (m, k) @ (k, n), its FLOPs from the shape
         return matmul_seconds(matmul_flops(m, k, n), m, n, k, e, peak, hbm, eff, xp)
 
-    # the Q, K, V projections as the spec has them (one fused GEMM, or MLA's four), their
-    # FLOPs those of forward_flops' qkv; MLA's down-projections are replicated on each TP rank
-    # (Megatron-Core's MLASelfAttention builds linear_q/kv_down_proj with parallel_mode=
-    # "duplicated"), the others column-parallel
-    matmuls = gemm(rows, d, spec.d_attn_out / t)
-    for name, n_in, n_out, _ in attention_matrices(spec):
-        matmuls = matmuls + gemm(rows, n_out if name.endswith("_down") else n_out / t, n_in)
-
+    matmuls = attention_projection_seconds(spec, rows, t, gemm)
     def mlp(d_hidden: int, visits: int) -> tuple[Any, Any]:
         """(matmul, memory-bound) seconds of an MLP of width d_hidden each token visits
         `visits` times (the experts it is routed to, and the shared ones)."""
