@@ -1,5 +1,6 @@
 """Compute time of a micro-batch: the causal mask's skipped tiles (FlashAttention-2, Dao 2023,
-arXiv 2307.08691, Sec. 3.1.1), and nothing skipped by the unfused kernel."""
+arXiv 2307.08691, Sec. 3.1.1), and nothing skipped by the unfused kernel; the spec's shapes
+(sliding windows, MLA's projections, dense layers before the MoE ones) in the layer's time."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.compute_time import (
     DEFAULT_EFFICIENCY,
     FLASH_BLOCK_TOKENS,
+    attention_projection_seconds,
     causal_tile_fraction,
+    flash_tile_fraction,
     layer_compute,
+    stage_layers,
 )
 from trainbudget.core.parallel.layout import PlanNumbers
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.step_time import step_time
+from trainbudget.core.single.flops import forward_flops, matmul_flops
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.core.spec.presets import get_preset
@@ -76,3 +81,97 @@ def test_causal_lowers_the_step_most_at_long_sequences():
     long = step(32768, True) / step(32768, False)
     assert long < short < 1
     assert long < 0.75  # at 32K attention is most of the step and half of it is skipped
+
+
+# ---- the spec's shapes: windows, MLA, dense-then-MoE stacks -----------------------------
+
+MISTRAL = get_preset("mistral-7b")  # every layer slides over 4096 keys
+DEEPSEEK = get_preset("deepseek-v3")  # MLA; 3 dense layers, then 58 MoE ones
+
+
+def _layer_of(spec, plan: Plan, seq_len: int, causal: bool = False):
+    return layer_compute(
+        spec,
+        PlanNumbers.of(plan),
+        seq_len=seq_len,
+        e=2,
+        peak=H100.peak_flops_per_second("bf16"),
+        hbm=H100.hbm_bytes_per_second,
+        eff=DEFAULT_EFFICIENCY,
+        dropout=False,
+        causal=causal,
+    )
+
+
+# step seconds of main at 5ee8220 (before the shapes fed the step model), causal, H100, bf16
+DENSE_PINS = [
+    ("llama-2-7b", Plan(), 4096, 0.3604918885637594),
+    ("llama-2-7b", Plan(dp=2, tp=2, pp=4, grad_accum=8), 4096, 0.49937693777340464),
+    ("llama-3-8b", Plan(dp=4, cp=4, zero=2, grad_accum=2), 32768, 2.217987869113755),
+    ("mixtral-8x7b", Plan(dp=8, ep=8, zero=1, grad_accum=2), 4096, 1.1604879092581466),
+]
+
+
+@pytest.mark.parametrize("model, plan, seq_len, seconds", DENSE_PINS)
+def test_models_without_the_new_shapes_keep_their_step_time(model, plan, seq_len, seconds):
+    t = step_time(
+        get_preset(model),
+        plan,
+        Cluster(hardware=H100, n_gpus=plan.n_gpus),
+        seq_len=seq_len,
+        precision=BF16,
+        optimizer=get_optimizer("adamw"),
+        causal=True,
+    )
+    assert t.step_seconds == pytest.approx(seconds, rel=1e-12)
+
+
+def test_a_sliding_layer_attends_over_its_window():
+    global_ = MISTRAL.replace(sliding_window=0)
+    for plan in (Plan(), Plan(tp=2, cp=2, micro_batch=2)):
+        sliding, full = _layer_of(MISTRAL, plan, 32768), _layer_of(global_, plan, 32768)
+        assert sliding.attention_seconds == pytest.approx(
+            4096 / 32768 * full.attention_seconds, rel=1e-12
+        )
+    # causal: the band's tiles (33 of each block row past the first 32) against the triangle's
+    sliding, full = _layer_of(MISTRAL, Plan(), 32768, True), _layer_of(global_, Plan(), 32768, True)
+    assert flash_tile_fraction(32768, 4096) == (528 + 224 * 33) / (256 * 32)
+    ratio = 4096 * flash_tile_fraction(32768, 4096) / (32768 * causal_tile_fraction(32768))
+    assert sliding.attention_seconds == pytest.approx(ratio * full.attention_seconds, rel=1e-12)
+    # a window at least as long as the sequence changes nothing
+    assert _layer_of(MISTRAL, Plan(), 4096) == _layer_of(global_, Plan(), 4096)
+
+
+def test_gemma_mixes_global_and_sliding_layers_by_the_stage():
+    gemma = get_preset("gemma-2-9b")  # 42 layers, every 2nd global
+    mixed = _layer_of(gemma, Plan(), 32768).attention_seconds
+    glob = _layer_of(gemma.replace(sliding_window=0, global_every=0), Plan(), 32768)
+    slide = _layer_of(gemma.replace(global_every=0), Plan(), 32768)
+    assert mixed == pytest.approx((glob.attention_seconds + slide.attention_seconds) / 2)
+    last = stage_layers(gemma, PlanNumbers.of(Plan(pp=3)))  # layers 28..41: 7 global
+    assert (last.layers, last.sliding) == (14, 7)
+    last = stage_layers(get_preset("gemma-3-1b"), PlanNumbers.of(Plan(pp=2)))  # 13..25
+    assert (last.layers, last.sliding) == (13, 11)  # layers 17 and 23 are global
+
+
+def test_mla_projections_take_their_real_flops():
+    def flops(m, n, k):  # a gemm that returns its FLOPs instead of its seconds
+        return matmul_flops(m, k, n)
+
+    fwd = forward_flops(DEEPSEEK, 4096)
+    per_layer = (fwd.qkv + fwd.attn_proj) / DEEPSEEK.n_layers
+    assert attention_projection_seconds(DEEPSEEK, 4096, 1, flops) == pytest.approx(per_layer)
+    # under TP the up-projections split, the two down-projections are duplicated
+    d, q_lora, kv_down = DEEPSEEK.d_model, DEEPSEEK.q_lora_rank, 512 + 64
+    down = matmul_flops(4096, d, q_lora) + matmul_flops(4096, d, kv_down)
+    assert attention_projection_seconds(DEEPSEEK, 4096, 8, flops) == pytest.approx(
+        down + (per_layer - down) / 8
+    )
+
+
+def test_dense_layers_of_an_moe_stack_run_the_dense_mlp():
+    assert stage_layers(DEEPSEEK, PlanNumbers.of(Plan())).moe == 58
+    all_moe = DEEPSEEK.replace(n_dense_layers=0)
+    mixed, moe = _layer_of(DEEPSEEK, Plan(), 4096), _layer_of(all_moe, Plan(), 4096)
+    assert mixed.attention_seconds == moe.attention_seconds
+    assert mixed.forward_seconds != moe.forward_seconds

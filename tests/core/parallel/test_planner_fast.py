@@ -98,6 +98,28 @@ CASES = {
         "adamw",
         Policy(),
     ),
+    # sliding-window and global layers mixed per stage, QK-norm, post-norms
+    "gemma-3-1b/16xh100/32k": (
+        "gemma-3-1b",
+        "h100-sxm",
+        16,
+        32,
+        32768,
+        "bf16-mixed",
+        "adamw",
+        Policy(),
+    ),
+    # MLA, dense layers before the MoE ones
+    "deepseek-v3/256xh800": (
+        "deepseek-v3",
+        "h800",
+        256,
+        512,
+        4096,
+        "bf16-mixed",
+        "adamw",
+        Policy(),
+    ),
 }
 SAMPLE = 2000  # scalar evaluations per case when the set is larger
 
@@ -140,6 +162,9 @@ def test_grid_equals_one_plan_at_a_time_on_a_sample(case):
 def test_grid_equals_one_plan_at_a_time_under_a_causal_mask():
     spec, cluster, _, _, kw = _setup("llama-3-8b/32xh100/cp")
     arrays = _arrays("llama-3-8b/32xh100/cp")
+    _agree(spec, cluster, arrays, range(0, len(arrays), 7), kw, causal=True)
+    spec, cluster, _, _, kw = _setup("gemma-3-1b/16xh100/32k")  # the band's causal tiles
+    arrays = _arrays("gemma-3-1b/16xh100/32k")
     _agree(spec, cluster, arrays, range(0, len(arrays), 7), kw, causal=True)
 
 

@@ -391,3 +391,18 @@ def test_recomputing_every_kth_layer_costs_between_none_and_full():
 def test_recompute_every_needs_full_recomputation():
     with pytest.raises(SpecError, match=r"recompute_every \(2\) > 1 needs recompute 'full'"):
         validate_plan(Plan(dp=8, recompute_every=2), L2_7B, n_gpus=8, seq_len=SEQ)
+
+
+def test_ep_all_to_alls_run_on_moe_layers_only():
+    deepseek = get_preset("deepseek-v3")  # 61 layers, the first 3 dense (first_k_dense_replace)
+    plan = Plan(dp=8, ep=8, zero=1, grad_accum=2)
+    mixed, all_moe = st(plan, deepseek), st(plan, deepseek.replace(n_dense_layers=0))
+    assert mixed.comm_bytes["ep"] == pytest.approx(58 / 61 * all_moe.comm_bytes["ep"], rel=1e-12)
+
+
+def test_cp_sends_k_and_v_at_their_widths():
+    deepseek = get_preset("deepseek-v3")  # MLA: K heads 192 wide, V heads 128
+    plan = Plan(dp=4, cp=4, zero=2, grad_accum=2)
+    narrow_v = st(plan, deepseek).comm_bytes["cp"]
+    wide_v = st(plan, deepseek.replace(v_head_dim=192)).comm_bytes["cp"]
+    assert narrow_v == pytest.approx((192 + 128) / (2 * 192) * wide_v, rel=1e-12)

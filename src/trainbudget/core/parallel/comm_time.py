@@ -10,7 +10,7 @@ from typing import Any
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.comm import CollectiveTotal, collective_total
-from trainbudget.core.parallel.compute_time import MicroBatchCompute
+from trainbudget.core.parallel.compute_time import MicroBatchCompute, stage_layers
 from trainbudget.core.parallel.layout import FULL, PlanNumbers
 from trainbudget.core.parallel.parallel_memory import StageParams
 from trainbudget.core.parallel.plan import members_per_node
@@ -105,16 +105,23 @@ def communication(
     # interleaved); with SP the message is split across the TP group (Megatron's scatter-gather)
     p2p = act_msg / xp.where(L.sp, L.tp, 1)
     t_pp = run("pp", "send_recv", p2p, L.pp, span["pp"], 2 * m * L.vpp)
-    # CP: K and V around the ring (cp - 1 hops per pass), overlapped with the attention
-    kv = tokens * 2 * xp.maximum(spec.d_kv / L.tp, spec.d_head) * e
+    # CP: K and V around the ring (cp - 1 hops per pass), overlapped with the attention, at
+    # their own widths (a KV head shared by several TP ranks is sent whole). MLA exchanges
+    # the up-projected per-head K (d_head wide) and V (d_v_head), not its latent: Megatron-Core
+    # hands the expanded q, k, v to Transformer Engine's attention, whose context-parallel
+    # ring (AttnFuncWithCPAndKVP2P) passes the k and v chunks it is given
+    k_width = xp.maximum(spec.d_kv / L.tp, spec.d_head)
+    kv = tokens * (k_width + xp.maximum(spec.d_v / L.tp, spec.d_v_head)) * e
     passes = m * layers * CP_RING_PASSES
     hop = run("cp", "send_recv", kv, L.cp, span["cp"], passes * (L.cp - 1))
     t_cp = xp.maximum(0.0, hop - passes * micro_batch.attention_seconds)
     t_ep = 0.0
-    if spec.is_moe:  # EP: dispatch and combine all-to-alls inside the dp * cp group
+    if spec.is_moe:  # EP: dispatch and combine all-to-alls inside the dp * cp group, on the
+        # stage's MoE layers only (the dense ones come first)
         a2a = tokens * spec.experts_per_token * spec.d_model * e
         ep_pn = xp.minimum(L.ep, span["dp"])
-        t_ep = run("ep", "all_to_all", a2a, L.ep, ep_pn, m * layers * EP_ALL_TO_ALLS_PER_LAYER)
+        n_a2a = m * stage_layers(spec, L, xp).moe * EP_ALL_TO_ALLS_PER_LAYER
+        t_ep = run("ep", "all_to_all", a2a, L.ep, ep_pn, n_a2a)
     t_dp = _data_parallel(
         spec, L, span, precision, framework, micro_batch, compute_seconds, stage, run, xp
     )

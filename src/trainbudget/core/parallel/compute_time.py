@@ -11,7 +11,8 @@ from typing import Any
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.layout import FULL, NONE, SELECTIVE, PlanNumbers
 from trainbudget.core.single.activations import FP32_BYTES, MASK_BYTES
-from trainbudget.core.single.flops import forward_flops
+from trainbudget.core.single.flops import matmul_flops
+from trainbudget.core.single.params import attention_matrices
 from trainbudget.core.spec.model_spec import ModelSpec
 
 
@@ -39,13 +40,20 @@ BACKWARD_PER_FORWARD = 2
 """Backward = 2 x forward FLOPs: the gradients of inputs and of weights (seed 001)."""
 NORM_TRAFFIC_PER_D = 2 * 2
 """Two norms per layer, each reads and writes the hidden vector (elements per token / d)."""
+POST_NORM_TRAFFIC_PER_D = 2 * 2
+"""post_norms (Gemma 2/3's sandwich norms): two more norms per layer, on the attention and MLP
+outputs, each reading and writing the hidden vector."""
+INNER_NORM_TRAFFIC = 2
+"""A norm inside attention reads and writes each element it normalises: QK-norm's query and
+key heads (Qwen3, Gemma 3), MLA's query and key-value latents (DeepSeek-V2, Sec. 2.1.2)."""
 RESIDUAL_TRAFFIC_PER_D = 2 * 3
 """Two residual adds per layer, each reads two hidden vectors and writes one."""
 ACTIVATION_FN_TRAFFIC = {"swiglu": 3, "gelu": 2}
 """Elements moved per hidden unit: SwiGLU reads gate and up and writes their product; a plain
 activation reads its input and writes its output."""
 ROPE_TRAFFIC = 2
-"""RoPE reads and writes every element of q and k."""
+"""RoPE reads and writes every rotated element of q and k (d_rope per head; MLA rotates only
+its rope_head_dim part, and one key shared by all heads)."""
 FLASH_BLOCK_TOKENS = 128
 """Query/key tile of FlashAttention-2's kernels (Dao 2023, arXiv 2307.08691, Sec. 3.1 and the
 released kernels' 128-row blocks). Under a causal mask the kernel skips every tile above the
@@ -82,14 +90,73 @@ def matmul_seconds(
 
 
 @dataclass(frozen=True, kw_only=True)
+class StageLayers:
+    """The layers of the pipeline stage the step is timed on: the last one (it also runs the
+    head, and `step_time` reduces its gradients), layers [n - n // pp, n). Numbers or arrays."""
+
+    layers: Any
+    moe: Any
+    """Its MoE layers: the dense ones come first, so min(n // pp, n_moe_layers) -- with pp > 1
+    the last stage has the most expert layers of any stage."""
+    sliding: Any
+    """Its sliding-window layers."""
+
+
+def stage_layers(spec: ModelSpec, L: PlanNumbers, xp: Ops = SCALAR) -> StageLayers:
+    n = spec.n_layers
+    layers = n // L.pp
+    moe = xp.minimum(layers, spec.n_moe_layers) if spec.is_moe else 0
+    if not spec.sliding_window:
+        sliding = 0
+    elif not spec.global_every:
+        sliding = layers
+    else:  # layer i is global when (i + 1) % g == 0: i < x holds x // g of them
+        g = spec.global_every
+        sliding = layers - (n // g - (n - layers) // g)
+    return StageLayers(layers=layers, moe=moe, sliding=sliding)
+
+
+def flash_tile_fraction(seq_len: int, window: int = 0) -> float:
+    """Share of the s x min(s, w) query-key pairs whose tiles a causal FlashAttention kernel
+    computes. Without a window (or w >= s) it is `causal_tile_fraction`. With one, block row
+    i (queries iB .. iB + B - 1) computes the key tiles from the one holding key iB - w + 1
+    to the diagonal (FlashAttention 2.3's window_size=(w - 1, 0) skips the others)."""
+    if not window or window >= seq_len:
+        return causal_tile_fraction(seq_len)
+    b = FLASH_BLOCK_TOKENS
+    n = math.ceil(seq_len / b)
+    tiles = sum(i - max(0, i * b - window + 1) // b + 1 for i in range(n))
+    return tiles * b * b / (seq_len * window)
+
+
+@dataclass(frozen=True, kw_only=True)
 class LayerCompute:
-    """Forward seconds of one layer for one micro-batch on one GPU, and two of its parts."""
+    """Forward seconds of one layer for one micro-batch on one GPU, and two of its parts:
+    the mean over the layers of the timed stage (`stage_layers`), which mixes global and
+    sliding-window attention, dense and MoE MLPs."""
 
     forward_seconds: Any
     attention_seconds: Any
     """The attention core (scores, softmax, values)."""
     memory_bound_seconds: Any
     """Norms, residual adds, the activation function, RoPE, dropout."""
+
+
+def _mean(a: Any, n_a: Any, b: Any, n_b: Any, xp: Ops) -> Any:
+    """Mean per layer of n_a layers costing a and n_b costing b."""
+    return (n_a * a + n_b * b) / xp.maximum(1, n_a + n_b)
+
+
+def attention_projection_seconds(spec: ModelSpec, rows: Any, t: Any, gemm: Any) -> Any:
+    """One layer's Q, K, V and output projections on one GPU, each timed by `gemm(m, n, k)`
+    for its (rows, k) @ (k, n) shape: one fused QKV GEMM, or MLA's four, whose FLOPs are
+    forward_flops' qkv. MLA's down-projections are replicated on each TP rank (Megatron-Core's
+    MLASelfAttention builds linear_q_down_proj and linear_kv_down_proj with parallel_mode=
+    "duplicated"), the others column-parallel; the output projection's k is d_attn_out / tp."""
+    seconds = gemm(rows, spec.d_model, spec.d_attn_out / t)
+    for name, n_in, n_out, _ in attention_matrices(spec):
+        seconds = seconds + gemm(rows, n_out if name.endswith("_down") else n_out / t, n_in)
+    return seconds
 
 
 def layer_compute(
@@ -106,54 +173,111 @@ def layer_compute(
     xp: Ops = SCALAR,
 ) -> LayerCompute:
     """`causal`: a causal mask, whose upper tiles FlashAttention skips (the unfused kernel
-    computes the whole s x s scores and masks them, so it costs the same)."""
-    fwd = forward_flops(spec, seq_len)
-    n_layers, t, b = spec.n_layers, L.tp, L.micro_batch
-    rows = b * seq_len / L.cp  # tokens through each weight matmul on this GPU
-    d, d_q = spec.d_model, spec.n_heads * spec.d_head
-    d_hidden = spec.d_ff_expert if spec.is_moe else spec.d_ff
-    k_experts = (spec.experts_per_token + spec.n_shared_experts) if spec.is_moe else 1
-    scale = b / (t * L.cp * n_layers)  # one layer's share of one sequence's FLOPs, per GPU
-
-    def mm(flops: float, m: Any, n: Any, k: Any) -> Any:
-        return matmul_seconds(flops * scale, m, n, k, e, peak, hbm, eff, xp)
-
-    up_width = d_hidden / t * (2 if spec.mlp == "swiglu" else 1)
-    matmuls = (
-        mm(fwd.qkv, rows, (d_q + 2 * spec.d_kv) / t, d)
-        + mm(fwd.attn_proj, rows, d, d_q / t)
-        + mm(fwd.mlp_up + fwd.mlp_gate, rows * k_experts, up_width, d)
-        + mm(fwd.mlp_down, rows * k_experts, d, d_hidden / t)
-        + mm(fwd.router, rows, spec.n_experts or 1, d)
-    )
+    computes the whole s x s scores and masks them, so it costs the same). A sliding-window
+    layer's queries see min(s, w) keys in both kernels (an unfused kernel that built the
+    whole s x s scores and masked the band would cost what a global layer costs)."""
+    t, b, s, d = L.tp, L.micro_batch, seq_len, spec.d_model
+    rows = b * s / L.cp  # tokens through each weight matmul on this GPU
     hbm_rate = hbm * eff.hbm
-    flash = (fwd.scores + fwd.attn_values) * scale / (peak * eff.attention)
-    if causal:
-        flash = flash * causal_tile_fraction(seq_len)
-    # unfused: batched GEMMs (s/cp, d_head) @ (d_head, s) and (s/cp, s) @ (s, d_head) per
-    # head, whose k = d_head makes them memory-bound on the s x s operand; then softmax
-    # (read and write the s x s scores) and, with dropout, its mask and dropped copy
-    q_rows = seq_len / L.cp
-    unfused = mm(fwd.scores, q_rows, seq_len, spec.d_head)
-    unfused = unfused + mm(fwd.attn_values, q_rows, spec.d_head, seq_len)
-    per_score = 2 * e + ((2 * e + MASK_BYTES) if dropout else 0)
-    unfused = unfused + rows * (spec.n_heads / t) * seq_len * per_score / hbm_rate
-    attention = xp.where(L.flash, flash, unfused)
-    # memory-bound ops, elements per token of one layer; norms and residuals run redundantly
-    # on each TP rank without SP
-    rep = xp.where(L.sp, t, 1)
-    per_token = (NORM_TRAFFIC_PER_D * d + RESIDUAL_TRAFFIC_PER_D * d) / rep
-    per_token = per_token + ACTIVATION_FN_TRAFFIC[spec.mlp] * d_hidden * k_experts / t
-    if spec.position == "rope":
-        per_token = per_token + ROPE_TRAFFIC * (d_q + spec.d_kv) / t
-    memory_bound = rows * per_token * e / hbm_rate
-    if dropout:  # two hidden dropouts: read, write and a mask
-        memory_bound = memory_bound + rows * 2 * d / rep * (2 * e + MASK_BYTES) / hbm_rate
+    mix = stage_layers(spec, L, xp)
+
+    def gemm(m: Any, n: Any, k: Any) -> Any:  # (m, k) @ (k, n), its FLOPs from the shape
+        return matmul_seconds(matmul_flops(m, k, n), m, n, k, e, peak, hbm, eff, xp)
+
+    matmuls = attention_projection_seconds(spec, rows, t, gemm)
+    def mlp(d_hidden: int, visits: int) -> tuple[Any, Any]:
+        """(matmul, memory-bound) seconds of an MLP of width d_hidden each token visits
+        `visits` times (the experts it is routed to, and the shared ones)."""
+        up = d_hidden / t * (2 if spec.mlp == "swiglu" else 1)
+        mm = gemm(rows * visits, up, d) + gemm(rows * visits, d, d_hidden / t)
+        act = rows * ACTIVATION_FN_TRAFFIC[spec.mlp] * d_hidden * visits / t * e / hbm_rate
+        return mm, act
+
+    if spec.is_moe:  # routed (and shared) experts, the router on every MoE layer
+        moe_mm, moe_act = mlp(spec.d_ff_expert, spec.experts_per_token + spec.n_shared_experts)
+        # the router: each TP rank routes 1/tp of the tokens (Megatron-Core's MoE runs with SP)
+        router_flops = matmul_flops(rows, d, spec.n_experts) / t
+        moe_mm = moe_mm + matmul_seconds(
+            router_flops, rows, spec.n_experts, d, e, peak, hbm, eff, xp
+        )
+    if not spec.is_moe:
+        mlp_mm, mlp_act = mlp(spec.d_ff, 1)
+    elif not spec.n_dense_layers:
+        mlp_mm, mlp_act = moe_mm, moe_act
+    else:
+        dense_mm, dense_act = mlp(spec.d_ff, 1)
+        n_dense = mix.layers - mix.moe
+        mlp_mm = _mean(dense_mm, n_dense, moe_mm, mix.moe, xp)
+        mlp_act = _mean(dense_act, n_dense, moe_act, mix.moe, xp)
+    matmuls = matmuls + mlp_mm
+
+    def core(window: int) -> Any:
+        """The attention core of a layer whose queries see min(s, window) keys (all s
+        without a window), FlashAttention or unfused."""
+        keys = min(s, window) if window else s
+        pair_flops = 2 * (spec.d_q + spec.d_attn_out)  # scores and values, per pair (flops.py)
+        flash = s * keys * pair_flops * b / (t * L.cp) / (peak * eff.attention)
+        if causal:
+            flash = flash * flash_tile_fraction(s, window)
+        # unfused: batched GEMMs (s/cp, d_head) @ (d_head, keys) and (s/cp, keys) @ (keys,
+        # d_v_head) per head, whose k = d_head makes them memory-bound on the s x keys operand;
+        # then softmax (read and write the scores) and, with dropout, its mask and dropped copy
+        q_rows, per_seq = s / L.cp, b / (t * L.cp)
+        scores = matmul_seconds(
+            2 * s * keys * spec.d_q * per_seq, q_rows, keys, spec.d_head, e, peak, hbm, eff, xp
+        )
+        values = matmul_seconds(
+            2 * s * keys * spec.d_attn_out * per_seq,
+            q_rows,
+            spec.d_v_head,
+            keys,
+            e,
+            peak,
+            hbm,
+            eff,
+            xp,
+        )
+        per_score = 2 * e + ((2 * e + MASK_BYTES) if dropout else 0)
+        unfused = scores + values + rows * (spec.n_heads / t) * keys * per_score / hbm_rate
+        return xp.where(L.flash, flash, unfused)
+
+    if not spec.sliding_window:
+        attention = core(0)
+    elif not spec.global_every:
+        attention = core(spec.sliding_window)
+    else:
+        n_global = mix.layers - mix.sliding
+        attention = _mean(core(0), n_global, core(spec.sliding_window), mix.sliding, xp)
+    memory_bound = _memory_bound_seconds(spec, L, rows, e, hbm_rate, dropout, xp) + mlp_act
     return LayerCompute(
         forward_seconds=matmuls + attention + memory_bound,
         attention_seconds=attention,
         memory_bound_seconds=memory_bound,
     )
+
+
+def _memory_bound_seconds(
+    spec: ModelSpec, L: PlanNumbers, rows: Any, e: int, hbm_rate: float, dropout: bool, xp: Ops
+) -> Any:
+    """One layer's memory-bound ops but the MLP's activation: norms and residual adds (run
+    redundantly on each TP rank without SP), QK-norm or MLA's latent norms, RoPE, dropout."""
+    t, d = L.tp, spec.d_model
+    rep = xp.where(L.sp, t, 1)
+    norms = NORM_TRAFFIC_PER_D + (POST_NORM_TRAFFIC_PER_D if spec.post_norms else 0)
+    per_token = (norms * d + RESIDUAL_TRAFFIC_PER_D * d) / rep  # elements per token
+    if spec.qk_norm:
+        per_token = per_token + INNER_NORM_TRAFFIC * (spec.d_q + spec.d_kv) / t
+    if spec.is_mla:  # latents computed whole on each TP rank (duplicated down-projections)
+        per_token = per_token + INNER_NORM_TRAFFIC * (spec.q_lora_rank + spec.kv_lora_rank)
+    if spec.position == "rope":
+        # each query head's d_rope rotary dims; each key head's, or MLA's one shared key
+        q_rope = spec.n_heads * spec.d_rope / t
+        k_rope = spec.rope_head_dim if spec.is_mla else spec.n_kv_heads * spec.d_rope / t
+        per_token = per_token + ROPE_TRAFFIC * (q_rope + k_rope)
+    memory_bound = rows * per_token * e / hbm_rate
+    if dropout:  # two hidden dropouts: read, write and a mask
+        memory_bound = memory_bound + rows * 2 * d / rep * (2 * e + MASK_BYTES) / hbm_rate
+    return memory_bound
 
 
 @dataclass(frozen=True, kw_only=True)
