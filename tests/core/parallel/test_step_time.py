@@ -23,6 +23,7 @@ from trainbudget.core.parallel.step_time import (
     Efficiency,
     StepTime,
     step_bounds,
+    step_terms,
     step_time,
     update_bytes_per_param,
     zero_shard_params,
@@ -319,6 +320,53 @@ def test_a_slow_host_lengthens_the_offloaded_step():
         4 * fast.breakdown_seconds["optimizer"]
     )
     assert slow.step_seconds > fast.step_seconds
+
+
+# ---- uneven pipeline splits --------------------------------------------------------------
+def test_even_pp_layers_give_the_default_step_exactly():
+    for plan in (Plan(pp=4, grad_accum=16), Plan(pp=8, tp=2, sp=True, grad_accum=8)):
+        given = dataclasses.replace(plan, pp_layers=(32 // plan.pp,) * plan.pp)
+        a, b = st(plan), st(given)
+        assert a.step_seconds == b.step_seconds
+        assert a.breakdown_seconds == b.breakdown_seconds
+
+
+def test_uneven_split_step_follows_its_largest_stage():
+    # 32 layers over 4 stages: 8 each, or 6 + 8 + 8 + 10 (the last stage, with the head, largest)
+    even = st(Plan(pp=4, grad_accum=16))
+    heavy_last = st(Plan(pp=4, grad_accum=16, pp_layers=(6, 8, 8, 10)))
+    assert heavy_last.breakdown_seconds["compute"] > even.breakdown_seconds["compute"]
+    assert (
+        heavy_last.breakdown_seconds["pipeline_bubble"] > even.breakdown_seconds["pipeline_bubble"]
+    )
+    # a middle stage of 11 layers: compute and bubble are those of 11 layers (no head), which
+    # the last stage's 8 layers + head do not reach
+    t = step_terms(
+        L2_7B,
+        Plan(pp=4, grad_accum=16, pp_layers=(7, 11, 6, 8)),
+        Cluster(hardware=H100, n_gpus=4),
+        seq_len=SEQ,
+        precision=BF16,
+        optimizer=ADAMW,
+    )
+    per_layer = t.micro_batch.forward_seconds / 8
+    backward_per_layer = t.micro_batch.backward_seconds / 8
+    assert t.micro_batch.stage_seconds == pytest.approx(11 * (per_layer + backward_per_layer))
+    assert t.compute_seconds == pytest.approx(16 * t.micro_batch.stage_seconds)
+    assert t.bubble_seconds == pytest.approx(3 * t.micro_batch.stage_seconds)
+
+
+def test_lightening_the_head_stage_shortens_the_step():
+    # Megatron's --decoder-last-pipeline-num-layers: one layer fewer on the head's stage pays
+    # when the head costs more than a layer. Llama 3 8B's head (d 4096 x vocab 128256, 1.05
+    # GFLOP per token forward) outweighs one layer (0.44 GFLOP); Llama 2 7B's (vocab 32000)
+    # does not, and there moving a layer off the last stage slows the step.
+    l3 = get_preset("llama-3-8b")
+    even = st(Plan(pp=4, grad_accum=16), l3)
+    lighter_last = st(Plan(pp=4, grad_accum=16, pp_layers=(8, 8, 9, 7)), l3)
+    assert lighter_last.step_seconds < even.step_seconds
+    l2_even = st(Plan(pp=4, grad_accum=16))
+    assert st(Plan(pp=4, grad_accum=16, pp_layers=(8, 8, 9, 7))).step_seconds > l2_even.step_seconds
 
 
 def test_zero_shard_params():

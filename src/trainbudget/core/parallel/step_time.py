@@ -136,9 +136,10 @@ def cpu_update_seconds(
     """The optimizer update of `n_params` on the host (ZeRO-Offload's CPU-Adam: Ren et al.
     2021, arXiv 2101.06840, Sec. 5.1): a vectorised loop bound by host DRAM, moving the same
     bytes per parameter as the GPU update. DeepSpeed's CPU-Adam copies each updated tile of
-    weights to the GPU while it updates the next (csrc/adam/cpu_adam.cpp, TILE and
-    launch_param_update), so the step charges the gradients coming down, then max(weights
-    going up, update) (ZeRO-Offload Sec. 4.1, Fig. 5: the update waits for the gradients)."""
+    weights to the GPU while it updates the next (DeepSpeed csrc/adam: TILE-sized steps,
+    double-buffered through launch_param_update), so the step charges the gradients coming
+    down, then max(weights going up, update) (ZeRO-Offload Sec. 4.1, Fig. 5: the update waits
+    for the gradients)."""
     moved = n_params * update_bytes_per_param(precision, optimizer)
     return moved / cluster.host_memory_bytes_per_second
 
