@@ -264,6 +264,26 @@ def test_estimate_with_plan_adds_plan_fields():
     assert out["step_seconds"] == pytest.approx(t.step_seconds)
 
 
+def test_estimate_memory_per_stage_and_even_pp_layers():
+    base = (*EST, "--tp", "2", "--pp", "4", "--global-batch", "16")
+    out = cli_json(*base)
+    stages = out["memory_bytes_per_stage"]
+    assert list(stages) == ["first", "middle", "last"]
+    assert max(stages.values()) == out["memory_bytes"]["total"]
+    assert stages[out["memory_bytes"]["peak_stage"]] == out["memory_bytes"]["total"]
+    even = cli_json(*base, "--pp-layers", "8,8,8,8")
+    assert even["plan"]["pp_layers"] == [8, 8, 8, 8] and out["plan"]["pp_layers"] == []
+    for key in ("step_seconds", "memory_bytes_per_stage", "step_breakdown_seconds"):
+        assert even[key] == out[key]
+    # --pp defaults to the number of entries; a heavier first stage is the heaviest
+    uneven = cli_json(*EST, "--tp", "2", "--pp-layers", "11,7,7,7", "--global-batch", "16")
+    assert uneven["plan"]["pp"] == 4
+    assert uneven["memory_bytes"]["peak_stage"] == "first"
+    assert uneven["step_seconds"] > out["step_seconds"]  # 11 layers set the pace
+    code, text, _ = cli(*base, "--pp-layers", "11,7,7,7")
+    assert code == 0 and "per stage    first " in text and "(heaviest: first)" in text
+
+
 def test_estimate_plan_memory_below_single_gpu():
     single = cli_json(*EST)
     planned = cli_json(*EST, "--tp", "8")
@@ -318,6 +338,9 @@ BAD = [
     ((*EST, "--pp", "2", "--vpp", "2"), "grad_accum (1) must be a multiple of pp (2)"),
     ((*EST, "--pp", "2", "--vpp", "2", "--schedule", "1f1b", "--global-batch", "16"), "vpp (2)"),
     ((*EST, "--sp"), "sp needs tp > 1"),
+    ((*EST, "--tp", "2", "--pp-layers", "8,8,8,9"), "sum to 33, not n_layers (32)"),
+    ((*EST, "--tp", "2", "--pp", "2", "--pp-layers", "8,8,16"), "one entry per stage (pp = 2)"),
+    ((*EST, "--tp", "2", "--pp-layers", "8,x,8,8"), "pp_layers"),
     ((*EST, "--tp", "2", "--global-batch", "7"), "global_batch"),
     ((*EST, "--cp", "3", "--dp", "2", "--gpus", "6"), "2 * cp (6)"),
     ((*EST, "--ep", "2"), "ep (2)"),

@@ -18,6 +18,7 @@ PLAN_FLAGS = (
     "dp",
     "tp",
     "pp",
+    "pp_layers",
     "vpp",
     "cp",
     "ep",
@@ -63,6 +64,12 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dp", help="data-parallel degree (default: gpus / (tp * pp * cp))")
     g.add_argument("--tp", help="tensor-parallel degree (default 1)")
     g.add_argument("--pp", help="pipeline stages (default 1)")
+    g.add_argument(
+        "--pp-layers",
+        metavar="N,N,...",
+        help="layers of each pipeline stage, first to last, e.g. 7,8,8,9 (sum n_layers; "
+        "default: an even split; --pp defaults to the number of entries)",
+    )
     g.add_argument("--vpp", help="virtual stages per GPU: interleaved schedule (default 1)")
     g.add_argument("--cp", help="context-parallel degree (default 1)")
     g.add_argument("--ep", help="expert-parallel degree (default 1)")
@@ -131,7 +138,9 @@ def plan_from_args(
                 raise SpecError(name, value, "must be an integer") from None
         return positive_int(name, value)
 
-    tp, pp, cp, vpp = opt("tp", 1), opt("pp", 1), opt("cp", 1), opt("vpp", 1)
+    pp_layers = _pp_layers(args.pp_layers)
+    tp, cp, vpp = opt("tp", 1), opt("cp", 1), opt("vpp", 1)
+    pp = opt("pp", len(pp_layers) or 1)
     # a dp that does not multiply out is reported by validate_plan with every other problem
     dp = opt("dp", max(1, n_gpus // (tp * pp * cp)))
     if args.global_batch is not None:
@@ -148,6 +157,7 @@ def plan_from_args(
         dp=dp,
         tp=tp,
         pp=pp,
+        pp_layers=pp_layers,
         cp=cp,
         ep=opt("ep", 1),
         zero=opt("zero", 0),
@@ -165,6 +175,14 @@ def plan_from_args(
     )
 
 
+def _pp_layers(text: str | None) -> tuple[int, ...]:
+    """--pp-layers 7,8,8,9 as a tuple; the plan's validation checks it against pp and the
+    model's layers."""
+    if text is None:
+        return ()
+    return tuple(positive_int("pp_layers", part.strip()) for part in text.split(","))
+
+
 def plan_json(r: RankedPlan, cluster: Cluster) -> dict:
     """The plan-aware fields of the interface contract."""
     p, t, m = r.plan, r.time, r.memory
@@ -173,6 +191,7 @@ def plan_json(r: RankedPlan, cluster: Cluster) -> dict:
             "dp": p.dp,
             "tp": p.tp,
             "pp": p.pp,
+            "pp_layers": list(p.pp_layers),
             "vpp": p.vpp,
             "cp": p.cp,
             "ep": p.ep,
@@ -201,6 +220,7 @@ def plan_json(r: RankedPlan, cluster: Cluster) -> dict:
             "host_offloaded": m.host_bytes,
             "peak_stage": m.stage,
         },
+        "memory_bytes_per_stage": r.stage_memory_bytes,
         "gpu_memory_bytes": cluster.hardware.memory_bytes,
         "step_seconds": t.step_seconds,
         "step_breakdown_seconds": t.breakdown_seconds,
@@ -230,5 +250,14 @@ def plan_lines(r: RankedPlan, cluster: Cluster) -> list[str]:
         f"{format_bytes(m.total_bytes)} on the {m.stage} stage "
         f"({'fits' if r.fits else 'does NOT fit'} in "
         f"{format_bytes(cluster.hardware.memory_bytes)})",
+        *_stage_lines(r),
         f"overlap      {t.overlap_note}",
     ]
+
+
+def _stage_lines(r: RankedPlan) -> list[str]:
+    """Each pipeline stage's peak when there are several (the heaviest one is the total)."""
+    if len(r.stage_memory_bytes) < 2:
+        return []
+    parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in r.stage_memory_bytes.items())
+    return [f"per stage    {parts} (heaviest: {r.memory.stage})"]

@@ -10,6 +10,8 @@ from trainbudget.core.parallel.parallel_memory import (
     ModelState,
     in_flight_micro_batches,
     plan_memory,
+    stage_memories,
+    stage_memory,
     stage_params,
     zero_model_state,
 )
@@ -184,6 +186,62 @@ def test_in_flight_interleaved_falls_toward_pp_as_vpp_grows():
         for v in (2, 4, 8)
     ]
     assert held[0] > held[1] > held[2] > 4
+
+
+@pytest.mark.parametrize(("m", "pp", "i", "want"), [(8, 4, 1, 3), (8, 4, 3, 1), (2, 8, 1, 2)])
+def test_in_flight_1f1b_on_stage_i_is_min_m_pp_minus_i(m, pp, i, want):
+    # Narayanan et al. 2021, Sec. 2.2.1: stage i has pp - i micro-batches in flight
+    assert in_flight_micro_batches(Plan(pp=pp, grad_accum=m), stage_index=i) == want
+
+
+def test_in_flight_interleaved_on_stage_i_follows_megatron_warmup():
+    # Megatron's warm-up on rank i: 2 (pp - i - 1) + (vpp - 1) pp chunks, plus 1, of 1/vpp each
+    plan = Plan(pp=4, vpp=2, schedule="interleaved", grad_accum=8)
+    for i in range(4):
+        chunks = 2 * (4 - i - 1) + (2 - 1) * 4 + 1
+        assert in_flight_micro_batches(plan, stage_index=i) == pytest.approx(chunks / 2)
+
+
+def test_middle_stage_holds_the_second_stages_micro_batches():
+    # 1F1B, pp 4, m 8: first 4 in flight, the second stage (the 'middle' figure) 3
+    plan = Plan(pp=4, grad_accum=8)
+    kw = dict(seq_len=SEQ, precision=BF16, optimizer=ADAMW)
+    first = stage_memory(L2_7B, plan, "first", **kw)
+    middle = stage_memory(L2_7B, plan, "middle", **kw)
+    assert middle.activations_bytes == pytest.approx(first.activations_bytes * 3 / 4)
+    assert middle.total_bytes < first.total_bytes  # an even split: the first is heavier
+    stages = stage_memories(L2_7B, plan, **kw)
+    assert list(stages) == ["first", "middle", "last"]
+    assert mem(L2_7B, plan).total_bytes == max(m.total_bytes for m in stages.values())
+    assert list(stage_memories(L2_7B, Plan(pp=2, grad_accum=8), **kw)) == ["first", "last"]
+    assert list(stage_memories(L2_7B, Plan(), **kw)) == ["only"]
+
+
+def test_even_pp_layers_give_the_default_memory_exactly():
+    for pp in (2, 4, 8):
+        even = Plan(pp=pp, grad_accum=16)
+        given = Plan(pp=pp, grad_accum=16, pp_layers=(32 // pp,) * pp)
+        kw = dict(seq_len=SEQ, precision=BF16, optimizer=ADAMW)
+        for stage in ("first", "middle", "last"):
+            a = stage_memory(L2_7B, even, stage, **kw)
+            b = stage_memory(L2_7B, given, stage, **kw)
+            assert (a.total_bytes, a.activations_bytes) == (b.total_bytes, b.activations_bytes)
+
+
+def test_uneven_split_puts_each_stages_layers_on_it():
+    # 32 layers as 6 + 8 + 9 + 9: the first stage holds 6 layers' weights and activations
+    uneven = Plan(pp=4, grad_accum=8, pp_layers=(6, 8, 9, 9))
+    even = Plan(pp=4, grad_accum=8)
+    first_u, first_e = stage_params(L2_7B, uneven, "first"), stage_params(L2_7B, even, "first")
+    per_layer = (first_e.dense - first_u.dense) / 2
+    assert stage_params(L2_7B, uneven, "middle").dense == pytest.approx(
+        stage_params(L2_7B, even, "middle").dense + per_layer
+    )
+    assert per_layer == pytest.approx(first_e.layer_dense)
+    # the heaviest stage is the total
+    kw = dict(seq_len=SEQ, precision=BF16, optimizer=ADAMW)
+    stages = stage_memories(L2_7B, uneven, **kw)
+    assert mem(L2_7B, uneven).total_bytes == max(m.total_bytes for m in stages.values())
 
 
 def test_in_flight_activations_scale_the_first_stage():

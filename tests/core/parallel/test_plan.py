@@ -69,6 +69,33 @@ def test_gpt3_175b_tp8_pp8_on_64_gpus():
     )
 
 
+def test_uneven_pipeline_split_accepted_and_described():
+    # Megatron-LM's --decoder-first/last-pipeline-num-layers: 96 layers as 11 + 6 x 12 + 13
+    plan = Plan(tp=8, pp=8, grad_accum=64, pp_layers=(11, 12, 12, 12, 12, 12, 12, 13))
+    validate_plan(plan, GPT3, n_gpus=64, seq_len=2048)
+    assert "pp8[11,12,12,12,12,12,12,13]" in plan.describe()
+    assert plan.stage_layer_counts(96) == (11, 12, 12, 12, 12, 12, 12, 13)
+    assert Plan(pp=8).stage_layer_counts(96) == (12,) * 8
+    # an uneven split lifts the n_layers % pp rule (96 layers over 5 stages)
+    validate_plan(Plan(tp=8, pp=5, pp_layers=(19, 19, 20, 19, 19)), GPT3, n_gpus=40, seq_len=2048)
+
+
+@pytest.mark.parametrize(
+    ("pp_layers", "pp", "vpp", "needle"),
+    [
+        ((12, 12, 12), 4, 1, "one entry per stage (pp = 4)"),
+        ((12, 12, 12, 12), 4, 1, "sum to 48, not n_layers (96)"),
+        ((0, 32, 32, 32), 4, 1, "must be positive integers"),
+        ((24, 24, 24, 24), 4, 2, "cannot go with vpp (2)"),
+    ],
+)
+def test_uneven_pipeline_split_rules(pp_layers, pp, vpp, needle):
+    schedule = "interleaved" if vpp > 1 else "1f1b"
+    plan = Plan(tp=8, pp=pp, vpp=vpp, schedule=schedule, grad_accum=8, pp_layers=pp_layers)
+    with pytest.raises(SpecError, match=re.escape(needle)):
+        validate_plan(plan, GPT3, n_gpus=8 * pp, seq_len=2048)
+
+
 def test_llama2_70b_interleaved():
     # Megatron-style llama-2-70b: tp 8 (64 heads / 8; 8 kv heads / 8 = 1 each), pp 4, vpp 5
     # (80 layers / (4 * 5) = 4 layers per virtual stage); grad_accum 8 is a multiple of pp 4.

@@ -211,9 +211,37 @@ def test_codes_the_search_never_enumerates_agree_too():
         for k in (1, 3, 16)
         for flash in (False, True)
     ]  # fmt: skip
+    plans += [  # uneven pipeline splits of 2 stages (a grid row keeps up to 3 exactly)
+        Plan(dp=8, tp=4, pp=2, sp=True, grad_accum=64, pp_layers=(15, 17), zero=z)
+        for z in (0, 1, 3)
+    ]
     arrays = PlanArrays.of_many(plans)
     assert arrays.plans() == plans
     _agree(spec, cluster, arrays, range(len(plans)), kw)
+
+
+def test_uneven_pipeline_splits_agree_with_one_plan_at_a_time():
+    """Uneven splits of 4 and 8 stages (heavy first, middle or last stage), with offload,
+    GPipe and partial recomputation: the grid's numbers against `evaluate` of each plan."""
+    spec, cluster, _, _, kw = _setup("llama-2-7b/64xh100/offload")
+    splits = [(7, 9, 8, 8), (8, 8, 9, 7), (10, 8, 8, 6), (8, 11, 6, 7)]
+    plans = [
+        Plan(dp=8, tp=2, pp=4, sp=True, grad_accum=16, pp_layers=s, zero=z)
+        for s in splits
+        for z in (0, 1, 3)
+    ]
+    plans += [
+        Plan(dp=8, tp=2, pp=4, grad_accum=16, pp_layers=(7, 9, 8, 8), schedule="gpipe"),
+        Plan(dp=8, tp=2, pp=4, grad_accum=16, pp_layers=(8, 8, 9, 7), zero=1,
+             offload_optimizer="cpu"),
+        Plan(dp=8, tp=1, pp=8, grad_accum=16, pp_layers=(3, 4, 4, 4, 5, 4, 4, 4),
+             recompute="full", recompute_every=3),
+    ]  # fmt: skip
+    step, memory, _ = evaluate_arrays(spec, cluster, PlanArrays.of_many(plans), **kw)
+    for i, plan in enumerate(plans):
+        ref = evaluate(spec, plan, cluster, **kw)
+        assert step[i] == pytest.approx(ref.time.step_seconds, rel=1e-12, abs=0)
+        assert memory[i] == pytest.approx(ref.memory.total_bytes, rel=1e-12, abs=0)
 
 
 def test_hsdp_shard_sizes_are_enumerated_for_zero_plans():

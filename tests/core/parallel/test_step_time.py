@@ -11,7 +11,11 @@ import dataclasses
 import pytest
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.cluster import (
+    DEFAULT_HOST_MEMORY_BYTES_PER_SECOND_PER_GPU,
+    DEFAULT_PCIE_BYTES_PER_SECOND,
+    Cluster,
+)
 from trainbudget.core.parallel.parallel_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.step_time import (
@@ -19,7 +23,9 @@ from trainbudget.core.parallel.step_time import (
     Efficiency,
     StepTime,
     step_bounds,
+    step_terms,
     step_time,
+    update_bytes_per_param,
     zero_shard_params,
 )
 from trainbudget.core.spec.hardware import get_hardware
@@ -279,14 +285,88 @@ def test_model_flops_do_not_depend_on_the_layout():
 
 
 # ---- offload and optimizer --------------------------------------------------------------
-def test_offload_replaces_the_gpu_optimizer_step_with_transfers():
+def test_offload_moves_the_optimizer_step_to_the_host_and_adds_transfers():
     gpu = st(Plan(dp=8, zero=3))
     cpu = st(Plan(dp=8, zero=3, offload_optimizer="cpu"))
     assert gpu.breakdown_seconds["offload"] == 0 and gpu.breakdown_seconds["optimizer"] > 0
-    assert cpu.breakdown_seconds["optimizer"] == 0 and cpu.breakdown_seconds["offload"] > 0
+    assert cpu.breakdown_seconds["offload"] > 0
+    # the host update is slower than the GPU's (DRAM 40 GB/s per GPU against HBM 3.35 TB/s)
+    assert cpu.breakdown_seconds["optimizer"] > gpu.breakdown_seconds["optimizer"]
     nvme = st(Plan(dp=8, zero=3, offload_optimizer="nvme"))
     # NVMe (3 GB/s per GPU) is slower than PCIe (25 GB/s)
     assert nvme.breakdown_seconds["offload"] > cpu.breakdown_seconds["offload"]
+
+
+def test_offloaded_optimizer_time_is_the_host_adam_update():
+    """ZeRO-3 over 8 GPUs: each updates 1/8 of Llama 2 7B on the host, moving the GPU update's
+    bytes per parameter (bf16 gradient 2 + fp32 master read and write 8 + bf16 weight 2 +
+    AdamW's two fp32 states read and written 16 = 28) at 40 GB/s per GPU."""
+    cpu = st(Plan(dp=8, zero=3, offload_optimizer="cpu"))
+    want = L2_7B_PARAMS / 8 * 28 / DEFAULT_HOST_MEMORY_BYTES_PER_SECOND_PER_GPU
+    assert update_bytes_per_param(BF16, ADAMW) == 28
+    assert cpu.breakdown_seconds["optimizer"] == pytest.approx(want, rel=1e-12)
+    # 0.84e9 parameters x 28 B / 40 GB/s = 0.59 s; the bf16 weights going up (0.84e9 x 2 B
+    # over 25 GB/s PCIe = 0.067 s) hide behind it, the gradients coming down (0.067 s) do not
+    grads_down = L2_7B_PARAMS / 8 * 2 / DEFAULT_PCIE_BYTES_PER_SECOND
+    assert cpu.breakdown_seconds["offload"] == pytest.approx(grads_down, rel=1e-12)
+
+
+def test_a_slow_host_lengthens_the_offloaded_step():
+    plan = Plan(dp=8, zero=3, offload_optimizer="cpu")
+    fast = st(plan)
+    slow_cluster = Cluster(hardware=H100, n_gpus=8, host_memory_bytes_per_second=10e9)
+    slow = step_time(L2_7B, plan, slow_cluster, seq_len=SEQ, precision=BF16, optimizer=ADAMW)
+    assert slow.breakdown_seconds["optimizer"] == pytest.approx(
+        4 * fast.breakdown_seconds["optimizer"]
+    )
+    assert slow.step_seconds > fast.step_seconds
+
+
+# ---- uneven pipeline splits --------------------------------------------------------------
+def test_even_pp_layers_give_the_default_step_exactly():
+    for plan in (Plan(pp=4, grad_accum=16), Plan(pp=8, tp=2, sp=True, grad_accum=8)):
+        given = dataclasses.replace(plan, pp_layers=(32 // plan.pp,) * plan.pp)
+        a, b = st(plan), st(given)
+        assert a.step_seconds == b.step_seconds
+        assert a.breakdown_seconds == b.breakdown_seconds
+
+
+def test_uneven_split_step_follows_its_largest_stage():
+    # 32 layers over 4 stages: 8 each, or 6 + 8 + 8 + 10 (the last stage, with the head, largest)
+    even = st(Plan(pp=4, grad_accum=16))
+    heavy_last = st(Plan(pp=4, grad_accum=16, pp_layers=(6, 8, 8, 10)))
+    assert heavy_last.breakdown_seconds["compute"] > even.breakdown_seconds["compute"]
+    assert (
+        heavy_last.breakdown_seconds["pipeline_bubble"] > even.breakdown_seconds["pipeline_bubble"]
+    )
+    # a middle stage of 11 layers: compute and bubble are those of 11 layers (no head), which
+    # the last stage's 8 layers + head do not reach
+    t = step_terms(
+        L2_7B,
+        Plan(pp=4, grad_accum=16, pp_layers=(7, 11, 6, 8)),
+        Cluster(hardware=H100, n_gpus=4),
+        seq_len=SEQ,
+        precision=BF16,
+        optimizer=ADAMW,
+    )
+    per_layer = t.micro_batch.forward_seconds / 8
+    backward_per_layer = t.micro_batch.backward_seconds / 8
+    assert t.micro_batch.stage_seconds == pytest.approx(11 * (per_layer + backward_per_layer))
+    assert t.compute_seconds == pytest.approx(16 * t.micro_batch.stage_seconds)
+    assert t.bubble_seconds == pytest.approx(3 * t.micro_batch.stage_seconds)
+
+
+def test_lightening_the_head_stage_shortens_the_step():
+    # Megatron's --decoder-last-pipeline-num-layers: one layer fewer on the head's stage pays
+    # when the head costs more than a layer. Llama 3 8B's head (d 4096 x vocab 128256, 1.05
+    # GFLOP per token forward) outweighs one layer (0.44 GFLOP); Llama 2 7B's (vocab 32000)
+    # does not, and there moving a layer off the last stage slows the step.
+    l3 = get_preset("llama-3-8b")
+    even = st(Plan(pp=4, grad_accum=16), l3)
+    lighter_last = st(Plan(pp=4, grad_accum=16, pp_layers=(8, 8, 9, 7)), l3)
+    assert lighter_last.step_seconds < even.step_seconds
+    l2_even = st(Plan(pp=4, grad_accum=16))
+    assert st(Plan(pp=4, grad_accum=16, pp_layers=(8, 8, 9, 7))).step_seconds > l2_even.step_seconds
 
 
 def test_zero_shard_params():

@@ -24,6 +24,10 @@ DEFAULT_LINK_EFFICIENCY = 0.8
 DEFAULT_PCIE_BYTES_PER_SECOND = 25 * GB
 # One datacenter NVMe SSD (PCIe 4.0 x4) reads ~7 GB/s; ZeRO-Infinity stripes several per node.
 DEFAULT_NVME_BYTES_PER_SECOND_PER_GPU = 3 * GB
+# Host DRAM bandwidth one GPU's CPU optimizer (ZeRO-Offload's CPU-Adam, a vectorised,
+# memory-bound loop) gets: a DGX A100 has 2 AMD EPYC 7742 sockets x 8 channels of DDR4-3200
+# (25.6 GB/s each) = 410 GB/s for 8 GPUs, 51 GB/s each; STREAM reaches ~80 % of it.
+DEFAULT_HOST_MEMORY_BYTES_PER_SECOND_PER_GPU = 40 * GB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +42,8 @@ class Cluster:
     inter_node_latency_seconds: float = DEFAULT_INTER_NODE_LATENCY_SECONDS
     pcie_bytes_per_second: float = DEFAULT_PCIE_BYTES_PER_SECOND
     nvme_bytes_per_second: float = DEFAULT_NVME_BYTES_PER_SECOND_PER_GPU
+    host_memory_bytes_per_second: float = DEFAULT_HOST_MEMORY_BYTES_PER_SECOND_PER_GPU
+    """Host DRAM bandwidth per GPU: what times the CPU optimizer update under offload."""
     price_per_gpu_hour: float | None = None
 
     def __post_init__(self) -> None:
@@ -58,7 +64,11 @@ class Cluster:
         for name in ("intra_node_latency_seconds", "inter_node_latency_seconds"):
             if getattr(self, name) < 0:
                 raise SpecError(name, getattr(self, name), "must not be negative")
-        for name in ("pcie_bytes_per_second", "nvme_bytes_per_second"):
+        for name in (
+            "pcie_bytes_per_second",
+            "nvme_bytes_per_second",
+            "host_memory_bytes_per_second",
+        ):
             if getattr(self, name) <= 0:
                 raise SpecError(name, getattr(self, name), "must be positive")
 

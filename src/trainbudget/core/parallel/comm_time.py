@@ -91,7 +91,8 @@ def communication(
         return total.seconds
 
     span = _spans(L, cluster.gpus_per_node, xp)
-    e, m, layers = precision.activation_bytes, L.grad_accum, spec.n_layers // L.pp
+    # per-layer collectives on the critical path: those of the largest (slowest) stage
+    e, m, layers = precision.activation_bytes, L.grad_accum, L.stage_layers(spec.n_layers, "max")
     tokens = L.micro_batch * seq_len / L.cp
     act_msg = tokens * spec.d_model * e  # one layer's activations for one micro-batch
     # TP: all-reduces, or SP's all-gather + reduce-scatter pairs
@@ -187,7 +188,7 @@ def _data_parallel(
     # micro-batch boundary): one layer's gather per micro-batch stays exposed
     fwd, bwd = micro_batch.forward_seconds, micro_batch.backward_seconds
     window = xp.where((z == 3) | every, compute_seconds, xp.where(sharded, bwd + fwd, bwd))
-    layers = spec.n_layers // L.pp
+    layers = L.stage_layers(spec.n_layers, "last")  # the stage whose gathers these are
     first_gathers = t_gather / (ZERO3_GATHERS_PER_MICRO_BATCH * layers)  # m of one layer's
     floor = floor + xp.where(z == 3, first_gathers, 0.0)
     return xp.where(dp_group > 1, xp.maximum(floor, t_grad + t_gather - window), 0.0)

@@ -282,22 +282,20 @@ def _memory_bound_seconds(
 
 @dataclass(frozen=True, kw_only=True)
 class MicroBatchCompute:
-    """One micro-batch on the busiest pipeline stage (numbers, or arrays over plans)."""
+    """One micro-batch on the last pipeline stage, and on the largest (numbers, or arrays)."""
 
     forward_seconds: Any
-    """The stage's layers, forward."""
+    """The last stage's layers, forward."""
     backward_seconds: Any
-    """The stage's layers, backward, with what recomputation repeats."""
+    """The last stage's layers, backward, with what recomputation repeats."""
     head_forward_seconds: Any
     """Head matmul and loss, forward (the last stage's extra work)."""
     attention_seconds: Any
     """One layer's attention core, forward (what CP's ring exchange hides behind)."""
-
-    @property
-    def stage_seconds(self) -> Any:
-        """Forward and backward of the layers, and the head's (x 3 for its backward)."""
-        head = (1 + BACKWARD_PER_FORWARD) * self.head_forward_seconds
-        return self.forward_seconds + self.backward_seconds + head
+    stage_seconds: Any
+    """The slowest stage: the last one's layers and head (x 3 for its backward), or the
+    largest stage's layers when an uneven split makes another stage slower (with an even
+    split the last stage is the slowest)."""
 
 
 def micro_batch_compute(
@@ -326,23 +324,35 @@ def micro_batch_compute(
         xp=xp,
     )
     fwd, attn = layer.forward_seconds, layer.attention_seconds
-    # recomputation repeats forward work in the backward: the attention core (selective) or
-    # the whole layer (full); FlashAttention's backward recomputes Q K^T itself
-    layers = spec.n_layers // L.pp
-    recomputed = L.recomputed_layers(layers)
-    # full recomputation of every K-th layer: the others recompute what they would without it
-    flash_own = xp.where(L.flash, attn / 2, 0.0)
-    every_kth = (recomputed * fwd + (layers - recomputed) * flash_own) / layers
-    full = xp.where(L.recompute_every == 1, fwd, every_kth)
-    recompute = xp.where(L.recompute == NONE, 0.0, xp.where(L.recompute == SELECTIVE, attn, full))
-    recompute = xp.where(L.flash & (L.recompute != FULL), attn / 2, recompute)
+    layers = L.stage_layers(spec.n_layers, "last")
+    largest = L.stage_layers(spec.n_layers, "max")
+    recompute = _recompute_per_layer(L, layers, fwd, attn, xp)
+    recompute_largest = _recompute_per_layer(L, largest, fwd, attn, xp)
     tokens = L.micro_batch * seq_len / L.cp
     logits = tokens * spec.vocab_size / L.tp  # elements on this GPU (vocab-parallel)
     head = 2 * tokens * spec.d_model * spec.vocab_size / L.tp / (peak * eff.matmul)
     head = head + logits * (2 * e + LOSS_FP32_TRAFFIC_BYTES) / (hbm * eff.hbm)
+    forward = layers * fwd
+    backward = layers * (BACKWARD_PER_FORWARD * fwd + recompute)
+    last = forward + backward + (1 + BACKWARD_PER_FORWARD) * head
+    largest = largest * fwd + largest * (BACKWARD_PER_FORWARD * fwd + recompute_largest)
     return MicroBatchCompute(
-        forward_seconds=layers * fwd,
-        backward_seconds=layers * (BACKWARD_PER_FORWARD * fwd + recompute),
+        forward_seconds=forward,
+        backward_seconds=backward,
         head_forward_seconds=head,
         attention_seconds=attn,
+        stage_seconds=xp.maximum(largest, last),
     )
+
+
+def _recompute_per_layer(L: PlanNumbers, layers: Any, fwd: Any, attn: Any, xp: Ops) -> Any:
+    """Backward seconds per layer that recomputation adds on a stage of `layers`: the attention
+    core (selective) or the whole layer (full); FlashAttention's backward recomputes Q K^T
+    itself. Full recomputation of every K-th layer: the others recompute what they would
+    without it."""
+    recomputed = L.recomputed_layers(layers)
+    flash_own = xp.where(L.flash, attn / 2, 0.0)
+    every_kth = (recomputed * fwd + (layers - recomputed) * flash_own) / layers
+    full = xp.where(L.recompute_every == 1, fwd, every_kth)
+    recompute = xp.where(L.recompute == NONE, 0.0, xp.where(L.recompute == SELECTIVE, attn, full))
+    return xp.where(L.flash & (L.recompute != FULL), attn / 2, recompute)

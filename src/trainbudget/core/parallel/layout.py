@@ -34,6 +34,8 @@ _INT_FIELDS = (
     "grad_accum",
     "recompute_every",
 )
+STAGE_LAYER_FIELDS = ("first_layers", "middle_layers", "last_layers", "max_layers")
+"""An uneven pipeline split as the numbers the terms read; 0 = the even split."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,12 @@ class PlanNumbers:
     offload_optimizer: Any
     offload_params: Any
     flash: Any
+    first_layers: Any = 0
+    middle_layers: Any = 0
+    """The largest stage strictly between the first and the last."""
+    last_layers: Any = 0
+    max_layers: Any = 0
+    """The largest stage (it sets the step time and the bubble)."""
 
     @classmethod
     def of(cls, plan: Plan) -> PlanNumbers:
@@ -79,6 +87,7 @@ class PlanNumbers:
             offload_optimizer=OFFLOAD_CODES.index(plan.offload_optimizer),
             offload_params=OFFLOAD_CODES.index(plan.offload_params),
             flash=plan.flash_attention,
+            **_stage_layer_numbers(plan.pp_layers),
         )
 
     @classmethod
@@ -93,6 +102,12 @@ class PlanNumbers:
         """Layers of a stage of `layers` whose activations full recomputation rebuilds: every
         recompute_every-th one, starting with the first (ceil(layers / K))."""
         return (layers + self.recompute_every - 1) // self.recompute_every
+
+    def stage_layers(self, n_layers: int, stage: str) -> Any:
+        """Layers of a stage ('first', 'middle', 'last' or 'max': the largest); the even split
+        n_layers // pp unless the plan gives its own (Plan.pp_layers)."""
+        given = getattr(self, f"{stage}_layers")
+        return given + (given == 0) * (n_layers // self.pp)
 
     @property
     def shard_dp(self) -> Any:
@@ -117,10 +132,33 @@ class PlanNumbers:
             offload_optimizer=OFFLOAD_CODES[int(self.offload_optimizer[i])],
             offload_params=OFFLOAD_CODES[int(self.offload_params[i])],
             flash_attention=bool(self.flash[i]),
+            pp_layers=self._pp_layers(i),
         )
+
+    def _pp_layers(self, i: int) -> tuple[int, ...]:
+        """Plan i's split back from its numbers: exact for the even split and up to 3 stages."""
+        first, middle, last = (int(getattr(self, f)[i]) for f in STAGE_LAYER_FIELDS[:3])
+        pp = int(self.pp[i])
+        if first == 0:
+            return ()
+        if pp > 3:
+            raise ValueError(f"plan {i}: an uneven split of pp ({pp}) > 3 stages is not kept")
+        return (*(first, middle)[: pp - 1], last) if pp > 1 else (first,)
 
     def plans(self) -> list[Plan]:
         return [self.plan(i) for i in range(len(self))]
+
+
+def _stage_layer_numbers(pp_layers: tuple[int, ...]) -> dict[str, int]:
+    if not pp_layers:
+        return dict.fromkeys(STAGE_LAYER_FIELDS, 0)
+    inner = pp_layers[1:-1]
+    return {
+        "first_layers": pp_layers[0],
+        "middle_layers": max(inner) if inner else pp_layers[-1],
+        "last_layers": pp_layers[-1],
+        "max_layers": max(pp_layers),
+    }
 
 
 def as_numbers(plan: Plan | PlanNumbers) -> PlanNumbers:

@@ -108,7 +108,7 @@ def stage_params(
     split_per_layer = (p.attention_qkv + p.attention_proj + p.mlp + p.moe_shared_experts) / n
     router_per_layer = p.moe_router / n  # replicated
     layer_dense = norms_per_layer + router_per_layer + split_per_layer / L.tp
-    layers = n // L.pp
+    layers = n if stage == "only" else L.stage_layers(n, stage)
     dense = layers * layer_dense
     experts = layers * (p.moe_experts / n) / (L.ep * L.tp)
     vocab_rows = spec.vocab_size * spec.d_model / L.tp  # vocab-parallel embedding / head
@@ -122,15 +122,21 @@ def stage_params(
     return StageParams(dense=dense, experts=experts, layer_dense=layer_dense)
 
 
-def in_flight_micro_batches(plan: Plan | PlanNumbers, xp: Ops = SCALAR) -> Any:
-    """Micro-batches whose activations the first stage holds at its peak.
+def in_flight_micro_batches(
+    plan: Plan | PlanNumbers, xp: Ops = SCALAR, stage_index: Any = 0
+) -> Any:
+    """Micro-batches whose activations stage `stage_index` (0 = the first) holds at its peak.
 
-    GPipe keeps all m; 1F1B at most pp (Narayanan et al. 2021, Sec. 2.2.1); the interleaved
-    schedule pp * (1 + (pp - 1) / (pp * vpp)) (Korthikanti et al. 2022, Sec. 4.2.3)."""
+    GPipe keeps all m; 1F1B at most pp - i on stage i (Narayanan et al. 2021, Sec. 2.2.1); the
+    interleaved schedule pp * (1 + (pp - 1) / (pp * vpp)) on the first stage (Korthikanti et
+    al. 2022, Sec. 4.2.3), and on stage i Megatron's warm-up of 2 (pp - i - 1) + (vpp - 1) pp
+    chunks plus the one in flight, 1 / vpp of a micro-batch each: pp + (pp - 1 - 2 i) / vpp
+    (megatron/core/pipeline_parallel/schedules.py, num_warmup_microbatches of
+    forward_backward_pipelining_with_interleaving)."""
     L = as_numbers(plan)
     m, pp = L.grad_accum, L.pp
-    one_f_one_b = xp.minimum(m, pp)
-    interleaved = one_f_one_b * (1 + (pp - 1) / (pp * L.vpp))
+    one_f_one_b = xp.minimum(m, pp - stage_index)
+    interleaved = xp.minimum(m, pp) * (1 + (pp - 1 - 2 * stage_index) / (pp * L.vpp))
     return xp.where(
         L.schedule == GPIPE, m, xp.where(L.schedule == INTERLEAVED, interleaved, one_f_one_b)
     )
@@ -139,7 +145,8 @@ def in_flight_micro_batches(plan: Plan | PlanNumbers, xp: Ops = SCALAR) -> Any:
 @dataclass(frozen=True, kw_only=True)
 class PlanMemory:
     stage: str
-    """The pipeline stage whose GPU needs the most: 'first' or 'last' ('only' when pp = 1)."""
+    """The pipeline stage whose GPU needs the most: 'first', 'middle' or 'last' ('only' when
+    pp = 1)."""
     state: ModelState
     activations_bytes: Any
     buffers_bytes: Any
@@ -195,7 +202,7 @@ def stage_activations(
     `layer_bytes` when the caller has it already."""
     if layer is None:
         layer = layer_bytes(spec, L, seq_len, e, xp)
-    layers = spec.n_layers // L.pp
+    layers = spec.n_layers if stage == "only" else L.stage_layers(spec.n_layers, stage)
     tokens = seq_len * L.micro_batch / L.cp
     rep = xp.where(L.sp, L.tp, 1)
     full = L.recompute == FULL
@@ -209,8 +216,11 @@ def stage_activations(
     )
     per_micro_batch = xp.where(full, kept, layers * layer)
     working = xp.where(full, layer - checkpoint, 0.0)  # the layer being recomputed
+    # the last stage: 1 (1F1B's bound, kept for every schedule); a middle one: the second
+    # stage's count (i = 1), the most any stage between first and last holds
     last_of_many = (stage == "last") & (L.pp > 1)
-    in_flight = xp.where(last_of_many, 1, in_flight_micro_batches(L, xp))
+    in_flight = in_flight_micro_batches(L, xp, 1 if stage == "middle" else 0)
+    in_flight = xp.where(last_of_many, 1, in_flight)
     acts = in_flight * per_micro_batch + working
     # final norm and head inputs, vocab-parallel logits (activation dtype) plus fp32
     # log-probabilities and their gradient (Megatron's vocab-parallel cross-entropy)
@@ -284,10 +294,28 @@ def plan_memory(
     optimizer: Optimizer,
     framework: Framework = GENERIC,
 ) -> PlanMemory:
-    """Peak bytes on the most loaded GPU of `plan` (first or last pipeline stage)."""
+    """Peak bytes on the most loaded GPU of `plan` (the first of the heaviest stages)."""
+    stages = stage_memories(
+        spec, plan, seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework
+    )
+    return max(stages.values(), key=lambda m: m.total_bytes)
+
+
+def stage_memories(
+    spec: ModelSpec,
+    plan: Plan,
+    *,
+    seq_len: int,
+    precision: Precision,
+    optimizer: Optimizer,
+    framework: Framework = GENERIC,
+) -> dict[str, PlanMemory]:
+    """Each pipeline stage's peak: 'only' (pp = 1), or 'first', 'middle' (pp > 2: the second
+    stage's in-flight micro-batches with the largest middle stage's layers, the most any middle
+    stage holds) and 'last'. With an even split the middle never exceeds the first (no
+    embedding, fewer micro-batches in flight)."""
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
     if plan.pp == 1:
-        return stage_memory(spec, plan, "only", **kw)
-    first = stage_memory(spec, plan, "first", **kw)
-    last = stage_memory(spec, plan, "last", **kw)
-    return last if last.total_bytes > first.total_bytes else first
+        return {"only": stage_memory(spec, plan, "only", **kw)}
+    names = ("first", "middle", "last") if plan.pp > 2 else ("first", "last")
+    return {name: stage_memory(spec, plan, name, **kw) for name in names}

@@ -29,6 +29,11 @@ class Plan:
     """Tensor-parallel degree (Megatron column/row split of every layer)."""
     pp: int = 1
     """Pipeline stages."""
+    pp_layers: tuple[int, ...] = ()
+    """Layers of each pipeline stage, first to last (sum n_layers); () = n_layers / pp each.
+    Megatron-LM's --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers and
+    torchtitan's pipeline split points (`pipeline_parallel_split_points`) make such splits,
+    mostly to lighten the stages that also hold the embedding or the head."""
     cp: int = 1
     """Context-parallel degree: the sequence split across GPUs, attention by ring exchange."""
     ep: int = 1
@@ -71,8 +76,13 @@ class Plan:
         """Ranks ZeRO shards over: dp * cp (Megatron's distributed optimizer) or the HSDP shard."""
         return (self.zero_shard or self.dp) * self.cp
 
+    def stage_layer_counts(self, n_layers: int) -> tuple[int, ...]:
+        """Layers of each pipeline stage, first to last."""
+        return self.pp_layers or (n_layers // self.pp,) * self.pp
+
     def describe(self) -> str:
-        parts = [f"dp{self.dp}", f"tp{self.tp}" + ("+sp" if self.sp else ""), f"pp{self.pp}"]
+        pp = f"pp{self.pp}" + (f"[{','.join(map(str, self.pp_layers))}]" if self.pp_layers else "")
+        parts = [f"dp{self.dp}", f"tp{self.tp}" + ("+sp" if self.sp else ""), pp]
         if self.vpp > 1:
             parts.append(f"vpp{self.vpp}")
         if self.cp > 1:
@@ -190,6 +200,24 @@ def validate_layout(
         raise SpecError("plan", _raw_description(plan), "; ".join(problems))
 
 
+def _pp_layers_problems(plan: Plan, n_layers: int) -> list[str]:
+    """An uneven split: one positive count per stage, summing to the model's layers."""
+    counts = plan.pp_layers
+    if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts):
+        return [f"pp_layers ({counts!r}) must be positive integers"]
+    problems = []
+    if len(counts) != plan.pp:
+        problems.append(f"pp_layers ({counts!r}) must have one entry per stage (pp = {plan.pp})")
+    if sum(counts) != n_layers:
+        problems.append(f"pp_layers ({counts!r}) sum to {sum(counts)}, not n_layers ({n_layers})")
+    if plan.vpp > 1:
+        problems.append(
+            f"pp_layers ({counts!r}) cannot go with vpp ({plan.vpp}): uneven splits of the "
+            "interleaved schedule are not modelled"
+        )
+    return problems
+
+
 def validate_plan(
     plan: Plan, model: ModelSpec, *, n_gpus: int, seq_len: int, global_batch: int | None = None
 ) -> None:
@@ -207,7 +235,9 @@ def validate_plan(
     if model.vocab_size < plan.tp:
         problems.append(f"vocab_size ({model.vocab_size}) must be at least tp ({plan.tp})")
     stages = plan.pp * plan.vpp
-    if model.n_layers % stages:
+    if plan.pp_layers:
+        problems += _pp_layers_problems(plan, model.n_layers)
+    elif model.n_layers % stages:
         problems.append(
             f"n_layers ({model.n_layers}) must be divisible by pp ({plan.pp}) * vpp ({plan.vpp})"
         )

@@ -8,10 +8,10 @@ same term functions `evaluate` uses for one plan; numpy is imported only when a 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.parallel_memory import PlanMemory, plan_memory
+from trainbudget.core.parallel.parallel_memory import PlanMemory, stage_memories
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency, StepTime, step_time
 from trainbudget.core.spec.frameworks import GENERIC, Framework
@@ -99,6 +99,8 @@ class RankedPlan:
     memory: PlanMemory
     time: StepTime
     fits: bool
+    stage_memory_bytes: dict[str, float] = field(default_factory=dict)
+    """Peak bytes per GPU of each pipeline stage ('first', 'middle', 'last', or 'only')."""
 
     @property
     def seconds_per_token(self) -> float:
@@ -127,9 +129,10 @@ def evaluate(
     causal: bool = False,
     framework: Framework = GENERIC,
 ) -> RankedPlan:
-    mem = plan_memory(
+    stages = stage_memories(
         spec, plan, seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework
     )
+    mem = max(stages.values(), key=lambda m: m.total_bytes)  # as plan_memory takes it
     t = step_time(
         spec,
         plan,
@@ -146,6 +149,7 @@ def evaluate(
         memory=mem,
         time=t,
         fits=mem.total_bytes <= headroom * cluster.hardware.memory_bytes,
+        stage_memory_bytes={name: m.total_bytes for name, m in stages.items()},
     )
 
 

@@ -18,6 +18,7 @@ from trainbudget.core.parallel.layout import (
     INTERLEAVED,
     ONE_F_ONE_B,
     RECOMPUTE_CODES,
+    STAGE_LAYER_FIELDS,
     PlanNumbers,
 )
 from trainbudget.core.parallel.parallel_memory import layer_bytes, stage_memory
@@ -115,6 +116,7 @@ def enumerate_plan_arrays(
         offload_params=np.zeros(size, dtype=np.int64),
         recompute_every=np.ones(size, dtype=np.int64),
         flash=np.full(size, policy.flash_attention),
+        **{f: np.zeros(size, dtype=np.int64) for f in STAGE_LAYER_FIELDS},  # even splits
     )
 
 
@@ -148,7 +150,7 @@ def evaluate_arrays(
     framework: Framework = GENERIC,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(step_seconds, memory total_bytes, tokens_per_step) of every plan in `a`: the
-    heaviest of the first and last pipeline stage, as `plan_memory` takes it."""
+    heaviest pipeline stage, as `plan_memory` takes it."""
     xp = numpy_ops()
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework, xp=xp)
     step = step_terms(spec, a, cluster, efficiency=efficiency, causal=causal, **kw).step_seconds
@@ -156,6 +158,11 @@ def evaluate_arrays(
     first = stage_memory(spec, a, "first", layer=layer, **kw).total_bytes  # pp 1: the only one
     last = stage_memory(spec, a, "last", layer=layer, **kw).total_bytes
     memory = np.where(a.pp > 1, np.maximum(first, last), first)
+    # a middle stage outweighs the first only under an uneven split (the search enumerates
+    # none, so its grid skips this term; hand-made grids of uneven plans get it)
+    if np.any(a.middle_layers > 0):
+        middle = stage_memory(spec, a, "middle", layer=layer, **kw).total_bytes
+        memory = np.where(a.pp > 2, np.maximum(memory, middle), memory)
     tokens_per_step = a.micro_batch * a.grad_accum * a.dp * seq_len
     return step, memory, tokens_per_step
 

@@ -97,9 +97,11 @@ class StepTerms:
     2021)."""
     comm: Communication
     optimizer_seconds: Any
-    """The optimizer update on the GPU (HBM-bound)."""
+    """The optimizer update: on the GPU (HBM-bound), or on the host under optimizer offload
+    (`cpu_update_seconds`)."""
     offload_seconds: Any
-    """Transfers to and from CPU or NVMe of offloaded state and parameters."""
+    """Transfers to and from CPU or NVMe of offloaded state and parameters (the updated
+    weights only where their transfer outlasts the host update it overlaps)."""
 
     @property
     def step_seconds(self) -> Any:
@@ -126,6 +128,20 @@ def update_bytes_per_param(precision: Precision, optimizer: Optimizer) -> float:
         + precision.weight_bytes
         + 2 * optimizer.state_bytes_per_param(precision)
     )
+
+
+def cpu_update_seconds(
+    n_params: Any, precision: Precision, optimizer: Optimizer, cluster: Cluster
+) -> Any:
+    """The optimizer update of `n_params` on the host (ZeRO-Offload's CPU-Adam: Ren et al.
+    2021, arXiv 2101.06840, Sec. 5.1): a vectorised loop bound by host DRAM, moving the same
+    bytes per parameter as the GPU update. DeepSpeed's CPU-Adam copies each updated tile of
+    weights to the GPU while it updates the next (DeepSpeed csrc/adam: TILE-sized steps,
+    double-buffered through launch_param_update), so the step charges the gradients coming
+    down, then max(weights going up, update) (ZeRO-Offload Sec. 4.1, Fig. 5: the update waits
+    for the gradients)."""
+    moved = n_params * update_bytes_per_param(precision, optimizer)
+    return moved / cluster.host_memory_bytes_per_second
 
 
 def step_terms(
@@ -180,9 +196,12 @@ def step_terms(
     on_gpu = L.offload_optimizer == ON_GPU
     update = local * update_bytes_per_param(precision, optimizer) / (hbm * eff.hbm)
     pcie, nvme = cluster.pcie_bytes_per_second, cluster.nvme_bytes_per_second
-    # grads down, weights up per step; the CPU update itself is not timed
+    # offloaded optimizer: gradients down, then the host update with its weights going up
     link = xp.where(L.offload_optimizer == TO_CPU, pcie, min(pcie, nvme))
-    offload = xp.where(on_gpu, 0.0, local * (precision.grad_bytes + precision.weight_bytes) / link)
+    cpu_update = cpu_update_seconds(local, precision, optimizer, cluster)
+    # the weights go up while the host updates (the optimizer term): what is left of them
+    weights_up = xp.maximum(0.0, local * precision.weight_bytes / link - cpu_update)
+    offload = xp.where(on_gpu, 0.0, local * precision.grad_bytes / link + weights_up)
     link = xp.where(L.offload_params == TO_CPU, pcie, min(pcie, nvme))
     fetched = PARAMETER_FETCHES_PER_MICRO_BATCH * L.grad_accum * (stage.dense + stage.experts)
     offload = offload + xp.where(
@@ -193,7 +212,7 @@ def step_terms(
         compute_seconds=compute,
         bubble_seconds=(L.pp - 1) * stage_mb / L.vpp,
         comm=comm,
-        optimizer_seconds=xp.where(on_gpu, update, 0.0),
+        optimizer_seconds=xp.where(on_gpu, update, cpu_update),
         offload_seconds=offload,
     )
 
@@ -241,10 +260,11 @@ def step_time(
     tokens_step = plan.global_batch * seq_len
     fwd = forward_flops(spec, seq_len, causal=causal)
     model_flops = (1 + BACKWARD_PER_FORWARD) * (fwd.total / seq_len) * tokens_step
-    layers = spec.n_layers // plan.pp
-    full = fwd.layers * PlanNumbers.of(plan).recomputed_layers(layers) / layers
-    if plan.recompute_every == 1:
-        full = fwd.layers
+    full = fwd.layers
+    if plan.recompute_every > 1:  # every stage recomputes ceil(its layers / K)
+        counts = plan.stage_layer_counts(spec.n_layers)
+        recomputed_layers = PlanNumbers.of(plan).recomputed_layers
+        full = fwd.layers * sum(recomputed_layers(n) for n in counts) / spec.n_layers
     recomputed = {"none": 0, "selective": fwd.scores + fwd.attn_values, "full": full}
     extra = recomputed[plan.recompute] / seq_len * tokens_step
     compute_bubble = t.compute_seconds + t.bubble_seconds
