@@ -14,7 +14,7 @@ from trainbudget.core.parallel.compute_time import (
     causal_tile_fraction,
     flash_tile_fraction,
     layer_compute,
-    stage_layers,
+    stage_mix,
 )
 from trainbudget.core.parallel.layout import PlanNumbers
 from trainbudget.core.parallel.plan import Plan
@@ -148,9 +148,9 @@ def test_gemma_mixes_global_and_sliding_layers_by_the_stage():
     glob = _layer_of(gemma.replace(sliding_window=0, global_every=0), Plan(), 32768)
     slide = _layer_of(gemma.replace(global_every=0), Plan(), 32768)
     assert mixed == pytest.approx((glob.attention_seconds + slide.attention_seconds) / 2)
-    last = stage_layers(gemma, PlanNumbers.of(Plan(pp=3)))  # layers 28..41: 7 global
+    last = stage_mix(gemma, PlanNumbers.of(Plan(pp=3)))  # layers 28..41: 7 global
     assert (last.layers, last.sliding) == (14, 7)
-    last = stage_layers(get_preset("gemma-3-1b"), PlanNumbers.of(Plan(pp=2)))  # 13..25
+    last = stage_mix(get_preset("gemma-3-1b"), PlanNumbers.of(Plan(pp=2)))  # 13..25
     assert (last.layers, last.sliding) == (13, 11)  # layers 17 and 23 are global
 
 
@@ -170,7 +170,7 @@ def test_mla_projections_take_their_real_flops():
 
 
 def test_dense_layers_of_an_moe_stack_run_the_dense_mlp():
-    assert stage_layers(DEEPSEEK, PlanNumbers.of(Plan())).moe == 58
+    assert stage_mix(DEEPSEEK, PlanNumbers.of(Plan())).moe == 58
     all_moe = DEEPSEEK.replace(n_dense_layers=0)
     mixed, moe = _layer_of(DEEPSEEK, Plan(), 4096), _layer_of(all_moe, Plan(), 4096)
     assert mixed.attention_seconds == moe.attention_seconds

@@ -10,7 +10,7 @@ from typing import Any
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.comm import CollectiveTotal, collective_total
-from trainbudget.core.parallel.compute_time import MicroBatchCompute, stage_layers
+from trainbudget.core.parallel.compute_time import MicroBatchCompute, stage_mix
 from trainbudget.core.parallel.layout import FULL, PlanNumbers
 from trainbudget.core.parallel.parallel_memory import StageParams
 from trainbudget.core.parallel.plan import members_per_node
@@ -121,7 +121,7 @@ def communication(
         # stage's MoE layers only (the dense ones come first)
         a2a = tokens * spec.experts_per_token * spec.d_model * e
         ep_pn = xp.minimum(L.ep, span["dp"])
-        n_a2a = m * stage_layers(spec, L, xp).moe * EP_ALL_TO_ALLS_PER_LAYER
+        n_a2a = m * stage_mix(spec, L, xp).moe * EP_ALL_TO_ALLS_PER_LAYER
         t_ep = run("ep", "all_to_all", a2a, L.ep, ep_pn, n_a2a)
     t_dp = _data_parallel(
         spec, L, span, precision, framework, micro_batch, compute_seconds, stage, run, xp

@@ -92,7 +92,8 @@ def matmul_seconds(
 @dataclass(frozen=True, kw_only=True)
 class StageLayers:
     """The layers of the pipeline stage the step is timed on: the last one (it also runs the
-    head, and `step_time` reduces its gradients), layers [n - n // pp, n). Numbers or arrays."""
+    head, and `step_time` reduces its gradients), its own layer count from `--pp-layers` or
+    n // pp. Numbers or arrays."""
 
     layers: Any
     moe: Any
@@ -102,9 +103,9 @@ class StageLayers:
     """Its sliding-window layers."""
 
 
-def stage_layers(spec: ModelSpec, L: PlanNumbers, xp: Ops = SCALAR) -> StageLayers:
+def stage_mix(spec: ModelSpec, L: PlanNumbers, xp: Ops = SCALAR) -> StageLayers:
     n = spec.n_layers
-    layers = n // L.pp
+    layers = L.stage_layers(n, "last")
     moe = xp.minimum(layers, spec.n_moe_layers) if spec.is_moe else 0
     if not spec.sliding_window:
         sliding = 0
@@ -132,7 +133,7 @@ def flash_tile_fraction(seq_len: int, window: int = 0) -> float:
 @dataclass(frozen=True, kw_only=True)
 class LayerCompute:
     """Forward seconds of one layer for one micro-batch on one GPU, and two of its parts:
-    the mean over the layers of the timed stage (`stage_layers`), which mixes global and
+    the mean over the layers of the timed stage (`stage_mix`), which mixes global and
     sliding-window attention, dense and MoE MLPs."""
 
     forward_seconds: Any
@@ -179,12 +180,13 @@ def layer_compute(
     t, b, s, d = L.tp, L.micro_batch, seq_len, spec.d_model
     rows = b * s / L.cp  # tokens through each weight matmul on this GPU
     hbm_rate = hbm * eff.hbm
-    mix = stage_layers(spec, L, xp)
+    mix = stage_mix(spec, L, xp)
 
     def gemm(m: Any, n: Any, k: Any) -> Any:  # (m, k) @ (k, n), its FLOPs from the shape
         return matmul_seconds(matmul_flops(m, k, n), m, n, k, e, peak, hbm, eff, xp)
 
     matmuls = attention_projection_seconds(spec, rows, t, gemm)
+
     def mlp(d_hidden: int, visits: int) -> tuple[Any, Any]:
         """(matmul, memory-bound) seconds of an MLP of width d_hidden each token visits
         `visits` times (the experts it is routed to, and the shared ones)."""
