@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainbudget.core.ops import SCALAR, Ops
-from trainbudget.core.parallel.layout import FULL, NONE, SELECTIVE, PlanNumbers
+from trainbudget.core.parallel.layout import NONE, SELECTIVE, SELECTIVE_OP, PlanNumbers
+from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.activations import FP32_BYTES, MASK_BYTES
 from trainbudget.core.single.flops import forward_flops
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -90,6 +91,9 @@ class LayerCompute:
     """The attention core (scores, softmax, values)."""
     memory_bound_seconds: Any
     """Norms, residual adds, the activation function, RoPE, dropout."""
+    op_recomputed_matmul_seconds: Any = 0.0
+    """The matmuls torchtitan's per-op policy does not save (selective-op; llama: wk, wo,
+    w3); 0 where the policy is not modelled (MoE, MLA)."""
 
 
 def layer_compute(
@@ -153,7 +157,24 @@ def layer_compute(
         forward_seconds=matmuls + attention + memory_bound,
         attention_seconds=attention,
         memory_bound_seconds=memory_bound,
+        op_recomputed_matmul_seconds=_op_recomputed_matmuls(spec, L, seq_len, mm, xp),
     )
+
+
+def _op_recomputed_matmuls(spec: ModelSpec, L: PlanNumbers, seq_len: int, mm: Any, xp: Ops) -> Any:
+    """Seconds of the matmuls selective-op recomputes, each at its own GEMM shape on one GPU
+    (column-parallel: output split by tp; row-parallel: contraction split by tp)."""
+    if op_checkpoint.unsupported(spec):
+        return 0.0
+    rows = L.micro_batch * seq_len / L.cp
+    total = 0.0
+    for m in op_checkpoint.recomputed_matmuls(spec):
+        flops = spec.n_layers * 2 * seq_len * m.d_in * m.d_out  # all layers, one sequence
+        if m.row_parallel:
+            total = total + mm(flops, rows, m.d_out, m.d_in / L.tp)
+        else:
+            total = total + mm(flops, rows, m.d_out / L.tp, m.d_in)
+    return total
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,16 +223,22 @@ def micro_batch_compute(
         xp=xp,
     )
     fwd, attn = layer.forward_seconds, layer.attention_seconds
-    # recomputation repeats forward work in the backward: the attention core (selective) or
-    # the whole layer (full); FlashAttention's backward recomputes Q K^T itself
+    # recomputation repeats forward work in the backward: the attention core (selective),
+    # the memory-bound ops and the unsaved matmuls (selective-op) or the whole layer (full);
+    # FlashAttention's backward recomputes Q K^T itself
     layers = spec.n_layers // L.pp
     recomputed = L.recomputed_layers(layers)
     # full recomputation of every K-th layer: the others recompute what they would without it
     flash_own = xp.where(L.flash, attn / 2, 0.0)
     every_kth = (recomputed * fwd + (layers - recomputed) * flash_own) / layers
     full = xp.where(L.recompute_every == 1, fwd, every_kth)
-    recompute = xp.where(L.recompute == NONE, 0.0, xp.where(L.recompute == SELECTIVE, attn, full))
-    recompute = xp.where(L.flash & (L.recompute != FULL), attn / 2, recompute)
+    by_op = layer.memory_bound_seconds + layer.op_recomputed_matmul_seconds + flash_own
+    recompute = xp.where(L.recompute == SELECTIVE_OP, by_op, full)
+    recompute = xp.where(L.recompute == SELECTIVE, attn, recompute)
+    recompute = xp.where(L.recompute == NONE, 0.0, recompute)
+    recompute = xp.where(
+        L.flash & ((L.recompute == NONE) | (L.recompute == SELECTIVE)), attn / 2, recompute
+    )
     tokens = L.micro_batch * seq_len / L.cp
     logits = tokens * spec.vocab_size / L.tp  # elements on this GPU (vocab-parallel)
     head = 2 * tokens * spec.d_model * spec.vocab_size / L.tp / (peak * eff.matmul)

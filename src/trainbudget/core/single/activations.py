@@ -24,6 +24,7 @@ from typing import Any
 from trainbudget.core.errors import SpecError
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
+from trainbudget.core.single.op_checkpoint import layer_matmuls
 from trainbudget.core.spec.model_spec import ModelSpec
 
 FP32_BYTES = 4  # softmax statistics and the loss are kept in fp32 whatever the policy
@@ -172,6 +173,93 @@ def _mlp_bytes(spec: ModelSpec, tokens: Any, rep: Any, tp: Any, e: int) -> Any:
 
 
 @dataclass(frozen=True, kw_only=True)
+class OpCheckpointLayer:
+    """What one layer keeps under per-op selective checkpointing (`op_checkpoint`), one
+    micro-batch on one GPU."""
+
+    input_bytes: Any
+    """The block input, the checkpoint's own argument (the attention norm's input)."""
+    matmul_outputs_bytes: Any
+    """Outputs of the matmuls the policy saves (llama: wq, wv, w1, w2); a row-parallel one
+    (w2) is the full-width partial sum before TP's reduction."""
+    attention_bytes: Any
+    """The attention kernel's outputs: O and the fp32 logsumexp (flash), or O and the s x s
+    probabilities (math SDPA)."""
+    reduce_scatter_bytes: Any
+    """With SP, the outputs of the two reduce-scatters (after wo and w2), saved as comm ops."""
+    unread_bytes: Any
+    """Of the above, what the layer's backward never reads (saved anyway): the output of a
+    saved row-parallel matmul and the reduce-scatter outputs."""
+
+    @property
+    def total_bytes(self) -> Any:
+        return (
+            self.input_bytes
+            + self.matmul_outputs_bytes
+            + self.attention_bytes
+            + self.reduce_scatter_bytes
+        )
+
+
+def op_checkpoint_layer(
+    spec: ModelSpec,
+    *,
+    seq_len: int,
+    micro_batch: Any,
+    activation_bytes: int,
+    flash_attention: Any = False,
+    tp: Any = 1,
+    sp: Any = False,
+    cp: Any = 1,
+    xp: Ops = SCALAR,
+) -> OpCheckpointLayer:
+    """Bytes one layer keeps under torchtitan's per-op policy (`op_checkpoint.layer_matmuls`
+    says which matmuls); recomputed, so not kept: the norms' outputs, RoPE's rotated Q and K,
+    the activation function and the gate x up product, the unsaved matmuls' outputs (llama:
+    wk, wo, w3), the residual sum between attention and MLP, and all-gather outputs."""
+    e = activation_bytes
+    tokens = seq_len * micro_batch / cp  # tokens through each matmul on this GPU
+    rep = xp.where(sp, tp, 1)
+    outputs, unread = 0.0, 0.0
+    for m in layer_matmuls(spec):
+        if not m.saved:
+            continue
+        if m.row_parallel:
+            width = m.d_out  # each TP rank holds a full-width partial sum
+            unread = unread + tokens * width * e
+        else:
+            width = xp.maximum(m.d_out / tp, m.min_local_out)
+        outputs = outputs + tokens * width * e
+    full = layer_activations(
+        spec,
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        activation_bytes=e,
+        flash_attention=flash_attention,
+        tp=tp,
+        sp=sp,
+        cp=cp,
+        xp=xp,
+    )
+    reduce_scatter = xp.where(sp, 2 * tokens * spec.d_model * e / tp, 0.0)
+    return OpCheckpointLayer(
+        input_bytes=tokens * spec.d_model * e / rep,
+        matmul_outputs_bytes=outputs,
+        attention_bytes=tokens * spec.d_attn_out / tp * e
+        + full.attention_matrix_bytes
+        + full.flash_stats_bytes,
+        reduce_scatter_bytes=reduce_scatter,
+        unread_bytes=unread + reduce_scatter,
+    )
+
+
+def op_checkpoint_working_bytes(layer: Any, kept: OpCheckpointLayer, xp: Ops = SCALAR) -> Any:
+    """Extra bytes while one layer is recomputed for its backward: the replay rebuilds what
+    the backward reads and the policy did not keep (`layer`: the no-recompute set)."""
+    return xp.maximum(layer - (kept.total_bytes - kept.unread_bytes), 0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ActivationMemory:
     """Activation bytes held at the peak of one micro-batch's backward pass."""
 
@@ -206,7 +294,9 @@ def activation_memory(
     - none: every layer keeps everything (Korthikanti eq. 1 x L);
     - selective: the s*s attention matrix is recomputed, not kept (Korthikanti eq. 6);
     - full: each layer keeps only its input (s*b*h), and at peak one layer's tensors are
-      rebuilt for its backward (Korthikanti Sec. 4.3, 2*s*b*h*L, plus that working layer).
+      rebuilt for its backward (Korthikanti Sec. 4.3, 2*s*b*h*L, plus that working layer);
+    - selective-op: each layer keeps its input and the outputs torchtitan's per-op policy
+      saves (`op_checkpoint_layer`), plus, at peak, what the replay of one layer rebuilds.
     """
     if recompute not in RECOMPUTE_KINDS:
         raise SpecError("recompute", recompute, "must be one of " + ", ".join(RECOMPUTE_KINDS))
@@ -224,6 +314,16 @@ def activation_memory(
         checkpoint = tokens * spec.d_model * activation_bytes
         # the layer under recomputation holds its full set; its own input is part of that set
         layers = (spec.n_layers - 1) * checkpoint + layer.total_bytes
+    elif recompute == "selective-op":
+        kept = op_checkpoint_layer(
+            spec,
+            seq_len=seq_len,
+            micro_batch=micro_batch,
+            activation_bytes=activation_bytes,
+            flash_attention=flash_attention,
+        )
+        working = op_checkpoint_working_bytes(layer.total_bytes, kept)
+        layers = spec.n_layers * kept.total_bytes + working
     else:
         layers = spec.n_layers * layer.total_bytes
     return ActivationMemory(
