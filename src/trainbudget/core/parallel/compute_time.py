@@ -157,24 +157,18 @@ def layer_compute(
         forward_seconds=matmuls + attention + memory_bound,
         attention_seconds=attention,
         memory_bound_seconds=memory_bound,
-        op_recomputed_matmul_seconds=_op_recomputed_matmuls(spec, L, seq_len, mm, xp),
+        op_recomputed_matmul_seconds=matmuls * _op_recomputed_share(spec, fwd),
     )
 
 
-def _op_recomputed_matmuls(spec: ModelSpec, L: PlanNumbers, seq_len: int, mm: Any, xp: Ops) -> Any:
-    """Seconds of the matmuls selective-op recomputes, each at its own GEMM shape on one GPU
-    (column-parallel: output split by tp; row-parallel: contraction split by tp)."""
+def _op_recomputed_share(spec: ModelSpec, fwd: Any) -> float:
+    """The share of a layer's weight-matmul FLOPs that selective-op recomputes (llama: wk,
+    wo, w3); their time is taken as that share of the layer's matmul time (the layer's GEMMs
+    are compute-bound at training shapes, so time follows FLOPs)."""
     if op_checkpoint.unsupported(spec):
         return 0.0
-    rows = L.micro_batch * seq_len / L.cp
-    total = 0.0
-    for m in op_checkpoint.recomputed_matmuls(spec):
-        flops = spec.n_layers * 2 * seq_len * m.d_in * m.d_out  # all layers, one sequence
-        if m.row_parallel:
-            total = total + mm(flops, rows, m.d_out, m.d_in / L.tp)
-        else:
-            total = total + mm(flops, rows, m.d_out / L.tp, m.d_in)
-    return total
+    weights = fwd.qkv + fwd.attn_proj + fwd.mlp_up + fwd.mlp_gate + fwd.mlp_down + fwd.router
+    return op_checkpoint.recomputed_flops(spec, fwd.seq_len) / weights
 
 
 @dataclass(frozen=True, kw_only=True)

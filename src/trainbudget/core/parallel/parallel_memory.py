@@ -187,21 +187,22 @@ def layer_bytes(spec: ModelSpec, L: PlanNumbers, seq_len: int, e: int, xp: Ops =
     ).total_bytes
 
 
-def stage_activations(
-    spec: ModelSpec,
-    L: PlanNumbers,
-    seq_len: int,
-    e: int,
-    stage: str,
-    xp: Ops = SCALAR,
-    layer: Any = None,
-) -> Any:
-    """Activation bytes at the peak of a stage's GPU: the layers' saved tensors for every
-    micro-batch in flight (checkpoints only under full recomputation, what the per-op policy
-    saves under selective-op, plus the layer being recomputed), and on the stage with the
-    head its inputs, logits and loss. `layer`: `layer_bytes` when the caller has it already."""
-    if layer is None:
-        layer = layer_bytes(spec, L, seq_len, e, xp)
+@dataclass(frozen=True)
+class LayerStack:
+    """A stage's layers: what they hold for one micro-batch in flight, and what the layer
+    being recomputed adds at the peak (numbers, or arrays over plans). The same on every
+    stage, so the grid computes it once."""
+
+    per_micro_batch_bytes: Any
+    working_bytes: Any
+
+
+def layer_stack(
+    spec: ModelSpec, L: PlanNumbers, seq_len: int, e: int, xp: Ops = SCALAR
+) -> LayerStack:
+    """The layers' saved tensors per micro-batch (checkpoints only under full recomputation,
+    what the per-op policy saves under selective-op) and the layer being recomputed."""
+    layer = layer_bytes(spec, L, seq_len, e, xp)
     layers = spec.n_layers // L.pp
     tokens = seq_len * L.micro_batch / L.cp
     rep = xp.where(L.sp, L.tp, 1)
@@ -231,6 +232,27 @@ def stage_activations(
         )
         per_micro_batch = xp.where(op, layers * saved.total_bytes, per_micro_batch)
         working = xp.where(op, op_checkpoint_working_bytes(layer, saved, xp), working)
+    return LayerStack(per_micro_batch_bytes=per_micro_batch, working_bytes=working)
+
+
+def stage_activations(
+    spec: ModelSpec,
+    L: PlanNumbers,
+    seq_len: int,
+    e: int,
+    stage: str,
+    xp: Ops = SCALAR,
+    stack: LayerStack | None = None,
+) -> Any:
+    """Activation bytes at the peak of a stage's GPU: the layers' saved tensors for every
+    micro-batch in flight plus the layer being recomputed (`layer_stack`), and on the stage
+    with the head its inputs, logits and loss. `stack`: `layer_stack` when the caller has it
+    already."""
+    if stack is None:
+        stack = layer_stack(spec, L, seq_len, e, xp)
+    tokens = seq_len * L.micro_batch / L.cp
+    rep = xp.where(L.sp, L.tp, 1)
+    per_micro_batch, working = stack.per_micro_batch_bytes, stack.working_bytes
     last_of_many = (stage == "last") & (L.pp > 1)
     in_flight = xp.where(last_of_many, 1, in_flight_micro_batches(L, xp))
     acts = in_flight * per_micro_batch + working
@@ -257,10 +279,10 @@ def stage_memory(
     optimizer: Optimizer,
     framework: Framework = GENERIC,
     xp: Ops = SCALAR,
-    layer: Any = None,
+    stack: LayerStack | None = None,
 ) -> PlanMemory:
     """Peak bytes on one GPU of a pipeline stage of `plan` (numbers, or arrays of plans).
-    `layer`: `layer_bytes` of the plan, when the caller computes several stages."""
+    `stack`: `layer_stack` of the plan, when the caller computes several stages."""
     L = as_numbers(plan)
     sp_ = stage_params(spec, L, stage, xp)
     shard = L.shard_dp * L.cp  # ZeRO's shard group: dp * cp, or the HSDP shard times cp
@@ -291,7 +313,7 @@ def stage_memory(
     return PlanMemory(
         stage=stage,
         state=state,
-        activations_bytes=stage_activations(spec, L, seq_len, e, stage, xp, layer),
+        activations_bytes=stage_activations(spec, L, seq_len, e, stage, xp, stack),
         buffers_bytes=xp.where(L.zero >= 3, zero3, buckets) + framework.runtime_overhead_bytes,
         host_bytes=host,
     )

@@ -20,7 +20,7 @@ from trainbudget.core.parallel.layout import (
     RECOMPUTE_CODES,
     PlanNumbers,
 )
-from trainbudget.core.parallel.parallel_memory import layer_bytes, stage_memory
+from trainbudget.core.parallel.parallel_memory import layer_stack, stage_memory
 from trainbudget.core.parallel.plan import validate_plan
 from trainbudget.core.parallel.planner import (
     PlannerResult,
@@ -155,9 +155,9 @@ def evaluate_arrays(
     xp = numpy_ops()
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework, xp=xp)
     step = step_terms(spec, a, cluster, efficiency=efficiency, causal=causal, **kw).step_seconds
-    layer = layer_bytes(spec, a, seq_len, precision.activation_bytes, xp)
-    first = stage_memory(spec, a, "first", layer=layer, **kw).total_bytes  # pp 1: the only one
-    last = stage_memory(spec, a, "last", layer=layer, **kw).total_bytes
+    stack = layer_stack(spec, a, seq_len, precision.activation_bytes, xp)
+    first = stage_memory(spec, a, "first", stack=stack, **kw).total_bytes  # pp 1: the only one
+    last = stage_memory(spec, a, "last", stack=stack, **kw).total_bytes
     memory = np.where(a.pp > 1, np.maximum(first, last), first)
     tokens_per_step = a.micro_batch * a.grad_accum * a.dp * seq_len
     return step, memory, tokens_per_step

@@ -96,17 +96,16 @@ def layer_activations(
         ):
             if value <= 0:
                 raise SpecError(name, value, "must be a positive integer")
-    s, b, h, a, e = seq_len, micro_batch, spec.d_model, spec.n_heads, activation_bytes
+    s, b, h, e = seq_len, micro_batch, spec.d_model, activation_bytes
     tokens = s * b / cp  # tokens this GPU holds along the sequence
     rep = xp.where(sp, tp, 1)  # divisor of the tensors TP alone leaves replicated
-    heads = a / tp
     d_q = spec.d_q / tp
     d_kv = xp.maximum(spec.d_kv / tp, spec.d_head)  # K heads replicated when tp > n_kv_heads
     d_v = xp.maximum(spec.d_v / tp, spec.d_v_head)
     store_matrix = xp.not_(flash_attention | drop_attention_matrix)
     # local queries x all keys, local heads; a sliding layer without FlashAttention still
     # materialises the whole masked s x s matrix
-    matrix_elements = heads * (s / cp) * s * b
+    matrix_elements = _score_elements(spec, s, b, tp, cp)
     dropout_bytes = 0.0
     if dropout:
         # masks after attention and MLP (s*b*h each); on the attention matrix, its mask and its
@@ -122,10 +121,20 @@ def layer_activations(
         + _mla_latent_bytes(spec, tokens, e),
         qkv_bytes=_qkv_bytes(spec, tokens, d_q, d_kv, d_v, tp, e),
         attention_matrix_bytes=xp.where(store_matrix, matrix_elements * e, 0),
-        flash_stats_bytes=xp.where(flash_attention, heads * tokens * FP32_BYTES, 0),
+        flash_stats_bytes=xp.where(flash_attention, _logsumexp_bytes(spec, tokens, tp), 0),
         mlp_bytes=_mlp_bytes(spec, tokens, rep, tp, e),
         dropout_bytes=dropout_bytes,
     )
+
+
+def _score_elements(spec: ModelSpec, s: int, b: Any, tp: Any, cp: Any) -> Any:
+    """Attention scores on one GPU: local heads x local queries x all keys x sequences."""
+    return spec.n_heads / tp * (s / cp) * s * b
+
+
+def _logsumexp_bytes(spec: ModelSpec, tokens: Any, tp: Any) -> Any:
+    """FlashAttention's fp32 logsumexp: one value per local head and token."""
+    return spec.n_heads / tp * tokens * FP32_BYTES
 
 
 def _mla_latent_bytes(spec: ModelSpec, tokens: Any, e: int) -> Any:
@@ -175,30 +184,16 @@ def _mlp_bytes(spec: ModelSpec, tokens: Any, rep: Any, tp: Any, e: int) -> Any:
 @dataclass(frozen=True, kw_only=True)
 class OpCheckpointLayer:
     """What one layer keeps under per-op selective checkpointing (`op_checkpoint`), one
-    micro-batch on one GPU."""
+    micro-batch on one GPU: the block input (the checkpoint's own argument), the outputs of
+    the matmuls the policy saves (llama: wq, wv, w1, w2; a row-parallel one, w2, as the
+    full-width partial sum before TP's reduction), the attention kernel's outputs (O and the
+    fp32 logsumexp with flash, O and the s x s probabilities with math SDPA) and, with SP,
+    the outputs of the two reduce-scatters (after wo and w2), saved as comm ops."""
 
-    input_bytes: Any
-    """The block input, the checkpoint's own argument (the attention norm's input)."""
-    matmul_outputs_bytes: Any
-    """Outputs of the matmuls the policy saves (llama: wq, wv, w1, w2); a row-parallel one
-    (w2) is the full-width partial sum before TP's reduction."""
-    attention_bytes: Any
-    """The attention kernel's outputs: O and the fp32 logsumexp (flash), or O and the s x s
-    probabilities (math SDPA)."""
-    reduce_scatter_bytes: Any
-    """With SP, the outputs of the two reduce-scatters (after wo and w2), saved as comm ops."""
+    total_bytes: Any
     unread_bytes: Any
-    """Of the above, what the layer's backward never reads (saved anyway): the output of a
+    """Of the total, what the layer's backward never reads (saved anyway): the output of a
     saved row-parallel matmul and the reduce-scatter outputs."""
-
-    @property
-    def total_bytes(self) -> Any:
-        return (
-            self.input_bytes
-            + self.matmul_outputs_bytes
-            + self.attention_bytes
-            + self.reduce_scatter_bytes
-        )
 
 
 def op_checkpoint_layer(
@@ -217,39 +212,26 @@ def op_checkpoint_layer(
     says which matmuls); recomputed, so not kept: the norms' outputs, RoPE's rotated Q and K,
     the activation function and the gate x up product, the unsaved matmuls' outputs (llama:
     wk, wo, w3), the residual sum between attention and MLP, and all-gather outputs."""
-    e = activation_bytes
+    e, h = activation_bytes, spec.d_model
     tokens = seq_len * micro_batch / cp  # tokens through each matmul on this GPU
-    rep = xp.where(sp, tp, 1)
-    outputs, unread = 0.0, 0.0
-    for m in layer_matmuls(spec):
-        if not m.saved:
-            continue
-        if m.row_parallel:
-            width = m.d_out  # each TP rank holds a full-width partial sum
-            unread = unread + tokens * width * e
-        else:
-            width = xp.maximum(m.d_out / tp, m.min_local_out)
-        outputs = outputs + tokens * width * e
-    full = layer_activations(
-        spec,
-        seq_len=seq_len,
-        micro_batch=micro_batch,
-        activation_bytes=e,
-        flash_attention=flash_attention,
-        tp=tp,
-        sp=sp,
-        cp=cp,
-        xp=xp,
+    saved = [m for m in layer_matmuls(spec) if m.saved]
+    # elements per token. Row-parallel outputs are full-width partial sums on each TP rank;
+    # column-parallel ones split by tp (K and V no narrower than one head)
+    row = sum(m.d_out for m in saved if m.row_parallel)
+    split = sum(m.d_out for m in saved if not m.row_parallel and not m.min_local_out)
+    # the block input (h, split by tp under SP) and SP's two reduce-scatter outputs (h/tp)
+    width = xp.where(sp, 3 * h / tp, h) + row + (split + spec.d_attn_out) / tp
+    for m in saved:
+        if m.min_local_out and not m.row_parallel:
+            width = width + xp.maximum(m.d_out / tp, m.min_local_out)
+    kernel = xp.where(
+        flash_attention,
+        _logsumexp_bytes(spec, tokens, tp),
+        _score_elements(spec, seq_len, micro_batch, tp, cp) * e,
     )
-    reduce_scatter = xp.where(sp, 2 * tokens * spec.d_model * e / tp, 0.0)
     return OpCheckpointLayer(
-        input_bytes=tokens * spec.d_model * e / rep,
-        matmul_outputs_bytes=outputs,
-        attention_bytes=tokens * spec.d_attn_out / tp * e
-        + full.attention_matrix_bytes
-        + full.flash_stats_bytes,
-        reduce_scatter_bytes=reduce_scatter,
-        unread_bytes=unread + reduce_scatter,
+        total_bytes=tokens * width * e + kernel,
+        unread_bytes=tokens * (row + xp.where(sp, 2 * h / tp, 0)) * e,
     )
 
 
