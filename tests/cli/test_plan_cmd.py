@@ -17,6 +17,7 @@ from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.core.spec.presets import get_preset
 
 PLAN = ("plan", "--model", "llama-2-7b", "--gpus", "8", "--global-batch", "16")
+MOE_PLAN = ("plan", "--model", "mixtral-8x7b", "--gpus", "8", "--global-batch", "16")
 GPT2_PLAN = ("plan", "--model", "gpt2", "--gpus", "8", "--global-batch", "16")
 EST = ("estimate", "--model", "llama-2-7b", "--gpus", "8")
 CHEAP = (  # a narrow policy keeps the four searches fast
@@ -112,6 +113,16 @@ def test_plan_policy_flags_reach_the_search():
         assert d["recompute"] == "full"
     smaller = cli_json(*PLAN, "--max-tp", "2", "--zero-stages", "0,1", "--no-cp")
     assert smaller["evaluated"] < cli_json(*PLAN)["evaluated"]
+
+
+def test_selective_op_is_searched_on_request_and_estimated():
+    """Not in the default policy; asked for, every plan found uses it, and estimate takes it
+    for the one-GPU figure and the plan alike."""
+    out = cli_json(*PLAN, "--recompute-options", "selective-op", "--zero-stages", "1", "--top", "3")
+    assert {p["plan"]["recompute"] for p in out["plans"]} == {"selective-op"}
+    est = cli_json(*EST, "--dp", "8", "--zero", "1", "--flash-attention", "--recompute",
+                   "selective-op", "--global-batch", "8")  # fmt: skip
+    assert est["plan"]["recompute"] == "selective-op"
 
 
 def test_plan_no_flash_attention():
@@ -353,6 +364,7 @@ BAD = [
     ((*PLAN, "--zero-stages", "7"), "zero_stages"),
     ((*PLAN, "--zero-stages", "one"), "zero_stages"),
     ((*PLAN, "--recompute-options", "bogus"), "recompute_options"),
+    ((*MOE_PLAN, "--recompute-options", "selective-op"), "mixtral-8x7b has MoE experts"),
     ((*PLAN, "--memory-headroom", "2"), "memory_headroom"),
     ((*PLAN, "--memory-headroom", "0"), "memory_headroom"),
     ((*PLAN, "--max-tp", "0"), "max_tp"),

@@ -90,10 +90,11 @@ def test_plan_decides_recomputation(tmp_path, plan_doc, recompute):
     assert preflight(config(tmp_path, plan=path), world_size=2).config.recompute == recompute
 
 
-def test_selective_recomputation_is_refused(tmp_path, plan_doc):
-    path = write_json(tmp_path / "p.json", edited(plan_doc, recompute="selective"))
+@pytest.mark.parametrize("recompute", ["selective", "selective-op"])
+def test_selective_recomputation_is_refused(tmp_path, plan_doc, recompute):
+    path = write_json(tmp_path / "p.json", edited(plan_doc, recompute=recompute))
     err = refused(config(tmp_path, plan=path), world_size=2)
-    assert err.field == "plan" and "recompute=selective" in err.rule
+    assert err.field == "plan" and f"recompute={recompute} " in err.rule
     assert "--recompute-options none,full" in err.rule
 
 

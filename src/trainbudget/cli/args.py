@@ -8,6 +8,7 @@ import sys
 from typing import NoReturn
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.spec.frameworks import FRAMEWORKS, GENERIC_NAME, Framework, get_framework
 from trainbudget.core.spec.precision import OPTIMIZERS, PRECISIONS, TRAINABLE_OPTIMIZERS
 from trainbudget.core.units import parse_count, parse_int_count
@@ -104,8 +105,9 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--recompute",
         default="none",
-        choices=("none", "selective", "full"),
-        help="activation recomputation policy (default none)",
+        choices=RECOMPUTE_KINDS,
+        help="activation recomputation policy (default none); selective-op: torchtitan's "
+        "per-op policy (keep matmul and attention outputs, recompute the rest)",
     )
     p.add_argument(
         "--flash-attention",

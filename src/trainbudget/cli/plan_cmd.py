@@ -33,6 +33,7 @@ from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.planner import Policy, why_best
 from trainbudget.core.parallel.planner_fast import search_fast
 from trainbudget.core.parallel.procurement import Candidate, cheapest
+from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.single.memory import checkpoint_bytes
 from trainbudget.core.spec.frameworks import Framework
 from trainbudget.core.spec.hardware import get_hardware
@@ -106,9 +107,11 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
     if not zero or any(z not in (0, 1, 2, 3) for z in zero):
         raise SpecError("zero_stages", args.zero_stages, "stages must be among 0, 1, 2, 3")
     rec = tuple(args.recompute_options.split(","))
-    if not rec or any(r not in ("none", "selective", "full") for r in rec):
+    if not rec or any(r not in RECOMPUTE_KINDS for r in rec):
         raise SpecError(
-            "recompute_options", args.recompute_options, "must be a list of none, selective, full"
+            "recompute_options",
+            args.recompute_options,
+            "must be a list of " + ", ".join(RECOMPUTE_KINDS),
         )
     return Policy(
         max_tp=positive_int("max_tp", args.max_tp) if args.max_tp else 0,

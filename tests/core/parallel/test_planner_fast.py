@@ -188,8 +188,8 @@ def test_grid_equals_one_plan_at_a_time_on_every_plan(case):
 
 
 def test_codes_the_search_never_enumerates_agree_too():
-    """NVMe offload, parameter offload, GPipe, HSDP and partial recomputation on hand-made
-    plans."""
+    """NVMe offload, parameter offload, GPipe, HSDP, partial recomputation and per-op
+    selective recomputation (selective-op) on hand-made plans."""
     spec, cluster, _, _, kw = _setup("llama-2-7b/64xh100/offload")
     plans = [
         Plan(dp=16, tp=4, zero=z, sp=True, micro_batch=2, grad_accum=16, offload_optimizer=off)
@@ -215,6 +215,12 @@ def test_codes_the_search_never_enumerates_agree_too():
         Plan(dp=8, tp=4, pp=2, sp=True, grad_accum=64, pp_layers=(15, 17), zero=z)
         for z in (0, 1, 3)
     ]
+    plans += [
+        Plan(dp=8, tp=tp, pp=8 // tp, sp=sp, micro_batch=1, grad_accum=64,
+             recompute="selective-op", flash_attention=flash)
+        for tp, sp in ((1, False), (4, False), (4, True))
+        for flash in (False, True)
+    ]  # fmt: skip
     arrays = PlanArrays.of_many(plans)
     assert arrays.plans() == plans
     _agree(spec, cluster, arrays, range(len(plans)), kw)

@@ -11,7 +11,7 @@ from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.comm import CollectiveTotal, collective_total
 from trainbudget.core.parallel.compute_time import MicroBatchCompute, stage_mix
-from trainbudget.core.parallel.layout import FULL, PlanNumbers
+from trainbudget.core.parallel.layout import FULL, SELECTIVE_OP, PlanNumbers
 from trainbudget.core.parallel.parallel_memory import StageParams
 from trainbudget.core.parallel.plan import members_per_node
 from trainbudget.core.spec.frameworks import GENERIC, Framework
@@ -23,7 +23,9 @@ TP_COLLECTIVES_PER_LAYER = 4
 (Shoeybi et al. 2019, Fig. 3); SP turns each into an all-gather + reduce-scatter pair of the
 same bytes (Korthikanti et al. 2022, Sec. 4.2.2)."""
 TP_COLLECTIVES_RECOMPUTED = 2
-"""Full recomputation repeats the forward pass, and its 2 collectives."""
+"""Full recomputation repeats the forward pass, and its 2 collectives. Selective-op repeats
+them too (torchtitan saves no all-reduce or all-gather output), except SP's reduce-scatters,
+whose outputs it saves (core/single/op_checkpoint.py)."""
 CP_RING_PASSES = 3
 """Ring attention passes K and V around the ring once forward, and K, V and their gradients
 twice backward (Liu et al. 2023, arXiv 2310.01889)."""
@@ -96,11 +98,13 @@ def communication(
     tokens = L.micro_batch * seq_len / L.cp
     act_msg = tokens * spec.d_model * e  # one layer's activations for one micro-batch
     # TP: all-reduces, or SP's all-gather + reduce-scatter pairs
-    recomputed = xp.where(L.recompute == FULL, L.recomputed_layers(layers), 0)
+    by_op = xp.where(L.recompute == SELECTIVE_OP, layers, 0)
+    recomputed = xp.where(L.recompute == FULL, L.recomputed_layers(layers), by_op)
     n_tp = m * (layers * TP_COLLECTIVES_PER_LAYER + recomputed * TP_COLLECTIVES_RECOMPUTED)
     sp_count, ar_count = xp.where(L.sp, n_tp, 0), xp.where(L.sp, 0, n_tp)
+    rs_count = sp_count - xp.where(L.sp, m * by_op * TP_COLLECTIVES_RECOMPUTED, 0)
     t_tp = run("tp", "all_gather", act_msg, L.tp, span["tp"], sp_count)
-    t_tp = t_tp + run("tp", "reduce_scatter", act_msg, L.tp, span["tp"], sp_count)
+    t_tp = t_tp + run("tp", "reduce_scatter", act_msg, L.tp, span["tp"], rs_count)
     t_tp = t_tp + run("tp", "all_reduce", act_msg, L.tp, span["tp"], ar_count)
     # PP: each micro-batch crosses each stage boundary forward and back (vpp times when
     # interleaved); with SP the message is split across the TP group (Megatron's scatter-gather)

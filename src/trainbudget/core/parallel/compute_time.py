@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainbudget.core.ops import SCALAR, Ops
-from trainbudget.core.parallel.layout import FULL, NONE, SELECTIVE, PlanNumbers
+from trainbudget.core.parallel.layout import NONE, SELECTIVE, SELECTIVE_OP, PlanNumbers
+from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.activations import FP32_BYTES, MASK_BYTES
-from trainbudget.core.single.flops import matmul_flops
+from trainbudget.core.single.flops import forward_flops, matmul_flops
 from trainbudget.core.single.params import attention_matrices
 from trainbudget.core.spec.model_spec import ModelSpec
 
@@ -141,6 +142,8 @@ class LayerCompute:
     """The attention core (scores, softmax, values)."""
     memory_bound_seconds: Any
     """Norms, residual adds, the activation function, RoPE, dropout."""
+    op_recomputed_matmul_seconds: Any = 0.0
+    """The weight matmuls selective-op recomputes (`core/single/op_checkpoint.py`)."""
 
 
 def _mean(a: Any, n_a: Any, b: Any, n_b: Any, xp: Ops) -> Any:
@@ -255,7 +258,19 @@ def layer_compute(
         forward_seconds=matmuls + attention + memory_bound,
         attention_seconds=attention,
         memory_bound_seconds=memory_bound,
+        op_recomputed_matmul_seconds=matmuls * _op_recomputed_share(spec, seq_len),
     )
+
+
+def _op_recomputed_share(spec: ModelSpec, seq_len: int) -> float:
+    """The share of a layer's weight-matmul FLOPs that selective-op recomputes (llama: wk,
+    wo, w3); their time is taken as that share of the layer's matmul time (the layer's GEMMs
+    are compute-bound at training shapes, so time follows FLOPs)."""
+    if op_checkpoint.unsupported(spec):
+        return 0.0
+    fwd = forward_flops(spec, seq_len)
+    weights = fwd.qkv + fwd.attn_proj + fwd.mlp_up + fwd.mlp_gate + fwd.mlp_down + fwd.router
+    return op_checkpoint.recomputed_flops(spec, seq_len) / weights
 
 
 def _memory_bound_seconds(
@@ -328,8 +343,8 @@ def micro_batch_compute(
     fwd, attn = layer.forward_seconds, layer.attention_seconds
     layers = L.stage_layers(spec.n_layers, "last")
     largest = L.stage_layers(spec.n_layers, "max")
-    recompute = _recompute_per_layer(L, layers, fwd, attn, xp)
-    recompute_largest = _recompute_per_layer(L, largest, fwd, attn, xp)
+    recompute = _recompute_per_layer(L, layers, layer, xp)
+    recompute_largest = _recompute_per_layer(L, largest, layer, xp)
     tokens = L.micro_batch * seq_len / L.cp
     logits = tokens * spec.vocab_size / L.tp  # elements on this GPU (vocab-parallel)
     head = 2 * tokens * spec.d_model * spec.vocab_size / L.tp / (peak * eff.matmul)
@@ -347,14 +362,19 @@ def micro_batch_compute(
     )
 
 
-def _recompute_per_layer(L: PlanNumbers, layers: Any, fwd: Any, attn: Any, xp: Ops) -> Any:
+def _recompute_per_layer(L: PlanNumbers, layers: Any, layer: LayerCompute, xp: Ops) -> Any:
     """Backward seconds per layer that recomputation adds on a stage of `layers`: the attention
-    core (selective) or the whole layer (full); FlashAttention's backward recomputes Q K^T
-    itself. Full recomputation of every K-th layer: the others recompute what they would
-    without it."""
+    core (selective), the memory-bound ops and the unsaved matmuls (selective-op) or the whole
+    layer (full); FlashAttention's backward recomputes Q K^T itself. Full recomputation of
+    every K-th layer: the others recompute what they would without it."""
+    fwd, attn = layer.forward_seconds, layer.attention_seconds
     recomputed = L.recomputed_layers(layers)
     flash_own = xp.where(L.flash, attn / 2, 0.0)
     every_kth = (recomputed * fwd + (layers - recomputed) * flash_own) / layers
     full = xp.where(L.recompute_every == 1, fwd, every_kth)
-    recompute = xp.where(L.recompute == NONE, 0.0, xp.where(L.recompute == SELECTIVE, attn, full))
-    return xp.where(L.flash & (L.recompute != FULL), attn / 2, recompute)
+    by_op = layer.memory_bound_seconds + layer.op_recomputed_matmul_seconds + flash_own
+    recompute = xp.where(L.recompute == SELECTIVE_OP, by_op, full)
+    recompute = xp.where(L.recompute == SELECTIVE, attn, recompute)
+    recompute = xp.where(L.recompute == NONE, 0.0, recompute)
+    own = L.flash & ((L.recompute == NONE) | (L.recompute == SELECTIVE))
+    return xp.where(own, attn / 2, recompute)

@@ -11,10 +11,12 @@ from trainbudget.core.parallel.plan import OFFLOAD_TARGETS, SCHEDULES, Plan
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
 
 # code = index into the tuple
-RECOMPUTE_CODES = RECOMPUTE_KINDS  # ("none", "selective", "full")
+RECOMPUTE_CODES = RECOMPUTE_KINDS  # ("none", "selective", "full", "selective-op")
 SCHEDULE_CODES = SCHEDULES  # ("1f1b", "gpipe", "interleaved")
 OFFLOAD_CODES = OFFLOAD_TARGETS  # ("none", "cpu", "nvme")
-NONE, SELECTIVE, FULL = (RECOMPUTE_CODES.index(k) for k in ("none", "selective", "full"))
+NONE, SELECTIVE, FULL, SELECTIVE_OP = (
+    RECOMPUTE_CODES.index(k) for k in ("none", "selective", "full", "selective-op")
+)
 ONE_F_ONE_B, GPIPE, INTERLEAVED = (
     SCHEDULE_CODES.index(k) for k in ("1f1b", "gpipe", "interleaved")
 )

@@ -20,11 +20,18 @@ from trainbudget.core.parallel.layout import (
     INTERLEAVED,
     ON_GPU,
     SELECTIVE,
+    SELECTIVE_OP,
     PlanNumbers,
     as_numbers,
 )
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.single.activations import FP32_BYTES, layer_activations
+from trainbudget.core.single import op_checkpoint
+from trainbudget.core.single.activations import (
+    FP32_BYTES,
+    layer_activations,
+    op_checkpoint_layer,
+    op_checkpoint_working_bytes,
+)
 from trainbudget.core.single.params import count_params
 from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -197,8 +204,9 @@ def stage_activations(
     layer: Any = None,
 ) -> Any:
     """Activation bytes at the peak of a stage's GPU: the layers' saved tensors for every
-    micro-batch in flight (checkpoints only under full recomputation, plus the layer being
-    recomputed), and on the stage with the head its inputs, logits and loss. `layer`:
+    micro-batch in flight (checkpoints only under full recomputation, what the per-op policy
+    saves under selective-op, plus the layer being recomputed), and on the stage with the head
+    its inputs, logits and loss. `layer`:
     `layer_bytes` when the caller has it already."""
     if layer is None:
         layer = layer_bytes(spec, L, seq_len, e, xp)
@@ -216,6 +224,23 @@ def stage_activations(
     )
     per_micro_batch = xp.where(full, kept, layers * layer)
     working = xp.where(full, layer - checkpoint, 0.0)  # the layer being recomputed
+    op = L.recompute == SELECTIVE_OP
+    # (validate_plan refuses selective-op where op_checkpoint cannot model the layer; the
+    # grid skips the per-op tensors when no plan of it uses the policy)
+    if not op_checkpoint.unsupported(spec) and (op.any() if xp.is_array else op):
+        saved = op_checkpoint_layer(
+            spec,
+            seq_len=seq_len,
+            micro_batch=L.micro_batch,
+            activation_bytes=e,
+            flash_attention=L.flash,
+            tp=L.tp,
+            sp=L.sp,
+            cp=L.cp,
+            xp=xp,
+        )
+        per_micro_batch = xp.where(op, layers * saved.total_bytes, per_micro_batch)
+        working = xp.where(op, op_checkpoint_working_bytes(layer, saved, xp), working)
     # the last stage: 1 (1F1B's bound, kept for every schedule); a middle one: the second
     # stage's count (i = 1), the most any stage between first and last holds
     last_of_many = (stage == "last") & (L.pp > 1)

@@ -13,6 +13,7 @@ from typing import Any
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.ops import SCALAR, Ops
+from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.spec.model_spec import ModelSpec
 
@@ -248,5 +249,7 @@ def validate_plan(
             problems.append(f"ep ({plan.ep}) must divide dp ({plan.dp}) * cp ({plan.cp})")
     elif plan.ep != 1:
         problems.append(f"ep ({plan.ep}) must be 1 for a dense model")
+    if plan.recompute == "selective-op" and op_checkpoint.unsupported(model):
+        problems.append(f"recompute 'selective-op' is {op_checkpoint.unsupported(model)}")
     if problems:
         raise SpecError("plan", plan.describe(), "; ".join(problems))

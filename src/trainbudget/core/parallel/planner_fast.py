@@ -32,6 +32,7 @@ from trainbudget.core.parallel.planner import (
     hsdp_shards,
 )
 from trainbudget.core.parallel.step_time import step_terms
+from trainbudget.core.single import op_checkpoint
 from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision
@@ -40,9 +41,11 @@ DEFAULT_POLICY = Policy()
 PlanArrays = PlanNumbers  # a grid of plans: one array per field
 
 
-def _recompute_code(kind: str) -> int:
+def _recompute_code(kind: str, spec: ModelSpec) -> int:
     if kind not in RECOMPUTE_CODES:
         raise SpecError("recompute", kind, "must be one of " + ", ".join(RECOMPUTE_CODES))
+    if kind == "selective-op" and op_checkpoint.unsupported(spec):
+        raise SpecError("recompute", kind, op_checkpoint.unsupported(spec))
     return RECOMPUTE_CODES.index(kind)
 
 
@@ -69,7 +72,7 @@ def enumerate_plan_arrays(
         [v for v in divisors(spec.n_layers) if v <= policy.max_vpp],
         divisors(spec.n_experts) if spec.is_moe else [1],
         list(policy.zero_stages),
-        [_recompute_code(r) for r in policy.recompute],
+        [_recompute_code(r, spec) for r in policy.recompute],
         [False, True],
         [0, 1] if policy.allow_offload else [0],
     )

@@ -36,6 +36,7 @@ from trainbudget.core.parallel.compute_time import (
 from trainbudget.core.parallel.layout import ON_GPU, TO_CPU, PlanNumbers, as_numbers
 from trainbudget.core.parallel.parallel_memory import stage_params
 from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.flops import forward_flops
 from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -266,6 +267,8 @@ def step_time(
         recomputed_layers = PlanNumbers.of(plan).recomputed_layers
         full = fwd.layers * sum(recomputed_layers(n) for n in counts) / spec.n_layers
     recomputed = {"none": 0, "selective": fwd.scores + fwd.attn_values, "full": full}
+    if plan.recompute == "selective-op":
+        recomputed["selective-op"] = op_checkpoint.recomputed_flops(spec, seq_len)
     extra = recomputed[plan.recompute] / seq_len * tokens_step
     compute_bubble = t.compute_seconds + t.bubble_seconds
     return StepTime(

@@ -24,6 +24,7 @@ from typing import Any
 from trainbudget.core.errors import SpecError
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
+from trainbudget.core.single.op_checkpoint import layer_matmuls
 from trainbudget.core.spec.model_spec import ModelSpec
 
 FP32_BYTES = 4  # softmax statistics and the loss are kept in fp32 whatever the policy
@@ -95,17 +96,16 @@ def layer_activations(
         ):
             if value <= 0:
                 raise SpecError(name, value, "must be a positive integer")
-    s, b, h, a, e = seq_len, micro_batch, spec.d_model, spec.n_heads, activation_bytes
+    s, b, h, e = seq_len, micro_batch, spec.d_model, activation_bytes
     tokens = s * b / cp  # tokens this GPU holds along the sequence
     rep = xp.where(sp, tp, 1)  # divisor of the tensors TP alone leaves replicated
-    heads = a / tp
     d_q = spec.d_q / tp
     d_kv = xp.maximum(spec.d_kv / tp, spec.d_head)  # K heads replicated when tp > n_kv_heads
     d_v = xp.maximum(spec.d_v / tp, spec.d_v_head)
     store_matrix = xp.not_(flash_attention | drop_attention_matrix)
     # local queries x all keys, local heads; a sliding layer without FlashAttention still
     # materialises the whole masked s x s matrix
-    matrix_elements = heads * (s / cp) * s * b
+    matrix_elements = _score_elements(spec, s, b, tp, cp)
     dropout_bytes = 0.0
     if dropout:
         # masks after attention and MLP (s*b*h each); on the attention matrix, its mask and its
@@ -121,10 +121,20 @@ def layer_activations(
         + _mla_latent_bytes(spec, tokens, e),
         qkv_bytes=_qkv_bytes(spec, tokens, d_q, d_kv, d_v, tp, e),
         attention_matrix_bytes=xp.where(store_matrix, matrix_elements * e, 0),
-        flash_stats_bytes=xp.where(flash_attention, heads * tokens * FP32_BYTES, 0),
+        flash_stats_bytes=xp.where(flash_attention, _logsumexp_bytes(spec, tokens, tp), 0),
         mlp_bytes=_mlp_bytes(spec, tokens, rep, tp, e),
         dropout_bytes=dropout_bytes,
     )
+
+
+def _score_elements(spec: ModelSpec, s: int, b: Any, tp: Any, cp: Any) -> Any:
+    """Attention scores on one GPU: local heads x local queries x all keys x sequences."""
+    return spec.n_heads / tp * (s / cp) * s * b
+
+
+def _logsumexp_bytes(spec: ModelSpec, tokens: Any, tp: Any) -> Any:
+    """FlashAttention's fp32 logsumexp: one value per local head and token."""
+    return spec.n_heads / tp * tokens * FP32_BYTES
 
 
 def _mla_latent_bytes(spec: ModelSpec, tokens: Any, e: int) -> Any:
@@ -172,6 +182,66 @@ def _mlp_bytes(spec: ModelSpec, tokens: Any, rep: Any, tp: Any, e: int) -> Any:
 
 
 @dataclass(frozen=True, kw_only=True)
+class OpCheckpointLayer:
+    """What one layer keeps under per-op selective checkpointing (`op_checkpoint`), one
+    micro-batch on one GPU: the block input (the checkpoint's own argument), the outputs of
+    the matmuls the policy saves (llama: wq, wv, w1, w2; a row-parallel one, w2, as the
+    full-width partial sum before TP's reduction), the attention kernel's outputs (O and the
+    fp32 logsumexp with flash, O and the s x s probabilities with math SDPA) and, with SP,
+    the outputs of the two reduce-scatters (after wo and w2), saved as comm ops."""
+
+    total_bytes: Any
+    unread_bytes: Any
+    """Of the total, what the layer's backward never reads (saved anyway): the output of a
+    saved row-parallel matmul and the reduce-scatter outputs."""
+
+
+def op_checkpoint_layer(
+    spec: ModelSpec,
+    *,
+    seq_len: int,
+    micro_batch: Any,
+    activation_bytes: int,
+    flash_attention: Any = False,
+    tp: Any = 1,
+    sp: Any = False,
+    cp: Any = 1,
+    xp: Ops = SCALAR,
+) -> OpCheckpointLayer:
+    """Bytes one layer keeps under torchtitan's per-op policy (`op_checkpoint.layer_matmuls`
+    says which matmuls); recomputed, so not kept: the norms' outputs, RoPE's rotated Q and K,
+    the activation function and the gate x up product, the unsaved matmuls' outputs (llama:
+    wk, wo, w3), the residual sum between attention and MLP, and all-gather outputs."""
+    e, h = activation_bytes, spec.d_model
+    tokens = seq_len * micro_batch / cp  # tokens through each matmul on this GPU
+    saved = [m for m in layer_matmuls(spec) if m.saved]
+    # elements per token. Row-parallel outputs are full-width partial sums on each TP rank;
+    # column-parallel ones split by tp (K and V no narrower than one head)
+    row = sum(m.d_out for m in saved if m.row_parallel)
+    split = sum(m.d_out for m in saved if not m.row_parallel and not m.min_local_out)
+    # the block input (h, split by tp under SP) and SP's two reduce-scatter outputs (h/tp)
+    width = xp.where(sp, 3 * h / tp, h) + row + (split + spec.d_attn_out) / tp
+    for m in saved:
+        if m.min_local_out and not m.row_parallel:
+            width = width + xp.maximum(m.d_out / tp, m.min_local_out)
+    kernel = xp.where(
+        flash_attention,
+        _logsumexp_bytes(spec, tokens, tp),
+        _score_elements(spec, seq_len, micro_batch, tp, cp) * e,
+    )
+    return OpCheckpointLayer(
+        total_bytes=tokens * width * e + kernel,
+        unread_bytes=tokens * (row + xp.where(sp, 2 * h / tp, 0)) * e,
+    )
+
+
+def op_checkpoint_working_bytes(layer: Any, kept: OpCheckpointLayer, xp: Ops = SCALAR) -> Any:
+    """Extra bytes while one layer is recomputed for its backward: the replay rebuilds what
+    the backward reads and the policy did not keep (`layer`: the no-recompute set)."""
+    return xp.maximum(layer - (kept.total_bytes - kept.unread_bytes), 0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ActivationMemory:
     """Activation bytes held at the peak of one micro-batch's backward pass."""
 
@@ -206,7 +276,9 @@ def activation_memory(
     - none: every layer keeps everything (Korthikanti eq. 1 x L);
     - selective: the s*s attention matrix is recomputed, not kept (Korthikanti eq. 6);
     - full: each layer keeps only its input (s*b*h), and at peak one layer's tensors are
-      rebuilt for its backward (Korthikanti Sec. 4.3, 2*s*b*h*L, plus that working layer).
+      rebuilt for its backward (Korthikanti Sec. 4.3, 2*s*b*h*L, plus that working layer);
+    - selective-op: each layer keeps its input and the outputs torchtitan's per-op policy
+      saves (`op_checkpoint_layer`), plus, at peak, what the replay of one layer rebuilds.
     """
     if recompute not in RECOMPUTE_KINDS:
         raise SpecError("recompute", recompute, "must be one of " + ", ".join(RECOMPUTE_KINDS))
@@ -224,6 +296,16 @@ def activation_memory(
         checkpoint = tokens * spec.d_model * activation_bytes
         # the layer under recomputation holds its full set; its own input is part of that set
         layers = (spec.n_layers - 1) * checkpoint + layer.total_bytes
+    elif recompute == "selective-op":
+        kept = op_checkpoint_layer(
+            spec,
+            seq_len=seq_len,
+            micro_batch=micro_batch,
+            activation_bytes=activation_bytes,
+            flash_attention=flash_attention,
+        )
+        working = op_checkpoint_working_bytes(layer.total_bytes, kept)
+        layers = spec.n_layers * kept.total_bytes + working
     else:
         layers = spec.n_layers * layer.total_bytes
     return ActivationMemory(

@@ -19,10 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.single.op_checkpoint import recomputed_flops as op_recomputed_flops
 from trainbudget.core.single.params import attention_matrices, count_params, matmul_params
 from trainbudget.core.spec.model_spec import BareModel, ModelSpec
 
-RECOMPUTE_KINDS = ("none", "selective", "full")
+RECOMPUTE_KINDS = ("none", "selective", "full", "selective-op")
+"""Appended, never reordered: a plan's recompute code is the index here (parallel/layout.py)."""
 
 
 def matmul_flops(b: int, d: int, k: int) -> int:
@@ -171,18 +173,28 @@ class TrainingFlops:
         return self.model_flops_per_token + self.recompute_flops_per_token
 
 
-def recompute_flops(fwd: ForwardFlops, recompute: str, flash_attention: bool) -> int:
+def recompute_flops(
+    fwd: ForwardFlops, recompute: str, flash_attention: bool, spec: ModelSpec | None = None
+) -> int:
     """Forward FLOPs recomputed during backward, per sequence.
 
     - selective (Korthikanti et al. 2022, arXiv 2205.05198, Sec. 4.2): the attention core,
       Q @ K^T and softmax @ V, is recomputed instead of stored;
     - full: every layer's forward runs again (the head is not checkpointed);
+    - selective-op (torchtitan's per-op policy, `op_checkpoint`): the matmuls it does not save
+      (every second one); needs `spec`;
     - FlashAttention (Dao et al. 2022, arXiv 2205.14135, Alg. 4) recomputes Q @ K^T in its own
       backward whatever the policy.
     """
     if recompute not in RECOMPUTE_KINDS:
         raise SpecError("recompute", recompute, "must be one of " + ", ".join(RECOMPUTE_KINDS))
-    extra = {"none": 0, "selective": fwd.scores + fwd.attn_values, "full": fwd.layers}[recompute]
+    if recompute == "selective-op":
+        if spec is None:
+            raise SpecError("recompute", recompute, "needs the model spec (which matmuls run)")
+        extra = op_recomputed_flops(spec, fwd.seq_len)
+    else:
+        parts = {"none": 0, "selective": fwd.scores + fwd.attn_values, "full": fwd.layers}
+        extra = parts[recompute]
     if flash_attention:
         if recompute == "selective":
             # FlashAttention already stores no T x T matrix: selective recompute adds nothing
@@ -206,6 +218,10 @@ def training_flops(
     if recompute not in RECOMPUTE_KINDS:
         raise SpecError("recompute", recompute, "must be one of " + ", ".join(RECOMPUTE_KINDS))
     if isinstance(model, BareModel):
+        if recompute == "selective-op":
+            raise SpecError(
+                "recompute", recompute, "needs a model architecture, not a bare parameter count"
+            )
         six_n = 6 * model.n_params
         return TrainingFlops(
             seq_len=seq_len,
@@ -228,7 +244,7 @@ def training_flops(
         flash_attention=flash_attention,
         forward_per_sequence=fwd,
         model_flops_per_token=3 * fwd.total / seq_len,
-        recompute_flops_per_token=recompute_flops(fwd, recompute, flash_attention) / seq_len,
+        recompute_flops_per_token=recompute_flops(fwd, recompute, flash_attention, model) / seq_len,
         approx_6n_per_token=6 * p.active,
         palm_per_token=palm_flops_per_token(model, seq_len),
     )
