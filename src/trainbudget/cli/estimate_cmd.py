@@ -186,8 +186,10 @@ def to_json(e: Estimate) -> dict:
             "master_weights": m.master_bytes,
             "optimizer_state": m.optimizer_state_bytes,
             "activations": m.activations_bytes,
+            "temporaries": m.temporaries_bytes,
             "total": m.total_bytes,
         },
+        "memory_model": _memory_model_json(e),
         "activations_breakdown": _activations_json(e),
         "fits_in_gpu_memory": m.total_bytes <= req.hardware.memory_bytes,
         "gpu_memory_bytes": req.hardware.memory_bytes,
@@ -196,6 +198,18 @@ def to_json(e: Estimate) -> dict:
         "assumptions": list(e.assumptions),
     }
     return out
+
+
+def _memory_model_json(e: Estimate) -> dict:
+    """Which model gave memory_bytes: the phase model's peak (its parts those alive at
+    peak_phase) or the sum of parts (peak_phase null); the one-GPU figure, whatever a plan
+    puts in memory_bytes."""
+    m = e.memory
+    return {
+        "kind": "phase-peak" if m.peak_phase else "sum-of-parts",
+        "peak_phase": m.peak_phase,
+        "phases_bytes": dict(m.phases_bytes),
+    }
 
 
 def _activations_json(e: Estimate) -> dict:
@@ -248,13 +262,15 @@ def _summary(e: Estimate) -> str:
             f"{req.hardware.name} at MFU {t.mfu}; {t.gpu_hours:,.0f} GPU-hours"
             + (f"; cost {t.cost:,.0f}" if t.cost is not None else "")
         )
+    temporaries = f"+ temporaries {format_bytes(m.temporaries_bytes)} " if m.peak_phase else ""
+    how = f"peak at {m.peak_phase}" if m.peak_phase else "sum of parts"
+    fits = "fits" if m.total_bytes <= req.hardware.memory_bytes else "does NOT fit"
+    fits += f" in {format_bytes(req.hardware.memory_bytes)}"
     lines.append(
         f"memory/GPU   weights {format_bytes(m.params_bytes)} + grads "
         f"{format_bytes(m.grads_bytes)} + optimizer {format_bytes(m.optimizer_bytes)} "
-        f"+ activations {format_bytes(m.activations_bytes)} = "
-        f"{format_bytes(m.total_bytes)} "
-        f"({'fits' if m.total_bytes <= req.hardware.memory_bytes else 'does NOT fit'} "
-        f"in {format_bytes(req.hardware.memory_bytes)})"
+        f"+ activations {format_bytes(m.activations_bytes)} {temporaries}= "
+        f"{format_bytes(m.total_bytes)} ({how}; {fits})"
     )
     lines.append(f"checkpoint   {format_bytes(e.checkpoint_bytes)}")
     return "\n".join(lines)

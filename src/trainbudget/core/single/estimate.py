@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.flops import TrainingFlops, training_flops
-from trainbudget.core.single.memory import MemoryBreakdown, checkpoint_bytes, training_memory
+from trainbudget.core.single.memory import MemoryBreakdown, checkpoint_bytes
+from trainbudget.core.single.one_gpu_memory import one_gpu_memory
 from trainbudget.core.single.params import ParamBreakdown, count_params
 from trainbudget.core.single.training_time import TrainingTime, training_time
 from trainbudget.core.spec.hardware import Hardware
@@ -137,7 +138,7 @@ def estimate(req: EstimateRequest) -> Estimate:
         flash_attention=req.flash_attention,
     )
     per_token = _flops_per_token(req, flops)
-    memory = training_memory(
+    memory, memory_note = one_gpu_memory(
         model,
         precision=req.precision,
         optimizer=req.optimizer,
@@ -175,12 +176,12 @@ def estimate(req: EstimateRequest) -> Estimate:
         memory=memory,
         checkpoint_bytes=checkpoint_bytes(model, precision=req.precision, optimizer=req.optimizer),
         time=time,
-        assumptions=tuple(_assumptions(req, seq_len)),
+        assumptions=tuple(_assumptions(req, seq_len, memory_note)),
     )
     return Estimate(**{**result.__dict__, "steps": tuple(_steps(result))})
 
 
-def _assumptions(req: EstimateRequest, seq_len: int) -> list[str]:
+def _assumptions(req: EstimateRequest, seq_len: int, memory_note: str) -> list[str]:
     prec = get_precision(req.precision)
     out = [
         f"FLOPs are matmul FLOPs (multiply-add = 2), {'causal' if req.causal else 'non-causal'} "
@@ -193,8 +194,7 @@ def _assumptions(req: EstimateRequest, seq_len: int) -> list[str]:
         f"memory is for one GPU holding the whole model (no parallelism, no sharding); "
         f"{req.precision}: weights {prec.weight_bytes} B, grads {prec.grad_bytes} B, "
         f"master {prec.master_bytes} B per parameter",
-        "peak memory taken as the sum of parts (upper bound); allocator fragmentation, CUDA "
-        "context and communication buffers not included",
+        memory_note,
     ]
     if isinstance(req.model, BareModel):
         out.append(
@@ -212,7 +212,7 @@ def _assumptions(req: EstimateRequest, seq_len: int) -> list[str]:
 
 
 def _steps(e: Estimate) -> list[Step]:
-    req, f, m = e.request, e.flops, e.memory
+    req, f = e.request, e.flops
     s: list[Step] = []
     if e.params is not None:
         parts = " + ".join(f"{k} {v:,}" for k, v in e.params.as_dict().items() if v)
@@ -287,20 +287,37 @@ def _steps(e: Estimate) -> list[Step]:
             s.append(
                 Step("cost", f"{t.gpu_hours:,.0f} GPU-h x {t.price_per_gpu_hour}", f"{t.cost:,.0f}")
             )
+    s += _memory_steps(e)
+    s.append(
+        Step(
+            "checkpoint",
+            "highest-precision weights + optimizer state",
+            format_bytes(e.checkpoint_bytes),
+        )
+    )
+    return s
+
+
+def _memory_steps(e: Estimate) -> list[Step]:
+    """Weights, gradients, optimizer, activations and the total: the parts alive at the phase
+    model's peak, or the sum of parts where that model does not apply."""
+    req, m = e.request, e.memory
     prec = get_precision(req.precision)
-    s.append(
-        Step("weights", f"{e.n_params:,} x {prec.weight_bytes} B", format_bytes(m.params_bytes))
-    )
-    s.append(
-        Step("gradients", f"{e.n_params:,} x {prec.grad_bytes} B", format_bytes(m.grads_bytes))
-    )
-    s.append(
+    at = f"alive at {m.peak_phase}" if m.peak_phase else ""
+    grads = f"{e.n_params:,} x {prec.grad_bytes} B"
+    s = [
+        Step("weights", f"{e.n_params:,} x {prec.weight_bytes} B", format_bytes(m.params_bytes)),
+        Step(
+            "gradients",
+            at if m.peak_phase and m.grads_bytes != e.n_params * prec.grad_bytes else grads,
+            format_bytes(m.grads_bytes),
+        ),
         Step(
             f"optimizer ({req.optimizer})",
             "fp32 master + state",
             f"{format_bytes(m.master_bytes)} + {format_bytes(m.optimizer_state_bytes)}",
-        )
-    )
+        ),
+    ]
     if m.activations is not None:
         a = m.activations
         s.append(
@@ -318,19 +335,25 @@ def _steps(e: Estimate) -> list[Step]:
                 format_bytes(a.total_bytes),
             )
         )
+    total = "weights + grads + optimizer + activations"
+    if m.peak_phase:
+        phases = ", ".join(f"{name} {format_bytes(b)}" for name, b in m.phases_bytes)
+        s.append(Step("phases (peak model)", phases, f"peak at {m.peak_phase}"))
+        s.append(
+            Step(
+                "activations at peak",
+                f"{at} (logits and fp32 log-probabilities included)",
+                format_bytes(m.activations_bytes),
+            )
+        )
+        s.append(Step("temporaries at peak", at, format_bytes(m.temporaries_bytes)))
+        total = f"{total} + temporaries, {at}"
     s.append(
         Step(
             "total per GPU",
-            "weights + grads + optimizer + activations",
+            total,
             f"{format_bytes(m.total_bytes)} ({format_bytes(m.total_bytes, binary=True)}) "
             f"of {format_bytes(req.hardware.memory_bytes)}",
-        )
-    )
-    s.append(
-        Step(
-            "checkpoint",
-            "highest-precision weights + optimizer state",
-            format_bytes(e.checkpoint_bytes),
         )
     )
     return s

@@ -32,6 +32,18 @@ class MemoryBreakdown:
     """fp32 master weights kept by the optimizer under mixed precision."""
     optimizer_state_bytes: float
     activations: ActivationMemory | None
+    """The stored activations by formula (activations.py), whatever the peak model."""
+    peak_phase: str | None = None
+    """The phase model's peak moment (`peak_memory.training_peak`); None: the sum of parts,
+    every field above counted at once (an upper bound)."""
+    peak_activations_bytes: float | None = None
+    """Activations alive at `peak_phase` (logits and the loss's fp32 log-probabilities
+    included); None with the sum of parts."""
+    temporaries_bytes: float = 0.0
+    """Temporaries alive at `peak_phase`: the loss backward's fp32 gradients or the optimizer
+    update's scratch (0 with the sum of parts)."""
+    phases_bytes: tuple[tuple[str, float], ...] = ()
+    """(phase, total bytes) of every moment the phase model compares; empty with the sum."""
 
     @property
     def optimizer_bytes(self) -> float:
@@ -40,11 +52,19 @@ class MemoryBreakdown:
 
     @property
     def activations_bytes(self) -> float:
+        if self.peak_activations_bytes is not None:
+            return self.peak_activations_bytes
         return self.activations.total_bytes if self.activations else 0.0
 
     @property
     def total_bytes(self) -> float:
-        return self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
+        return (
+            self.params_bytes
+            + self.grads_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.temporaries_bytes
+        )
 
 
 def optimizer_state_bytes(

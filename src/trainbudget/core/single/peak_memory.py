@@ -76,9 +76,12 @@ def training_peak(
     seq_len: int,
     micro_batch: int,
     recompute: str = "none",
+    flash_attention: bool = True,
 ) -> PeakMemory:
     """Peak bytes of a training step of the reference model (FlashAttention-style SDPA,
-    no dropout, one micro-batch)."""
+    no dropout, one micro-batch). flash_attention=False keeps each layer's s x s attention
+    matrix as well (an eager attention, activations.py's term): the reference model always
+    runs SDPA, so only the default is held to MemTracker."""
     # an estimate-only optimizer has no reference update whose scratch could be counted
     prec, opt = get_precision(precision), get_trainable_optimizer(optimizer)
     p = count_params(spec)
@@ -93,7 +96,7 @@ def training_peak(
         micro_batch=micro_batch,
         activation_bytes=e,
         recompute=recompute,
-        flash_attention=True,
+        flash_attention=flash_attention,
     )
     stats = LAYERNORM_STATS_BYTES if spec.norm == "layernorm" else RMSNORM_STATS_BYTES
     n_norms = 2 * spec.n_layers + 1
