@@ -163,6 +163,28 @@ def attention_projection_seconds(spec: ModelSpec, rows: Any, t: Any, gemm: Any) 
     return seconds
 
 
+@dataclass(frozen=True)
+class _Roofline:
+    """The device and dtype every op of a layer is timed against."""
+
+    e: int
+    peak: float
+    hbm: float
+    eff: Efficiency
+    xp: Ops
+
+    def mm(self, flops: Any, m: Any, n: Any, k: Any) -> Any:
+        return matmul_seconds(flops, m, n, k, self.e, self.peak, self.hbm, self.eff, self.xp)
+
+    def gemm(self, m: Any, n: Any, k: Any) -> Any:
+        """(m, k) @ (k, n), its FLOPs from the shape."""
+        return self.mm(matmul_flops(m, k, n), m, n, k)
+
+    @property
+    def hbm_rate(self) -> float:
+        return self.hbm * self.eff.hbm
+
+
 def layer_compute(
     spec: ModelSpec,
     L: PlanNumbers,
@@ -180,71 +202,14 @@ def layer_compute(
     computes the whole s x s scores and masks them, so it costs the same). A sliding-window
     layer's queries see min(s, w) keys in both kernels (an unfused kernel that built the
     whole s x s scores and masked the band would cost what a global layer costs)."""
-    t, b, s, d = L.tp, L.micro_batch, seq_len, spec.d_model
-    rows = b * s / L.cp  # tokens through each weight matmul on this GPU
-    hbm_rate = hbm * eff.hbm
+    r = _Roofline(e=e, peak=peak, hbm=hbm, eff=eff, xp=xp)
+    rows = L.micro_batch * seq_len / L.cp  # tokens through each weight matmul on this GPU
     mix = stage_mix(spec, L, xp)
-
-    def gemm(m: Any, n: Any, k: Any) -> Any:  # (m, k) @ (k, n), its FLOPs from the shape
-        return matmul_seconds(matmul_flops(m, k, n), m, n, k, e, peak, hbm, eff, xp)
-
-    matmuls = attention_projection_seconds(spec, rows, t, gemm)
-
-    def mlp(d_hidden: int, visits: int) -> tuple[Any, Any]:
-        """(matmul, memory-bound) seconds of an MLP of width d_hidden each token visits
-        `visits` times (the experts it is routed to, and the shared ones)."""
-        up = d_hidden / t * (2 if spec.mlp == "swiglu" else 1)
-        mm = gemm(rows * visits, up, d) + gemm(rows * visits, d, d_hidden / t)
-        act = rows * ACTIVATION_FN_TRAFFIC[spec.mlp] * d_hidden * visits / t * e / hbm_rate
-        return mm, act
-
-    if spec.is_moe:  # routed (and shared) experts, the router on every MoE layer
-        moe_mm, moe_act = mlp(spec.d_ff_expert, spec.experts_per_token + spec.n_shared_experts)
-        # the router: each TP rank routes 1/tp of the tokens (Megatron-Core's MoE runs with SP)
-        router_flops = matmul_flops(rows, d, spec.n_experts) / t
-        moe_mm = moe_mm + matmul_seconds(
-            router_flops, rows, spec.n_experts, d, e, peak, hbm, eff, xp
-        )
-    if not spec.is_moe:
-        mlp_mm, mlp_act = mlp(spec.d_ff, 1)
-    elif not spec.n_dense_layers:
-        mlp_mm, mlp_act = moe_mm, moe_act
-    else:
-        dense_mm, dense_act = mlp(spec.d_ff, 1)
-        n_dense = mix.layers - mix.moe
-        mlp_mm = _mean(dense_mm, n_dense, moe_mm, mix.moe, xp)
-        mlp_act = _mean(dense_act, n_dense, moe_act, mix.moe, xp)
-    matmuls = matmuls + mlp_mm
+    mlp_mm, mlp_act = _mlp_seconds(spec, L, mix, rows, r)
+    matmuls = attention_projection_seconds(spec, rows, L.tp, r.gemm) + mlp_mm
 
     def core(window: int) -> Any:
-        """The attention core of a layer whose queries see min(s, window) keys (all s
-        without a window), FlashAttention or unfused."""
-        keys = min(s, window) if window else s
-        pair_flops = 2 * (spec.d_q + spec.d_attn_out)  # scores and values, per pair (flops.py)
-        flash = s * keys * pair_flops * b / (t * L.cp) / (peak * eff.attention)
-        if causal:
-            flash = flash * flash_tile_fraction(s, window)
-        # unfused: batched GEMMs (s/cp, d_head) @ (d_head, keys) and (s/cp, keys) @ (keys,
-        # d_v_head) per head, whose k = d_head makes them memory-bound on the s x keys operand;
-        # then softmax (read and write the scores) and, with dropout, its mask and dropped copy
-        q_rows, per_seq = s / L.cp, b / (t * L.cp)
-        scores = matmul_seconds(
-            2 * s * keys * spec.d_q * per_seq, q_rows, keys, spec.d_head, e, peak, hbm, eff, xp
-        )
-        values = matmul_seconds(
-            2 * s * keys * spec.d_attn_out * per_seq,
-            q_rows,
-            spec.d_v_head,
-            keys,
-            e,
-            peak,
-            hbm,
-            eff,
-            xp,
-        )
-        per_score = 2 * e + ((2 * e + MASK_BYTES) if dropout else 0)
-        unfused = scores + values + rows * (spec.n_heads / t) * keys * per_score / hbm_rate
-        return xp.where(L.flash, flash, unfused)
+        return _attention_core_seconds(spec, L, seq_len, window, rows, r, causal, dropout)
 
     if not spec.sliding_window:
         attention = core(0)
@@ -253,13 +218,73 @@ def layer_compute(
     else:
         n_global = mix.layers - mix.sliding
         attention = _mean(core(0), n_global, core(spec.sliding_window), mix.sliding, xp)
-    memory_bound = _memory_bound_seconds(spec, L, rows, e, hbm_rate, dropout, xp) + mlp_act
+    memory_bound = _memory_bound_seconds(spec, L, rows, e, r.hbm_rate, dropout, xp) + mlp_act
     return LayerCompute(
         forward_seconds=matmuls + attention + memory_bound,
         attention_seconds=attention,
         memory_bound_seconds=memory_bound,
         op_recomputed_matmul_seconds=matmuls * _op_recomputed_share(spec, seq_len),
     )
+
+
+def _mlp_seconds(
+    spec: ModelSpec, L: PlanNumbers, mix: StageLayers, rows: Any, r: _Roofline
+) -> tuple[Any, Any]:
+    """(matmul, activation-function) seconds of a layer's MLP, the mean over the stage's dense
+    and MoE layers; MoE layers add their router."""
+    t, d = L.tp, spec.d_model
+
+    def mlp(d_hidden: int, visits: int) -> tuple[Any, Any]:
+        """An MLP of width d_hidden each token visits `visits` times (the experts it is routed
+        to, and the shared ones)."""
+        up = d_hidden / t * (2 if spec.mlp == "swiglu" else 1)
+        mm = r.gemm(rows * visits, up, d) + r.gemm(rows * visits, d, d_hidden / t)
+        act = rows * ACTIVATION_FN_TRAFFIC[spec.mlp] * d_hidden * visits / t * r.e / r.hbm_rate
+        return mm, act
+
+    if not spec.is_moe:
+        return mlp(spec.d_ff, 1)
+    moe_mm, moe_act = mlp(spec.d_ff_expert, spec.experts_per_token + spec.n_shared_experts)
+    # the router: each TP rank routes 1/tp of the tokens (Megatron-Core's MoE runs with SP)
+    router_flops = matmul_flops(rows, d, spec.n_experts) / t
+    moe_mm = moe_mm + r.mm(router_flops, rows, spec.n_experts, d)
+    if not spec.n_dense_layers:
+        return moe_mm, moe_act
+    dense_mm, dense_act = mlp(spec.d_ff, 1)
+    n_dense = mix.layers - mix.moe
+    return (
+        _mean(dense_mm, n_dense, moe_mm, mix.moe, r.xp),
+        _mean(dense_act, n_dense, moe_act, mix.moe, r.xp),
+    )
+
+
+def _attention_core_seconds(
+    spec: ModelSpec,
+    L: PlanNumbers,
+    seq_len: int,
+    window: int,
+    rows: Any,
+    r: _Roofline,
+    causal: bool,
+    dropout: bool,
+) -> Any:
+    """The attention core of a layer whose queries see min(s, window) keys (all s without a
+    window), FlashAttention or unfused."""
+    s, b, t = seq_len, L.micro_batch, L.tp
+    keys = min(s, window) if window else s
+    pair_flops = 2 * (spec.d_q + spec.d_attn_out)  # scores and values, per pair (flops.py)
+    flash = s * keys * pair_flops * b / (t * L.cp) / (r.peak * r.eff.attention)
+    if causal:
+        flash = flash * flash_tile_fraction(s, window)
+    # unfused: batched GEMMs (s/cp, d_head) @ (d_head, keys) and (s/cp, keys) @ (keys,
+    # d_v_head) per head, whose k = d_head makes them memory-bound on the s x keys operand;
+    # then softmax (read and write the scores) and, with dropout, its mask and dropped copy
+    q_rows, per_seq = s / L.cp, b / (t * L.cp)
+    scores = r.mm(2 * s * keys * spec.d_q * per_seq, q_rows, keys, spec.d_head)
+    values = r.mm(2 * s * keys * spec.d_attn_out * per_seq, q_rows, spec.d_v_head, keys)
+    per_score = 2 * r.e + ((2 * r.e + MASK_BYTES) if dropout else 0)
+    unfused = scores + values + rows * (spec.n_heads / t) * keys * per_score / r.hbm_rate
+    return r.xp.where(L.flash, flash, unfused)
 
 
 def _op_recomputed_share(spec: ModelSpec, seq_len: int) -> float:
