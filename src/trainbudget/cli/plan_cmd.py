@@ -184,60 +184,66 @@ def run(args: argparse.Namespace) -> int:
             useful_seconds=tokens / best.time.tokens_per_second if tokens else None,
         )
     if args.json:
-        plans = []
-        for r in result.plans:
-            j = plan_json(r, cluster)
-            j["seconds_per_token"] = r.seconds_per_token
-            if tokens is not None:
-                j["time_days"] = tokens / r.time.tokens_per_second / SECONDS_PER_DAY
-                j["gpu_hours"] = j["time_days"] * 24 * cluster.n_gpus
-            plans.append(j)
-        if result.plans:  # the best plan's range from the model's error on similar runs
-            rng = range_json(result.plans[0], cluster.hardware.name, tokens)
-            plans[0]["step_seconds_range"] = rng["step_seconds_range"]
-            if tokens is not None:
-                low, high = (t / SECONDS_PER_DAY for t in rng["time_seconds_range"].values())
-                plans[0]["time_days_range"] = {"low": low, "high": high}
-        print(
-            dumps_json(
-                {
-                    "plans": plans,
-                    "evaluated": result.evaluated,
-                    "fitting": result.n_fitting,
-                    "search_seconds": result.search_seconds,
-                    "why": why_best(result),
-                    "reliability": reliability,
-                    "framework": fw.name,
-                    "assumptions": [fw.assumption()],
-                }
-            )
-        )
-        return 0
-    print(
+        print(dumps_json(_result_json(result, cluster, tokens, reliability, fw)))
+    else:
+        print("\n".join(_result_lines(result, cluster, tokens, reliability, fw)))
+    return 0
+
+
+def _result_json(result, cluster, tokens, reliability, fw: Framework) -> dict:
+    plans = []
+    for r in result.plans:
+        j = plan_json(r, cluster)
+        j["seconds_per_token"] = r.seconds_per_token
+        if tokens is not None:
+            j["time_days"] = tokens / r.time.tokens_per_second / SECONDS_PER_DAY
+            j["gpu_hours"] = j["time_days"] * 24 * cluster.n_gpus
+        plans.append(j)
+    if result.plans:  # the best plan's range from the model's error on similar runs
+        rng = range_json(result.plans[0], cluster.hardware.name, tokens)
+        plans[0]["step_seconds_range"] = rng["step_seconds_range"]
+        if tokens is not None:
+            low, high = (t / SECONDS_PER_DAY for t in rng["time_seconds_range"].values())
+            plans[0]["time_days_range"] = {"low": low, "high": high}
+    return {
+        "plans": plans,
+        "evaluated": result.evaluated,
+        "fitting": result.n_fitting,
+        "search_seconds": result.search_seconds,
+        "why": why_best(result),
+        "reliability": reliability,
+        "framework": fw.name,
+        "assumptions": [fw.assumption()],
+    }
+
+
+def _result_lines(result, cluster, tokens, reliability, fw: Framework) -> list[str]:
+    out = [
         f"{result.evaluated:,} layouts evaluated in {result.search_seconds:.2f} s; "
-        f"{result.n_fitting:,} fit in {format_bytes(cluster.hardware.memory_bytes)}"
-    )
-    print(f"{'#':>2} {'plan':<46} {'step s':>8} {'tokens/s':>12} {'MFU':>6} {'mem GB':>7} fits")
+        f"{result.n_fitting:,} fit in {format_bytes(cluster.hardware.memory_bytes)}",
+        f"{'#':>2} {'plan':<46} {'step s':>8} {'tokens/s':>12} {'MFU':>6} {'mem GB':>7} fits",
+    ]
     for i, r in enumerate(result.plans, 1):
-        print(
+        out.append(
             f"{i:>2} {r.plan.describe():<46} {r.time.step_seconds:>8.3f} "
             f"{r.time.tokens_per_second:>12,.0f} {100 * r.time.mfu:>5.1f}% "
             f"{r.memory.total_bytes / GB:>7.1f} {'yes' if r.fits else 'NO'}"
         )
-    if result.plans:
-        print()
-        print("\n".join(plan_lines(result.plans[0], cluster)))
-        rng = range_json(result.plans[0], cluster.hardware.name, tokens)
-        print(range_line(rng))
-        if tokens is not None:
-            days = tokens / result.plans[0].time.tokens_per_second / SECONDS_PER_DAY
-            low, high = (t / SECONDS_PER_DAY for t in rng["time_seconds_range"].values())
-            print(f"time         {days:.2f} days ({low:.2f}-{high:.2f}) for {tokens:.4g} tokens")
-        print(f"why          {why_best(result)}")
-        print(f"framework    {fw.assumption().removeprefix('framework: ')}")
-        if reliability is not None:
-            print(reliability_line(reliability))
-    return 0
+    if not result.plans:
+        return out
+    best = result.plans[0]
+    out += ["", *plan_lines(best, cluster)]
+    rng = range_json(best, cluster.hardware.name, tokens)
+    out.append(range_line(rng))
+    if tokens is not None:
+        days = tokens / best.time.tokens_per_second / SECONDS_PER_DAY
+        low, high = (t / SECONDS_PER_DAY for t in rng["time_seconds_range"].values())
+        out.append(f"time         {days:.2f} days ({low:.2f}-{high:.2f}) for {tokens:.4g} tokens")
+    out.append(f"why          {why_best(result)}")
+    out.append(f"framework    {fw.assumption().removeprefix('framework: ')}")
+    if reliability is not None:
+        out.append(reliability_line(reliability))
+    return out
 
 
 def _run_cheapest(args: argparse.Namespace, run_search, fw: Framework) -> int:
