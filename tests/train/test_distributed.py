@@ -404,7 +404,8 @@ def test_no_thread_of_the_process_group_outlives_train(tmp_path, strategy):
             script=Path(__file__).with_name("rank_exit.py"),
         )
     )
-    reports = [json.loads(line) for line in r.stdout.splitlines() if line.startswith('{"rank"')]
+    files = sorted((tmp_path / "run").glob("rank-exit-*.json"))
+    reports = [json.loads(f.read_text()) for f in files]
     assert sorted(report["rank"] for report in reports) == [0, 1], r.stdout
     for report in reports:
         assert report["code"] == 0
