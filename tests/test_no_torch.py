@@ -87,3 +87,39 @@ def test_report_and_plot_of_a_run_work_where_torch_cannot_be_imported(tmp_path):
     )
     _modules_after(code)  # check=True: a failed assertion or an import of torch raises
     assert page.is_file() and (run / "loss.png").is_file()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["profile", "--model", "gpt2", "--set", "n_layers=1"],
+        ["bench"],
+        ["train", "--steps", "1"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_torch_commands_without_torch_print_the_install_line(argv, tmp_path):
+    """Issue 13, point 5: a command that needs torch, run where torch cannot be imported, exits
+    2 with one line naming torch and the pinned install, never a traceback."""
+    full = [*argv, "--out", str(tmp_path / "run")] if argv[0] == "train" else argv
+    code = (
+        "import sys, contextlib, io\n"
+        "sys.modules['torch'] = None  # `import torch` now fails\n"
+        "from trainbudget.cli.main import main\n"
+        "err = io.StringIO()\n"
+        "with contextlib.redirect_stderr(err):\n"
+        f"    rc = main({full!r})\n"
+        "print(rc)\n"
+        "print(err.getvalue(), end='')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": SRC},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert out[0] == "2"
+    assert len(out) == 2, out
+    assert out[1].startswith(f"trainbudget {argv[0]}: error: needs torch, which is not installed")
+    assert "pip install torch==2.13.0" in out[1]

@@ -81,6 +81,16 @@ def build_parser() -> OneLineParser:
     return parser
 
 
+# optional dependencies (pyproject's extras) -> how to get them; torch first and pinned, so that
+# pip does not pull a CUDA build (the README's set-up line does the same)
+INSTALL_HINTS = {
+    "torch": "pip install torch==2.13.0 && pip install -e '.[train]' (GPU hosts: torch>=2.6)",
+    "tokenizers": "pip install -e '.[data]'",
+    "tensorboard": "pip install -e '.[train]'",
+    "matplotlib": "pip install -e '.[report]'",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     from trainbudget.core.errors import SpecError
 
@@ -89,11 +99,18 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    module = importlib.import_module(args._module)
     try:
-        return module.run(args)
+        return importlib.import_module(args._module).run(args)
     except SpecError as err:
         sys.stderr.write(f"trainbudget {args.command}: error: {err}\n")
+        return 2
+    except ModuleNotFoundError as err:
+        if err.name not in INSTALL_HINTS:
+            raise
+        sys.stderr.write(
+            f"trainbudget {args.command}: error: needs {err.name}, which is not installed: "
+            f"{INSTALL_HINTS[err.name]}\n"
+        )
         return 2
     except BrokenPipeError:  # `trainbudget models | head`
         return 0
