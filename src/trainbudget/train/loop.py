@@ -12,15 +12,17 @@ import math
 import signal
 import threading
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.model.optim import weight_dtype
 from trainbudget.model.transformer import build_model
 from trainbudget.profile.device import identify_device, resolve_device
-from trainbudget.train.accounting import make_budget, run_plan
+from trainbudget.train.accounting import Budget, make_budget, run_plan
 from trainbudget.train.checkpointing.checkpoint import (
     CHECKPOINTS_DIR,
     clean_partial,
@@ -38,6 +40,7 @@ from trainbudget.train.checkpointing.resume import find_checkpoint, log_main, re
 from trainbudget.train.config import TrainConfig
 from trainbudget.train.data import open_data
 from trainbudget.train.distributed import (
+    DistInfo,
     all_reduce_sum,
     barrier,
     grad_sync,
@@ -111,19 +114,7 @@ def _start(cfg: TrainConfig, faults: Faults) -> Run:
     cfg, spec = pre.config, pre.spec
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
-    run_dir = cfg.run_dir
-    root = run_dir / CHECKPOINTS_DIR
-    if not cfg.resume and list_checkpoints(root):
-        raise SpecError(
-            "out",
-            cfg.out,
-            f"holds checkpoints of an earlier run ({root}); pass --resume to continue it or "
-            "choose another --out",
-        )
-    seed_everything(cfg.seed)
-    if info.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+    root = _run_folder(cfg, info)
     data = open_data(cfg, main=info.is_main, barrier=lambda: barrier(info))
     model = build_model(
         spec,
@@ -163,20 +154,7 @@ def _start(cfg: TrainConfig, faults: Faults) -> Run:
             total_steps=cfg.steps,
             min_lr_ratio=cfg.min_lr_ratio,
         ),
-        budget=make_budget(
-            spec,
-            run_plan(
-                cfg.strategy,
-                world_size=info.world_size,
-                micro_batch=cfg.micro_batch,
-                grad_accum=cfg.grad_accum,
-                recompute=cfg.recompute,
-            ),
-            device=identify_device(device),
-            precision=cfg.precision,
-            optimizer=cfg.optimizer,
-            seq_len=cfg.seq_len,
-        ),
+        budget=_budget(cfg, spec, info, device),
         guard=StepGuard(
             window=cfg.spike_window, sigmas=cfg.spike_sigmas, min_excess=cfg.spike_min_excess
         ),
@@ -190,6 +168,44 @@ def _start(cfg: TrainConfig, faults: Faults) -> Run:
     if cfg.resume:
         _resume(run)
     return run
+
+
+def _run_folder(cfg: TrainConfig, info: DistInfo) -> Path:
+    """Refuse a fresh run into a folder holding checkpoints, seed, and (rank 0) create the
+    folder with the run's config; the checkpoint root."""
+    run_dir = cfg.run_dir
+    root = run_dir / CHECKPOINTS_DIR
+    if not cfg.resume and list_checkpoints(root):
+        raise SpecError(
+            "out",
+            cfg.out,
+            f"holds checkpoints of an earlier run ({root}); pass --resume to continue it or "
+            "choose another --out",
+        )
+    seed_everything(cfg.seed)
+    if info.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+    return root
+
+
+def _budget(cfg: TrainConfig, spec: ModelSpec, info: DistInfo, device: torch.device) -> Budget:
+    """The plan's predictions for the layout that runs (train.accounting)."""
+    plan = run_plan(
+        cfg.strategy,
+        world_size=info.world_size,
+        micro_batch=cfg.micro_batch,
+        grad_accum=cfg.grad_accum,
+        recompute=cfg.recompute,
+    )
+    return make_budget(
+        spec,
+        plan,
+        device=identify_device(device),
+        precision=cfg.precision,
+        optimizer=cfg.optimizer,
+        seq_len=cfg.seq_len,
+    )
 
 
 def _resume(run: Run) -> None:
