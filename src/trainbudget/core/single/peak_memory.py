@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainbudget.core.single.activations import FP32_BYTES, activation_memory
+from trainbudget.core.single.activations import FP32_BYTES, ActivationMemory, activation_memory
 from trainbudget.core.single.params import count_params, matrix_shapes
 from trainbudget.core.spec.model_spec import ModelSpec
-from trainbudget.core.spec.precision import get_precision, get_trainable_optimizer
+from trainbudget.core.spec.precision import Precision, get_precision, get_trainable_optimizer
 
 LAYERNORM_STATS_BYTES = 2 * FP32_BYTES  # mean and rstd per token, fp32
 RMSNORM_STATS_BYTES = FP32_BYTES  # rstd per token, fp32
@@ -68,6 +68,30 @@ def largest_tensor(spec: ModelSpec) -> int:
     return max(r * c for _, r, c, _ in matrix_shapes(spec))
 
 
+def _first_recomputation(
+    spec: ModelSpec,
+    prec: Precision,
+    acts: ActivationMemory,
+    tokens: int,
+    stats: float,
+    params: float,
+    state: float,
+    logits: float,
+) -> PhaseMemory:
+    """Full recomputation: the last layer is rebuilt once the loss gradients are gone, next to
+    the head's gradient and the gradient of the residual stream."""
+    checkpoint = tokens * spec.d_model * prec.activation_bytes
+    rebuilt = acts.per_layer.total_bytes + 2 * tokens * stats
+    return PhaseMemory(
+        phase="first recomputation",
+        params_bytes=params,
+        grads_bytes=spec.vocab_size * spec.d_model * prec.grad_bytes,
+        optimizer_bytes=state,
+        activations_bytes=(spec.n_layers - 1) * checkpoint + rebuilt + acts.head_bytes + logits,
+        temporaries_bytes=tokens * spec.d_model * prec.grad_bytes,
+    )
+
+
 def training_peak(
     spec: ModelSpec,
     *,
@@ -105,26 +129,10 @@ def training_peak(
     layers = acts.layers_bytes + acts.head_bytes + n_norms * tokens * stats
     phases = []
     if recompute == "full":
-        # at backward start only the checkpoints (each layer's input) exist; the last layer is
-        # recomputed once the loss gradients are gone, next to the head's gradient and the
-        # gradient of the residual stream
+        # at backward start only the checkpoints (each layer's input) exist
         checkpoint = tokens * spec.d_model * e
-        rebuilt = acts.per_layer.total_bytes + 2 * tokens * stats
         layers = spec.n_layers * checkpoint + acts.head_bytes + tokens * stats
-        head_grad = spec.vocab_size * spec.d_model * prec.grad_bytes
-        phases.append(
-            PhaseMemory(
-                phase="first recomputation",
-                params_bytes=params,
-                grads_bytes=head_grad,
-                optimizer_bytes=state,
-                activations_bytes=(spec.n_layers - 1) * checkpoint
-                + rebuilt
-                + acts.head_bytes
-                + logits,
-                temporaries_bytes=tokens * spec.d_model * prec.grad_bytes,
-            )
-        )
+        phases.append(_first_recomputation(spec, prec, acts, tokens, stats, params, state, logits))
     backward_start = PhaseMemory(
         phase="backward start",
         params_bytes=params,
