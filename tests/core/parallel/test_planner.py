@@ -8,12 +8,15 @@ from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.planner import (
+    TIE_TOLERANCE,
     PlannerResult,
     Policy,
     RankedPlan,
     divisors,
     enumerate_plans,
     evaluate,
+    model_parallel_degree,
+    parallel_axes,
     search,
     why_best,
 )
@@ -187,12 +190,40 @@ def test_search_best_first_and_fitting():
     assert 1 <= len(r.plans) <= 10
     assert r.n_fitting <= r.evaluated == len(plans())
     assert all(p.fits for p in r.plans)
-    keys = [(p.seconds_per_token, p.memory.total_bytes) for p in r.plans]
+    tied = [p for p in r.plans if p.seconds_per_token <= best_spt(r) * (1 + TIE_TOLERANCE)]
+    rest = r.plans[len(tied) :]
+    # the plans tied on time: fewer parallel axes, a smaller model-parallel group, less memory
+    keys = [
+        (parallel_axes(p.plan), model_parallel_degree(p.plan), p.memory.total_bytes) for p in tied
+    ]
+    assert keys == sorted(keys)
+    keys = [(p.seconds_per_token, p.memory.total_bytes) for p in rest]
     assert keys == sorted(keys)
     assert r.search_seconds >= 0
     best = r.plans[0]
     validate_plan(best.plan, L2_7B, n_gpus=8, seq_len=4096, global_batch=16)
     assert best.memory.total_bytes <= 0.9 * H100.memory_bytes
+
+
+def best_spt(r: PlannerResult) -> float:
+    return min(p.seconds_per_token for p in r.plans)
+
+
+def test_ties_on_time_go_to_the_simpler_layout():
+    """Issue 13, point 13: Llama 3 8B on 8 H100s at seq 8192 ranked dp1 cp8 first, a tie on
+    time broken by memory; among plans within TIE_TOLERANCE the one with the fewest parallel
+    axes and the smallest model-parallel group wins, and why_best says so."""
+    r = run(get_preset("llama-3-8b"), gb=64, seq=8192, top=10)
+    best = r.plans[0]
+    tied = [p for p in r.plans if p.seconds_per_token <= best_spt(r) * (1 + TIE_TOLERANCE)]
+    assert len(tied) > 1
+    assert all(
+        (parallel_axes(best.plan), model_parallel_degree(best.plan))
+        <= (parallel_axes(p.plan), model_parallel_degree(p.plan))
+        for p in tied
+    )
+    assert best.plan.cp < max(p.plan.cp for p in tied)
+    assert "the simpler layout" in why_best(r)
 
 
 def test_seconds_per_token():
@@ -285,12 +316,16 @@ def test_why_best_names_every_tie():
     r = run(top=5)
     why = why_best(r)
     best = r.plans[0]
-    ties = [p for p in r.plans[1:] if p.seconds_per_token <= best.seconds_per_token * (1 + 1e-9)]
+    ties = [
+        p
+        for p in r.plans[1:]
+        if p.seconds_per_token <= best.seconds_per_token * (1 + TIE_TOLERANCE)
+    ]
     slower = [p for p in r.plans[1:] if p not in ties]
     for p in ties:
         assert p.plan.describe() in why
     if ties:
-        assert "same time" in why
+        assert "ties within 0.1 % on time" in why
     if slower:
         assert slower[0].plan.describe() in why
     else:

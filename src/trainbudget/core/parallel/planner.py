@@ -107,6 +107,31 @@ class RankedPlan:
         return self.time.step_seconds / self.time.tokens_per_step
 
 
+TIE_TOLERANCE = 1e-3
+"""Plans within 0.1 % of the fastest time per token tie: far below the step model's own error
+on published runs (docs/validation.md), so the planner prefers the simpler layout among them."""
+
+
+def parallel_axes(plan):
+    """Model-parallel axes a layout uses beyond data parallelism (tp, pp, virtual stages, cp,
+    ep, an HSDP shard group): the planner's tie-break, fewer first. One plan (a Plan, ints) or
+    a grid of plans (PlanNumbers of arrays): the same arithmetic."""
+    return (
+        (plan.tp > 1) * 1
+        + (plan.pp > 1)
+        + (plan.vpp > 1)
+        + (plan.cp > 1)
+        + (plan.ep > 1)
+        + (plan.zero_shard > 0)
+    )
+
+
+def model_parallel_degree(plan):
+    """GPUs one model replica spans (tp x pp x cp x ep): the second tie-break, smaller first
+    (fewer GPUs in each collective outside data parallelism). Numbers or arrays."""
+    return plan.tp * plan.pp * plan.cp * plan.ep
+
+
 @dataclass(frozen=True, kw_only=True)
 class PlannerResult:
     plans: tuple[RankedPlan, ...]
@@ -185,6 +210,30 @@ def search(
     )
 
 
+def _tie_text(best: RankedPlan, ties: list[RankedPlan]) -> str:
+    """Why the winner beats the plans tied with it on time: fewer parallel axes, a smaller
+    model-parallel group, else less memory."""
+    axes, degree = parallel_axes(best.plan), model_parallel_degree(best.plan)
+    more_axes = [r for r in ties if parallel_axes(r.plan) > axes]
+    larger = [r for r in ties if model_parallel_degree(r.plan) > degree]
+    if more_axes:
+        reason = (
+            f"chosen for fewer parallel axes ({axes} vs {parallel_axes(more_axes[0].plan)}: "
+            "the simpler layout)"
+        )
+    elif larger:
+        reason = (
+            f"chosen for the smaller model-parallel group ({degree} vs "
+            f"{model_parallel_degree(larger[0].plan)} GPUs per replica: the simpler layout)"
+        )
+    elif any(r.memory.total_bytes > best.memory.total_bytes for r in ties):
+        reason = "chosen for less memory"
+    else:
+        reason = "equal memory"
+    names = ", ".join(r.plan.describe() for r in ties)
+    return f"ties within {100 * TIE_TOLERANCE:g} % on time with {names}; {reason}; "
+
+
 def why_best(result: PlannerResult) -> str:
     """One line on why the winner wins: the plans that tie with it, and the categories where it
     saves time over the fastest plan shown that is strictly slower."""
@@ -194,16 +243,12 @@ def why_best(result: PlannerResult) -> str:
     if not best.fits:
         return "no plan fits: these need the least memory"
     ties = [
-        r for r in result.plans[1:] if r.seconds_per_token <= best.seconds_per_token * (1 + 1e-9)
+        r
+        for r in result.plans[1:]
+        if r.seconds_per_token <= best.seconds_per_token * (1 + TIE_TOLERANCE)
     ]
     slower = [r for r in result.plans[1:] if r not in ties]
-    tie_text = (
-        f"ties with {', '.join(r.plan.describe() for r in ties)} (same time, "
-        f"{'less' if ties[0].memory.total_bytes > best.memory.total_bytes else 'equal'} "
-        "memory); "
-        if ties
-        else ""
-    )
+    tie_text = _tie_text(best, ties) if ties else ""
     if not slower:
         return tie_text + "no slower plan among those shown"
     b = slower[0]

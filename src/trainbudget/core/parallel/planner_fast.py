@@ -24,12 +24,15 @@ from trainbudget.core.parallel.layout import (
 from trainbudget.core.parallel.parallel_memory import layer_bytes, stage_memory
 from trainbudget.core.parallel.plan import validate_plan
 from trainbudget.core.parallel.planner import (
+    TIE_TOLERANCE,
     PlannerResult,
     Policy,
     axis_candidates,
     divisors,
     evaluate,
     hsdp_shards,
+    model_parallel_degree,
+    parallel_axes,
 )
 from trainbudget.core.parallel.step_time import step_terms
 from trainbudget.core.single import op_checkpoint
@@ -170,6 +173,20 @@ def evaluate_arrays(
     return step, memory, tokens_per_step
 
 
+def _rank_fitting(fitting, seconds_per_token, memory, axes, degree):
+    """Fitting plans by seconds per token, then less memory. The plans within TIE_TOLERANCE of
+    the fastest are reordered: fewer parallel axes first, then a smaller model-parallel group
+    (the simpler layout to run and debug), then less memory. Stable, so full ties keep
+    enumeration order."""
+    spt, mem = seconds_per_token[fitting], memory[fitting]
+    ax, deg = axes[fitting], degree[fitting]
+    order = np.lexsort((mem, spt))
+    tied = spt[order] <= spt[order[0]] * (1 + TIE_TOLERANCE)
+    head = order[tied]
+    head = head[np.lexsort((spt[head], mem[head], deg[head], ax[head]))]
+    return fitting[np.concatenate((head, order[~tied]))]
+
+
 def search_fast(
     spec: ModelSpec,
     cluster: Cluster,
@@ -216,8 +233,9 @@ def search_fast(
     fits = memory <= policy.memory_headroom * cluster.hardware.memory_bytes
     fitting = np.flatnonzero(fits)
     if len(fitting):
-        # by seconds per token, equal speed: less memory; stable, so ties keep enumeration order
-        order = fitting[np.lexsort((memory[fitting], (step / tokens)[fitting]))]
+        order = _rank_fitting(
+            fitting, step / tokens, memory, parallel_axes(arrays), model_parallel_degree(arrays)
+        )
     else:
         order = np.argsort(memory, kind="stable")
     ranked = []
