@@ -51,11 +51,11 @@ def test_estimate_json_peak_is_training_peak(case) -> None:
 
 def test_gpt2_argv_maps_like_profile() -> None:
     est = cli_json("estimate", *GPT2_2L, "--flash-attention")
-    eager = cli_json("estimate", *GPT2_2L)
+    eager = cli_json("estimate", *GPT2_2L, "--no-flash-attention")
     phases = est["memory_model"]["phases_bytes"]
     assert est["memory_bytes"]["total"] == max(phases.values())
     assert est["memory_model"]["peak_phase"] == eager["memory_model"]["peak_phase"]
-    # without --flash-attention each layer also keeps its s x s attention matrix, in bf16:
+    # with --no-flash-attention each layer also keeps its s x s attention matrix, in bf16:
     # 2 layers x 12 heads x 512^2 x batch 4 x 2 bytes, at the backward-start peak (both runs)
     extra = eager["memory_bytes"]["total"] - est["memory_bytes"]["total"]
     flash_stats = 2 * 12 * 512 * 4 * 4  # the fp32 logsumexp FlashAttention keeps instead

@@ -151,7 +151,8 @@ def test_plan_text_lists_plans_and_why():
     code, out, err = cli(*GPT2_PLAN, "--top", "3", "--tokens", "1e9")
     assert code == 0 and err == ""
     lines = out.splitlines()
-    assert "layouts evaluated" in lines[0]
+    assert lines[0].startswith("seq len") and lines[1].startswith("global batch")
+    assert "layouts evaluated" in lines[2]
     rows = [ln for ln in lines if ln[:2].strip() in ("1", "2", "3")]
     assert len(rows) == 3
     # the detail block names the winner, the why line the plan it is compared with
@@ -296,7 +297,7 @@ def test_estimate_memory_per_stage_and_even_pp_layers():
 
 
 def test_estimate_plan_memory_below_single_gpu():
-    single = cli_json(*EST)
+    single = cli_json("estimate", "--model", "llama-2-7b")  # one GPU: no plan
     planned = cli_json(*EST, "--tp", "8")
     assert "step_seconds" not in single
     assert planned["memory_bytes"]["total"] < single["memory_bytes"]["total"]
@@ -304,10 +305,9 @@ def test_estimate_plan_memory_below_single_gpu():
 
 def test_estimate_plan_with_tokens_gives_plan_time():
     out = cli_json(*EST, "--dp", "8", "--zero", "3", "--tokens", "1e9")
-    assert out["plan_time_seconds"] == pytest.approx(
-        1e9 / out["tokens_per_step"] * out["step_seconds"]
-    )
-    assert out["plan_time_days"] == pytest.approx(out["plan_time_seconds"] / 86400)
+    assert out["time_seconds"] == pytest.approx(1e9 / out["tokens_per_step"] * out["step_seconds"])
+    assert out["time_days"] == pytest.approx(out["time_seconds"] / 86400)
+    assert "what_if_mfu" not in out  # one time for one layout (no --mfu given)
 
 
 def test_estimate_plan_text():
@@ -383,7 +383,6 @@ BAD = [
     (("plan", "--model", "llama-2-7b", "--gpus", "8", "--global-batch", "0"), "global_batch"),
     (("plan", "--model", "llama-2-7b", "--gpus", "12", "--global-batch", "16"), "gpus"),
     (("plan", "--model", "llama-2-7b", "--gpus", "0", "--global-batch", "16"), "gpus"),
-    (("plan", "--model", "llama-2-7b", "--gpus", "8"), "--global-batch"),
     ((*PLAN, "--link-efficiency", "0"), "link_efficiency"),
     ((*PLAN, "--gpus-per-node", "3"), "gpus_per_node (3)"),
     # gpt2 on 8 GPUs, tp 1, no cp: dp in {8, 4, 2}; 7 is prime -> no layout
@@ -448,13 +447,15 @@ HSDP_QUESTION = [
 
 def test_plan_searches_hsdp_and_names_the_shard_size():
     """ZeRO-3 with 8 micro-batches on 8 nodes: each micro-batch's first gather is exposed, and
-    gathering inside a node (HSDP, shard 8) beats gathering across all 64 ranks."""
+    gathering inside a node (HSDP, shard 8) beats gathering across all 64 ranks, by 0.07 %:
+    within the planner's tie tolerance, so the simpler full sharding is shown first."""
     out = cli_json(*HSDP_QUESTION, "--top", "10")
     shards = {p["plan"]["zero_shard"] for p in out["plans"]}
     assert {8, 16, 32} <= shards
-    best = out["plans"][0]["plan"]
-    assert best["zero_shard"] == 8
-    assert best["description"] == "dp64 tp1 pp1 zero3/shard8 mb1x8"
+    fastest = min(out["plans"], key=lambda p: p["seconds_per_token"])["plan"]
+    assert fastest["description"] == "dp64 tp1 pp1 zero3/shard8 mb1x8"
+    assert out["plans"][0]["plan"]["description"] == "dp64 tp1 pp1 zero3 mb1x8"
+    assert "fewer parallel axes" in out["why"]
 
 
 def test_no_hsdp_searches_full_sharding_only():

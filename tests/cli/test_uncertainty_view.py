@@ -15,10 +15,10 @@ def test_estimate_json_carries_the_range_around_the_step():
     r = j["step_seconds_range"]
     assert r["low"] < r["high"] and r["runs"] >= 5 and r["basis"]
     assert r["low"] == pytest.approx(j["step_seconds"] * r["low_factor"])
-    days = j["plan_time_days_range"]
-    assert days["low"] == pytest.approx(j["plan_time_days"] * r["low_factor"])
-    assert days["high"] == pytest.approx(j["plan_time_days"] * r["high_factor"])
-    assert j["plan_time_seconds_range"]["high"] == pytest.approx(days["high"] * 86400)
+    days = j["time_days_range"]
+    assert days["low"] == pytest.approx(j["time_days"] * r["low_factor"])
+    assert days["high"] == pytest.approx(j["time_days"] * r["high_factor"])
+    assert j["time_seconds_range"]["high"] == pytest.approx(days["high"] * 86400)
 
 
 def test_an_unstated_recompute_is_evaluated_and_a_stated_one_is_not():

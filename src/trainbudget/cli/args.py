@@ -100,7 +100,11 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
         ),
     )
     add_optimizer_arg(p)
-    p.add_argument("--seq-len", help="tokens per sequence (default: the model's max_seq_len)")
+    p.add_argument(
+        "--seq-len",
+        help="tokens per sequence (default: the model's pre-training length: a config's "
+        "rope_scaling.original_max_position_embeddings, else its context length)",
+    )
     p.add_argument("--micro-batch", default="1", help="sequences per micro-batch (default 1)")
     p.add_argument(
         "--recompute",
@@ -111,8 +115,10 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--flash-attention",
-        action="store_true",
-        help="FlashAttention: no s x s attention matrix stored",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="FlashAttention: no s x s attention matrix stored (default on; "
+        "--no-flash-attention stores it, as eager attention does)",
     )
     p.add_argument(
         "--causal",

@@ -11,44 +11,51 @@ from trainbudget.cli.args import (
     add_model_args,
     add_optimizer_arg,
     dumps_json,
-    fraction,
     framework_from_args,
     nonnegative_float,
     positive_int,
 )
 from trainbudget.cli.plan_view import (
     add_cluster_args,
-    cluster_from_args,
-    efficiency_from_args,
-    plan_json,
-    plan_lines,
+)
+from trainbudget.cli.question import (
+    GLOBAL_BATCH_HELP,
+    SEQ_LEN_HELP,
+    Search,
+    add_policy_args,
+    best_json,
+    best_lines,
+    global_batch_from_args,
+    inputs_json,
+    inputs_lines,
+    policy_from_args,
+    search_from_args,
+    seq_len_from_args,
 )
 from trainbudget.cli.reliability_view import (
     add_reliability_options,
     reliability_json,
     reliability_line,
 )
-from trainbudget.cli.uncertainty_view import range_json, range_line
 from trainbudget.core.errors import SpecError
-from trainbudget.core.parallel.planner import Policy, why_best
+from trainbudget.core.parallel.planner import why_best
 from trainbudget.core.parallel.planner_fast import search_fast
 from trainbudget.core.parallel.procurement import Candidate, cheapest
-from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.single.memory import checkpoint_bytes
 from trainbudget.core.spec.frameworks import Framework
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
-from trainbudget.core.units import GB, SECONDS_PER_DAY, format_bytes
+from trainbudget.core.units import GB
 
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     add_model_args(p)
     p.add_argument("--gpus", required=True, help="GPUs in the cluster")
     p.add_argument("--gpu", default="h100-sxm", help="accelerator (see `trainbudget hardware`)")
-    p.add_argument("--global-batch", required=True, help="sequences per optimizer step")
-    p.add_argument("--seq-len", help="tokens per sequence (default: the model's max_seq_len)")
+    p.add_argument("--global-batch", help=GLOBAL_BATCH_HELP)
+    p.add_argument("--seq-len", help=SEQ_LEN_HELP)
     p.add_argument("--tokens", help="training tokens: adds days and GPU-hours per plan")
     p.add_argument("--precision", default="bf16-mixed", help="precision policy")
     add_optimizer_arg(p)
@@ -71,61 +78,6 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def add_policy_args(g) -> None:
-    """The layout search's options (what policy_from_args reads), for plan and report."""
-    g.add_argument("--max-tp", help="largest TP degree (default: GPUs per node)")
-    g.add_argument("--zero-stages", default="0,1,2,3", help="ZeRO stages to try (default 0-3)")
-    g.add_argument(
-        "--recompute-options", default="none,selective,full", help="recomputation policies to try"
-    )
-    g.add_argument("--allow-offload", action="store_true", help="also try CPU optimizer offload")
-    g.add_argument("--no-cp", action="store_true", help="do not try context parallelism")
-    g.add_argument(
-        "--no-hsdp",
-        action="store_true",
-        help="ZeRO over the whole data-parallel group only (by default shard groups of a node's "
-        "dp ranks and their multiples are tried too)",
-    )
-    g.add_argument(
-        "--no-flash-attention",
-        action="store_true",
-        help="plans without FlashAttention (the s x s matrix is stored)",
-    )
-    g.add_argument("--max-micro-batch", default="16", help="largest micro-batch (default 16)")
-    g.add_argument(
-        "--memory-headroom",
-        default="0.9",
-        help="fraction of GPU memory a plan may use (default 0.9)",
-    )
-
-
-def policy_from_args(args: argparse.Namespace) -> Policy:
-    try:
-        zero = tuple(int(z) for z in args.zero_stages.split(","))
-    except ValueError:
-        raise SpecError("zero_stages", args.zero_stages, "must be a list like 0,1,3") from None
-    if not zero or any(z not in (0, 1, 2, 3) for z in zero):
-        raise SpecError("zero_stages", args.zero_stages, "stages must be among 0, 1, 2, 3")
-    rec = tuple(args.recompute_options.split(","))
-    if not rec or any(r not in RECOMPUTE_KINDS for r in rec):
-        raise SpecError(
-            "recompute_options",
-            args.recompute_options,
-            "must be a list of " + ", ".join(RECOMPUTE_KINDS),
-        )
-    return Policy(
-        max_tp=positive_int("max_tp", args.max_tp) if args.max_tp else 0,
-        zero_stages=zero,
-        recompute=rec,
-        allow_offload=args.allow_offload,
-        allow_cp=not args.no_cp,
-        hsdp=not args.no_hsdp,
-        flash_attention=not args.no_flash_attention,
-        max_micro_batch=positive_int("max_micro_batch", args.max_micro_batch),
-        memory_headroom=fraction("memory_headroom", args.memory_headroom),
-    )
-
-
 def _prices(args: argparse.Namespace, names: list[str]) -> dict[str, float]:
     if args.prices is None:
         raise SpecError("--prices", None, "is required with --within-days (price per GPU-hour)")
@@ -146,20 +98,7 @@ def run(args: argparse.Namespace) -> int:
     model = resolve_model(args.model, args.overrides)
     if not isinstance(model, ModelSpec):
         raise SpecError("--model", args.model, "the planner needs an architecture, not dense:N")
-    seq_len = positive_int("seq_len", args.seq_len) if args.seq_len else model.max_seq_len
     fw = framework_from_args(args)
-    run_search = functools.partial(
-        search_fast,
-        model,
-        global_batch=positive_int("global_batch", args.global_batch),
-        seq_len=seq_len,
-        precision=get_precision(args.precision),
-        optimizer=get_optimizer(args.optimizer),
-        policy=policy_from_args(args),
-        top=positive_int("top", args.top),
-        causal=args.causal,
-        framework=fw,
-    )
     if args.within_days is not None:
         if args.calibration is not None:
             raise SpecError(
@@ -167,10 +106,30 @@ def run(args: argparse.Namespace) -> int:
                 args.calibration,
                 "describes one GPU; it cannot be used with --within-days, which compares GPU types",
             )
+        seq_len = seq_len_from_args(args, model).value
+        run_search = functools.partial(
+            search_fast,
+            model,
+            global_batch=global_batch_from_args(args, seq_len).value,
+            seq_len=seq_len,
+            precision=get_precision(args.precision),
+            optimizer=get_optimizer(args.optimizer),
+            policy=policy_from_args(args),
+            top=positive_int("top", args.top),
+            causal=args.causal,
+            framework=fw,
+        )
         return _run_cheapest(args, run_search, fw)
     hardware = get_hardware(args.gpu)
-    cluster = cluster_from_args(args, hardware, positive_int("gpus", args.gpus))
-    result = run_search(cluster, efficiency=efficiency_from_args(args, hardware))
+    found = search_from_args(
+        args,
+        model,
+        hardware,
+        positive_int("gpus", args.gpus),
+        fw,
+        top=positive_int("top", args.top),
+    )
+    result, cluster = found.result, found.cluster
     tokens = nonnegative_float("tokens", args.tokens) if args.tokens else None
     reliability = None
     if result.plans and result.plans[0].fits:
@@ -184,29 +143,17 @@ def run(args: argparse.Namespace) -> int:
             useful_seconds=tokens / best.time.tokens_per_second if tokens else None,
         )
     if args.json:
-        print(dumps_json(_result_json(result, cluster, tokens, reliability, fw)))
+        print(dumps_json(_result_json(found, tokens, reliability, fw)))
     else:
-        print("\n".join(_result_lines(result, cluster, tokens, reliability, fw)))
+        print("\n".join(_result_lines(found, tokens, reliability, fw)))
     return 0
 
 
-def _result_json(result, cluster, tokens, reliability, fw: Framework) -> dict:
-    plans = []
-    for r in result.plans:
-        j = plan_json(r, cluster)
-        j["seconds_per_token"] = r.seconds_per_token
-        if tokens is not None:
-            j["time_days"] = tokens / r.time.tokens_per_second / SECONDS_PER_DAY
-            j["gpu_hours"] = j["time_days"] * 24 * cluster.n_gpus
-        plans.append(j)
-    if result.plans:  # the best plan's range from the model's error on similar runs
-        rng = range_json(result.plans[0], cluster.hardware.name, tokens)
-        plans[0]["step_seconds_range"] = rng["step_seconds_range"]
-        if tokens is not None:
-            low, high = (t / SECONDS_PER_DAY for t in rng["time_seconds_range"].values())
-            plans[0]["time_days_range"] = {"low": low, "high": high}
+def _result_json(found: Search, tokens, reliability, fw: Framework) -> dict:
+    result = found.result
     return {
-        "plans": plans,
+        **inputs_json(found),
+        "plans": best_json(found, tokens),
         "evaluated": result.evaluated,
         "fitting": result.n_fitting,
         "search_seconds": result.search_seconds,
@@ -217,10 +164,12 @@ def _result_json(result, cluster, tokens, reliability, fw: Framework) -> dict:
     }
 
 
-def _result_lines(result, cluster, tokens, reliability, fw: Framework) -> list[str]:
+def _result_lines(found: Search, tokens, reliability, fw: Framework) -> list[str]:
+    result = found.result
     out = [
+        *inputs_lines(found),
         f"{result.evaluated:,} layouts evaluated in {result.search_seconds:.2f} s; "
-        f"{result.n_fitting:,} fit in {format_bytes(cluster.hardware.memory_bytes)}",
+        f"{result.n_fitting:,} fit ({found.headroom_text()})",
         f"{'#':>2} {'plan':<46} {'step s':>8} {'tokens/s':>12} {'MFU':>6} {'mem GB':>7} fits",
     ]
     for i, r in enumerate(result.plans, 1):
@@ -231,15 +180,7 @@ def _result_lines(result, cluster, tokens, reliability, fw: Framework) -> list[s
         )
     if not result.plans:
         return out
-    best = result.plans[0]
-    out += ["", *plan_lines(best, cluster)]
-    rng = range_json(best, cluster.hardware.name, tokens)
-    out.append(range_line(rng))
-    if tokens is not None:
-        days = tokens / best.time.tokens_per_second / SECONDS_PER_DAY
-        low, high = (t / SECONDS_PER_DAY for t in rng["time_seconds_range"].values())
-        out.append(f"time         {days:.2f} days ({low:.2f}-{high:.2f}) for {tokens:.4g} tokens")
-    out.append(f"why          {why_best(result)}")
+    out += ["", *best_lines(found, tokens)]
     out.append(f"framework    {fw.assumption().removeprefix('framework: ')}")
     if reliability is not None:
         out.append(reliability_line(reliability))

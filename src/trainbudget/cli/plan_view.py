@@ -10,6 +10,7 @@ from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.planner import RankedPlan
 from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency
+from trainbudget.core.spec.defaults import DEFAULT_MEMORY_HEADROOM
 from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.precision import get_precision
 from trainbudget.core.units import format_bytes
@@ -183,7 +184,7 @@ def _pp_layers(text: str | None) -> tuple[int, ...]:
     return tuple(positive_int("pp_layers", part.strip()) for part in text.split(","))
 
 
-def plan_json(r: RankedPlan, cluster: Cluster) -> dict:
+def plan_json(r: RankedPlan, cluster: Cluster, headroom: float = DEFAULT_MEMORY_HEADROOM) -> dict:
     """The plan-aware fields of the interface contract."""
     p, t, m = r.plan, r.time, r.memory
     return {
@@ -222,6 +223,7 @@ def plan_json(r: RankedPlan, cluster: Cluster) -> dict:
         },
         "memory_bytes_per_stage": r.stage_memory_bytes,
         "gpu_memory_bytes": cluster.hardware.memory_bytes,
+        "memory_headroom": headroom,
         "step_seconds": t.step_seconds,
         "step_breakdown_seconds": t.breakdown_seconds,
         "step_bounds_seconds": {"lower": t.lower_bound_seconds, "upper": t.upper_bound_seconds},
@@ -235,7 +237,19 @@ def plan_json(r: RankedPlan, cluster: Cluster) -> dict:
     }
 
 
-def plan_lines(r: RankedPlan, cluster: Cluster) -> list[str]:
+def fits_text(fits: bool, memory_bytes: float, headroom: float) -> str:
+    """The fits verdict with its rule: a plan fits when its peak is at most `headroom` of the
+    GPU's memory (core.spec.defaults.DEFAULT_MEMORY_HEADROOM unless --memory-headroom)."""
+    verdict = "fits" if fits else "does NOT fit"
+    return (
+        f"{verdict}: limit {format_bytes(headroom * memory_bytes)} = {100 * headroom:g} % of "
+        f"{format_bytes(memory_bytes)}, --memory-headroom"
+    )
+
+
+def plan_lines(
+    r: RankedPlan, cluster: Cluster, headroom: float = DEFAULT_MEMORY_HEADROOM
+) -> list[str]:
     t, m = r.time, r.memory
     parts = ", ".join(f"{k} {v:.3g}" for k, v in t.breakdown_seconds.items() if v > 0)
     return [
@@ -248,8 +262,7 @@ def plan_lines(r: RankedPlan, cluster: Cluster) -> list[str]:
         f" + optimizer {format_bytes(m.optimizer_bytes)} + activations "
         f"{format_bytes(m.activations_bytes)} + buffers {format_bytes(m.buffers_bytes)} = "
         f"{format_bytes(m.total_bytes)} on the {m.stage} stage "
-        f"({'fits' if r.fits else 'does NOT fit'} in "
-        f"{format_bytes(cluster.hardware.memory_bytes)})",
+        f"({fits_text(r.fits, cluster.hardware.memory_bytes, headroom)})",
         *_stage_lines(r),
         f"overlap      {t.overlap_note}",
     ]

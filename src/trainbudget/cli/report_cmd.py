@@ -15,8 +15,8 @@ from trainbudget.cli.args import (
     nonnegative_float,
     positive_int,
 )
-from trainbudget.cli.plan_cmd import add_policy_args, policy_from_args
 from trainbudget.cli.plan_view import add_cluster_args, cluster_from_args, efficiency_from_args
+from trainbudget.cli.question import add_policy_args, policy_from_args
 from trainbudget.cli.reliability_cmd import parse_probability
 from trainbudget.cli.reliability_view import add_reliability_options
 from trainbudget.core.errors import SpecError

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.planner import RankedPlan
+from trainbudget.core.spec.defaults import DEFAULT_FLASH_ATTENTION
 from trainbudget.core.spec.frameworks import FRAMEWORKS, GENERIC_NAME, Framework, get_framework
 
 ASSUMED = {"micro_batch": "1", "recompute": "none", "framework": GENERIC_NAME}
@@ -30,7 +31,10 @@ def take_assumptions(args: argparse.Namespace) -> tuple[str, ...]:
     unstated = tuple(k for k in ASSUMED if getattr(args, k, None) is None)
     for k in unstated:
         setattr(args, k, ASSUMED[k])
-    return unstated + (() if args.flash_attention else ("flash_attention",))
+    if args.flash_attention is None:
+        args.flash_attention = DEFAULT_FLASH_ATTENTION
+        unstated += ("flash_attention",)
+    return unstated
 
 
 def range_json(r: RankedPlan, hardware_name: str, tokens: float | None = None) -> dict:
@@ -94,8 +98,10 @@ def alternatives(
                 p = dataclasses.replace(plan, recompute=policy)
                 alt.append(("recompute", plan.recompute, policy, p, framework))
     if "flash_attention" in unstated:
-        p = dataclasses.replace(plan, flash_attention=True)
-        alt.append(("flash_attention", "off", "on", p, framework))
+        flip = not plan.flash_attention
+        p = dataclasses.replace(plan, flash_attention=flip)
+        on_off = ("off", "on") if flip else ("on", "off")
+        alt.append(("flash_attention", *on_off, p, framework))
     if "framework" in unstated:
         for name in FRAMEWORKS:
             if name != framework.name:

@@ -21,9 +21,14 @@ def _req(**kw) -> EstimateRequest:
 
 def test_parts_are_the_core_functions_results():
     e = estimate(_req(seq_len=2048, micro_batch=2, recompute="selective"))
-    f = training_flops(get_preset("llama-2-7b"), 2048, recompute="selective")
+    # the request's FlashAttention default (core.spec.defaults) is on
+    f = training_flops(get_preset("llama-2-7b"), 2048, recompute="selective", flash_attention=True)
     m = training_memory(
-        get_preset("llama-2-7b"), seq_len=2048, micro_batch=2, recompute="selective"
+        get_preset("llama-2-7b"),
+        seq_len=2048,
+        micro_batch=2,
+        recompute="selective",
+        flash_attention=True,
     )
     assert e.flops == f
     assert e.memory == m

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,9 @@ def test_real_config_matches_preset_and_published_count(name):
     preset, published = REAL[name]
     spec = load_hf_config(str(DATA / f"{name}.json"))
     assert spec.name == name
-    assert spec == PRESETS[preset]  # sources and name aside, the same architecture
+    # sources and name aside, the same architecture; the pre-training length is the paper's
+    # where the config has no rope_scaling (Mistral 7B: 8192, arXiv:2310.06825 Table 1)
+    assert spec == replace(PRESETS[preset], pretrain_seq_len=spec.pretrain_seq_len)
     assert count_params(spec).total == published
 
 
@@ -45,7 +48,25 @@ MODERN = ["qwen3-8b", "gemma-2-9b", "gemma-3-1b", "mistral-nemo", "deepseek-v3"]
 @pytest.mark.parametrize("name", MODERN)
 def test_modern_config_matches_preset(name):
     spec = load_hf_config(str(DATA / f"{name}.json"))
-    assert spec == PRESETS[name]
+    # a config without rope_scaling cannot state the pre-training length: the preset takes it
+    # from the model's report (Qwen3, Mistral NeMo); DeepSeek-V3's comes from its config
+    assert spec == replace(PRESETS[name], pretrain_seq_len=spec.pretrain_seq_len)
+
+
+def test_pretraining_length_from_rope_scaling():
+    """Issue 13, point 2: a Llama 3.1 config (context 131072, pre-trained at 8192) and
+    DeepSeek-V3's (163840, pre-trained at 4096) give their pre-training lengths, which every
+    estimate then uses by default."""
+    deepseek = load_hf_config(str(DATA / "deepseek-v3.json"))
+    assert (deepseek.max_seq_len, deepseek.pretrain_seq_len) == (163840, 4096)
+    llama31 = {**_config("qwen3-8b"), "model_type": "llama", "max_position_embeddings": 131072}
+    llama31["rope_scaling"] = {"rope_type": "llama3", "original_max_position_embeddings": 8192}
+    assert spec_from_hf_config(llama31, "l").pretrain_seq_len == 8192
+    llama31["rope_scaling"] = None
+    assert spec_from_hf_config(llama31, "l").pretrain_seq_len == 0
+    llama31["rope_scaling"] = {"original_max_position_embeddings": "8k"}
+    with pytest.raises(SpecError, match="rope_scaling:original_max_position_embeddings"):
+        spec_from_hf_config(llama31, "l")
 
 
 def test_explicit_head_dim_qk_norm_and_post_norms():

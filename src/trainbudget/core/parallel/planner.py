@@ -14,6 +14,7 @@ from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.parallel_memory import PlanMemory, stage_memories
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency, StepTime, step_time
+from trainbudget.core.spec.defaults import DEFAULT_FLASH_ATTENTION, DEFAULT_MEMORY_HEADROOM
 from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision
@@ -31,9 +32,9 @@ class Policy:
     allow_cp: bool = True
     max_vpp: int = 4
     max_micro_batch: int = 16
-    flash_attention: bool = True
+    flash_attention: bool = DEFAULT_FLASH_ATTENTION
     """Plans use FlashAttention (every modern stack does); False searches the unfused kernel."""
-    memory_headroom: float = 0.9
+    memory_headroom: float = DEFAULT_MEMORY_HEADROOM
     """Fraction of GPU memory a plan may use (the rest: CUDA context, fragmentation)."""
     hsdp: bool = True
     """Also try ZeRO over shard groups smaller than dp (HSDP), `hsdp_shards` sizes."""
@@ -149,7 +150,7 @@ def evaluate(
     seq_len: int,
     precision: Precision,
     optimizer: Optimizer,
-    headroom: float = 0.9,
+    headroom: float = DEFAULT_MEMORY_HEADROOM,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
     causal: bool = False,
     framework: Framework = GENERIC,

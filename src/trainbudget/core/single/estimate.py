@@ -15,6 +15,12 @@ from trainbudget.core.single.memory import MemoryBreakdown, checkpoint_bytes
 from trainbudget.core.single.one_gpu_memory import one_gpu_memory
 from trainbudget.core.single.params import ParamBreakdown, count_params
 from trainbudget.core.single.training_time import TrainingTime, training_time
+from trainbudget.core.spec.defaults import (
+    DEFAULT_FLASH_ATTENTION,
+    DEFAULT_OPTIMIZER,
+    DEFAULT_PRECISION,
+    default_seq_len,
+)
 from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.model_spec import BareModel, ModelSpec
 from trainbudget.core.spec.precision import get_precision
@@ -37,16 +43,16 @@ class EstimateRequest:
     """Training tokens; None skips time and cost."""
     n_gpus: int = 1
     mfu: float = DEFAULT_MFU
-    precision: str = "bf16-mixed"
-    optimizer: str = "adamw"
+    precision: str = DEFAULT_PRECISION
+    optimizer: str = DEFAULT_OPTIMIZER
     seq_len: int | None = None
-    """None: the model's max_seq_len."""
+    """None: the model's pre-training length (core.spec.defaults.default_seq_len)."""
     micro_batch: int = 1
     grad_accum: int = 1
     """Micro-batches per optimizer step on each GPU; a step covers
     micro_batch x grad_accum x n_gpus sequences (every GPU a data-parallel replica)."""
     recompute: str = "none"
-    flash_attention: bool = False
+    flash_attention: bool = DEFAULT_FLASH_ATTENTION
     causal: bool = False
     flops_formula: str = "exact"
     price_per_gpu_hour: float | None = None
@@ -124,7 +130,7 @@ def estimate(req: EstimateRequest) -> Estimate:
     if req.seq_len is not None:
         seq_len = req.seq_len
     else:
-        seq_len = BARE_MODEL_SEQ_LEN if bare else model.max_seq_len
+        seq_len = BARE_MODEL_SEQ_LEN if bare else default_seq_len(model).value
     if seq_len <= 0:
         raise SpecError("seq_len", seq_len, "must be a positive integer")
     params = None if bare else count_params(model)

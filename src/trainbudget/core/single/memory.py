@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.activations import ActivationMemory, activation_memory
 from trainbudget.core.single.params import count_params, matrix_shapes
+from trainbudget.core.spec.defaults import default_seq_len
 from trainbudget.core.spec.model_spec import BareModel, ModelSpec
 from trainbudget.core.spec.precision import (
     Optimizer,
@@ -107,7 +108,7 @@ def training_memory(
     if isinstance(model, ModelSpec):
         acts = activation_memory(
             model,
-            seq_len=model.max_seq_len if seq_len is None else seq_len,
+            seq_len=default_seq_len(model).value if seq_len is None else seq_len,
             micro_batch=micro_batch,
             activation_bytes=prec.activation_bytes,
             recompute=recompute,

@@ -63,6 +63,8 @@ def spec_from_hf_config(
         fields, key_of = fam.llama_like(keys), fam.LLAMA_KEYS
     else:
         fields, key_of = fam.gemma(keys), fam.LLAMA_KEYS
+    if model_type != "gpt2":
+        fields["pretrain_seq_len"] = pretrain_seq_len_field(keys)
     try:
         return ModelSpec(name=name, sources=tuple(sources), **fields)  # type: ignore[arg-type]
     except SpecError as err:
@@ -70,6 +72,19 @@ def spec_from_hf_config(
         if key is None:
             raise
         raise SpecError(keys.field(key), err.value, err.rule) from None
+
+
+def pretrain_seq_len_field(keys: ConfigKeys) -> int:
+    """rope_scaling.original_max_position_embeddings: the length the model was pre-trained at
+    before its RoPE was stretched to max_position_embeddings (Llama 3.1, DeepSeek-V3, YaRN
+    configs); 0 (the spec's "same as max_seq_len") when the config has no rope scaling."""
+    scaling = keys.config.get("rope_scaling")
+    if scaling is None:
+        return 0
+    if not isinstance(scaling, Mapping):
+        raise SpecError(keys.field("rope_scaling"), scaling, "must be a JSON object or null")
+    inner = ConfigKeys(scaling, keys.field("rope_scaling"), keys.model_type)
+    return inner.integer("original_max_position_embeddings", default=0, required=False) or 0
 
 
 def _name_for(path: str) -> str:

@@ -42,6 +42,7 @@ LLAMA_KEYS = {
     "n_kv_heads": "num_key_value_heads",
     "d_ff": "intermediate_size",
     "max_seq_len": "max_position_embeddings",
+    "pretrain_seq_len": "rope_scaling.original_max_position_embeddings",
     "n_experts": "num_local_experts",
     "experts_per_token": "num_experts_per_tok",
     "d_ff_expert": "intermediate_size",

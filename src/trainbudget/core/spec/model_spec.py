@@ -43,6 +43,11 @@ class ModelSpec:
     """Hidden width of the dense MLP (per expert width is d_ff_expert)."""
     max_seq_len: int
     """Context length; sizes the learned position table (no parameter for rope and alibi)."""
+    pretrain_seq_len: int = 0
+    """The sequence length of the main pre-training stage when it is shorter than the context
+    the model was extended to (Llama 3.1: 8192 of 131072; a Hugging Face config's
+    rope_scaling.original_max_position_embeddings); 0 means max_seq_len. The default
+    sequence length of every estimate (core.spec.defaults.default_seq_len)."""
     mlp: str = "gelu"
     """'gelu' (two matrices: up, down) or 'swiglu', a gated MLP (three: gate, up, down)."""
     gate_activation: str = "silu"
@@ -252,12 +257,19 @@ def _validate(spec: ModelSpec) -> None:
             spec.n_kv_heads,
             f"must divide n_heads ({spec.n_heads}) for grouped-query attention",
         )
+    if spec.pretrain_seq_len > spec.max_seq_len:
+        raise SpecError(
+            "pretrain_seq_len",
+            spec.pretrain_seq_len,
+            f"must not exceed max_seq_len ({spec.max_seq_len})",
+        )
     _validate_window(spec)
     _validate_mla(spec)
     _validate_moe(spec)
 
 
 _COUNTS = (
+    "pretrain_seq_len",
     "head_dim",
     "sliding_window",
     "global_every",

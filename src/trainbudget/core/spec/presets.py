@@ -74,6 +74,7 @@ def _llama(
     n_heads: int,
     n_kv_heads: int,
     max_seq_len: int,
+    pretrain_seq_len: int = 0,
     n_experts: int = 0,
     experts_per_token: int = 0,
     head_dim: int = 0,
@@ -90,6 +91,7 @@ def _llama(
         n_kv_heads=n_kv_heads,
         d_ff=d_ff,
         max_seq_len=max_seq_len,
+        pretrain_seq_len=pretrain_seq_len,
         mlp="swiglu",
         norm="rmsnorm",
         position="rope",
@@ -162,6 +164,9 @@ _DEEPSEEK_V3 = ModelSpec(
     v_head_dim=128,
     d_ff=18432,
     max_seq_len=163840,
+    # pre-trained at 4K, extended by YaRN to 32K then 128K (DeepSeek-V3 report,
+    # arXiv:2412.19437, 4.2 and 4.3; config.json rope_scaling.original_max_position_embeddings)
+    pretrain_seq_len=4096,
     mlp="swiglu",
     norm="rmsnorm",
     position="rope",
@@ -203,27 +208,34 @@ _ROWS: tuple[ModelSpec, ...] = (
            n_layers=40, n_heads=40, n_kv_heads=40, max_seq_len=4096),
     _llama("llama-2-70b", "meta-llama/Llama-2-70b-hf", vocab=32000, d_model=8192, d_ff=28672,
            n_layers=80, n_heads=64, n_kv_heads=8, max_seq_len=4096),
-    # Llama 3 (vocab 128256, context 8192); there is no Llama 3.0 405B: that row is Llama 3.1.
+    # Llama 3 (vocab 128256, context 8192); there is no Llama 3.0 405B: that row is Llama 3.1,
+    # pre-trained at 8K and extended to 128K at the end (Llama 3 paper, arXiv:2407.21783,
+    # 3.4.1-3.4.2; config.json rope_scaling.original_max_position_embeddings 8192).
     _llama("llama-3-8b", "meta-llama/Meta-Llama-3-8B", vocab=128256, d_model=4096, d_ff=14336,
            n_layers=32, n_heads=32, n_kv_heads=8, max_seq_len=8192),
     _llama("llama-3-70b", "meta-llama/Meta-Llama-3-70B", vocab=128256, d_model=8192,
            d_ff=28672, n_layers=80, n_heads=64, n_kv_heads=8, max_seq_len=8192),
     _llama("llama-3-405b", "meta-llama/Llama-3.1-405B", vocab=128256, d_model=16384,
-           d_ff=53248, n_layers=126, n_heads=128, n_kv_heads=8, max_seq_len=131072),
-    # Mistral (every layer slides over 4096 tokens; no parameter depends on it) and Mixtral
-    # (8 experts, top-2; sliding_window null).
+           d_ff=53248, n_layers=126, n_heads=128, n_kv_heads=8, max_seq_len=131072,
+           pretrain_seq_len=8192),
+    # Mistral (every layer slides over 4096 tokens; no parameter depends on it; trained at a
+    # context of 8192, Jiang et al. 2023, arXiv:2310.06825, Table 1) and Mixtral (8 experts,
+    # top-2; sliding_window null; trained at 32K, arXiv:2401.04088, section 2).
     _llama("mistral-7b", "mistralai/Mistral-7B-v0.1", vocab=32000, d_model=4096, d_ff=14336,
-           n_layers=32, n_heads=32, n_kv_heads=8, max_seq_len=32768, sliding_window=4096),
+           n_layers=32, n_heads=32, n_kv_heads=8, max_seq_len=32768, pretrain_seq_len=8192,
+           sliding_window=4096),
     _llama("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", vocab=32000, d_model=4096,
            d_ff=14336, n_layers=32, n_heads=32, n_kv_heads=8, max_seq_len=32768,
            n_experts=8, experts_per_token=2),
-    # Mistral NeMo: 32 heads of 128 (4096 wide) on a 5120-wide residual stream.
+    # Mistral NeMo: 32 heads of 128 (4096 wide) on a 5120-wide residual stream; "trained with
+    # a 128k context window" (model card), though config.json allows 1024000.
     _llama("mistral-nemo", "mistralai/Mistral-Nemo-Base-2407", vocab=131072, d_model=5120,
            d_ff=14336, n_layers=40, n_heads=32, n_kv_heads=8, max_seq_len=1024000,
-           head_dim=128),
-    # Qwen3 8B: QK-norm, no q/k/v biases (unlike Qwen2), untied head.
+           pretrain_seq_len=131072, head_dim=128),
+    # Qwen3 8B: QK-norm, no q/k/v biases (unlike Qwen2), untied head; pre-trained at 4,096
+    # tokens (stages 1-2) before a 32,768-token stage (Qwen3 report, arXiv:2505.09388, 3.2).
     _llama("qwen3-8b", "Qwen/Qwen3-8B", vocab=151936, d_model=4096, d_ff=12288, n_layers=36,
-           n_heads=32, n_kv_heads=8, max_seq_len=40960, qk_norm=True),
+           n_heads=32, n_kv_heads=8, max_seq_len=40960, pretrain_seq_len=4096, qk_norm=True),
     # Gemma 2 9B: sliding window 4096 on every other layer (layer 0 slides).
     _gemma("gemma-2-9b", "google/gemma-2-9b", vocab=256000, d_model=3584, d_ff=14336,
            n_layers=42, n_heads=16, n_kv_heads=8, head_dim=256, max_seq_len=8192,

@@ -1,0 +1,65 @@
+"""The defaults every command shares, each with its reason: one question, one answer.
+
+`estimate`, `plan`, `report` and `fit` read their unstated inputs from here, and print the
+choice and its source in their summary and assumptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainbudget.core.spec.model_spec import ModelSpec
+
+DEFAULT_PRECISION = "bf16-mixed"
+"""bf16 matmuls with fp32 master weights and AdamW state: what Llama 2/3, OLMo and the Megatron
+and torchtitan recipes train with."""
+
+DEFAULT_OPTIMIZER = "adamw"
+"""AdamW (Loshchilov & Hutter 2019): the optimizer of every open LLM pre-training report."""
+
+DEFAULT_FLASH_ATTENTION = True
+"""FlashAttention (or PyTorch SDPA's fused kernels): no s x s score matrix stored; the default
+of PyTorch >= 2.0, Megatron-LM and torchtitan. `--no-flash-attention` stores it."""
+
+DEFAULT_MEMORY_HEADROOM = 0.9
+"""A plan fits when its predicted peak is at most this fraction of the GPU's memory: the rest
+is the CUDA context, NCCL buffers and allocator fragmentation (`--memory-headroom`)."""
+
+DEFAULT_TOKENS_PER_BATCH = 4 * 2**20
+"""Tokens per optimizer step when no global batch is given: 4M, Llama 2's batch (Touvron et al.
+2023, arXiv:2307.09288, 2.2) and Llama 3 405B's first stage (arXiv:2407.21783, 3.4.1)."""
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A default: its value and where it came from, for the summary and the assumptions."""
+
+    value: int
+    source: str
+
+
+def default_seq_len(model: ModelSpec) -> Chosen:
+    """The model's pre-training sequence length: pretrain_seq_len when the model was trained
+    shorter than the context it was extended to, else max_seq_len."""
+    if model.pretrain_seq_len:
+        return Chosen(
+            model.pretrain_seq_len,
+            f"{model.name}'s pre-training length, its context being {model.max_seq_len:,}; "
+            "--seq-len to change",
+        )
+    return Chosen(model.max_seq_len, f"{model.name}'s context length; --seq-len to change")
+
+
+def default_global_batch(seq_len: int) -> Chosen:
+    """Sequences per step from DEFAULT_TOKENS_PER_BATCH, rounded to the nearest power of two
+    (at least 1), so that common GPU counts divide it."""
+    target = DEFAULT_TOKENS_PER_BATCH / seq_len
+    batch = 1
+    while batch * 2 <= target * 2**0.5:  # the power of two nearest target on a log scale
+        batch *= 2
+    return Chosen(
+        batch,
+        f"{batch * seq_len:,} tokens per step, the power of two of sequences nearest "
+        f"{DEFAULT_TOKENS_PER_BATCH / 2**20:g}M tokens as Llama 2/3 trained; --global-batch "
+        "to change",
+    )
