@@ -4,7 +4,7 @@ Each run's measured figure is turned into seconds per step with the source's own
 convention; the prediction is step_time() for the published model, layout and batch, with
 one efficiency setting for every case (no per-case tuning). The error is broken down by
 source, framework, GPU generation and layout family; memory is compared where a source
-reports it; and the one fitted constant (the matmul efficiency, a grid search) is checked by
+reports it; and the one fitted constant (Efficiency.in_training, a grid search) is checked by
 leaving each source out of its own fit.
 """
 
@@ -241,7 +241,7 @@ EXCLUDED = {
     "starcoderbase-15b-512gpu": WHOLE_RUN_AVERAGE + "; TP, PP, DP and batch are published, "
     "recomputation and sharding are not",
 }
-MATMUL_GRID = (0.60, 0.65, 0.70, 0.75)
+IN_TRAINING_GRID = (0.75, 0.80, 0.85, 0.90, 0.95)
 
 
 def scored(comparisons: list[Comparison]) -> list[Comparison]:
@@ -299,20 +299,20 @@ def memory_error(c: Comparison) -> float:
 @dataclass(frozen=True)
 class LeaveOneSourceOut:
     errors: dict[str, float]
-    """Run id -> error, predicted with the matmul efficiency fitted without its source."""
+    """Run id -> error, predicted with Efficiency.in_training fitted without its source."""
     chosen: dict[str, float]
     """Source key -> the grid value fitted on every other source's runs."""
 
 
 def leave_one_source_out(
-    grid: tuple[float, ...] = MATMUL_GRID,
+    grid: tuple[float, ...] = IN_TRAINING_GRID,
     comparisons_at: Callable[[float], list[Comparison]] | None = None,
 ) -> LeaveOneSourceOut:
-    """Each source's scored runs predicted with the matmul efficiency that gives the smallest
-    mean absolute error over the runs of all OTHER sources (the documented grid search, one
+    """Each source's scored runs predicted with the in-training GEMM share that gives the
+    smallest mean absolute error over the runs of all OTHER sources (the documented grid search, one
     source held out at a time): how the one global constant generalises to a source it was not
-    chosen on. `comparisons_at(v)` gives the comparisons with matmul efficiency v."""
-    at = comparisons_at or (lambda v: compare_all(Efficiency(matmul=v)))
+    chosen on. `comparisons_at(v)` gives the comparisons with Efficiency(in_training=v)."""
+    at = comparisons_at or (lambda v: compare_all(Efficiency(in_training=v)))
     by_value = {v: scored(at(v)) for v in grid}
     sources = list(dict.fromkeys(c.source_key for c in by_value[grid[0]]))
     if len(sources) < 2:
