@@ -9,10 +9,13 @@ import pytest
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.compute_time import (
     DEFAULT_EFFICIENCY,
+    DEFAULT_MATMUL_FRACTION,
     FLASH_BLOCK_TOKENS,
+    Efficiency,
     attention_projection_seconds,
     causal_tile_fraction,
     flash_tile_fraction,
+    gemm_shape_efficiency,
     layer_compute,
     stage_mix,
 )
@@ -177,3 +180,34 @@ def test_dense_layers_of_an_moe_stack_run_the_dense_mlp():
     mixed, moe = _layer_of(DEEPSEEK, Plan(), 4096), _layer_of(all_moe, Plan(), 4096)
     assert mixed.attention_seconds == moe.attention_seconds
     assert mixed.forward_seconds != moe.forward_seconds
+
+
+# ---- GEMM shapes: tile and wave quantization (NVIDIA, "Matrix Multiplication Background") ----
+
+
+def test_a_gemm_that_fills_whole_waves_loses_nothing():
+    # 108 x 10 tiles of 256 x 128 on the A100's 108 SMs: exactly 10 waves
+    assert gemm_shape_efficiency(256 * 108, 128 * 10, 108) == 1.0
+
+
+def test_a_last_wave_with_one_tile_wastes_the_other_sms():
+    # 109 tiles on 108 SMs: two waves, 109 of 216 slots used
+    assert gemm_shape_efficiency(256 * 109, 128, 108) == pytest.approx(109 / 216)
+    # a partial tile costs a whole one: 257 rows take two 256-row tiles
+    assert gemm_shape_efficiency(257, 128, 2) == pytest.approx(257 / 512)
+    # a batch of small GEMMs fills the SMs together (per-head attention GEMMs)
+    assert gemm_shape_efficiency(256, 128, 108, batch=108) == 1.0
+    assert gemm_shape_efficiency(256, 128, 0) == 1.0  # no SM count: no wave model
+
+
+def test_the_row_measured_fractions_are_the_defaults():
+    a100 = get_hardware("a100-80gb")
+    eff = DEFAULT_EFFICIENCY.resolved(a100)
+    assert eff.matmul == pytest.approx(267.9 / 312)  # ml-engineering MAMF table
+    assert eff.attention == 0.5
+    # H100: FlashAttention-2's 335 TFLOP/s of 989; the Hopper kernels 0.5
+    assert DEFAULT_EFFICIENCY.resolved(H100).attention == pytest.approx(335 / 989)
+    assert DEFAULT_EFFICIENCY.resolved(H100, "flash3").attention == 0.5
+    assert DEFAULT_EFFICIENCY.resolved(a100, "flash3").attention == 0.5  # no FA3 on A100
+    assert DEFAULT_EFFICIENCY.resolved(get_hardware("b200")).matmul == DEFAULT_MATMUL_FRACTION
+    assert Efficiency(matmul=0.6).resolved(H100).matmul == 0.6  # a calibration wins
