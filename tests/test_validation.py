@@ -41,12 +41,6 @@ def test_every_run_is_a_consistent_layout():
         assert plan.global_batch == run.layout.global_batch, run.id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="14.4 % over 47 runs once the independent sources (FSDP paper, Zero Bubble, "
-    "FlashAttention, Llama 1, TinyLlama) joined the set; docs/validation.md says where the "
-    "model misses",
-)
 def test_mean_absolute_error_under_ten_percent():
     comparisons = scored(compare_all())
     assert mean_absolute_error(comparisons) < 0.10

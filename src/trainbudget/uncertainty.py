@@ -1,10 +1,11 @@
 """How far to trust a predicted step time: a low/high range from the model's own error on
 similar published runs (data: trainbudget.validation).
 
-Each scored published run gives one ratio measured / predicted, predicted with the matmul
-efficiency fitted WITHOUT the run's source (validation.leave_one_source_out): the error the
-model makes on a source it was not tuned on, which is the situation of a new plan. The in-sample
-errors (the efficiency chosen with the run's own source in the fit) would flatter the model.
+Each scored published run gives one ratio measured / predicted, predicted with the in-training
+GEMM share (Efficiency.in_training) fitted WITHOUT the run's source
+(validation.leave_one_source_out): the error the model makes on a source it was not tuned on,
+which is the situation of a new plan. The in-sample errors (the efficiency chosen with the run's
+own source in the fit) would flatter the model.
 
 The similar runs are those of the plan's layout family and GPU generation; where fewer than
 MIN_RUNS of them are scored, those of its layout family on any GPU; where those are too few

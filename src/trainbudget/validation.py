@@ -4,7 +4,7 @@ Each run's measured figure is turned into seconds per step with the source's own
 convention; the prediction is step_time() for the published model, layout and batch, with
 one efficiency setting for every case (no per-case tuning). The error is broken down by
 source, framework, GPU generation and layout family; memory is compared where a source
-reports it; and the one fitted constant (the matmul efficiency, a grid search) is checked by
+reports it; and the one fitted constant (Efficiency.in_training, a grid search) is checked by
 leaving each source out of its own fit.
 """
 
@@ -22,7 +22,6 @@ from trainbudget.core.single.flops import palm_flops_per_token
 from trainbudget.core.single.params import count_params
 from trainbudget.core.spec.frameworks import GENERIC, Framework, get_framework
 from trainbudget.core.spec.hardware import get_hardware
-from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.published import PUBLISHED_RUNS, PublishedRun
 from trainbudget.published.record import Layout
@@ -58,20 +57,6 @@ def layout_family(lay: Layout | Plan) -> str:
     return "+".join(parts) or "dp only"
 
 
-def timing_spec(run: PublishedRun) -> ModelSpec:
-    """The spec whose even pipeline split matches the run's heaviest stage.
-
-    BLOOM (70 layers on 12 stages; DeepSpeed counts the embedding and head as pipeline
-    units, 6 per stage), Llama 3 405B (126 layers on 16 stages, the first and last one
-    layer short) and Zero Bubble's models (first and last stage one layer short) split
-    unevenly, which Megatron-style validation forbids; the slowest stage sets the pace, so
-    they are timed as ceil(L / stages) layers per stage."""
-    spec = run.model
-    stages = run.layout.pp * run.layout.vpp
-    per_stage = -(-spec.n_layers // stages)
-    return spec.replace(n_layers=per_stage * stages)
-
-
 def plan_of(run: PublishedRun) -> Plan:
     lay = run.layout
     return Plan(
@@ -83,6 +68,7 @@ def plan_of(run: PublishedRun) -> Plan:
         zero_shard=lay.zero_shard,
         sp=lay.sp,
         vpp=lay.vpp,
+        pp_layers=lay.pp_layers,
         schedule="interleaved" if lay.vpp > 1 else "1f1b",
         micro_batch=lay.micro_batch,
         grad_accum=lay.grad_accum,
@@ -189,7 +175,7 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
     measured = measured_step_seconds(run)
     if measured is None:
         return None
-    spec, plan, seq_len = timing_spec(run), plan_of(run), run.seq_len
+    spec, plan, seq_len = run.model, plan_of(run), run.seq_len
     validate_plan(plan, spec, n_gpus=run.n_gpus, seq_len=seq_len)
     hw = get_hardware(run.gpu)
     cluster = Cluster(hardware=hw, n_gpus=run.n_gpus, gpus_per_node=run.gpus_per_node)
@@ -197,7 +183,9 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
     kw = dict(
         seq_len=seq_len, precision=prec, optimizer=opt, framework=framework_row(run.framework)
     )
-    t = step_time(spec, plan, cluster, efficiency=efficiency, **kw)
+    # every published run trains a decoder-only LM: causal attention, whose masked tiles a
+    # FlashAttention kernel skips (the unfused kernels compute them; step_time knows which)
+    t = step_time(spec, plan, cluster, efficiency=efficiency, causal=True, **kw)
     mem = plan_memory(spec, plan, **kw)
     return Comparison(
         run_id=run.id,
@@ -253,7 +241,7 @@ EXCLUDED = {
     "starcoderbase-15b-512gpu": WHOLE_RUN_AVERAGE + "; TP, PP, DP and batch are published, "
     "recomputation and sharding are not",
 }
-MATMUL_GRID = (0.60, 0.65, 0.70, 0.75)
+IN_TRAINING_GRID = (0.75, 0.80, 0.85, 0.90, 0.95)
 
 
 def scored(comparisons: list[Comparison]) -> list[Comparison]:
@@ -311,20 +299,20 @@ def memory_error(c: Comparison) -> float:
 @dataclass(frozen=True)
 class LeaveOneSourceOut:
     errors: dict[str, float]
-    """Run id -> error, predicted with the matmul efficiency fitted without its source."""
+    """Run id -> error, predicted with Efficiency.in_training fitted without its source."""
     chosen: dict[str, float]
     """Source key -> the grid value fitted on every other source's runs."""
 
 
 def leave_one_source_out(
-    grid: tuple[float, ...] = MATMUL_GRID,
+    grid: tuple[float, ...] = IN_TRAINING_GRID,
     comparisons_at: Callable[[float], list[Comparison]] | None = None,
 ) -> LeaveOneSourceOut:
-    """Each source's scored runs predicted with the matmul efficiency that gives the smallest
-    mean absolute error over the runs of all OTHER sources (the documented grid search, one
+    """Each source's scored runs predicted with the in-training GEMM share that gives the
+    smallest mean absolute error over the runs of all OTHER sources (the documented grid search, one
     source held out at a time): how the one global constant generalises to a source it was not
-    chosen on. `comparisons_at(v)` gives the comparisons with matmul efficiency v."""
-    at = comparisons_at or (lambda v: compare_all(Efficiency(matmul=v)))
+    chosen on. `comparisons_at(v)` gives the comparisons with Efficiency(in_training=v)."""
+    at = comparisons_at or (lambda v: compare_all(Efficiency(in_training=v)))
     by_value = {v: scored(at(v)) for v in grid}
     sources = list(dict.fromkeys(c.source_key for c in by_value[grid[0]]))
     if len(sources) < 2:

@@ -374,3 +374,12 @@ def test_spelled_out_models_have_no_preset() -> None:
     for run in PUBLISHED_RUNS:
         if run.model.name not in PRESETS:
             assert _dims(run.model)[:5] not in preset_shapes, run.id
+
+
+def test_a_stated_pipeline_split_must_cover_the_model():
+    run = get_run("zero-bubble-1f1b-1.5b-m24")
+    assert run.layout.pp_layers == (2, 3, 3, 3, 3, 3, 3, 2)  # 22 layers, ends one short
+    with pytest.raises(RunDataError, match="pp_layers"):
+        dataclasses.replace(run, layout=dataclasses.replace(run.layout, pp_layers=(3,) * 8))
+    with pytest.raises(RunDataError, match="pp_layers"):
+        dataclasses.replace(run, layout=dataclasses.replace(run.layout, pp_layers=(11, 11)))

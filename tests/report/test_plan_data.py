@@ -129,7 +129,7 @@ def test_assumptions_list_the_models_rules_and_the_callers(report) -> None:
     for assumption in RELIABILITY_ASSUMPTIONS:  # the reliability model's, as the command lists
         assert assumption in report.assumptions
     assert "a default the caller filled in" in text
-    assert "matmul 0.7 of peak" in text
+    assert "in training, less each GEMM's tile and wave quantization" in text
 
 
 def test_json_is_strict(report) -> None:

@@ -1,5 +1,5 @@
 """`trainbudget validate`: predicted vs published step times (and memory) of real training runs,
-broken down by source, framework, GPU generation and layout family, with the matmul efficiency
+broken down by source, framework, GPU generation and layout family, with the in-training share
 fitted leaving each source out."""
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def _as_json(r: _Results) -> dict:
         ],
         "breakdown": {name: [g.__dict__ for g in gs] for name, gs in r.groups.items()},
         "memory_breakdown": [g.__dict__ for g in r.memory_groups],
-        "leave_one_source_out_matmul_efficiency": r.loso.chosen,
+        "leave_one_source_out_in_training": r.loso.chosen,
         "mean_absolute_error": r.mae,
         "leave_one_source_out_mean_absolute_error": r.loso_mae,
         "scored": len(r.counted),
@@ -183,8 +183,8 @@ def _sections(r: _Results) -> list[tuple[str, list[str], list[list[str]]]]:
             runs,
         ),
         (
-            "Step-time error by source (leave-one-source-out: matmul efficiency fitted without it)",
-            ["source", "runs", "MAE", "mean error", "LOSO MAE", "LOSO matmul eff."],
+            "Step-time error by source (leave-one-source-out: in-training share fitted without it)",
+            ["source", "runs", "MAE", "mean error", "LOSO MAE", "LOSO in-training"],
             sources,
         ),
         *(

@@ -36,7 +36,7 @@ BLOOM: tuple[PublishedRun, ...] = (
         ),
         seq_len=2048, gpu="a100-80gb", n_gpus=384, gpus_per_node=8,
         layout=Layout(
-            tp=4, pp=12, dp=8, sp=False, recompute="full", zero=1,
+            tp=4, pp=12, pp_layers=(5, *(6,) * 10, 5), dp=8, sp=False, recompute="full", zero=1,
             micro_batch=2, global_batch=2048, flash_attention=False,
         ),
         measured=Measurement(
@@ -50,7 +50,8 @@ BLOOM: tuple[PublishedRun, ...] = (
             "Tokenizer vocab 250,680, padded embedding 250,880 ('250880*14336'). ALiBi, "
             "embedding LayerNorm (2 x 14336 parameters the ModelSpec does not describe). "
             "Embedding counted as a PP partition unit "
-            "('type:transformer|embedding'): stages 0 and 11 hold 5 blocks + embedding. "
+            "('type:transformer|embedding'): stages 0 and 11 hold 5 blocks + embedding "
+            "(layout.pp_layers; the model times the head on the last stage, not the embedding). "
             "Check: 96Bslh2 with V=250880 over 104.70 s on 384 GPUs = 149.8 TFLOP/s."
         ),
     ),
@@ -74,9 +75,9 @@ _LLAMA3_NOTES = (
     "shards optimizer states and gradients but does not reshard parameters after forward "
     "(-> zero=2). Interleaved 1F1B with 'V pipeline stages on one pipeline rank' is used "
     "but V is not stated: vpp=1 is a placeholder, NOT the real value; first and last "
-    "stages hold one layer less. Micro-batch not stated (1 assumed). Sequence parallelism "
-    "not stated (TP cites Korthikanti et al.; assumed on). MFU = BF16 model FLOPs (Chowdhery "
-    "et al. definition) over 989 TFLOP/s; 430/989 = 43%."
+    "stages hold one layer less (layout.pp_layers). Micro-batch not stated (1 assumed). "
+    "Sequence parallelism not stated (TP cites Korthikanti et al.; assumed on). MFU = BF16 "
+    "model FLOPs (Chowdhery et al. definition) over 989 TFLOP/s; 430/989 = 43%."
 )
 _LLAMA3_ASSUMED = frozenset({"layout.vpp", "layout.micro_batch", "layout.sp", "framework"})
 
@@ -96,7 +97,8 @@ def _llama3(
         model=preset("llama-3-405b"),
         seq_len=seq_len, gpu="h100-sxm", n_gpus=8 * 16 * dp * cp, gpus_per_node=8,
         layout=Layout(
-            tp=8, pp=16, dp=dp, cp=cp, sp=True, recompute="none", zero=2,
+            tp=8, pp=16, pp_layers=(7, *(8,) * 14, 7), dp=dp, cp=cp, sp=True, recompute="none",
+            zero=2,
             micro_batch=1, global_batch=batch, flash_attention=True,
         ),
         measured=Measurement(

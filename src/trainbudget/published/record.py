@@ -76,6 +76,9 @@ class Layout:
     """Context-parallel degree (each sequence split over cp GPUs)."""
     vpp: int = 1
     """Model chunks per pipeline rank (interleaved schedule); 1 = not interleaved."""
+    pp_layers: tuple[int, ...] = ()
+    """Transformer layers of each pipeline stage, first to last, where the source states an
+    uneven split (first and last stages a layer short); () = n_layers / pp on every stage."""
     sp: bool
     """Megatron sequence parallelism (norms and dropouts split over the TP group)."""
     recompute: str
@@ -248,6 +251,9 @@ def _validate(run: PublishedRun) -> None:
     if run.n_gpus % run.gpus_per_node:
         fail("n_gpus", run.n_gpus, f"must be a multiple of gpus_per_node ({run.gpus_per_node})")
     _validate_layout(fail, run.layout, run.n_gpus)
+    if run.layout.pp_layers and sum(run.layout.pp_layers) != run.model.n_layers:
+        rule = f"must sum to the model's n_layers ({run.model.n_layers})"
+        fail("layout.pp_layers", run.layout.pp_layers, rule)
     _validate_measurement(fail, run.measured)
     if not isinstance(run.assumed, frozenset):
         fail("assumed", run.assumed, "must be a frozenset of field names")
@@ -255,8 +261,12 @@ def _validate(run: PublishedRun) -> None:
         fail("assumed", name, "is not a field of the record (e.g. 'layout.vpp', 'seq_len')")
 
 
+def _is_count(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value > 0
+
+
 def _positive_int(fail: _Fail, name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if not _is_count(value):
         fail(name, value, "must be a positive integer")
 
 
@@ -278,6 +288,10 @@ def _validate_layout(fail: _Fail, lay: Layout, n_gpus: int) -> None:
     if lay.zero_shard and (lay.zero_shard < 0 or lay.dp % lay.zero_shard or lay.zero == 0):
         rule = f"must be 0 or divide dp ({lay.dp}), with zero > 0"
         fail("layout.zero_shard", lay.zero_shard, rule)
+    if lay.pp_layers and (
+        len(lay.pp_layers) != lay.pp or not all(_is_count(n) for n in lay.pp_layers)
+    ):
+        fail("layout.pp_layers", lay.pp_layers, f"must be {lay.pp} positive integers (one a stage)")
     if lay.global_batch % (lay.micro_batch * lay.dp):
         fail(
             "layout.global_batch",

@@ -32,8 +32,9 @@ _ZB_NOTES = (
     "A100 SXM 80GB, 8 per node, RoCE between nodes. Pure pipeline parallelism: the GPU count "
     "is the number of stages (tp = dp = 1), Megatron's non-interleaved 1F1B schedule (the "
     "baseline the paper compares with). The first and last stages hold one layer fewer "
-    "(stated), so the heaviest stage has ceil(L / p) layers, which validation.timing_spec "
-    "uses. Global batch = micro-batch size x number of micro-batches. Not stated, assumed: "
+    "(stated), so the split is layout.pp_layers: (L + 2) / p layers on the middle stages "
+    "and one fewer on the first and last. Global batch = micro-batch size x number of "
+    "micro-batches. Not stated, assumed: "
     "the Megatron GPT defaults (GPT-2 BPE padded to 50304 for tp = 1, learned positions, "
     "tied embeddings, biases, 4h GeLU MLP), no activation recomputation, Megatron's unfused "
     "attention (FlashAttention is opt-in in Megatron), bf16 with Adam. Memory is Table 4's "
@@ -67,6 +68,8 @@ def _zero_bubble(
 ) -> tuple[PublishedRun, ...]:
     """Table 4's 1F1B cells for one model: rows = ((micro-batches, samples/GPU/s), ...)."""
     model = _zb_model(size, *model_dims)
+    middle = (model.n_layers + 2) // stages  # the first and last stage hold one layer fewer
+    split = (middle - 1, *(middle,) * (stages - 2), middle - 1)
     return tuple(
         PublishedRun(
             id=f"zero-bubble-1f1b-{size}-m{n_micro}",
@@ -83,6 +86,7 @@ def _zero_bubble(
             layout=Layout(
                 tp=1,
                 pp=stages,
+                pp_layers=split,
                 dp=1,
                 sp=False,
                 recompute="none",

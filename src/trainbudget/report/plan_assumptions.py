@@ -37,7 +37,8 @@ def overlap_rules() -> list[str]:
 
 
 def plan_assumptions(q: PlanQuestion, best: RankedPlan) -> tuple[str, ...]:
-    c, hw, p, eff, pol = q.cluster, q.cluster.hardware, q.precision, q.efficiency, q.policy
+    c, hw, p, pol = q.cluster, q.cluster.hardware, q.precision, q.policy
+    eff = q.efficiency.resolved(hw, q.framework.attention_kernel)
     dtype = p.compute_dtype
     state = q.optimizer.state_bytes_per_param(p)
     out = [
@@ -46,8 +47,10 @@ def plan_assumptions(q: PlanQuestion, best: RankedPlan) -> tuple[str, ...]:
         f"peak: {hw.description} dense {dtype} {format_flops_rate(hw.peak_flops_per_second(dtype))}"
         f" (datasheet, no sparsity); HBM {format_bytes(hw.hbm_bytes_per_second)}/s; "
         f"{format_bytes(hw.memory_bytes)} per GPU",
-        f"kernel efficiencies from {q.efficiency_source}: matmul {eff.matmul:.3g} of peak, "
-        f"attention (FlashAttention) {eff.attention:.3g}, HBM {eff.hbm:.3g} of bandwidth",
+        f"kernel efficiencies from {q.efficiency_source}: matmul {eff.matmul:.3g} of peak "
+        f"x {eff.in_training:.3g} in training, less each GEMM's tile and wave quantization "
+        f"over {hw.sm_count or 'unstated'} SMs; attention ({q.framework.attention_kernel}) "
+        f"{eff.attention:.3g}; HBM {eff.hbm:.3g} of bandwidth",
         f"{c.gpus_per_node} GPUs per node over {hw.intra_node_link} "
         f"({format_bytes(hw.intra_node_bytes_per_second)}/s per GPU, one direction), nodes over "
         f"{hw.inter_node_link} ({format_bytes(hw.inter_node_bytes_per_second)}/s per GPU); "

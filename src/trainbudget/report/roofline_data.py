@@ -4,10 +4,11 @@ Each op is one GEMM of one micro-batch on one GPU of the chosen plan, in the sha
 `step_time._layer_compute_seconds` times it: (rows, k) @ (k, n) with rows = micro-batch x
 seq_len / cp tokens and the weight split by TP. Its arithmetic intensity is
 `intensity.matmul_intensity`; its achieved FLOP/s is its FLOPs over the time
-`step_time.matmul_seconds` predicts (compute-bound at the matmul efficiency x peak, or
-memory-bound at the achievable HBM bandwidth), so the points are where the step-time model
-puts them. The attention core (FlashAttention, timed at its own efficiency) and the element-wise
-ops (norms, residuals, activations: bytes without counted FLOPs) have no point.
+`step_time.matmul_seconds` predicts (compute-bound at the matmul efficiency x peak less the
+shape's tile and wave quantization, or memory-bound at the achievable HBM bandwidth), so the
+points are where the step-time model puts them. The attention core (FlashAttention, timed at its
+own efficiency) and the element-wise ops (norms, residuals, activations: bytes without counted
+FLOPs) have no point.
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ from dataclasses import dataclass
 
 # the step-time model's roofline of one GEMM; private there, used here so that the points sit
 # exactly where the step time puts them rather than on a second copy of the formula
-from trainbudget.core.parallel.compute_time import Efficiency, matmul_seconds
+from trainbudget.core.parallel.compute_time import (
+    Efficiency,
+    gemm_shape_efficiency,
+    matmul_rate_fraction,
+    matmul_seconds,
+)
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single.flops import matmul_flops
 from trainbudget.core.single.intensity import matmul_intensity, ridge_intensity
@@ -104,11 +110,14 @@ def roofline(
     dtype = precision.compute_dtype
     peak, hbm = hw.peak_flops_per_second(dtype), hw.hbm_bytes_per_second
     e = precision.activation_bytes
+    efficiency = efficiency.resolved(hw)
+    matmul_fraction = matmul_rate_fraction(efficiency)
     ops = []
     for name, rows, k, n in _shapes(spec, plan, seq_len):
         flops = matmul_flops(rows, k, n)
-        seconds = matmul_seconds(flops, rows, n, k, e, peak, hbm, efficiency)
+        seconds = matmul_seconds(flops, rows, n, k, e, peak, hbm, efficiency, sms=hw.sm_count)
         achieved = flops / seconds
+        roof = peak * matmul_fraction * gemm_shape_efficiency(rows, n, hw.sm_count)
         ops.append(
             RooflineOp(
                 name=name,
@@ -118,7 +127,7 @@ def roofline(
                 flops=flops,
                 intensity_flops_per_byte=matmul_intensity(rows, k, n, e),
                 achieved_flops_per_second=achieved,
-                compute_bound=achieved >= peak * efficiency.matmul * (1 - 1e-12),
+                compute_bound=achieved >= roof * (1 - 1e-12),
             )
         )
     measured_flops = measured_ridge = None
@@ -132,10 +141,10 @@ def roofline(
         peak_flops_per_second=peak,
         hbm_bytes_per_second=hbm,
         ridge_flops_per_byte=ridge_intensity(peak, hbm),
-        matmul_efficiency=efficiency.matmul,
+        matmul_efficiency=matmul_fraction,
         hbm_efficiency=efficiency.hbm,
         achievable_ridge_flops_per_byte=ridge_intensity(
-            peak * efficiency.matmul, hbm * efficiency.hbm
+            peak * matmul_fraction, hbm * efficiency.hbm
         ),
         ops=tuple(ops),
         measured=measured,

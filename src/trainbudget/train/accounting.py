@@ -130,7 +130,7 @@ def make_budget(
     else:
         # no datasheet: predict from this machine's own roofline, measured now
         hw = measured_hardware(device, prec.compute_dtype)
-        efficiency = Efficiency(matmul=1.0, attention=DEFAULT_EFFICIENCY.attention, hbm=1.0)
+        efficiency = Efficiency(matmul=1.0, hbm=1.0)
         rate = hw.dense_flops_per_second[prec.compute_dtype]
         notes.append(
             f"no catalog peak for {device.name}: MFU is not reported; the predicted step time "

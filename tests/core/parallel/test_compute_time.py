@@ -9,10 +9,13 @@ import pytest
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.compute_time import (
     DEFAULT_EFFICIENCY,
+    DEFAULT_MATMUL_FRACTION,
     FLASH_BLOCK_TOKENS,
+    Efficiency,
     attention_projection_seconds,
     causal_tile_fraction,
     flash_tile_fraction,
+    gemm_shape_efficiency,
     layer_compute,
     stage_mix,
 )
@@ -45,7 +48,7 @@ def _layer(plan: Plan, seq_len: int, causal: bool):
         e=2,
         peak=H100.peak_flops_per_second("bf16"),
         hbm=H100.hbm_bytes_per_second,
-        eff=DEFAULT_EFFICIENCY,
+        eff=DEFAULT_EFFICIENCY.resolved(H100),
         dropout=False,
         causal=causal,
     )
@@ -97,18 +100,20 @@ def _layer_of(spec, plan: Plan, seq_len: int, causal: bool = False):
         e=2,
         peak=H100.peak_flops_per_second("bf16"),
         hbm=H100.hbm_bytes_per_second,
-        eff=DEFAULT_EFFICIENCY,
+        eff=DEFAULT_EFFICIENCY.resolved(H100),
         dropout=False,
         causal=causal,
     )
 
 
-# step seconds of main at 5ee8220 (before the shapes fed the step model), causal, H100, bf16
+# step seconds once GEMMs were timed by shape (tile and wave quantization over the SMs, the
+# row's MAMF, in_training 0.85) and attention by kernel (FlashAttention-2 on H100 for GENERIC),
+# causal, H100, bf16; they pin the model between deliberate changes
 DENSE_PINS = [
-    ("llama-2-7b", Plan(), 4096, 0.3604918885637594),
-    ("llama-2-7b", Plan(dp=2, tp=2, pp=4, grad_accum=8), 4096, 0.49937693777340464),
-    ("llama-3-8b", Plan(dp=4, cp=4, zero=2, grad_accum=2), 32768, 2.217987869113755),
-    ("mixtral-8x7b", Plan(dp=8, ep=8, zero=1, grad_accum=2), 4096, 1.1604879092581466),
+    ("llama-2-7b", Plan(), 4096, 0.3873574422191128),
+    ("llama-2-7b", Plan(dp=2, tp=2, pp=4, grad_accum=8), 4096, 0.5451238191795981),
+    ("llama-3-8b", Plan(dp=4, cp=4, zero=2, grad_accum=2), 32768, 2.7457101369098256),
+    ("mixtral-8x7b", Plan(dp=8, ep=8, zero=1, grad_accum=2), 4096, 1.2433051204058445),
 ]
 
 
@@ -175,3 +180,34 @@ def test_dense_layers_of_an_moe_stack_run_the_dense_mlp():
     mixed, moe = _layer_of(DEEPSEEK, Plan(), 4096), _layer_of(all_moe, Plan(), 4096)
     assert mixed.attention_seconds == moe.attention_seconds
     assert mixed.forward_seconds != moe.forward_seconds
+
+
+# ---- GEMM shapes: tile and wave quantization (NVIDIA, "Matrix Multiplication Background") ----
+
+
+def test_a_gemm_that_fills_whole_waves_loses_nothing():
+    # 108 x 10 tiles of 256 x 128 on the A100's 108 SMs: exactly 10 waves
+    assert gemm_shape_efficiency(256 * 108, 128 * 10, 108) == 1.0
+
+
+def test_a_last_wave_with_one_tile_wastes_the_other_sms():
+    # 109 tiles on 108 SMs: two waves, 109 of 216 slots used
+    assert gemm_shape_efficiency(256 * 109, 128, 108) == pytest.approx(109 / 216)
+    # a partial tile costs a whole one: 257 rows take two 256-row tiles
+    assert gemm_shape_efficiency(257, 128, 2) == pytest.approx(257 / 512)
+    # a batch of small GEMMs fills the SMs together (per-head attention GEMMs)
+    assert gemm_shape_efficiency(256, 128, 108, batch=108) == 1.0
+    assert gemm_shape_efficiency(256, 128, 0) == 1.0  # no SM count: no wave model
+
+
+def test_the_row_measured_fractions_are_the_defaults():
+    a100 = get_hardware("a100-80gb")
+    eff = DEFAULT_EFFICIENCY.resolved(a100)
+    assert eff.matmul == pytest.approx(267.9 / 312)  # ml-engineering MAMF table
+    assert eff.attention == 0.5
+    # H100: FlashAttention-2's 335 TFLOP/s of 989; the Hopper kernels 0.5
+    assert DEFAULT_EFFICIENCY.resolved(H100).attention == pytest.approx(335 / 989)
+    assert DEFAULT_EFFICIENCY.resolved(H100, "flash3").attention == 0.5
+    assert DEFAULT_EFFICIENCY.resolved(a100, "flash3").attention == 0.5  # no FA3 on A100
+    assert DEFAULT_EFFICIENCY.resolved(get_hardware("b200")).matmul == DEFAULT_MATMUL_FRACTION
+    assert Efficiency(matmul=0.6).resolved(H100).matmul == 0.6  # a calibration wins

@@ -384,8 +384,10 @@ def test_zero1_shrinks_the_optimizer_step():
 
 # ---- efficiency knobs ---------------------------------------------------------------------
 def test_efficiency_bounds():
-    for f in dataclasses.fields(Efficiency):
-        assert 0 < getattr(DEFAULT_EFFICIENCY, f.name) <= 1
+    for hw in (H100, get_hardware("a100-80gb"), get_hardware("tpu-v5e")):
+        resolved = DEFAULT_EFFICIENCY.resolved(hw)
+        for f in dataclasses.fields(Efficiency):
+            assert 0 < getattr(resolved, f.name) <= 1
 
 
 def test_higher_efficiency_is_faster():

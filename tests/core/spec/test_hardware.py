@@ -319,3 +319,14 @@ def _row(**overrides) -> Hardware:
 def test_bad_rows_are_rejected(overrides):
     with pytest.raises(SpecError):
         _row(**overrides)
+
+
+def test_the_kernel_rows_reject_bad_figures():
+    base = get_hardware("a100-80gb")
+    with pytest.raises(SpecError, match="attention_fraction"):
+        dataclasses.replace(base, attention_fraction={"flash9": 0.5})
+    with pytest.raises(SpecError, match="at most 1"):
+        dataclasses.replace(base, matmul_fraction=1.2)
+    with pytest.raises(SpecError, match="sm_count"):
+        dataclasses.replace(base, sm_count=-1)
+    assert base.sm_count == 108 and get_hardware("h100-sxm").sm_count == 132

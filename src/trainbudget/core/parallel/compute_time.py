@@ -5,7 +5,7 @@ Every function takes numbers for one plan or arrays for the planner's grid (`xp`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trainbudget.core.ops import SCALAR, Ops
@@ -14,25 +14,50 @@ from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.activations import FP32_BYTES, MASK_BYTES
 from trainbudget.core.single.flops import forward_flops, matmul_flops
 from trainbudget.core.single.params import attention_matrices
+from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.model_spec import ModelSpec
+
+DEFAULT_MATMUL_FRACTION = 0.80
+"""Large-GEMM fraction of the dense peak for a GPU whose row cites no MAMF measurement: the
+H100 SXM's measured 80 % (hardware.py), the lowest of the NVIDIA parts measured."""
+DEFAULT_ATTENTION_FRACTION = 0.5
+"""Fused-attention fraction of the peak for a GPU whose row cites none: the A100's figure."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     """Achievable fractions of the datasheet peaks. One set for every plan and model: they
-    are properties of the kernels, not tuned per case (docs/validation.md shows the errors)."""
+    are properties of the GPU and its kernels, not tuned per case (docs/validation.md shows
+    the errors). None: the hardware row's measured figure (`resolved`)."""
 
-    matmul: float = 0.70
-    """Fraction of the dense peak that transformer GEMMs sustain end to end. Large bf16 GEMMs
-    alone reach 70-80 % with cuBLAS on A100/H100, but kernel launch gaps, shapes that tile
-    badly and clock throttling under sustained load take more. 0.70 is the one value from the
-    grid {0.60, 0.65, 0.70, 0.75} with the smallest mean absolute error over all published
-    runs in docs/validation.md, where the leave-one-out error of this choice is reported too."""
-    attention: float = 0.5
-    """FlashAttention-2 forward+backward reaches 50-73 % of A100 peak (Dao 2023, arXiv
-    2307.08691, Fig. 4-6); the backward is the slower half."""
+    matmul: float | None = None
+    """Fraction of the dense peak that large, well-shaped GEMMs reach on this GPU: a
+    calibration's measured figure (`trainbudget bench`), or None for the row's MAMF
+    (`Hardware.matmul_fraction`). Each GEMM then loses its tile and wave quantization
+    (`gemm_shape_efficiency`)."""
+    in_training: float = 0.85
+    """Share of that rate a training step's GEMMs keep: launch gaps between kernels, the
+    epilogues (bias, casts) fused into them and clocks that drop further when memory-bound
+    kernels interleave. The one fitted constant: the value of IN_TRAINING_GRID (validation.py)
+    with the smallest mean absolute error over the published runs; docs/validation.md reports
+    the leave-one-source-out error of that choice."""
+    attention: float | None = None
+    """Fraction of the dense peak fused attention sustains, forward and backward; None: the
+    row's figure for the framework's kernel (`Hardware.attention_fraction`)."""
     hbm: float = 0.85
     """Fraction of HBM bandwidth memory-bound kernels achieve (STREAM-like copy rates)."""
+
+    def resolved(self, hw: Hardware, kernel: str = "flash2") -> Efficiency:
+        """Every fraction a number: the given ones, else `hw`'s measured ones for `kernel`
+        (a GPU without a figure for it runs the 'flash2' kernel), else the defaults."""
+        matmul = self.matmul
+        if matmul is None:
+            matmul = hw.matmul_fraction or DEFAULT_MATMUL_FRACTION
+        attention = self.attention
+        if attention is None:
+            table = hw.attention_fraction
+            attention = table.get(kernel, table.get("flash2", DEFAULT_ATTENTION_FRACTION))
+        return replace(self, matmul=matmul, attention=attention)
 
 
 DEFAULT_EFFICIENCY = Efficiency()
@@ -71,6 +96,32 @@ def causal_tile_fraction(seq_len: int) -> float:
     return (n + 1) / (2 * n)
 
 
+GEMM_TILE_ROWS, GEMM_TILE_COLS = 256, 128
+"""Output tile of one thread block of a large GEMM: NVIDIA's 'Matrix Multiplication
+Background User's Guide' (docs.nvidia.com/deeplearning/performance/dl-performance-matrix-
+multiplication, 'Tile quantization' and 'Wave quantization') works its A100 example with
+256 x 128 tiles, the largest cuBLAS uses; Hopper's CUTLASS kernels use 128 x 256 (the same
+area, so the same model)."""
+
+
+def _ceil(x: Any) -> Any:
+    """Ceiling of positive numbers or arrays (floor division works on both)."""
+    return -(-x // 1)
+
+
+def gemm_shape_efficiency(m: Any, n: Any, sms: int, batch: Any = 1) -> Any:
+    """Share of the GPU's tile slots a `batch` of (m, n) outputs fills: the tiles they need,
+    batch x ceil(m / 256) x ceil(n / 128), run in waves of one tile per SM; the useful
+    batch x m x n elements over the waves x SMs x tile area the GPU spends (tile quantization:
+    partial tiles at the edges; wave quantization: a last wave that leaves SMs idle). 1 when
+    `sms` is 0 (not stated)."""
+    if not sms:
+        return 1.0
+    tiles = batch * _ceil(m / GEMM_TILE_ROWS) * _ceil(n / GEMM_TILE_COLS)
+    waves = _ceil(tiles / sms)
+    return batch * m * n / (waves * sms * GEMM_TILE_ROWS * GEMM_TILE_COLS)
+
+
 def matmul_seconds(
     flops: Any,
     m: Any,
@@ -81,13 +132,23 @@ def matmul_seconds(
     hbm: float,
     eff: Efficiency,
     xp: Ops = SCALAR,
+    sms: int = 0,
+    batch: Any = 1,
 ) -> Any:
-    """Roofline of one GEMM shape (m, k) @ (k, n): compute at the achievable peak, or the bytes
-    of both operands and the result at the achievable HBM bandwidth, whichever is slower."""
+    """Roofline of one GEMM shape (m, k) @ (k, n), or a batch of them (attention's per-head
+    GEMMs; `flops` covers the batch): compute at the achievable peak (`eff` resolved) less
+    the shape's tile and wave quantization on `sms` SMs, or the bytes of both operands and the
+    result at the achievable HBM bandwidth, whichever is slower."""
     bytes_moved = e * (m * k + k * n + m * n)
-    return xp.maximum(
-        flops / (peak * eff.matmul), flops / (2 * m * n * k) * bytes_moved / (hbm * eff.hbm)
-    )
+    rate = peak * matmul_rate_fraction(eff) * gemm_shape_efficiency(m, n, sms, batch)
+    return xp.maximum(flops / rate, flops / (2 * m * n * k) * bytes_moved / (hbm * eff.hbm))
+
+
+def matmul_rate_fraction(eff: Efficiency) -> float:
+    """The fraction of the dense peak a well-shaped GEMM runs at inside a training step."""
+    if eff.matmul is None:
+        raise ValueError("Efficiency.matmul is None: resolve it against the hardware first")
+    return eff.matmul * eff.in_training
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,9 +233,12 @@ class _Roofline:
     hbm: float
     eff: Efficiency
     xp: Ops
+    sms: int = 0
 
-    def mm(self, flops: Any, m: Any, n: Any, k: Any) -> Any:
-        return matmul_seconds(flops, m, n, k, self.e, self.peak, self.hbm, self.eff, self.xp)
+    def mm(self, flops: Any, m: Any, n: Any, k: Any, batch: Any = 1) -> Any:
+        return matmul_seconds(
+            flops, m, n, k, self.e, self.peak, self.hbm, self.eff, self.xp, self.sms, batch
+        )
 
     def gemm(self, m: Any, n: Any, k: Any) -> Any:
         """(m, k) @ (k, n), its FLOPs from the shape."""
@@ -197,12 +261,13 @@ def layer_compute(
     dropout: bool,
     causal: bool = False,
     xp: Ops = SCALAR,
+    sms: int = 0,
 ) -> LayerCompute:
     """`causal`: a causal mask, whose upper tiles FlashAttention skips (the unfused kernel
     computes the whole s x s scores and masks them, so it costs the same). A sliding-window
     layer's queries see min(s, w) keys in both kernels (an unfused kernel that built the
     whole s x s scores and masked the band would cost what a global layer costs)."""
-    r = _Roofline(e=e, peak=peak, hbm=hbm, eff=eff, xp=xp)
+    r = _Roofline(e=e, peak=peak, hbm=hbm, eff=eff, xp=xp, sms=sms)
     rows = L.micro_batch * seq_len / L.cp  # tokens through each weight matmul on this GPU
     mix = stage_mix(spec, L, xp)
     mlp_mm, mlp_act = _mlp_seconds(spec, L, mix, rows, r)
@@ -280,8 +345,9 @@ def _attention_core_seconds(
     # d_v_head) per head, whose k = d_head makes them memory-bound on the s x keys operand;
     # then softmax (read and write the scores) and, with dropout, its mask and dropped copy
     q_rows, per_seq = s / L.cp, b / (t * L.cp)
-    scores = r.mm(2 * s * keys * spec.d_q * per_seq, q_rows, keys, spec.d_head)
-    values = r.mm(2 * s * keys * spec.d_attn_out * per_seq, q_rows, spec.d_v_head, keys)
+    heads = b * spec.n_heads / t  # the batch of per-head GEMMs
+    scores = r.mm(2 * s * keys * spec.d_q * per_seq, q_rows, keys, spec.d_head, heads)
+    values = r.mm(2 * s * keys * spec.d_attn_out * per_seq, q_rows, spec.d_v_head, keys, heads)
     per_score = 2 * r.e + ((2 * r.e + MASK_BYTES) if dropout else 0)
     unfused = scores + values + rows * (spec.n_heads / t) * keys * per_score / r.hbm_rate
     return r.xp.where(L.flash, flash, unfused)
@@ -352,7 +418,9 @@ def micro_batch_compute(
     dropout: bool,
     causal: bool = False,
     xp: Ops = SCALAR,
+    sms: int = 0,
 ) -> MicroBatchCompute:
+    """`eff` resolved against the GPU (`Efficiency.resolved`), whose SM count is `sms`."""
     layer = layer_compute(
         spec,
         L,
@@ -364,6 +432,7 @@ def micro_batch_compute(
         dropout=dropout,
         causal=causal,
         xp=xp,
+        sms=sms,
     )
     fwd, attn = layer.forward_seconds, layer.attention_seconds
     layers = L.stage_layers(spec.n_layers, "last")
@@ -372,7 +441,8 @@ def micro_batch_compute(
     recompute_largest = _recompute_per_layer(L, largest, layer, xp)
     tokens = L.micro_batch * seq_len / L.cp
     logits = tokens * spec.vocab_size / L.tp  # elements on this GPU (vocab-parallel)
-    head = 2 * tokens * spec.d_model * spec.vocab_size / L.tp / (peak * eff.matmul)
+    r = _Roofline(e=e, peak=peak, hbm=hbm, eff=eff, xp=xp, sms=sms)
+    head = r.gemm(tokens, spec.vocab_size / L.tp, spec.d_model)  # vocab-parallel logits
     head = head + logits * (2 * e + LOSS_FP32_TRAFFIC_BYTES) / (hbm * eff.hbm)
     forward = layers * fwd
     backward = layers * (BACKWARD_PER_FORWARD * fwd + recompute)

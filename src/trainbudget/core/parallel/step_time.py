@@ -161,7 +161,8 @@ def step_terms(
 ) -> StepTerms:
     """The terms of one optimizer step of `plan` (one plan, or arrays of plans with `xp`)."""
     L = as_numbers(plan)
-    hw, eff = cluster.hardware, efficiency
+    hw = cluster.hardware
+    eff = efficiency.resolved(hw, framework.attention_kernel)
     hbm = hw.hbm_bytes_per_second
     mb = micro_batch_compute(
         spec,
@@ -174,6 +175,7 @@ def step_terms(
         dropout=dropout,
         causal=causal,
         xp=xp,
+        sms=hw.sm_count,
     )
     stage_mb = mb.stage_seconds
     compute = L.grad_accum * stage_mb

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from trainbudget.core.errors import SpecError, unknown_key
+from trainbudget.core.spec.hardware import ATTENTION_KERNELS
 from trainbudget.core.units import MB
 
 
@@ -28,6 +29,10 @@ class Framework:
     """Gradient bucket of the overlapped data-parallel reduction."""
     runtime_overhead_bytes: float = 0.0
     """GPU memory the runtime holds beside tensors (CUDA context, NCCL buffers)."""
+    attention_kernel: str = "flash2"
+    """The fused attention kernel it runs on a GPU that has one (hardware.ATTENTION_KERNELS):
+    'flash2' for PyTorch SDPA's flash backend and the flash-attn 2 package, 'flash3' for the
+    Hopper kernels (cuDNN fused attention through Transformer Engine, FlashAttention-3)."""
     description: str = ""
     sources: tuple[str, ...] = ()
     """Where each non-default field comes from (the framework's code or docs, with version)."""
@@ -43,6 +48,9 @@ class Framework:
             value = getattr(self, field)
             if value is not None and value not in (2, 4):
                 raise SpecError(f"{self.name}.{field}", value, "must be 2, 4 or None")
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            rule = "must be one of " + ", ".join(ATTENTION_KERNELS)
+            raise SpecError(f"{self.name}.attention_kernel", self.attention_kernel, rule)
         for field in ("bucket_bytes", "runtime_overhead_bytes"):
             if not getattr(self, field) >= 0:
                 raise SpecError(f"{self.name}.{field}", getattr(self, field), "must be >= 0")
@@ -69,9 +77,11 @@ MEGATRON = Framework(
     main_grad_bytes=4,
     reduce_every_micro_batch=False,
     bucket_bytes=MEGATRON_BUCKET_PARAMS * 4,
+    attention_kernel="flash3",
     description="Megatron-LM / Megatron-Core (NeMo on it): bf16 runs keep an fp32 main_grad "
     "buffer, accumulate micro-batches into it and reduce it in fp32 once per step, in buckets of "
-    "40M parameters; runtime overhead not sourced (0)",
+    "40M parameters; Transformer Engine's fused attention (cuDNN on Hopper); runtime overhead "
+    "not sourced (0)",
     sources=(
         "Megatron-LM d98e8a6 (core 0.20.0 dev) megatron/training/arguments.py: with --bf16 and "
         "the default --main-grads-dtype fp32, accumulate_allreduce_grads_in_fp32 is set "
@@ -84,6 +94,9 @@ MEGATRON = Framework(
         "reduced on the last micro-batch only (is_last_microbatch)",
         "NeMo 2 nemo/collections/llm/recipes/precision/mixed_precision.py bf16_mixed(): "
         "grad_reduce_in_fp32=True (why NeMo runs use this row)",
+        "attention_kernel: Transformer Engine's DotProductAttention picks its FusedAttention "
+        "(cuDNN) backend on Hopper and flash-attn's on Ampere (TE docs, 'Attention backends'); "
+        "a GPU without a 'flash3' figure times it as 'flash2'",
     ),
 )
 

@@ -29,6 +29,10 @@ from trainbudget.core.errors import SpecError, unknown_key
 from trainbudget.core.units import GB, TB, GiB
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+ATTENTION_KERNELS = ("flash2", "flash3")
+"""Fused attention kernels by generation: FlashAttention-2 (Dao 2023; PyTorch SDPA's flash
+backend), and the Hopper kernels that use its TMA and warpgroup MMA: FlashAttention-3 (Shah
+et al. 2024) and cuDNN's fused attention, which Transformer Engine runs on Hopper."""
 
 _NDR_400G = 400 * GB / 8  # one 400 Gb/s NIC, bits -> bytes: 50 GB/s per direction
 _HDR_200G = 200 * GB / 8  # one 200 Gb/s NIC: 25 GB/s per direction
@@ -53,6 +57,17 @@ class Hardware:
     notes: str = ""
     measured: bool = False
     """A row built from a benchmark of this machine (no datasheet, so no source URL)."""
+    sm_count: int = 0
+    """Streaming multiprocessors (AMD: compute units), the slots a GEMM's output tiles fill
+    wave by wave (`compute_time.gemm_shape_efficiency`); 0 = not stated, no wave model."""
+    matmul_fraction: float | None = None
+    """Maximum achievable matmul FLOP/s (MAMF: the best of a sweep of large bf16 GEMM shapes,
+    clock throttling under sustained load included) over the dense bf16 peak, measured; None
+    where no measurement is cited (`compute_time.DEFAULT_MATMUL_FRACTION` is used)."""
+    attention_fraction: Mapping[str, float] = field(default_factory=dict, hash=False)
+    """Fraction of the dense peak a fused attention kernel sustains, forward and backward
+    together, by kernel ('flash2', 'flash3'); a kernel without an entry runs at the 'flash2'
+    figure, or `compute_time.DEFAULT_ATTENTION_FRACTION` without one."""
 
     def __post_init__(self) -> None:
         for attr in ("dense_flops_per_second", "sparse_flops_per_second"):
@@ -64,6 +79,22 @@ class Hardware:
                     )
                 _require_positive(f"{self.name}.{attr}[{dtype}]", value)
             object.__setattr__(self, attr, MappingProxyType(table))
+        for kernel, value in dict(self.attention_fraction).items():
+            if kernel not in ATTENTION_KERNELS:
+                rule = "kernel must be one of " + ", ".join(ATTENTION_KERNELS)
+                raise SpecError(f"{self.name}.attention_fraction", kernel, rule)
+            _require_fraction(f"{self.name}.attention_fraction[{kernel}]", value)
+        object.__setattr__(
+            self, "attention_fraction", MappingProxyType(dict(self.attention_fraction))
+        )
+        if self.matmul_fraction is not None:
+            _require_fraction(f"{self.name}.matmul_fraction", self.matmul_fraction)
+        if (
+            isinstance(self.sm_count, bool)
+            or not isinstance(self.sm_count, int)
+            or self.sm_count < 0
+        ):
+            raise SpecError(f"{self.name}.sm_count", self.sm_count, "must be an integer >= 0")
         for attr in (
             "memory_bytes",
             "hbm_bytes_per_second",
@@ -101,6 +132,12 @@ class Hardware:
         return table[dtype]
 
 
+def _require_fraction(field_name: str, value: float) -> None:
+    _require_positive(field_name, value)
+    if value > 1:
+        raise SpecError(field_name, value, "is a fraction of the peak: must be at most 1")
+
+
 def _require_positive(field_name: str, value: float) -> None:
     if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise SpecError(field_name, value, "must be a positive finite number")
@@ -115,9 +152,26 @@ _A100_SPARSE = {"tf32": 312e12, "bf16": 624e12, "fp16": 624e12}
 _A100_NOTES = (
     "No FP8 on Ampere. Datasheet prints dense and sparse tensor figures. NVLink 3 is 600 GB/s "
     "bidirectional -> 300 GB/s one direction. Inter-node assumes DGX A100: one 200 Gb/s HDR "
-    "NIC per GPU."
+    "NIC per GPU. 108 SMs (datasheet: 6912 CUDA cores, 64 per SM). matmul_fraction: MAMF of "
+    "the 'A100 SXM' row (ml-engineering), for both memory sizes. attention_fraction: "
+    "FlashAttention-2 reaches 50-73 % of the A100 peak (Dao 2023, arXiv 2307.08691, abstract, "
+    "Fig. 4-6); the backward, most of the time, is the slower half: 0.5."
 )
 _H100_PAGE = "https://www.nvidia.com/en-us/data-center/h100/"
+_MAMF = (
+    "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md"
+    "#maximum-achievable-matmul-flops-comparison-table"
+)
+_A100_MAMF = 267.9e12 / 312e12  # "NVIDIA A100 SXM | 267.9 | 312 | 85.9%" (CUDA 12.1)
+_H100_MAMF = 792.1e12 / 989e12  # "NVIDIA H100 SXM | 792.1 | 989 | 80.1%" (CUDA 12.1)
+_A100_ATTENTION = {"flash2": 0.5}
+# FlashAttention-2 on H100 "up to 335 TFLOPs/s" forward + backward (Dao 2023, arXiv
+# 2307.08691, Sec. 4.1, Fig. 7) without Hopper's TMA and warpgroup MMA; FlashAttention-3's
+# backward is 1.5-1.75x FlashAttention-2's (Shah et al. 2024, arXiv 2407.08608, Sec. 4.1),
+# the backward being most of the time: 1.5 x 335 / 989 ~ 0.5 for the Hopper kernels
+_HOPPER_ATTENTION = {"flash2": 335e12 / 989e12, "flash3": 0.5}
+_ATTENTION_SOURCES = ("https://arxiv.org/abs/2307.08691", "https://arxiv.org/abs/2407.08608")
+_HOPPER_BLOG = "https://developer.nvidia.com/blog/nvidia-hopper-architecture-in-depth/"
 # H100 SXM and H200 share the GH100 tensor cores: datasheet sparse figures, dense = sparse / 2.
 _HOPPER_SXM_SPARSE = {"tf32": 989e12, "bf16": 1979e12, "fp16": 1979e12, "fp8": 3958e12}
 
@@ -129,7 +183,8 @@ _ROWS = (
         dense_flops_per_second=_A100_DENSE, sparse_flops_per_second=_A100_SPARSE,
         intra_node_bytes_per_second=300 * GB, inter_node_bytes_per_second=_HDR_200G,
         gpus_per_node=8, intra_node_link="NVLink 3", inter_node_link="InfiniBand HDR 200 Gb/s",
-        source_urls=(_A100_DATASHEET,), notes=_A100_NOTES,
+        source_urls=(_A100_DATASHEET, _MAMF, *_ATTENTION_SOURCES), notes=_A100_NOTES,
+        sm_count=108, matmul_fraction=_A100_MAMF, attention_fraction=_A100_ATTENTION,
     ),
     Hardware(
         name="a100-80gb", description="NVIDIA A100 SXM4 80GB",
@@ -137,7 +192,8 @@ _ROWS = (
         dense_flops_per_second=_A100_DENSE, sparse_flops_per_second=_A100_SPARSE,
         intra_node_bytes_per_second=300 * GB, inter_node_bytes_per_second=_HDR_200G,
         gpus_per_node=8, intra_node_link="NVLink 3", inter_node_link="InfiniBand HDR 200 Gb/s",
-        source_urls=(_A100_DATASHEET,), notes=_A100_NOTES,
+        source_urls=(_A100_DATASHEET, _MAMF, *_ATTENTION_SOURCES), notes=_A100_NOTES,
+        sm_count=108, matmul_fraction=_A100_MAMF, attention_fraction=_A100_ATTENTION,
     ),
     Hardware(
         name="h100-sxm", description="NVIDIA H100 SXM5 80GB",
@@ -148,11 +204,16 @@ _ROWS = (
         intra_node_bytes_per_second=450 * GB, inter_node_bytes_per_second=_NDR_400G,
         gpus_per_node=8, intra_node_link="NVLink 4", inter_node_link="InfiniBand NDR 400 Gb/s",
         source_urls=(_H100_PAGE,
-                     "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"),
+                     "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet",
+                     _HOPPER_BLOG, _MAMF, *_ATTENTION_SOURCES),
         notes="Datasheet tensor figures are with sparsity (bf16 1979 TFLOPS); dense = sparse / 2. "
         "fp32 is 67.5e12 because the lecture this project follows uses 67.5e12; the datasheet "
         "prints 67 TFLOPS. NVLink 4 is 900 GB/s bidirectional -> 450 GB/s one direction. "
-        "Inter-node assumes HGX/DGX H100: one 400 Gb/s NDR NIC per GPU.",
+        "Inter-node assumes HGX/DGX H100: one 400 Gb/s NDR NIC per GPU. "
+        "132 SMs (NVIDIA, 'Hopper architecture in-depth': SXM5 132, PCIe 114). "
+        "matmul_fraction: MAMF 792.1 of 989 TFLOPS (ml-engineering); attention_fraction: "
+        "FlashAttention-2 and -3 papers (the comment at _HOPPER_ATTENTION).",
+        sm_count=132, matmul_fraction=_H100_MAMF, attention_fraction=_HOPPER_ATTENTION,
     ),
     Hardware(
         name="h100-pcie", description="NVIDIA H100 PCIe 80GB",
@@ -164,11 +225,15 @@ _ROWS = (
         gpus_per_node=8, intra_node_link="PCIe 5.0 x16", inter_node_link="InfiniBand NDR 400 Gb/s",
         source_urls=("https://www.nvidia.com/content/dam/en-zz/Solutions/gtcs22/data-center/h100/"
                      "PB-11133-001_v01.pdf",
-                     "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"),
+                     "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet",
+                     _HOPPER_BLOG),
         notes="Tensor figures printed with sparsity; dense = sparse / 2. Memory bandwidth "
         "2,000 GB/s (product brief). Intra-node assumes an 8-GPU PCIe server talking over PCIe "
         "Gen5 (128 GB/s bidirectional -> 64 GB/s); the optional 600 GB/s NVLink bridge joins "
-        "only pairs of cards. Inter-node assumes one 400 Gb/s NIC per GPU.",
+        "only pairs of cards. Inter-node assumes one 400 Gb/s NIC per GPU. "
+        "114 SMs ('Hopper architecture in-depth'). No MAMF cited for it; attention "
+        "fractions of the SXM part (the same kernels, assumed).",
+        sm_count=114, attention_fraction=_HOPPER_ATTENTION,
     ),
     Hardware(
         name="h100-nvl", description="NVIDIA H100 NVL 94GB (PCIe card)",
@@ -184,7 +249,10 @@ _ROWS = (
         "TFLOPS, 94 GB at 3.9 TB/s, 350-400 W configurable. Its NVLink bridge (600 GB/s "
         "bidirectional) joins pairs of cards only, so intra-node assumes an 8-card server "
         "over PCIe Gen5 (128 GB/s bidirectional -> 64 GB/s), as the h100-pcie row does. "
-        "Inter-node assumes one 400 Gb/s NIC per GPU.",
+        "Inter-node assumes one 400 Gb/s NIC per GPU. "
+        "132 SMs, as the SXM part (assumed: the page does not print SMs); attention fractions "
+        "of the SXM part (assumed).",
+        sm_count=132, attention_fraction=_HOPPER_ATTENTION,
     ),
     Hardware(
         name="h800", description="NVIDIA H800 SXM5 80GB",
@@ -203,7 +271,10 @@ _ROWS = (
         "NVLink 400 GB/s instead of 900 (bidirectional) -> 200 GB/s one direction. NVIDIA's "
         "own H800 sheet is not cited: tensor, memory and fp32 figures are the H100 SXM "
         "datasheet's (sparse, dense = sparse / 2; fp32 the printed 67 TFLOPS). DeepEP's "
-        "README measures about 160 GB/s NVLink and one CX7 400 Gb/s NIC per GPU (~50 GB/s).",
+        "README measures about 160 GB/s NVLink and one CX7 400 Gb/s NIC per GPU (~50 GB/s). "
+        "132 SMs, MAMF and attention fractions of the H100 SXM (the same chip and power, "
+        "assumed).",
+        sm_count=132, matmul_fraction=_H100_MAMF, attention_fraction=_HOPPER_ATTENTION,
     ),
     Hardware(
         name="h200", description="NVIDIA H200 SXM 141GB",
@@ -217,7 +288,9 @@ _ROWS = (
         notes="Same GH100 compute as H100 SXM; tensor figures printed with sparsity, dense = "
         "sparse / 2. fp32 is the datasheet's 67 TFLOPS (the h100-sxm row keeps the lecture's "
         "67.5). NVLink 900 GB/s bidirectional -> 450 GB/s. Inter-node: one 400 Gb/s NDR NIC "
-        "per GPU.",
+        "per GPU. "
+        "132 SMs and the attention fractions of H100 SXM (same GH100 compute); no MAMF cited.",
+        sm_count=132, attention_fraction=_HOPPER_ATTENTION,
     ),
     Hardware(
         name="b200", description="NVIDIA B200 (HGX B200) 180GB",
@@ -254,7 +327,10 @@ _ROWS = (
         "each GPU has 7 Infinity Fabric links of 128 GB/s bidirectional (896 GB/s) -> 448 GB/s one "
         "direction summed over all 7 peers (64 GB/s to any single peer). Inter-node assumes one "
         "400 Gb/s NIC per GPU. Its FP8 are the FNUZ variants (HIP fp8_numbers page: gfx942 "
-        "runs FNUZ, not OCP FP8): E4M3FNUZ tops out at 240, not OCP E4M3's 448.",
+        "runs FNUZ, not OCP FP8): E4M3FNUZ tops out at 240, not OCP E4M3's 448. "
+        "304 compute units (datasheet). matmul_fraction: MAMF 781.9 TFLOPS with ROCm 6.2 "
+        "(ml-engineering), over the 1307.4 dense peak.",
+        sm_count=304, matmul_fraction=781.9e12 / 1307.4e12,
     ),
     Hardware(
         name="rtx-4090", description="NVIDIA GeForce RTX 4090 24GB",
@@ -273,7 +349,9 @@ _ROWS = (
         "(what training uses); FP16-accumulate is 2x higher for fp16/fp8. fp32 is the non-tensor "
         "peak. Memory is GDDR6X, not HBM. No NVLink: intra-node assumes an 8-card PCIe Gen4 "
         "server (64 GB/s bidirectional -> 32 GB/s); inter-node assumes one 100 Gb/s NIC per node "
-        "shared by 8 GPUs.",
+        "shared by 8 GPUs. "
+        "128 SMs (Ada whitepaper, Appendix A).",
+        sm_count=128,
     ),
     Hardware(
         name="tpu-v5e", description="Google Cloud TPU v5e",
