@@ -16,6 +16,7 @@ from trainbudget.cli.args import (
     nonnegative_float,
     positive_int,
 )
+from trainbudget.cli.plan_emit import add_emit_args, run_emit
 from trainbudget.cli.plan_view import (
     add_cluster_args,
     cluster_from_args,
@@ -69,6 +70,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     c.add_argument("--gpu-counts", help="comma-separated GPU counts (default --gpus)")
     c.add_argument("--prices", help="price per GPU-hour, one or NAME=PRICE,... per GPU option")
     p.add_argument("--json", action="store_true", help="print JSON")
+    add_emit_args(p)
 
 
 def add_policy_args(g) -> None:
@@ -167,11 +169,15 @@ def run(args: argparse.Namespace) -> int:
                 args.calibration,
                 "describes one GPU; it cannot be used with --within-days, which compares GPU types",
             )
+        if args.emit is not None:
+            raise SpecError("--emit", args.emit, "emits one plan; not with --within-days")
         return _run_cheapest(args, run_search, fw)
     hardware = get_hardware(args.gpu)
     cluster = cluster_from_args(args, hardware, positive_int("gpus", args.gpus))
     result = run_search(cluster, efficiency=efficiency_from_args(args, hardware))
     tokens = nonnegative_float("tokens", args.tokens) if args.tokens else None
+    if args.emit is not None:
+        return run_emit(args, result, model, seq_len, tokens)
     reliability = None
     if result.plans and result.plans[0].fits:
         best = result.plans[0]
