@@ -54,10 +54,29 @@ def math_prod(xs: list[int]) -> int:
 def test_every_key_is_a_row_of_the_table_with_its_type() -> None:
     plans = [
         README_70B,
-        Plan(dp=128, tp=8, sp=True, zero=3, zero_shard=16, micro_batch=2, grad_accum=2,
-             recompute="full"),
-        Plan(dp=32, tp=8, sp=True, pp=4, vpp=2, schedule="interleaved", zero=2,
-             micro_batch=1, grad_accum=8, recompute="full", recompute_every=2),
+        Plan(
+            dp=128,
+            tp=8,
+            sp=True,
+            zero=3,
+            zero_shard=16,
+            micro_batch=2,
+            grad_accum=2,
+            recompute="full",
+        ),
+        Plan(
+            dp=32,
+            tp=8,
+            sp=True,
+            pp=4,
+            vpp=2,
+            schedule="interleaved",
+            zero=2,
+            micro_batch=1,
+            grad_accum=8,
+            recompute="full",
+            recompute_every=2,
+        ),
     ]
     for plan in plans:
         for key, value in _flat(_toml(job(plan))).items():
@@ -67,13 +86,25 @@ def test_every_key_is_a_row_of_the_table_with_its_type() -> None:
 
 
 def test_pipeline_stages_list_every_layer_once_in_the_looped_order() -> None:
-    plan = Plan(dp=32, tp=8, sp=True, pp=4, vpp=2, schedule="interleaved", zero=2,
-                micro_batch=1, grad_accum=8, recompute="full", recompute_every=2)
+    plan = Plan(
+        dp=32,
+        tp=8,
+        sp=True,
+        pp=4,
+        vpp=2,
+        schedule="interleaved",
+        zero=2,
+        micro_batch=1,
+        grad_accum=8,
+        recompute="full",
+        recompute_every=2,
+    )
     cfg = _toml(job(plan))
     par = cfg["parallelism"]
     parts = par["module_fqns_per_model_part"]
-    assert len(parts) == 8 and all(len([m for m in p if m.startswith("layers.")]) == 10
-                                   for p in parts)
+    assert len(parts) == 8 and all(
+        len([m for m in p if m.startswith("layers.")]) == 10 for p in parts
+    )
     layers = [m for p in parts for m in p if m.startswith("layers.")]
     assert layers == [f"layers.{i}" for i in range(80)]
     assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]
@@ -104,8 +135,11 @@ def test_hsdp_and_fp8_and_pure_bf16() -> None:
         (Plan(dp=1024, zero=3), {"precision": "fp16-mixed"}, "precision = 'fp16-mixed'"),
         (Plan(dp=1024, zero=0), {}, "precision = 'bf16-mixed'"),  # DDP is autocast
         (Plan(dp=1024, zero=3), {"model": "llama-2-70b"}, "model = 'llama-2-70b'"),
-        (Plan(dp=256, pp=4, zero=3, recompute="full", recompute_every=3), {},
-         "recompute_every = 3"),
+        (
+            Plan(dp=256, pp=4, zero=3, recompute="full", recompute_every=3),
+            {},
+            "recompute_every = 3",
+        ),
     ],
 )
 def test_a_feature_without_an_equivalent_is_refused_in_one_line(plan, kw, named) -> None:
@@ -121,8 +155,10 @@ def test_every_flavor_row_matches_its_preset_shape() -> None:
         assert torchtitan._flavor(job(README_70B, model=name)).name in ("llama3", "qwen3")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None,
-                    reason="torchtitan not installed (pip install torchtitan==0.2.2)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("torchtitan") is None,
+    reason="torchtitan not installed (pip install torchtitan==0.2.2)",
+)
 def test_torchtitans_own_config_manager_loads_it(tmp_path) -> None:
     # torchtitan/__init__.py imports its triton MoE kernels (GPU only); the config package
     # alone needs torch and tyro, so the parent package is stood in for

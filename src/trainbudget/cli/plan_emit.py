@@ -71,8 +71,16 @@ def run_emit(args: argparse.Namespace, result, model: ModelSpec, seq_len: int, t
     path = _out_path(args, emitted.file_name)
     path.write_text(emitted.text, encoding="utf-8")
     if args.json:
-        print(dumps_json({"plan": job.plan.describe(), "engine": VERSIONS[args.emit],
-                          "path": str(path), "notes": list(emitted.notes)}))
+        print(
+            dumps_json(
+                {
+                    "plan": job.plan.describe(),
+                    "engine": VERSIONS[args.emit],
+                    "path": str(path),
+                    "notes": list(emitted.notes),
+                }
+            )
+        )
         return 0
     print(f"plan         {job.plan.describe()}")
     print(f"emitted      {path} ({VERSIONS[args.emit]})")

@@ -29,40 +29,80 @@ OPTIONS = table(
     _o("bf16.enabled", bool, "precision bf16-mixed", "precision_config.py"),
     _o("fp16.enabled", bool, "precision fp16-mixed", "precision_config.py"),
     _o("torch_autocast.enabled", bool, "precision amp-*", "constants.py"),
-    _o("torch_autocast.dtype", str, "precision amp-*", "config.py",
-       choices=("bfloat16", "float16")),
+    _o(
+        "torch_autocast.dtype", str, "precision amp-*", "config.py", choices=("bfloat16", "float16")
+    ),
     _o("zero_optimization.stage", int, "zero", "zero/config.py"),
-    _o("zero_optimization.offload_optimizer.device", str, "offload_optimizer",
-       "zero/offload_config.py", choices=("cpu", "nvme")),
-    _o("zero_optimization.offload_param.device", str, "offload_params",
-       "zero/offload_config.py", choices=("cpu", "nvme")),
+    _o(
+        "zero_optimization.offload_optimizer.device",
+        str,
+        "offload_optimizer",
+        "zero/offload_config.py",
+        choices=("cpu", "nvme"),
+    ),
+    _o(
+        "zero_optimization.offload_param.device",
+        str,
+        "offload_params",
+        "zero/offload_config.py",
+        choices=("cpu", "nvme"),
+    ),
     _o("tensor_parallel.autotp_size", int, "tp", "tensor_parallel/config.py"),
-    _o("optimizer.type", str, "optimizer", "config.py",
-       choices=("Adam", "AdamW", "Lion", "Adagrad")),
+    _o(
+        "optimizer.type",
+        str,
+        "optimizer",
+        "config.py",
+        choices=("Adam", "AdamW", "Lion", "Adagrad"),
+    ),
     # Adam's adam_w_mode defaults to True (config.py ADAM_W_MODE_DEFAULT): plain Adam says no
     _o("optimizer.params.adam_w_mode", bool, "optimizer adam", "config.py"),
-    _o("activation_checkpointing.partition_activations", bool, "recompute",
-       "activation_checkpointing/config.py"),
+    _o(
+        "activation_checkpointing.partition_activations",
+        bool,
+        "recompute",
+        "activation_checkpointing/config.py",
+    ),
 )
 
 
 def _checks(job: Job) -> None:
     p = job.plan
     if p.pp > 1:
-        raise refuse(ENGINE, "pp", p.pp, "its pipeline is built in model code "
-                     "(deepspeed.pipe.PipelineModule) and runs ZeRO 0-1 only; try --emit "
-                     "megatron")
+        raise refuse(
+            ENGINE,
+            "pp",
+            p.pp,
+            "its pipeline is built in model code "
+            "(deepspeed.pipe.PipelineModule) and runs ZeRO 0-1 only; try --emit "
+            "megatron",
+        )
     if p.cp > 1:
-        raise refuse(ENGINE, "cp", p.cp, "its sequence parallelism (Ulysses) splits heads by "
-                     "all-to-all, not the sequence by ring attention")
+        raise refuse(
+            ENGINE,
+            "cp",
+            p.cp,
+            "its sequence parallelism (Ulysses) splits heads by "
+            "all-to-all, not the sequence by ring attention",
+        )
     if p.sp:
         raise refuse(ENGINE, "sp", True, "AutoTP keeps norms and dropout whole on each rank")
     if p.ep > 1:
-        raise refuse(ENGINE, "ep", p.ep, "expert parallelism is set in model code "
-                     "(deepspeed.moe.layer.MoE(ep_size=...)), not the config")
+        raise refuse(
+            ENGINE,
+            "ep",
+            p.ep,
+            "expert parallelism is set in model code "
+            "(deepspeed.moe.layer.MoE(ep_size=...)), not the config",
+        )
     if p.zero_shard:
-        raise refuse(ENGINE, "zero_shard", p.zero_shard, f"{VERSION} removed MiCS, its "
-                     "sharding within groups (config.py); hpZ shards the weights only")
+        raise refuse(
+            ENGINE,
+            "zero_shard",
+            p.zero_shard,
+            f"{VERSION} removed MiCS, its "
+            "sharding within groups (config.py); hpZ shards the weights only",
+        )
     if p.offload_optimizer != "none" and p.zero == 0:
         raise refuse(ENGINE, "offload_optimizer", p.offload_optimizer, "needs ZeRO 1-3")
     if p.offload_params != "none" and p.zero != 3:
@@ -78,8 +118,13 @@ def _precision(job: Job) -> dict[str, object]:
         "amp-fp16": {"torch_autocast.enabled": True, "torch_autocast.dtype": "float16"},
     }
     if job.precision not in table_:
-        raise refuse(ENGINE, "precision", job.precision, "the config trains fp32, bf16-mixed, "
-                     "fp16-mixed, amp-bf16 and amp-fp16 (FP8 is Transformer Engine in code)")
+        raise refuse(
+            ENGINE,
+            "precision",
+            job.precision,
+            "the config trains fp32, bf16-mixed, "
+            "fp16-mixed, amp-bf16 and amp-fp16 (FP8 is Transformer Engine in code)",
+        )
     return dict(table_[job.precision])
 
 
@@ -134,8 +179,7 @@ def _recompute_note(job: Job) -> str:
     p = job.plan
     which = {
         "none": "",
-        "selective": "checkpoint the attention core (scores, softmax, dropout, x V) of each "
-        "block",
+        "selective": "checkpoint the attention core (scores, softmax, dropout, x V) of each block",
         "selective-op": "checkpoint each block with torch's per-op policy (save matmul "
         "outputs, recompute the rest)",
         "full": "checkpoint every block"
@@ -145,8 +189,10 @@ def _recompute_note(job: Job) -> str:
     }[p.recompute]
     if not which:
         return ""
-    return f"deepspeed: recompute '{p.recompute}' is in model code: {which} " \
+    return (
+        f"deepspeed: recompute '{p.recompute}' is in model code: {which} "
         "(deepspeed.checkpointing.checkpoint)"
+    )
 
 
 def emit(job: Job) -> Emitted:

@@ -35,8 +35,12 @@ OPTIONS = table(
     _o("--use-distributed-optimizer", bool, "zero >= 1"),
     _o("--num-distributed-optimizer-instances", int, "dp / zero_shard (zero 1)"),
     _o("--use-megatron-fsdp", bool, "zero 2-3"),
-    _o("--data-parallel-sharding-strategy", str, "zero 2-3", choices=("optim_grads",
-                                                                      "optim_grads_params")),
+    _o(
+        "--data-parallel-sharding-strategy",
+        str,
+        "zero 2-3",
+        choices=("optim_grads", "optim_grads_params"),
+    ),
     _o("--ckpt-format", str, "zero 2-3 (Megatron-FSDP's format)", choices=("fsdp_dtensor",)),
     _o("--use-precision-aware-optimizer", bool, "offload_optimizer cpu"),
     _o("--optimizer-cpu-offload", bool, "offload_optimizer cpu"),
@@ -96,8 +100,13 @@ def _parallel(job: Job) -> dict[str, object]:
     if p.pp_layers:
         first, *middle, last = p.pp_layers
         if len(set(middle)) > 1:
-            raise refuse(ENGINE, "pp_layers", p.pp_layers, "it splits the middle stages "
-                         "evenly (--decoder-first/last-pipeline-num-layers set the ends)")
+            raise refuse(
+                ENGINE,
+                "pp_layers",
+                p.pp_layers,
+                "it splits the middle stages "
+                "evenly (--decoder-first/last-pipeline-num-layers set the ends)",
+            )
         out["--decoder-first-pipeline-num-layers"] = first
         out["--decoder-last-pipeline-num-layers"] = last
     out["--context-parallel-size"] = p.cp
@@ -117,19 +126,32 @@ def _sharding(job: Job) -> dict[str, object]:
         out["--num-distributed-optimizer-instances"] = p.dp // p.zero_shard
     if p.zero >= 2:
         if p.zero_shard:
-            raise refuse(ENGINE, "zero_shard", p.zero_shard, "this emitter maps HSDP only "
-                         "for zero 1 (distributed-optimizer instances), not Megatron-FSDP")
+            raise refuse(
+                ENGINE,
+                "zero_shard",
+                p.zero_shard,
+                "this emitter maps HSDP only "
+                "for zero 1 (distributed-optimizer instances), not Megatron-FSDP",
+            )
         out["--use-megatron-fsdp"] = True
         strategy = "optim_grads_params" if p.zero == 3 else "optim_grads"
         out["--data-parallel-sharding-strategy"] = strategy
         out["--ckpt-format"] = "fsdp_dtensor"  # arguments.py asserts it with Megatron-FSDP
     if p.offload_params != "none" or p.offload_optimizer == "nvme":
-        raise refuse(ENGINE, "offload", f"{p.offload_optimizer}/{p.offload_params}",
-                     "it offloads only the optimizer, to CPU")
+        raise refuse(
+            ENGINE,
+            "offload",
+            f"{p.offload_optimizer}/{p.offload_params}",
+            "it offloads only the optimizer, to CPU",
+        )
     if p.offload_optimizer == "cpu":
         if p.zero != 1:
-            raise refuse(ENGINE, "offload_optimizer", "cpu", "its CPU optimizer offload "
-                         "runs on the distributed optimizer: plan with zero 1")
+            raise refuse(
+                ENGINE,
+                "offload_optimizer",
+                "cpu",
+                "its CPU optimizer offload runs on the distributed optimizer: plan with zero 1",
+            )
         out["--use-precision-aware-optimizer"] = True  # arguments.py asserts it with offload
         out["--optimizer-cpu-offload"] = True
     return out
@@ -138,8 +160,12 @@ def _sharding(job: Job) -> dict[str, object]:
 def _batch(job: Job) -> dict[str, object]:
     p, m = job.plan, job.model
     if m.position == "learned" and job.seq_len > m.max_seq_len:
-        raise refuse(ENGINE, "seq_len", job.seq_len, f"learned positions stop at "
-                     f"max_seq_len ({m.max_seq_len})")
+        raise refuse(
+            ENGINE,
+            "seq_len",
+            job.seq_len,
+            f"learned positions stop at max_seq_len ({m.max_seq_len})",
+        )
     out: dict[str, object] = {
         "--micro-batch-size": p.micro_batch,
         "--global-batch-size": p.global_batch,  # Megatron derives grad_accum from it
@@ -153,9 +179,12 @@ def _batch(job: Job) -> dict[str, object]:
 
 def _shape(job: Job) -> dict[str, object]:
     m = job.model
-    for field, bad in (("position", m.position == "alibi"), ("sliding_window",
-                       m.sliding_window), ("post_norms", m.post_norms),
-                       ("gate_activation", m.mlp == "swiglu" and m.gate_activation != "silu")):
+    for field, bad in (
+        ("position", m.position == "alibi"),
+        ("sliding_window", m.sliding_window),
+        ("post_norms", m.post_norms),
+        ("gate_activation", m.mlp == "swiglu" and m.gate_activation != "silu"),
+    ):
         if bad:
             raise refuse(ENGINE, field, getattr(m, field), "not mapped to a Megatron option")
     out: dict[str, object] = {
@@ -218,11 +247,20 @@ def _mla(job: Job) -> dict[str, object]:
 
 
 def _precision(job: Job) -> dict[str, object]:
-    flags = {"bf16-mixed": {"--bf16": True}, "fp16-mixed": {"--fp16": True}, "fp32": {},
-             "fp8": {"--bf16": True, "--fp8-format": "hybrid"}}  # E4M3 forward, E5M2 grads
+    flags = {
+        "bf16-mixed": {"--bf16": True},
+        "fp16-mixed": {"--fp16": True},
+        "fp32": {},
+        "fp8": {"--bf16": True, "--fp8-format": "hybrid"},
+    }  # E4M3 forward, E5M2 grads
     if job.precision not in flags:
-        raise refuse(ENGINE, "precision", job.precision, "it trains fp32, bf16-mixed, "
-                     "fp16-mixed and fp8 (always with an fp32 master copy, never autocast)")
+        raise refuse(
+            ENGINE,
+            "precision",
+            job.precision,
+            "it trains fp32, bf16-mixed, "
+            "fp16-mixed and fp8 (always with an fp32 master copy, never autocast)",
+        )
     return dict(flags[job.precision])
 
 
@@ -235,9 +273,14 @@ def _recompute_block(job: Job) -> int:
     wanted = {math.ceil(c / k) for c in per_stage}
     per_chunk = math.ceil(n // (p.pp * p.vpp) / k) if p.vpp > 1 else min(wanted)
     if len(wanted) > 1 or p.vpp * per_chunk != min(wanted):
-        raise refuse(ENGINE, "recompute_every", k, f"--recompute-num-layers is one count per "
-                     f"(virtual) stage; the plan recomputes {sorted(wanted)} of stages "
-                     f"{per_stage} ({p.vpp} chunk(s) each)")
+        raise refuse(
+            ENGINE,
+            "recompute_every",
+            k,
+            f"--recompute-num-layers is one count per "
+            f"(virtual) stage; the plan recomputes {sorted(wanted)} of stages "
+            f"{per_stage} ({p.vpp} chunk(s) each)",
+        )
     return per_chunk
 
 
@@ -248,13 +291,24 @@ def _recompute(job: Job) -> dict[str, object]:
     if p.recompute == "selective":  # default --recompute-modules core_attn
         return {"--recompute-granularity": "selective"}
     if p.recompute == "selective-op":
-        raise refuse(ENGINE, "recompute", "selective-op", "its selective recomputation picks "
-                     "modules (--recompute-modules), not torch's per-op save policy")
+        raise refuse(
+            ENGINE,
+            "recompute",
+            "selective-op",
+            "its selective recomputation picks "
+            "modules (--recompute-modules), not torch's per-op save policy",
+        )
     if p.recompute_every == 1:
-        return {"--recompute-granularity": "full", "--recompute-method": "uniform",
-                "--recompute-num-layers": 1}
-    return {"--recompute-granularity": "full", "--recompute-method": "block",
-            "--recompute-num-layers": _recompute_block(job)}
+        return {
+            "--recompute-granularity": "full",
+            "--recompute-method": "uniform",
+            "--recompute-num-layers": 1,
+        }
+    return {
+        "--recompute-granularity": "full",
+        "--recompute-method": "block",
+        "--recompute-num-layers": _recompute_block(job),
+    }
 
 
 def _optimizer(job: Job) -> dict[str, object]:
