@@ -48,6 +48,7 @@ def test_interleaved_pipeline_zero1_hsdp_and_every_kth_recompute() -> None:
     assert a.use_distributed_optimizer and a.num_distributed_optimizer_instances == 4
     # the plan recomputes ceil(20 / 2) = 10 layers per stage; Megatron 5 of each 10-layer chunk
     assert (a.recompute_method, a.recompute_num_layers) == ("block", 5)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in megatron.emit(job(plan)).notes[-1]
     full = parse_megatron(megatron.emit(job(Plan(dp=1024, zero=1, recompute="full"))).text)
     assert (full.recompute_method, full.recompute_num_layers) == ("uniform", 1)
 

@@ -350,5 +350,18 @@ def emit(job: Job) -> Emitted:
             "megatron: add the data and tokenizer arguments; Megatron pads the vocabulary to "
             "a multiple of --make-vocab-size-divisible-by (128) x tp; the data-parallel size "
             "and the gradient accumulation follow from the world size and --global-batch-size",
+            *_env_notes(job),
         ),
     )
+
+
+def _env_notes(job: Job) -> tuple[str, ...]:
+    """arguments.py validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with tp or cp on
+    pre-Blackwell GPUs unless Megatron-FSDP runs (then it only warns)."""
+    p = job.plan
+    if (p.tp > 1 or p.cp > 1) and p.zero < 2:
+        return (
+            "megatron: export CUDA_DEVICE_MAX_CONNECTIONS=1 (required with tp or cp "
+            "before Blackwell)",
+        )
+    return ()
