@@ -37,8 +37,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "validation": CORE | {"published"},
     "uncertainty": CORE | {"validation"},
     "report": CORE | {"train"},  # of train: only its reader of run folders, see NARROW
+    "emit": CORE,
     "cli": CORE
-    | {"data", "model", "profile", "train", "train.checkpointing", "report"}
+    | {"data", "model", "profile", "train", "train.checkpointing", "report", "emit"}
     | {"published", "validation", "uncertainty"},
     "__main__": frozenset({"cli"}),
 }

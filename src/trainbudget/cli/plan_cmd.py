@@ -15,6 +15,7 @@ from trainbudget.cli.args import (
     nonnegative_float,
     positive_int,
 )
+from trainbudget.cli.plan_emit import add_emit_args, run_emit
 from trainbudget.cli.plan_view import (
     add_cluster_args,
 )
@@ -76,6 +77,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     c.add_argument("--gpu-counts", help="comma-separated GPU counts (default --gpus)")
     c.add_argument("--prices", help="price per GPU-hour, one or NAME=PRICE,... per GPU option")
     p.add_argument("--json", action="store_true", help="print JSON")
+    add_emit_args(p)
 
 
 def _prices(args: argparse.Namespace, names: list[str]) -> dict[str, float]:
@@ -106,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
                 args.calibration,
                 "describes one GPU; it cannot be used with --within-days, which compares GPU types",
             )
+        if args.emit is not None:
+            raise SpecError("--emit", args.emit, "emits one plan; not with --within-days")
         seq_len = seq_len_from_args(args, model).value
         run_search = functools.partial(
             search_fast,
@@ -131,6 +135,10 @@ def run(args: argparse.Namespace) -> int:
     )
     result, cluster = found.result, found.cluster
     tokens = nonnegative_float("tokens", args.tokens) if args.tokens else None
+    if args.emit is not None:
+        return run_emit(args, result, model, found.seq_len.value, tokens)
+    if args.emit is not None:
+        return run_emit(args, result, model, seq_len, tokens)
     reliability = None
     if result.plans and result.plans[0].fits:
         best = result.plans[0]
