@@ -137,8 +137,6 @@ def run(args: argparse.Namespace) -> int:
     tokens = nonnegative_float("tokens", args.tokens) if args.tokens else None
     if args.emit is not None:
         return run_emit(args, result, model, found.seq_len.value, tokens)
-    if args.emit is not None:
-        return run_emit(args, result, model, seq_len, tokens)
     reliability = None
     if result.plans and result.plans[0].fits:
         best = result.plans[0]
