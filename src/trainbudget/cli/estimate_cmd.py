@@ -12,6 +12,7 @@ from trainbudget.cli.args import (
     dumps_json,
     fraction,
     framework_from_args,
+    money,
     nonnegative_float,
     positive_int,
 )
@@ -128,7 +129,7 @@ def request_from_args(args: argparse.Namespace) -> EstimateRequest:
     take_assumptions(args)
     price = None
     if args.price_per_gpu_hour is not None:
-        price = nonnegative_float("price_per_gpu_hour", args.price_per_gpu_hour)
+        price = money("price_per_gpu_hour", args.price_per_gpu_hour)
     return EstimateRequest(
         model=resolve_model(args.model, args.overrides),
         hardware=get_hardware(args.gpu),
@@ -389,6 +390,8 @@ def _useful_seconds(e: Estimate, planned: tuple[RankedPlan, Cluster] | None) -> 
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json and args.explain:  # refused, not silently dropped: the derivation is text only
+        raise SpecError("--explain", None, "prints text; it cannot go with --json (drop one)")
     unstated = take_assumptions(args)
     e = estimate(request_from_args(args))
     fw = framework_from_args(args)

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from trainbudget.cli.args import add_model_args, dumps_json, nonnegative_float, positive_int
+from trainbudget.cli.args import (
+    add_model_args,
+    add_peak_flops_arg,
+    dumps_json,
+    duration_seconds,
+    peak_flops_from_args,
+    positive_int,
+)
 from trainbudget.core.single.flops import training_flops
 from trainbudget.core.single.training_time import mfu_from_measurement
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.units import format_flops_rate
 
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
@@ -23,6 +31,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument("--gpus", default="1", help="GPUs the step ran on (default 1)")
     p.add_argument("--gpu", default="a100-80gb", help="accelerator")
     p.add_argument("--dtype", default="bf16", help="whose peak to divide by (default bf16)")
+    add_peak_flops_arg(p)
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -36,9 +45,9 @@ def run(args: argparse.Namespace) -> int:
     )
     flops = training_flops(model, seq_len)
     per_step = flops.model_flops_per_token * seq_len * positive_int("sequences", args.sequences)
-    step_seconds = nonnegative_float("step_seconds", args.step_seconds)
+    step_seconds = duration_seconds("step_seconds", args.step_seconds)
     n_gpus = positive_int("gpus", args.gpus)
-    peak = hw.peak_flops_per_second(args.dtype)
+    peak = peak_flops_from_args(args, hw, args.dtype)
     mfu = mfu_from_measurement(
         flops_per_step=per_step,
         step_seconds=step_seconds,
@@ -61,5 +70,6 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"{per_step:.4g} FLOPs/step / {step_seconds} s = {per_step / step_seconds:.4g} FLOP/s "
         f"= {mfu * 100:.2f} % of {n_gpus} x {hw.name} {args.dtype} peak"
+        + (f" ({format_flops_rate(peak)}, --peak-flops)" if args.peak_flops else "")
     )
     return 0

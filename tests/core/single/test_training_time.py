@@ -6,6 +6,8 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.training_time import (
+    DEFAULT_TOKENS_PER_BATCH,
+    default_global_batch,
     mfu_from_measurement,
     tokens_from_epochs,
     training_time,
@@ -102,3 +104,23 @@ def test_mfu_measurement_errors(kw: dict, field: str) -> None:
     with pytest.raises(SpecError) as err:
         mfu_from_measurement(**{**args, **kw})
     assert err.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("seq_len", "sequences"),
+    [
+        (2048, 2048),  # Llama 1: 4M tokens = 2,048 x 2,048 (arXiv:2302.13971, Table 2)
+        (4096, 1024),  # Llama 2: 4M tokens = 1,024 x 4,096 (arXiv:2307.09288, Table 1)
+        (8192, 512),  # the README's 70B report: --global-batch 512 at 8,192
+        (3000, 1024),  # 1,398 sequences would be 4M; the nearest power of two is 1,024
+        (2**23, 1),  # a sequence longer than the batch: still one sequence
+    ],
+)
+def test_default_global_batch_is_about_4m_tokens(seq_len: int, sequences: int) -> None:
+    assert DEFAULT_TOKENS_PER_BATCH == 4 * 2**20
+    assert default_global_batch(seq_len) == sequences
+
+
+def test_default_global_batch_needs_a_sequence_length() -> None:
+    with pytest.raises(SpecError):
+        default_global_batch(0)

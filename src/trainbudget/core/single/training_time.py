@@ -5,6 +5,7 @@ Seed 000 (S-train-time) and seed 003 (T-days) derive training time this way.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from trainbudget.core.errors import SpecError
@@ -97,3 +98,19 @@ def tokens_from_epochs(*, epochs: float, n_samples: float, mean_tokens_per_sampl
         if value <= 0:
             raise SpecError(field, value, "must be positive")
     return epochs * n_samples * mean_tokens_per_sample
+
+
+# Tokens per optimizer step when none is given. Llama 1 trained every size on batches of 4M
+# tokens (Touvron et al. 2023, arXiv:2302.13971, Table 2: 2,048 sequences of 2,048 tokens) and
+# so did Llama 2 (arXiv:2307.09288, Table 1: "All models are trained with a global batch-size
+# of 4M tokens", 1,024 sequences of 4,096): 4 x 2**20 tokens.
+DEFAULT_TOKENS_PER_BATCH = 4 * 2**20
+
+
+def default_global_batch(seq_len: int) -> int:
+    """Sequences per optimizer step when the user gives none: about DEFAULT_TOKENS_PER_BATCH
+    tokens, as a power of two so that the usual data-parallel degrees divide it (512 sequences
+    at seq_len 8192, 2,048 at 2048); at least one sequence."""
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        raise SpecError("seq_len", seq_len, "must be a positive integer")
+    return 2 ** max(0, round(math.log2(DEFAULT_TOKENS_PER_BATCH / seq_len)))
