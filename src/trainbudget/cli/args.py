@@ -6,8 +6,7 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
@@ -22,6 +21,9 @@ from trainbudget.core.units import (
     parse_int_count,
     parse_money,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -68,6 +70,8 @@ def duration_days(field: str, text: str) -> float:
 def writable_file(field: str, text: str) -> Path:
     """An output file that can be written: checked before any work is done, so that a long
     benchmark or search does not end in a failed write."""
+    from pathlib import Path  # here, not at the top: every command's start-up imports this file
+
     path = Path(text)
     if path.is_dir():
         raise SpecError(field, text, "is a folder; expected a file name")
