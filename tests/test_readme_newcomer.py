@@ -34,6 +34,8 @@ import pytest
 
 from trainbudget.cli.main import INSTALL_HINTS
 
+pytestmark = pytest.mark.slow  # a fresh environment and some 30 processes: ~20 s on 2 cores
+
 ROOT = Path(__file__).resolve().parents[1]
 READMES = ("README.md", "README.zh-CN.md")
 FENCE = re.compile(r"^```([a-z]*)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
