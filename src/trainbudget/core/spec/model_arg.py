@@ -10,7 +10,6 @@ import re
 from collections.abc import Sequence
 
 from trainbudget.core.errors import SpecError, folded_key, unknown_key
-from trainbudget.core.spec.hf_config import load_hf_config
 from trainbudget.core.spec.model_spec import BareModel, ModelSpec, spec_fields
 from trainbudget.core.spec.presets import PRESETS
 from trainbudget.core.units import parse_count
@@ -36,6 +35,8 @@ def resolve_model(arg: str, overrides: Sequence[str] = ()) -> ModelSpec | BareMo
     elif text in PRESETS:
         model = PRESETS[text]
     elif _is_path(text):
+        from trainbudget.core.spec.hf_config import load_hf_config  # only for a file: start-up
+
         model = load_hf_config(text)
     elif folded_key(text, PRESETS) is not None:  # 'Llama-3-8B': a preset, case ignored
         model = PRESETS[folded_key(text, PRESETS)]
