@@ -101,7 +101,10 @@ CASES = [
     # names from the tables: model presets, hardware, precision, optimizer
     case("unknown-preset", ("estimate", "--model", "gpt5"), "model", "gpt5", "gpt2"),
     case("unknown-gpu", (*E, "--gpu", "v100"), "gpu", "v100", "h100-sxm"),
-    case("unknown-gpu-case", (*E, "--gpu", "H100-SXM"), "gpu", "H100-SXM"),
+    case("unknown-gpu-near-miss", (*E, "--gpu", "h100"), "gpu", "'h100'", "did you mean h100-nvl"),
+    case(
+        "unknown-model-near-miss", ("estimate", "--model", "llama-3-8"), "did you mean llama-3-8b"
+    ),
     case("unknown-precision", (*E, "--precision", "fp12"), "precision", "fp12", "bf16-mixed"),
     case("unknown-optimizer", (*E, "--optimizer", "adamww"), "optimizer", "adamww", "adamw"),
     # argparse choices

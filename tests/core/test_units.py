@@ -15,8 +15,10 @@ from trainbudget.core.units import (
     parse_bandwidth,
     parse_bytes,
     parse_count,
+    parse_duration,
     parse_flops_rate,
     parse_int_count,
+    parse_money,
 )
 
 # --- parsing: each expected value is the SI / IEC definition of the suffix -------------------
@@ -85,6 +87,47 @@ def test_parse_bandwidth(text: str, expected: float) -> None:
     assert parse_bandwidth(text) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("2.5", 2.5), ("$2.5", 2.5), ("$ 1,600", 1600.0), (3, 3.0)],  # a price per GPU-hour
+)
+def test_parse_money(text: str | int, expected: float) -> None:
+    """Money is a plain amount, with or without a dollar sign."""
+    assert parse_money(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "bare_unit_seconds", "expected"),
+    [
+        ("0.755", 1, 0.755),  # a bare number is the option's unit: seconds here
+        ("755ms", 1, 0.755),  # ms = 1e-3 s
+        ("15min", 1, 900.0),  # min = 60 s
+        ("2 h", 1, 7200.0),  # h = 3,600 s
+        ("139", 86400, 139 * 86400.0),  # a days option: a bare 139 is 139 days
+        ("1.5days", 1, 1.5 * 86400),  # day = 86,400 s
+        ("12H", 86400, 12 * 3600.0),  # unit letters are case-insensitive
+    ],
+)
+def test_parse_duration(text: str, bare_unit_seconds: int, expected: float) -> None:
+    """Durations come back in seconds, whatever unit they were written in."""
+    assert parse_duration(text, bare_unit_seconds=bare_unit_seconds) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("parse", "kind"),
+    [
+        (parse_count, "a count such as 15T"),
+        (parse_money, "an amount of money such as 2.5"),
+        (parse_duration, "a duration such as 90s"),
+        (parse_bytes, "bytes such as 80GB"),
+    ],
+)
+def test_each_kind_of_quantity_names_itself_in_its_error(parse, kind: str) -> None:
+    """A price or a duration is never told it should have been a count like 15T."""
+    with pytest.raises(SpecError, match=f"expected {kind}"):
+        parse("lots", "my_field")
+
+
 def test_parse_int_count_whole() -> None:
     """A whole-number count comes back as an int."""
     value = parse_int_count("124M")  # 124 * 1e6
@@ -94,7 +137,15 @@ def test_parse_int_count_whole() -> None:
 
 # --- rejection: every error is a SpecError naming the field the caller gave -----------------
 
-PARSERS = [parse_count, parse_bytes, parse_flops_rate, parse_bandwidth, parse_int_count]
+PARSERS = [
+    parse_count,
+    parse_bytes,
+    parse_flops_rate,
+    parse_bandwidth,
+    parse_int_count,
+    parse_money,
+    parse_duration,
+]
 
 
 @pytest.mark.parametrize("parse", PARSERS)

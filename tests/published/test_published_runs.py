@@ -193,11 +193,11 @@ def _measured(**changes):
         (_measured(flops_convention="megatron"), "measured.flops_convention = 'megatron'"),
         (
             _measured(flops_convention=None),
-            "measured.flops_convention = None: must be stated with tflops_per_second_per_gpu",
+            "measured.flops_convention: must be stated with tflops_per_second_per_gpu",
         ),
         (
             _measured(iteration_seconds=None, tflops_per_second_per_gpu=None),
-            "measured = None: needs a figure",
+            "measured: needs a figure",
         ),
     ],
 )

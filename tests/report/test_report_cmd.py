@@ -144,7 +144,8 @@ def test_without_matplotlib_the_error_says_what_to_install(synthetic_run, tmp_pa
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails
     code, out, err = cli("report", "--run", str(synthetic_run), "--out", str(tmp_path / "r.html"))
     assert code == 2 and out == ""
-    assert "pip install 'trainbudget[train]'" in err and len(err.strip().splitlines()) == 1
+    assert "needs matplotlib, which is not installed: pip install -e '.[report]'" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium: the headless-browser check needs one")

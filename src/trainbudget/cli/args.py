@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.spec.frameworks import FRAMEWORKS, GENERIC_NAME, Framework, get_framework
+from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.precision import OPTIMIZERS, PRECISIONS, TRAINABLE_OPTIMIZERS
-from trainbudget.core.units import parse_count, parse_int_count
+from trainbudget.core.units import (
+    SECONDS_PER_DAY,
+    parse_count,
+    parse_duration,
+    parse_flops_rate,
+    parse_int_count,
+    parse_money,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -24,14 +36,51 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def positive_int(field: str, text: str) -> int:
-    value = parse_int_count(text, field)
+    """A count of things (GPUs, steps, sequences): '8', '4k', '1e3'. Zero, negatives,
+    fractions and words all break the same rule."""
+    try:
+        value = parse_int_count(text, field)
+    except SpecError:
+        value = 0
     if value <= 0:
         raise SpecError(field, text, "must be a positive integer")
     return value
 
 
 def nonnegative_float(field: str, text: str) -> float:
+    """A count that may be fractional or zero: tokens, samples, epochs ('15T', '1.5e12')."""
     return parse_count(text, field)
+
+
+def money(field: str, text: str) -> float:
+    """A price: '2.5' or '$2.5'."""
+    return parse_money(text, field)
+
+
+def duration_seconds(field: str, text: str) -> float:
+    """A duration in seconds: '90', '90s', '755ms', '15min', '2h'."""
+    return parse_duration(text, field)
+
+
+def duration_days(field: str, text: str) -> float:
+    """A duration in days: '30', '30days', '12h'."""
+    return parse_duration(text, field, bare_unit_seconds=SECONDS_PER_DAY) / SECONDS_PER_DAY
+
+
+def writable_file(field: str, text: str) -> Path:
+    """An output file that can be written: checked before any work is done, so that a long
+    benchmark or search does not end in a failed write."""
+    from pathlib import Path  # here, not at the top: every command's start-up imports this file
+
+    path = Path(text)
+    if path.is_dir():
+        raise SpecError(field, text, "is a folder; expected a file name")
+    folder = path.parent
+    if not folder.is_dir():
+        raise SpecError(field, text, f"its folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise SpecError(field, text, "cannot be written here (permission denied)")
+    return path
 
 
 def fraction(field: str, text: str) -> float:
@@ -41,6 +90,25 @@ def fraction(field: str, text: str) -> float:
         raise SpecError(field, text, "must be a number in (0, 1]") from None
     if not 0 < value <= 1:
         raise SpecError(field, text, "must be a number in (0, 1]")
+    return value
+
+
+def add_peak_flops_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--peak-flops",
+        metavar="RATE",
+        help="dense peak FLOP/s of one GPU, e.g. 989.5TFLOPS or 9.895e14 (default: the "
+        "catalog's for --gpu and --dtype): for a power- or clock-limited part",
+    )
+
+
+def peak_flops_from_args(args: argparse.Namespace, hardware: Hardware, dtype: str) -> float:
+    """--peak-flops when given, else the catalog's dense peak of `hardware` in `dtype`."""
+    if args.peak_flops is None:
+        return hardware.peak_flops_per_second(dtype)
+    value = parse_flops_rate(args.peak_flops, "peak_flops")
+    if value <= 0:
+        raise SpecError("peak_flops", args.peak_flops, "must be positive")
     return value
 
 

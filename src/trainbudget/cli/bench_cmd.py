@@ -7,11 +7,10 @@ torch is imported inside run() only: `trainbudget --help` and the other commands
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import TYPE_CHECKING
 
-from trainbudget.cli.args import dumps_json, positive_int
+from trainbudget.cli.args import dumps_json, duration_seconds, positive_int, writable_file
 from trainbudget.core.errors import SpecError
 from trainbudget.core.units import format_bytes, format_flops_rate, parse_bytes
 
@@ -87,12 +86,11 @@ def run(args: argparse.Namespace) -> int:
     dtypes = parse_dtypes(args.dtype)
     sizes = parse_sizes(args.sizes) if args.sizes is not None else None
     repeats = positive_int("repeats", args.repeats)
-    try:
-        max_seconds = float(args.max_sample_seconds)
-    except ValueError:
-        max_seconds = math.nan
-    if not max_seconds > 0 or math.isinf(max_seconds):
-        raise SpecError("max-sample-seconds", args.max_sample_seconds, "must be a positive number")
+    max_seconds = duration_seconds("max-sample-seconds", args.max_sample_seconds)
+    if max_seconds <= 0:
+        raise SpecError("max-sample-seconds", args.max_sample_seconds, "must be positive")
+    if args.save_calibration:  # before the benchmark runs, not after
+        writable_file("save-calibration", args.save_calibration)
     n_bytes = None
     if args.bandwidth_bytes is not None:
         n_bytes = int(parse_bytes(args.bandwidth_bytes, "bandwidth-bytes"))
@@ -117,7 +115,12 @@ def run(args: argparse.Namespace) -> int:
     )
     notes = list(report.notes)
     if args.save_calibration:
-        bench.save_calibration(args.save_calibration, report)
+        try:
+            bench.save_calibration(args.save_calibration, report)
+        except OSError as err:  # the folder went away during the run
+            raise SpecError(
+                "save-calibration", args.save_calibration, f"cannot be written ({err.strerror})"
+            ) from None
         notes.append(f"calibration written to {args.save_calibration}")
     if args.json:
         print(dumps_json(_as_json(report, notes)))

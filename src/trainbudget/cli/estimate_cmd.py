@@ -13,6 +13,7 @@ from trainbudget.cli.args import (
     dumps_json,
     fraction,
     framework_from_args,
+    money,
     nonnegative_float,
     positive_int,
 )
@@ -121,7 +122,11 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     )
     add_reliability_options(p)
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--explain", action="store_true", help="print each formula, inputs and result")
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="print each formula, inputs and result (with --json: a 'derivation' list)",
+    )
     leave_unstated(p)
 
 
@@ -154,7 +159,7 @@ def request_from_args(args: argparse.Namespace, seq_len: int | None = None) -> E
         seq_len = positive_int("seq_len", args.seq_len)
     price = None
     if args.price_per_gpu_hour is not None:
-        price = nonnegative_float("price_per_gpu_hour", args.price_per_gpu_hour)
+        price = money("price_per_gpu_hour", args.price_per_gpu_hour)
     return EstimateRequest(
         model=resolve_model(args.model, args.overrides),
         hardware=get_hardware(args.gpu),
@@ -298,10 +303,7 @@ def _summary(e: Estimate, seq, headroom: float) -> str:
 def _explain(e: Estimate, assumptions: list[str], plan: RankedPlan | None = None) -> str:
     """The derivation: the one-GPU estimate's, or with a plan the model's counts then the plan's
     step, MFU, communication and memory (no one-GPU figure the answer does not use)."""
-    if plan is None:
-        steps = list(e.steps)
-    else:
-        steps = [*_model_steps(e), *plan_steps(plan, e.seq_len, e.request.tokens)]
+    steps = derivation(e, plan)
     width = max(len(s.quantity) for s in steps)
     out = ["Derivation:" if plan is None else f"Derivation (plan {plan.plan.describe()}):"]
     out += [f"  {s.quantity:<{width}} = {s.formula}\n  {'':<{width}} = {s.value}" for s in steps]
@@ -315,6 +317,18 @@ def _explain(e: Estimate, assumptions: list[str], plan: RankedPlan | None = None
     out.append("\nAssumptions:")
     out += [f"  - {a}" for a in assumptions]
     return "\n".join(out)
+
+
+def derivation(e: Estimate, plan: RankedPlan | None = None) -> list:
+    """The steps --explain prints (and --explain --json carries): the one-GPU estimate's, or
+    the model's counts then the plan's."""
+    if plan is None:
+        return list(e.steps)
+    return [*_model_steps(e), *plan_steps(plan, e.seq_len, e.request.tokens)]
+
+
+def _derivation_json(e: Estimate, plan: RankedPlan | None = None) -> list[dict]:
+    return [dataclasses.asdict(s) for s in derivation(e, plan)]
 
 
 MODEL_STEPS = ("params N", "active params", "forward FLOPs", "training FLOPs", "PaLM", "6N")
@@ -498,6 +512,8 @@ def run(args: argparse.Namespace) -> int:
             out["assumptions"] = _layout_assumptions(e, _headroom(args), fw_line)
         else:
             out["assumptions"] = [*out["assumptions"], fw_line]
+        if args.explain:
+            out["derivation"] = _derivation_json(e, planned[0] if planned is not None else None)
         print(dumps_json(out))
         return 0
     print(f"answer       {ANSWERS[kind]}")
@@ -679,6 +695,8 @@ def _run_planner(args: argparse.Namespace, explicit: dict) -> int:
             out["reliability"] = reliability
         out["framework"] = fw.name
         out["assumptions"] = _planner_assumptions(found, e, fw_line)
+        if args.explain:
+            out["derivation"] = _derivation_json(e, best)
         print(dumps_json(out))
         return 0
     print(f"answer       {ANSWERS['planner']}")

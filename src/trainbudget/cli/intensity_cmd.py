@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from trainbudget.cli.args import dumps_json, positive_int
+from trainbudget.cli.args import add_peak_flops_arg, dumps_json, peak_flops_from_args, positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.intensity import dot_intensity, matmul_intensity, ridge_intensity
 from trainbudget.core.spec.dtypes import bytes_per_element, get_format
 from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.units import format_flops_rate
 
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
@@ -24,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument("--f", help="matmul output columns")
     p.add_argument("--dtype", default="bf16", help="element type (default bf16)")
     p.add_argument("--gpu", default="h100-sxm", help="chip whose ridge point to compare with")
+    add_peak_flops_arg(p)
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -46,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     # the chip's peak table is keyed by compute type; both fp8 encodings share the fp8 peak
     fmt = get_format(args.dtype).name
     compute_dtype = "fp8" if fmt.startswith("fp8") else fmt
-    ridge = ridge_intensity(hw.peak_flops_per_second(compute_dtype), hw.hbm_bytes_per_second)
+    peak = peak_flops_from_args(args, hw, compute_dtype)
+    ridge = ridge_intensity(peak, hw.hbm_bytes_per_second)
     bound = "compute-bound" if value >= ridge else "memory-bound"
     if args.json:
         print(
@@ -66,5 +69,6 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"{args.op}: {value:.4g} FLOP/byte; {hw.name} {compute_dtype} ridge {ridge:.4g} "
         f"FLOP/byte -> {bound}"
+        + (f" (peak {format_flops_rate(peak)}, --peak-flops)" if args.peak_flops else "")
     )
     return 0

@@ -66,7 +66,9 @@ COMMANDS = {
 }
 
 
-def build_parser() -> OneLineParser:
+def build_parser(only: str | None = None) -> OneLineParser:
+    """The parser; with `only`, just that command's options are added (its module imported),
+    the others listed by name and help alone, so one command does not pay for every import."""
     parser = OneLineParser(
         prog="trainbudget",
         description="How long, how much memory, which layout: exact accounting for transformer "
@@ -76,9 +78,15 @@ def build_parser() -> OneLineParser:
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
-        # each module adds its own options; importing it is cheap (no torch, no numpy)
-        importlib.import_module(module).add_arguments(p, name)
+        if only is None or name == only:
+            # each module adds its own options; importing it is cheap (no torch)
+            importlib.import_module(module).add_arguments(p, name)
     return parser
+
+
+def _command(argv: list[str]) -> str | None:
+    """The command argv names, if any (the top level takes no option but --help)."""
+    return argv[0] if argv and argv[0] in COMMANDS else None
 
 
 # optional dependencies (pyproject's extras) -> how to get them; torch first and pinned, so that
@@ -94,7 +102,8 @@ INSTALL_HINTS = {
 def main(argv: list[str] | None = None) -> int:
     from trainbudget.core.errors import SpecError
 
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(only=_command(argv) or "")
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()

@@ -11,7 +11,9 @@ from trainbudget.cli.args import (
     add_model_args,
     add_optimizer_arg,
     dumps_json,
+    duration_days,
     framework_from_args,
+    money,
     nonnegative_float,
     positive_int,
 )
@@ -84,12 +86,12 @@ def _prices(args: argparse.Namespace, names: list[str]) -> dict[str, float]:
     if args.prices is None:
         raise SpecError("--prices", None, "is required with --within-days (price per GPU-hour)")
     if "=" not in args.prices:
-        price = nonnegative_float("prices", args.prices)
+        price = money("prices", args.prices)
         return dict.fromkeys(names, price)
     out: dict[str, float] = {}
     for item in args.prices.split(","):
         name, _, value = item.partition("=")
-        out[name.strip()] = nonnegative_float(f"prices[{name.strip()}]", value)
+        out[name.strip()] = money(f"prices[{name.strip()}]", value)
     missing = [n for n in names if n not in out]
     if missing:
         raise SpecError("--prices", args.prices, f"has no price for {', '.join(missing)}")
@@ -207,7 +209,7 @@ def _run_cheapest(args: argparse.Namespace, run_search, fw: Framework) -> int:
     quotes = cheapest(
         candidates,
         tokens=nonnegative_float("tokens", args.tokens),
-        max_days=nonnegative_float("within_days", args.within_days),
+        max_days=duration_days("within_days", args.within_days),
         search=run_search,
     )
     rows = [

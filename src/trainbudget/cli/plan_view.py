@@ -36,9 +36,22 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--calibration",
         metavar="PATH",
+        type=calibration_path,
         help="a file from `trainbudget bench --save-calibration`: the measured matmul "
-        "and HBM efficiency of this GPU replace the defaults",
+        "and HBM efficiency of this GPU replace the defaults (a plan option)",
     )
+
+
+def calibration_path(text: str) -> str:
+    """--calibration's type: the file is read and checked whenever the option is given, so a
+    missing, binary or malformed file is an error even where no step time is computed."""
+    from trainbudget.profile.bench import load_calibration
+
+    try:
+        load_calibration(text)
+    except SpecError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
 
 
 def efficiency_from_args(args: argparse.Namespace, hardware: Hardware) -> Efficiency:
@@ -97,8 +110,10 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def wants_plan(args: argparse.Namespace) -> bool:
+    """Any plan option given; --calibration is one (it calibrates the plan's step time)."""
     return (
         any(getattr(args, f) is not None for f in PLAN_FLAGS)
+        or args.calibration is not None
         or args.sp
         or args.offload_optimizer != "none"
         or args.offload_params != "none"

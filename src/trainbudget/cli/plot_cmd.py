@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     runs = read_runs(args.runs)  # bad input fails here, before matplotlib is imported
     out = _out_path(args, runs)
-    require_matplotlib("plot")
+    require_matplotlib()
     from trainbudget.report.run_charts import curves_chart
 
     out.write_bytes(curves_chart(runs).png)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from trainbudget.cli.args import dumps_json, nonnegative_float, positive_int
+from trainbudget.cli.args import dumps_json, duration_days, duration_seconds, positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.reliability import (
     ASSUMPTIONS,
@@ -95,12 +95,12 @@ def _inputs(args: argparse.Namespace) -> dict:
             args.write_bytes_per_second,
             parse_bandwidth(args.write_bytes_per_second, "write_bytes_per_second"),
         ),
-        "restart_seconds": nonnegative_float("restart_seconds", args.restart_seconds),
+        "restart_seconds": duration_seconds("restart_seconds", args.restart_seconds),
         "train_days": (
             None
             if args.train_days is None
             else _positive(
-                "train_days", args.train_days, nonnegative_float("train_days", args.train_days)
+                "train_days", args.train_days, duration_days("train_days", args.train_days)
             )
         ),
     }

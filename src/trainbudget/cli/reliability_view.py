@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from trainbudget.cli.args import nonnegative_float
+from trainbudget.cli.args import duration_seconds
 from trainbudget.cli.reliability_cmd import parse_probability
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.reliability import DEFAULT_RESTART_SECONDS, reliability_report
@@ -49,7 +49,7 @@ def reliability_json(
         checkpoint_bytes=checkpoint_bytes,
         write_bytes_per_second=bandwidth,
         useful_seconds=useful_seconds or SECONDS_PER_DAY,
-        restart_seconds=nonnegative_float("restart_seconds", args.restart_seconds),
+        restart_seconds=duration_seconds("restart_seconds", args.restart_seconds),
     )
     g = report.plan
     return {

@@ -11,12 +11,19 @@ from trainbudget.cli.args import (
     add_framework_arg,
     add_optimizer_arg,
     dumps_json,
+    duration_seconds,
     framework_from_args,
+    money,
     nonnegative_float,
     positive_int,
 )
 from trainbudget.cli.plan_view import add_cluster_args, cluster_from_args, efficiency_from_args
-from trainbudget.cli.question import add_policy_args, policy_from_args
+from trainbudget.cli.question import (
+    SEQ_LEN_HELP,
+    add_policy_args,
+    policy_from_args,
+    seq_len_from_args,
+)
 from trainbudget.cli.reliability_cmd import parse_probability
 from trainbudget.cli.reliability_view import add_reliability_options
 from trainbudget.core.errors import SpecError
@@ -58,8 +65,12 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     )
     g.add_argument("--gpus", help="GPUs in the cluster")
     g.add_argument("--gpu", default="h100-sxm", help="accelerator (see `trainbudget hardware`)")
-    g.add_argument("--global-batch", help="sequences per optimizer step")
-    g.add_argument("--seq-len", help="tokens per sequence (default: the model's max_seq_len)")
+    g.add_argument(
+        "--global-batch",
+        help="sequences per optimizer step (default: about 4M tokens, a power of two: 512 "
+        "sequences of 8192)",
+    )
+    g.add_argument("--seq-len", help=SEQ_LEN_HELP)
     g.add_argument("--tokens", help="training tokens, e.g. 15T")
     g.add_argument("--precision", default="bf16-mixed", help="precision policy")
     add_optimizer_arg(g)
@@ -131,26 +142,29 @@ def _question(args: argparse.Namespace):
     from trainbudget.core.spec.precision import get_optimizer, get_precision
     from trainbudget.report.plan_data import PlanQuestion
 
-    for flag in ("gpus", "global_batch", "tokens"):
+    for flag in ("gpus", "tokens"):
         if getattr(args, flag) is None:
-            raise SpecError(f"--{flag.replace('_', '-')}", None, "is needed with --model")
+            raise SpecError(f"--{flag}", None, "is needed with --model")
     model = resolve_model(args.model, args.overrides)
     if not isinstance(model, ModelSpec):
         raise SpecError("--model", args.model, "the report needs an architecture, not dense:N")
     hardware = get_hardware(args.gpu)
+    seq_len = seq_len_from_args(args, model).value
     rate, write, notes = _failure_inputs(args)
+    global_batch, batch_note = _global_batch(args, seq_len)
+    notes += batch_note
     scaling = ()
     if args.scaling_gpus is not None:
         scaling = tuple(positive_int("scaling_gpus", s) for s in args.scaling_gpus.split(","))
     price = None
     if args.price_per_gpu_hour is not None:
-        price = nonnegative_float("price_per_gpu_hour", args.price_per_gpu_hour)
+        price = money("price_per_gpu_hour", args.price_per_gpu_hour)
     return PlanQuestion(
         model=model,
         cluster=cluster_from_args(args, hardware, positive_int("gpus", args.gpus)),
         tokens=nonnegative_float("tokens", args.tokens),
-        global_batch=positive_int("global_batch", args.global_batch),
-        seq_len=positive_int("seq_len", args.seq_len) if args.seq_len else model.max_seq_len,
+        global_batch=global_batch,
+        seq_len=seq_len,
         precision=get_precision(args.precision),
         optimizer=get_optimizer(args.optimizer),
         framework=framework_from_args(args),
@@ -165,11 +179,22 @@ def _question(args: argparse.Namespace):
         price_per_gpu_hour=price,
         gpu_failure_rate_per_day=rate,
         checkpoint_write_bytes_per_second=write,
-        restart_seconds=nonnegative_float("restart_seconds", args.restart_seconds),
+        restart_seconds=duration_seconds("restart_seconds", args.restart_seconds),
         scaling_gpus=scaling,
         measured=_measured(args.calibration),
         notes=tuple(notes),
     )
+
+
+def _global_batch(args: argparse.Namespace, seq_len: int) -> tuple[int, list[str]]:
+    """--global-batch, or the shared default (core.spec.defaults) and a note saying so."""
+    from trainbudget.cli.question import global_batch_from_args
+
+    batch = global_batch_from_args(args, seq_len)
+    notes = (
+        [] if args.global_batch is not None else [f"global batch {batch.value:,}: {batch.source}"]
+    )
+    return batch.value, notes
 
 
 def _measured(path: str | None):

@@ -3,6 +3,8 @@
 Counts:  "15T" = 15e12, "70B" = 70e9, "1.5e12", "124M", "4k".
 Bytes:   "80GB" = 80e9 (decimal), "80GiB" = 80 * 2**30 (binary), "512MB", "2TB".
 Rates:   "989.5TFLOPS" = 989.5e12 FLOP/s; "3.35TB/s" = 3.35e12 bytes/s.
+Money:   "2.5" or "$2.5" (the currency is whatever the prices are in).
+Time:    "90s", "755ms", "15min", "2h", "139days"; a bare number is the option's own unit.
 """
 
 from __future__ import annotations
@@ -53,11 +55,33 @@ _BYTE_UNIT = {
 }
 _RATE_PREFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
+SECONDS_PER_MINUTE = 60
+# Duration units -> seconds (Decimal, so that '755ms' is exact); keys upper-cased
+_DURATION_UNIT = {
+    "MS": Decimal("0.001"),
+    "S": 1,
+    "SEC": 1,
+    "SECOND": 1,
+    "SECONDS": 1,
+    "MIN": SECONDS_PER_MINUTE,
+    "MINUTE": SECONDS_PER_MINUTE,
+    "MINUTES": SECONDS_PER_MINUTE,
+    "H": SECONDS_PER_HOUR,
+    "HOUR": SECONDS_PER_HOUR,
+    "HOURS": SECONDS_PER_HOUR,
+    "D": SECONDS_PER_DAY,
+    "DAY": SECONDS_PER_DAY,
+    "DAYS": SECONDS_PER_DAY,
+}
+_BARE_UNIT_NAME = {1: "seconds", SECONDS_PER_HOUR: "hours", SECONDS_PER_DAY: "days"}
+
 _NUMBER = r"([0-9][0-9_,]*\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?)"
 _COUNT_RE = re.compile(rf"^{_NUMBER}\s*([kKMBGTPEZ]?)$")
 _BYTES_RE = re.compile(rf"^{_NUMBER}\s*([KMGTP]?I?B)$", re.IGNORECASE)
 _FLOPS_RE = re.compile(rf"^{_NUMBER}\s*([KMGTPE]?)\s*FLOP(?:S|/S)?$", re.IGNORECASE)
 _BW_RE = re.compile(rf"^{_NUMBER}\s*([KMGTP]?I?B)\s*/\s*S$", re.IGNORECASE)
+_MONEY_RE = re.compile(rf"^\$?\s*{_NUMBER}()$")
+_DURATION_RE = re.compile(rf"^{_NUMBER}\s*([A-Z]*)$", re.IGNORECASE)
 
 
 _THOUSANDS = re.compile(r"^[0-9]{1,3}(,[0-9]{3})+(\.[0-9]*)?([eE][+-]?[0-9]+)?$")
@@ -84,7 +108,7 @@ def _parse(
     text: str | float | int,
     field: str,
     pattern: re.Pattern[str],
-    unit_table: dict[str, int],
+    unit_table: dict[str, int | Decimal],
     expected: str,
     *,
     bare_count: bool = True,
@@ -98,8 +122,9 @@ def _parse(
     if s.startswith("-"):
         raise SpecError(field, s, "must not be negative")
     m = pattern.match(s)
-    if m:
-        unit = m.group(2) if m.group(2) in unit_table else m.group(2).upper()
+    unit = None if m is None else m.group(2)
+    unit = unit if unit is None or unit in unit_table else unit.upper()
+    if unit in unit_table:
         return _finite_nonnegative(field, s, _number(m.group(1), field) * unit_table[unit])
     if bare_count:
         try:
@@ -142,6 +167,29 @@ def parse_flops_rate(text: str | float | int, field: str = "flops_per_second") -
 def parse_bandwidth(text: str | float | int, field: str = "bytes_per_second") -> float:
     """'3.35TB/s' -> 3.35e12 bytes/s; '900GiB/s' uses binary units. A bare number is bytes/s."""
     return _parse(text, field, _BW_RE, _BYTE_UNIT, "a bandwidth such as 3.35TB/s or 900GB/s")
+
+
+def parse_money(text: str | float | int, field: str = "price") -> float:
+    """'2.5' or '$2.5' -> 2.5: an amount in whatever currency the prices are in."""
+    return _parse(
+        text, field, _MONEY_RE, {"": 1}, "an amount of money such as 2.5 or $2.5", bare_count=False
+    )
+
+
+def parse_duration(
+    text: str | float | int, field: str = "seconds", *, bare_unit_seconds: int = 1
+) -> float:
+    """'90s', '755ms', '15min', '2h', '139days' -> seconds. A bare number is in the option's own
+    unit, `bare_unit_seconds` long ('139' for a days option is 139 days)."""
+    unit_name = _BARE_UNIT_NAME[bare_unit_seconds]
+    return _parse(
+        text,
+        field,
+        _DURATION_RE,
+        {**_DURATION_UNIT, "": bare_unit_seconds},
+        f"a duration such as 90s, 15min, 2h or 3days (a bare number is {unit_name})",
+        bare_count=False,
+    )
 
 
 def _scaled(value: float, steps: list[tuple[float, str]], digits: int) -> str:

@@ -404,12 +404,31 @@ def _rates(doc: dict, key: str) -> dict[str, float]:
     return {str(d): _positive(f"calibration.{key}[{d}]", v) for d, v in table.items()}
 
 
+def _read_json(path: Path) -> object:
+    """The file's JSON; a missing file, a folder, binary bytes or broken JSON are each their
+    own one-line error."""
+    made_by = "from `trainbudget bench --save-calibration`"
+    if not path.exists():
+        raise SpecError("calibration", str(path), "no such file")
+    if path.is_dir():
+        raise SpecError("calibration", str(path), f"is a folder; expected a JSON file {made_by}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as err:
+        raise SpecError("calibration", str(path), f"cannot be read ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise SpecError(
+            "calibration", str(path), f"is a binary file, not the JSON file {made_by}"
+        ) from None
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise SpecError("calibration", str(path), f"is not JSON ({err})") from None
+
+
 def load_calibration(path: str | Path) -> Calibration:
     """Read a file written by `save_calibration`; every field is checked."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as err:
-        raise SpecError("calibration", str(path), f"cannot read it as JSON ({err})") from None
+    doc = _read_json(Path(path))
     if not isinstance(doc, dict) or doc.get("format") != CALIBRATION_FORMAT:
         raise SpecError("calibration", str(path), f'not a "{CALIBRATION_FORMAT}" file')
     if doc.get("version") != CALIBRATION_VERSION:

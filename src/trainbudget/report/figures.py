@@ -9,8 +9,6 @@ import io
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from trainbudget.core.errors import SpecError
-
 DPI = 110
 STYLE = {
     "font.size": 11,
@@ -52,14 +50,10 @@ class Chart:
     png: bytes
 
 
-def require_matplotlib(command: str = "report") -> None:
-    """Fail early, with the install line, when the plotting extra is missing."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise SpecError(
-            command, "matplotlib", "is needed to draw the plots: pip install 'trainbudget[train]'"
-        ) from None
+def require_matplotlib() -> None:
+    """Fail early, before any drawing, when the plotting extra is missing: the CLI turns the
+    ModuleNotFoundError into the one-line install hint every optional dependency gets."""
+    import matplotlib  # noqa: F401
 
 
 def draw(name: str, alt: str, size_inches: tuple[float, float], paint: Callable) -> Chart:

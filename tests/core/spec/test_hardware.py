@@ -262,7 +262,7 @@ def test_sparse_is_never_the_default():
 # --- errors ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", ["h100", "H100-SXM", "tpu-v9", ""])
+@pytest.mark.parametrize("bad", ["h100", "H100_SXM", "tpu-v9", ""])
 def test_unknown_name_lists_known_keys(bad):
     with pytest.raises(SpecError) as info:
         get_hardware(bad)
@@ -270,6 +270,10 @@ def test_unknown_name_lists_known_keys(bad):
     assert repr(bad) in message
     assert "h100-sxm" in message
     assert info.value.field == "gpu"
+
+
+def test_a_name_in_other_case_finds_its_row():
+    assert get_hardware("H100-SXM") is get_hardware("h100-sxm")
 
 
 @pytest.mark.parametrize(

@@ -158,6 +158,10 @@ def layout_problems(
         )
     if plan.sp and plan.tp == 1:
         problems.append("sp needs tp > 1 (it splits along the TP group)")
+    if plan.vpp > 1 and plan.pp == 1:
+        problems.append(
+            f"vpp ({plan.vpp}) > 1 needs pp > 1 (virtual stages interleave a pipeline's stages)"
+        )
     if plan.schedule not in SCHEDULES:
         problems.append(f"schedule ({plan.schedule!r}) must be one of {', '.join(SCHEDULES)}")
     elif (plan.schedule == "interleaved") != (plan.vpp > 1):

@@ -6,8 +6,10 @@ choice and its source in their summary and assumptions.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.model_spec import ModelSpec
 
 DEFAULT_PRECISION = "bf16-mixed"
@@ -26,8 +28,10 @@ DEFAULT_MEMORY_HEADROOM = 0.9
 is the CUDA context, NCCL buffers and allocator fragmentation (`--memory-headroom`)."""
 
 DEFAULT_TOKENS_PER_BATCH = 4 * 2**20
-"""Tokens per optimizer step when no global batch is given: 4M, Llama 2's batch (Touvron et al.
-2023, arXiv:2307.09288, 2.2) and Llama 3 405B's first stage (arXiv:2407.21783, 3.4.1)."""
+"""Tokens per optimizer step when no global batch is given. Llama 1 trained every size on
+batches of 4M tokens (Touvron et al. 2023, arXiv:2302.13971, Table 2: 2,048 sequences of 2,048)
+and so did Llama 2 (arXiv:2307.09288, Table 1: "All models are trained with a global
+batch-size of 4M tokens", 1,024 sequences of 4,096)."""
 
 
 @dataclass(frozen=True)
@@ -51,15 +55,15 @@ def default_seq_len(model: ModelSpec) -> Chosen:
 
 
 def default_global_batch(seq_len: int) -> Chosen:
-    """Sequences per step from DEFAULT_TOKENS_PER_BATCH, rounded to the nearest power of two
-    (at least 1), so that common GPU counts divide it."""
-    target = DEFAULT_TOKENS_PER_BATCH / seq_len
-    batch = 1
-    while batch * 2 <= target * 2**0.5:  # the power of two nearest target on a log scale
-        batch *= 2
+    """Sequences per step: about DEFAULT_TOKENS_PER_BATCH tokens, as the power of two nearest it
+    on a log scale, so that the usual data-parallel degrees divide it (512 sequences at 8192,
+    2,048 at 2048); at least one sequence."""
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        raise SpecError("seq_len", seq_len, "must be a positive integer")
+    batch = 2 ** max(0, round(math.log2(DEFAULT_TOKENS_PER_BATCH / seq_len)))
     return Chosen(
         batch,
         f"{batch * seq_len:,} tokens per step, the power of two of sequences nearest "
-        f"{DEFAULT_TOKENS_PER_BATCH / 2**20:g}M tokens as Llama 2/3 trained; --global-batch "
+        f"{DEFAULT_TOKENS_PER_BATCH / 2**20:g}M tokens as Llama 1/2 trained; --global-batch "
         "to change",
     )

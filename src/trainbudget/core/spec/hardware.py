@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from trainbudget.core.errors import SpecError, unknown_key
+from trainbudget.core.errors import SpecError, lookup
 from trainbudget.core.units import GB, TB, GiB
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
@@ -386,8 +386,5 @@ if len(HARDWARE) != len(_ROWS):  # pragma: no cover - guards against a duplicate
 
 
 def get_hardware(name: str) -> Hardware:
-    """The catalog row for `name` (exact key such as "h100-sxm")."""
-    try:
-        return HARDWARE[name]
-    except (KeyError, TypeError):
-        raise unknown_key("gpu", name, list(HARDWARE)) from None
+    """The catalog row for `name` (key such as "h100-sxm"; "H100-SXM" finds it too)."""
+    return lookup("gpu", name, HARDWARE)

@@ -9,8 +9,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from trainbudget.core.errors import SpecError, unknown_key
-from trainbudget.core.spec.hf_config import load_hf_config
+from trainbudget.core.errors import SpecError, folded_key, unknown_key
 from trainbudget.core.spec.model_spec import BareModel, ModelSpec, spec_fields
 from trainbudget.core.spec.presets import PRESETS
 from trainbudget.core.units import parse_count
@@ -24,8 +23,9 @@ _PLAIN_INT = re.compile(r"^[0-9][0-9_]*$")
 def resolve_model(arg: str, overrides: Sequence[str] = ()) -> ModelSpec | BareModel:
     """'gpt2', 'path/to/config.json' or 'dense:70B', with `field=value` overrides applied.
 
-    A preset name wins over a file of the same name; a path is anything ending in .json, an
-    existing file, or a directory (read as its config.json).
+    A preset name wins over a file of the same name, and a file over a preset whose name
+    differs only in case (a downloaded ./Llama-3-8B folder); a path is anything ending in
+    .json, an existing file, or a directory (read as its config.json).
     """
     if isinstance(overrides, str):  # a lone "a=b" would otherwise be iterated per character
         overrides = (overrides,)
@@ -35,7 +35,11 @@ def resolve_model(arg: str, overrides: Sequence[str] = ()) -> ModelSpec | BareMo
     elif text in PRESETS:
         model = PRESETS[text]
     elif _is_path(text):
+        from trainbudget.core.spec.hf_config import load_hf_config  # only for a file: start-up
+
         model = load_hf_config(text)
+    elif folded_key(text, PRESETS) is not None:  # 'Llama-3-8B': a preset, case ignored
+        model = PRESETS[folded_key(text, PRESETS)]
     else:
         known = unknown_key("model", text, list(PRESETS))
         raise SpecError(

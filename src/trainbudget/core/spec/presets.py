@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from trainbudget.core.errors import SpecError, unknown_key
+from trainbudget.core.errors import SpecError, lookup
 from trainbudget.core.spec.model_spec import ModelSpec
 
 _HF = "https://huggingface.co/"
@@ -253,11 +253,9 @@ PRESETS: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec in
 
 
 def get_preset(name: str) -> ModelSpec:
-    """The preset called `name`; an unknown name is a SpecError listing the known ones."""
-    try:
-        return PRESETS[name]
-    except (KeyError, TypeError):
-        raise unknown_key("model", name, list(PRESETS)) from None
+    """The preset called `name` (case ignored when unambiguous); an unknown name is a SpecError
+    listing the known ones."""
+    return lookup("model", name, PRESETS)
 
 
 # Why two numbers differ from the Hugging Face "safetensors.total" shown on model pages:
