@@ -87,7 +87,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
                     dest="overrides",
                     action="append",
                     metavar="FIELD=VALUE",
-                    help=text + "; repeatable, replaces the default overrides",
+                    help=text + "; repeatable",
                 )
             elif field.type == "bool":
                 group.add_argument(
