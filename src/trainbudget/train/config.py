@@ -91,6 +91,10 @@ class TrainConfig:
     """Activation recomputation: none, or full (each block's forward again in backward)."""
     compile: bool = False
     """torch.compile the model."""
+    memory_check: bool = True
+    """Before building the model, refuse a run whose predicted peak memory per process exceeds
+    what the device has free (CPU: MemAvailable, shared by the run's processes; GPU: free
+    memory), naming a setting that fits; --no-memory-check starts anyway."""
     seed: int = 1337
     """Seeds Python, numpy and torch and the data order, in [0, 2**32)."""
     log_interval: int = 10
