@@ -105,7 +105,7 @@ def _train(run: Run, say: Say) -> dict:
     finally:
         progress.close()
         writer.close()
-    say("summarising (peak memory of one step measured by MemTracker where no allocator can)")
+    say("summarising the run (predicted against measured)")
     summary = summarize(run)
     if run.info.is_main:
         text = json.dumps(summary, indent=2, allow_nan=False)
