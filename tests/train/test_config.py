@@ -21,6 +21,7 @@ from trainbudget.train.config import (
     field_docs,
     load_config_file,
     make_config,
+    merge_overrides,
 )
 
 TINY = ("n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=257", "max_seq_len=32")
@@ -165,7 +166,7 @@ def test_flags_override_file_values(tmp_path):
     cfg = from_argv("--config", path, "--steps", "60", "--lr", "2e-3")
     assert (cfg.steps, cfg.lr, cfg.precision, cfg.seed) == (60, 2e-3, "bf16-mixed", 7)
     assert cfg.warmup_steps == 6  # derived from the flag's steps, not the file's
-    # --set replaces the file's model overrides; boolean flags win over the file too
+    # --set changes the file's model overrides field by field; boolean flags win over the file
     path = write(tmp_path, 'overrides = ["n_layers=2"]\ntensorboard = true\n', "b.toml")
     cfg = from_argv("--config", path, "--set", "n_layers=3", "--no-tensorboard")
     assert cfg.overrides == ("n_layers=3",) and cfg.tensorboard is False
@@ -175,10 +176,30 @@ def test_a_model_named_alone_gets_no_default_overrides(tmp_path):
     assert make_config({}, {"model": "gpt2"}).overrides == ()
     assert make_config({"model": "gpt2"}, {}).overrides == ()
     assert make_config({}, {}).overrides == TrainConfig().overrides  # the tiny default
-    # --set alone keeps the file's model and replaces its overrides
-    path = write(tmp_path, 'model = "llama-2-7b"\noverrides = ["n_layers=2"]\n')
-    cfg = from_argv("--config", path, "--set", "n_layers=1")
-    assert (cfg.model, cfg.overrides) == ("llama-2-7b", ("n_layers=1",))
+    # --set alone keeps the file's model and changes its overrides field by field
+    path = write(tmp_path, 'model = "llama-2-7b"\noverrides = ["n_layers=2", "d_model=512"]\n')
+    cfg = from_argv("--config", path, "--set", "n_layers=1", "--set", "n_heads=8")
+    assert (cfg.model, cfg.overrides) == ("llama-2-7b", ("n_layers=1", "d_model=512", "n_heads=8"))
+    # a model named in the file alone: --set changes that model as it is
+    path = write(tmp_path, 'model = "llama-2-7b"\n', "alone.toml")
+    assert from_argv("--config", path, "--set", "n_layers=1").overrides == ("n_layers=1",)
+
+
+def test_set_changes_the_default_model_field_by_field():
+    """Issue 13, point 6: `--set n_layers=2` trained full-width GPT-2 (the default's other
+    overrides, its width and byte vocabulary among them, were dropped)."""
+    default = TrainConfig().overrides
+    cfg = from_argv("--set", "n_layers=2")
+    assert cfg.model == "gpt2" and cfg.overrides == ("n_layers=2", *default[1:])
+    assert from_argv("--model", "gpt2", "--set", "n_layers=2").overrides == ("n_layers=2",)
+    # new fields follow the default's; the last value of a field wins
+    cfg = from_argv("--set", "bias=false", "--set", "d_model=64", "--set", "d_model=96")
+    assert cfg.overrides[1] == "d_model=96" and cfg.overrides[-1] == "bias=false"
+
+
+def test_merge_overrides_keeps_places_and_malformed_items():
+    assert merge_overrides(("a=1", "b=2"), ("b=3", "c=4")) == ("a=1", "b=3", "c=4")
+    assert merge_overrides(("a=1",), ("oops",)) == ("a=1", "oops")  # resolve_model refuses it
 
 
 # ---- validation -------------------------------------------------------------------------------

@@ -4,12 +4,18 @@ step of the reference model (fake tensors by default: no GPU needed)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import sys
 
 from trainbudget.cli.args import add_model_args, add_optimizer_arg, dumps_json, positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.units import format_bytes
+from trainbudget.profile.device import check_device_name
+from trainbudget.train.startup import Say
+
+REAL_DEVICES = ("cpu", "cuda")  # real steps, timed; the others run on fake tensors
 
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
@@ -28,7 +34,8 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
         "--device",
         default="fake-cpu",
         help="fake-cpu (default: fake tensors, any machine) | fake-cuda (needs a "
-        "CUDA build) | cpu | cuda (real steps, also timed)",
+        "CUDA build) | cpu | cuda (real steps, also timed; each phase is said on stderr as "
+        "it starts)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -40,21 +47,29 @@ def run(args: argparse.Namespace) -> int:
     seq_len = (
         positive_int("seq_len", args.seq_len) if args.seq_len else min(model.max_seq_len, 1024)
     )
+    micro_batch = positive_int("micro_batch", args.micro_batch)
+    check_device_name(args.device)  # a name it does not know: refused before torch loads
+    # real steps take minutes on a CPU: say each phase as it starts (on a terminal, always)
+    say = Say(command="profile", enabled=args.device in REAL_DEVICES or sys.stderr.isatty())
+    if importlib.util.find_spec("torch") is not None:  # else: one line, the install hint
+        say("loading PyTorch")
     from trainbudget.profile.memory import check_device  # imports torch: only when run
 
-    check_device(args.device)
+    check_device(args.device)  # one this torch cannot use (no CUDA)
     from trainbudget.profile.report import KEYS, profile_step
 
     out = profile_step(
         model,
-        micro_batch=positive_int("micro_batch", args.micro_batch),
+        micro_batch=micro_batch,
         seq_len=seq_len,
         precision=args.precision,
         optimizer=args.optimizer,
         recompute=args.recompute,
         device=args.device,
-        time_it=args.device in ("cpu", "cuda"),
+        time_it=args.device in REAL_DEVICES,
+        progress=say,
     )
+    say("done")
     if args.json:
         print(dumps_json(out))
         return 0

@@ -6,6 +6,7 @@ same CLI: torchrun starts `python -m trainbudget train ...` once per device)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 
@@ -32,6 +33,7 @@ GROUPS = {
         "device",
         "recompute",
         "compile",
+        "memory_check",
         "strategy",
         "plan",
     ),
@@ -87,7 +89,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
                     dest="overrides",
                     action="append",
                     metavar="FIELD=VALUE",
-                    help=text + "; repeatable, replaces the default overrides",
+                    help=text + "; repeatable",
                 )
             elif field.type == "bool":
                 group.add_argument(
@@ -160,6 +162,10 @@ def run(args: argparse.Namespace) -> int:
     cfg, given = config_and_given(args)
     # every check that needs no torch, before anything is written
     cfg = preflight(cfg, explicit=given).config
+    # a few seconds of silence otherwise; not said where torch is missing (one error line)
+    if os.environ.get("RANK", "0") == "0" and importlib.util.find_spec("torch") is not None:
+        sys.stderr.write("trainbudget train: loading PyTorch\n")
+        sys.stderr.flush()
     from trainbudget.train.checkpointing.recovery import Interrupted, TrainingHalted
     from trainbudget.train.loop import train  # imports torch: only when training
 

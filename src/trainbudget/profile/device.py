@@ -36,6 +36,16 @@ GPU_CATALOG_KEYS: Mapping[str, str] = MappingProxyType(
 if not set(GPU_CATALOG_KEYS.values()) <= set(HARDWARE):  # pragma: no cover - table guard
     raise RuntimeError("GPU_CATALOG_KEYS names a key missing from the hardware catalog")
 
+FAKE_DEVICES = ("fake-cpu", "fake-cuda")
+PROFILE_DEVICES = (*FAKE_DEVICES, "cpu", "cuda")
+"""Where `profile` runs a step: fake tensors (no data, no compute) or a real device."""
+
+
+def check_device_name(device: str) -> None:
+    """A device name `profile` knows, checked without torch (so a typo fails at once)."""
+    if device not in PROFILE_DEVICES:
+        raise SpecError("device", device, "must be one of " + ", ".join(PROFILE_DEVICES))
+
 
 @dataclass(frozen=True, kw_only=True)
 class DeviceInfo:

@@ -23,6 +23,7 @@ from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.model.optim import make_optimizer, weight_dtype
 from trainbudget.model.transformer import build_model
+from trainbudget.profile.device import FAKE_DEVICES, check_device_name
 
 # MemTracker's categories (torch.distributed._tools.mem_tracker._MemRefType values)
 _CATEGORIES = {
@@ -77,14 +78,9 @@ def _train_step(model, optimizer, idx, grads: list | None = None) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-FAKE_DEVICES = ("fake-cpu", "fake-cuda")
-DEVICES = (*FAKE_DEVICES, "cpu", "cuda")
-
-
 def check_device(device: str) -> None:
     """A clear error for a device this torch cannot use."""
-    if device not in DEVICES:
-        raise SpecError("device", device, "must be one of " + ", ".join(DEVICES))
+    check_device_name(device)
     if device == "fake-cuda" and not torch.backends.cuda.is_built():
         raise SpecError(
             "device", device, "needs a CUDA build of torch (this one is CPU-only); use fake-cpu"

@@ -4,6 +4,8 @@ FlopCounterMode, with the relative error of each figure."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from trainbudget.core.single.flops import training_flops
 from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.hardware import HARDWARE
@@ -14,6 +16,7 @@ from trainbudget.profile.memory import FAKE_DEVICES, measure_step_memory, time_s
 from trainbudget.profile.phases import time_phases
 
 KEYS = ("params", "grads", "optimizer", "activations", "peak", "flops_per_step")
+TIMING = {"steps": 5, "warmup": 2}  # timed steps (median) after warm-up ones, whole and by phase
 
 
 def profile_step(
@@ -26,8 +29,10 @@ def profile_step(
     recompute: str = "none",
     device: str = "fake-cpu",
     time_it: bool = False,
+    progress: Callable[[str], None] = lambda _text: None,
 ) -> dict:
-    """predicted, measured and error (measured / predicted - 1) for one configuration."""
+    """predicted, measured and error (measured / predicted - 1) for one configuration;
+    `progress` is told as each measurement begins (what it runs, on which device)."""
     # the one step every measurement and prediction below describes
     step = {
         "micro_batch": micro_batch,
@@ -38,7 +43,10 @@ def profile_step(
     }
     peak = training_peak(spec, **step)
     p = peak.peak
+    fake = "fake tensors, no compute" if device in FAKE_DEVICES else "real tensors"
+    progress(f"measuring memory: two training steps under MemTracker on {device} ({fake})")
     measured_memory = measure_step_memory(spec, **step, device=device)
+    progress("counting FLOPs: one training step under FlopCounterMode on the meta device")
     flops = compare_flops(spec, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute)
     grads = peak.phases[-1].grads_bytes  # every gradient exists by the optimizer step
     predicted = {
@@ -79,7 +87,10 @@ def profile_step(
         ],
     }
     if time_it and device not in FAKE_DEVICES:
-        seconds, max_allocated = time_steps(spec, **step, device=device)
+        runs = f"{TIMING['warmup']} warm-up steps, then the median of {TIMING['steps']}"
+        progress(f"timing whole steps on {device}: {runs}")
+        seconds, max_allocated = time_steps(spec, **step, device=device, **TIMING)
+        progress(f"timing each phase on {device}: {runs} ({seconds:.3g} s a step)")
         out["step_seconds"] = seconds
         out["achieved_flops_per_second"] = flops.measured_total / seconds
         if max_allocated is not None:
@@ -124,6 +135,7 @@ def _timing_extras(
         optimizer=optimizer,
         recompute=recompute,
         device=device,
+        **TIMING,
     )
     extras["phases_seconds"] = phases.phases
     extras["phases_total_seconds"] = phases.total

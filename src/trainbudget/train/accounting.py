@@ -94,6 +94,29 @@ class Budget:
         )
 
 
+def predicted_peak_bytes(
+    spec: ModelSpec, plan: Plan, *, precision: str, optimizer: str, seq_len: int
+) -> float:
+    """Peak bytes on one rank of `plan` (from `run_plan`): the phase model of the reference
+    step for one process, the plan's per-rank memory for several (the module docstring)."""
+    if plan.n_gpus == 1:
+        return training_peak(
+            spec,
+            precision=precision,
+            optimizer=optimizer,
+            seq_len=seq_len,
+            micro_batch=plan.micro_batch,
+            recompute=plan.recompute,
+        ).total_bytes
+    return plan_memory(
+        spec,
+        plan,
+        seq_len=seq_len,
+        precision=get_precision(precision),
+        optimizer=get_optimizer(optimizer),
+    ).total_bytes
+
+
 def make_budget(
     spec: ModelSpec,
     plan: Plan,
@@ -109,18 +132,12 @@ def make_budget(
         spec, seq_len, causal=True, recompute=plan.recompute, flash_attention=plan.flash_attention
     )
     per_rank = plan_memory(spec, plan, seq_len=seq_len, precision=prec, optimizer=opt)
+    peak_memory = predicted_peak_bytes(
+        spec, plan, precision=precision, optimizer=optimizer, seq_len=seq_len
+    )
     if plan.n_gpus == 1:
-        peak_memory = training_peak(
-            spec,
-            precision=precision,
-            optimizer=optimizer,
-            seq_len=seq_len,
-            micro_batch=plan.micro_batch,
-            recompute=plan.recompute,
-        ).total_bytes
         memory_note = "core.peak_memory's phase model of the reference implementation"
     else:
-        peak_memory = per_rank.total_bytes
         memory_note = f"core.parallel_memory for {plan.describe()}, per rank"
     peak = None
     efficiency = DEFAULT_EFFICIENCY

@@ -53,7 +53,8 @@ class TrainConfig:
         "max_seq_len=256",
     )
     """`field=value` changes to the model. The default makes gpt2 a 1M-parameter byte-level GPT;
-    a settings file or flags that name a model and no overrides get none."""
+    a settings file or flags that name a model and no overrides get none. On the command line,
+    each --set changes one field of those (the default's, the file's, or --model's)."""
     data: str = ""
     """A directory from `trainbudget data prepare`; empty: the embedded corpus, prepared once
     into <out>/data with the byte tokenizer."""
@@ -90,6 +91,10 @@ class TrainConfig:
     """Activation recomputation: none, or full (each block's forward again in backward)."""
     compile: bool = False
     """torch.compile the model."""
+    memory_check: bool = True
+    """Before building the model, refuse a run whose predicted peak memory per process exceeds
+    what the device has free (CPU: MemAvailable, shared by the run's processes; GPU: free
+    memory), naming a setting that fits; --no-memory-check starts anyway."""
     seed: int = 1337
     """Seeds Python, numpy and torch and the data order, in [0, 2**32)."""
     log_interval: int = 10
@@ -360,13 +365,23 @@ def unknown_key_rule(key: str, known: list[str]) -> str:
 def make_config(file_values: dict, flag_values: dict, *, source: str = "") -> TrainConfig:
     """Defaults, then the settings file's values, then command-line flags (None: not given).
 
+    The flags' overrides (`--set`) change the file's or the default's field by field
+    (`merge_overrides`); a settings file's overrides replace the default's.
+
     An error about a value that came from the file (`source`) names `FILE:key`."""
     flags = {k: v for k, v in flag_values.items() if v is not None}
     for name in flags:
         if name not in config_fields():
             raise SpecError(name, flags[name], unknown_key_rule(name, list(config_fields())))
     values = {**file_values, **flags}
-    if "model" in values and "overrides" not in values:
+    if "overrides" in flags:
+        # --set changes fields of the model the run would otherwise train (the tiny default,
+        # the file's, or --model's as it is), one by one: `--set n_layers=2` keeps the
+        # default's width and its byte vocabulary
+        named_alone = "model" in values and "overrides" not in file_values
+        base = file_values.get("overrides", config_fields()["overrides"].default)
+        values["overrides"] = merge_overrides(() if named_alone else base, flags["overrides"])
+    elif "model" in values and "overrides" not in values:
         values["overrides"] = ()  # a model named alone is trained as it is, not shrunk
     try:
         return TrainConfig(**values)
@@ -374,3 +389,14 @@ def make_config(file_values: dict, flag_values: dict, *, source: str = "") -> Tr
         if source and err.field in file_values and err.field not in flags:
             raise SpecError(f"{source}:{err.field}", err.value, err.rule) from None
         raise
+
+
+def merge_overrides(base: tuple[str, ...], changes: tuple[str, ...]) -> tuple[str, ...]:
+    """`base` with `changes` applied field by field: a field set in both keeps its place in
+    `base` and takes the value from `changes`; new fields follow in order. An item without
+    "=" is kept as it is, for `resolve_model` to refuse with its own message."""
+    merged: dict[str, str] = {}
+    for item in (*base, *changes):
+        key = item.split("=", 1)[0].strip() if "=" in item else item
+        merged[key] = item
+    return tuple(merged.values())

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.model.optim import weight_dtype
 from trainbudget.model.transformer import build_model
@@ -53,21 +54,23 @@ from trainbudget.train.distributed import (
 from trainbudget.train.evaluate import evaluate, probe_probabilities
 from trainbudget.train.faults import Faults
 from trainbudget.train.guard import StepGuard, Verdict
+from trainbudget.train.memory_check import Step, check_run
 from trainbudget.train.metrics import MetricsWriter, Progress
 from trainbudget.train.preflight import preflight
 from trainbudget.train.run import Run
 from trainbudget.train.run_files import CONFIG_FILE, SUMMARY_FILE
 from trainbudget.train.schedule import Schedule, apply_lr
 from trainbudget.train.setup import make_optimizer, mixed_precision, seed_everything
+from trainbudget.train.startup import Say, log_rule, logged_step, on_terminal
 from trainbudget.train.summary import memory_bytes, summarize
 
 
 def train(cfg: TrainConfig, *, faults: Faults | None = None) -> dict:
     """Run `cfg`; returns the summary (also written to <out>/summary.json)."""
-    run = _start(cfg, faults if faults is not None else Faults.from_env())
+    run, say = _start(cfg, faults if faults is not None else Faults.from_env())
     info = run.info
     try:
-        summary = _train(run)
+        summary = _train(run, say)
     except (Interrupted, TrainingHalted) as err:
         # an orderly stop, at the same step on every rank (the flags and the guard's verdict
         # come from all-reduced values); its traceback's frames hold the model: dropped
@@ -83,7 +86,7 @@ def train(cfg: TrainConfig, *, faults: Faults | None = None) -> dict:
     return summary
 
 
-def _train(run: Run) -> dict:
+def _train(run: Run, say: Say) -> dict:
     cfg = run.cfg
     writer = MetricsWriter(
         run.checkpoint_root.parent,
@@ -92,12 +95,17 @@ def _train(run: Run) -> dict:
         append=run.state.step > 0,
     )
     progress = Progress(cfg.steps, enabled=run.info.is_main, first_step=run.state.step)
+    say(
+        f"training {cfg.steps - run.state.step} steps of {run.tokens_per_step:,} tokens on "
+        f"{run.device}; {log_rule(cfg.log_interval)}"
+    )
     try:
         with _signals(run):
             _loop(run, writer, progress)
     finally:
         progress.close()
         writer.close()
+    say("summarising the run (predicted against measured)")
     summary = summarize(run)
     if run.info.is_main:
         text = json.dumps(summary, indent=2, allow_nan=False)
@@ -105,17 +113,24 @@ def _train(run: Run) -> dict:
     return summary
 
 
-def _start(cfg: TrainConfig, faults: Faults) -> Run:
+def _start(cfg: TrainConfig, faults: Faults) -> tuple[Run, Say]:
     """Check everything, then build the run; resume it when asked. Nothing is written before
-    the checks pass."""
+    the checks pass, and the model is built only when the predicted peak memory fits."""
     device = torch.device(resolve_device(cfg.device))
     info = init_distributed(device.type)
+    say = Say(enabled=info.is_main)
     pre = preflight(cfg, world_size=info.world_size)
     cfg, spec = pre.config, pre.spec
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
+    plan = _plan(cfg, info)
+    if cfg.memory_check:  # before anything is written or built
+        step = Step.of(cfg, spec, plan)
+        say(check_run(step, device=device.type, index=device.index, world_size=info.world_size))
     root = _run_folder(cfg, info)
+    say("preparing the data" if not cfg.data else f"opening the data in {cfg.data}")
     data = open_data(cfg, main=info.is_main, barrier=lambda: barrier(info))
+    say(f"building the model {spec.name} on {device}")
     model = build_model(
         spec,
         device=device,
@@ -137,6 +152,8 @@ def _start(cfg: TrainConfig, faults: Faults) -> Run:
     net = wrap_model(model, info, cfg.strategy, device)
     optimizer = make_optimizer(model, cfg)  # after wrap_model: FSDP2's DTensor parameters
     autocast, scaler = mixed_precision(cfg.precision, device)
+    say("predicting step time and memory (off the catalog: measuring this machine, about 1 s)")
+    budget = _budget(cfg, spec, plan, device)
     run = Run(
         cfg=cfg,
         info=info,
@@ -154,7 +171,7 @@ def _start(cfg: TrainConfig, faults: Faults) -> Run:
             total_steps=cfg.steps,
             min_lr_ratio=cfg.min_lr_ratio,
         ),
-        budget=_budget(cfg, spec, info, device),
+        budget=budget,
         guard=StepGuard(
             window=cfg.spike_window, sigmas=cfg.spike_sigmas, min_excess=cfg.spike_min_excess
         ),
@@ -166,8 +183,9 @@ def _start(cfg: TrainConfig, faults: Faults) -> Run:
         probes=pre.probes,
     )
     if cfg.resume:
+        say("resuming")
         _resume(run)
-    return run
+    return run, say
 
 
 def _run_folder(cfg: TrainConfig, info: DistInfo) -> Path:
@@ -189,15 +207,19 @@ def _run_folder(cfg: TrainConfig, info: DistInfo) -> Path:
     return root
 
 
-def _budget(cfg: TrainConfig, spec: ModelSpec, info: DistInfo, device: torch.device) -> Budget:
-    """The plan's predictions for the layout that runs (train.accounting)."""
-    plan = run_plan(
+def _plan(cfg: TrainConfig, info: DistInfo) -> Plan:
+    """The layout that runs (train.accounting.run_plan)."""
+    return run_plan(
         cfg.strategy,
         world_size=info.world_size,
         micro_batch=cfg.micro_batch,
         grad_accum=cfg.grad_accum,
         recompute=cfg.recompute,
     )
+
+
+def _budget(cfg: TrainConfig, spec: ModelSpec, plan: Plan, device: torch.device) -> Budget:
+    """The plan's predictions for the layout that runs (train.accounting)."""
     return make_budget(
         spec,
         plan,
@@ -254,7 +276,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         torch.cuda.reset_peak_memory_stats(run.device)
     first = state.step
     while state.step < cfg.steps:
-        logged = (state.step + 1) % cfg.log_interval == 0 or state.step + 1 == cfg.steps
+        logged = logged_step(state.step + 1, log_interval=cfg.log_interval, steps=cfg.steps)
         lr = run.schedule.lr_at(state.step)
         apply_lr(run.optimizer, lr)
         batch_crc = run.batches.fingerprint()
@@ -290,6 +312,11 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
             mfu = f"  MFU {100 * record['mfu']:.1f}%" if record["mfu"] is not None else ""
             tps = record["tokens_per_second"]
             progress.update(state.step, f"loss {loss:.3f}  {tps:,.0f} tok/s{mfu}")
+        elif verdict.ok and on_terminal(
+            state.step, first=first, log_interval=cfg.log_interval, steps=cfg.steps
+        ):
+            warm = " (warm-up included)" if state.step == first + 1 else ""
+            progress.update(state.step, f"loss {loss:.3f}  {seconds:.3g} s/step{warm}")
         run.faults.maybe_kill(state.step, run.info.rank)
         maybe_save(run, writer, time_due=flags["time_due"], force=bool(flags["signal"]))
         if flags["signal"]:

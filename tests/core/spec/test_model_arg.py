@@ -123,7 +123,12 @@ BAD = [
     ("dense empty", "dense:", [], ["dense:", "positive whole number"]),
     ("dense bytes", "dense:80GB", [], ["dense:80GB"]),
     ("no equals", "gpt2", ["n_layers"], ["--set", "n_layers", "field=value"]),
-    ("unknown field", "gpt2", ["n_layer=4"], ["n_layer", "n_layers", "d_model", "vocab_size"]),
+    (
+        "unknown field",
+        "gpt2",
+        ["n_layer=4"],
+        ["n_layer", "did you mean 'n_layers'?", "d_model", "vocab_size"],
+    ),
     ("sources not settable", "gpt2", ["sources=x"], ["sources", "unknown field"]),
     ("bool maybe", "gpt2", ["bias=maybe"], ["bias", "maybe", "true or false"]),
     ("int x", "gpt2", ["n_layers=x"], ["n_layers", "'x'", "whole number"]),

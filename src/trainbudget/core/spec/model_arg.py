@@ -5,6 +5,7 @@ Pure (it reads a config file when given a path, nothing else); every bad input i
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Sequence
@@ -116,7 +117,11 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, object]:
         key, raw = item.split("=", 1)
         key = key.strip()
         if key not in fields:
-            raise SpecError("--set", key, "unknown field; known: " + ", ".join(sorted(fields)))
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise SpecError(
+                "--set", key, f"unknown field; {hint}known: " + ", ".join(sorted(fields))
+            )
         changes[key] = _parse_value(key, fields[key], raw)
     return changes
 
