@@ -222,6 +222,7 @@ def test_a_model_named_alone_gets_no_default_overrides(tmp_path):
         ({"spike_sigmas": 0.0}, "spike_sigmas"),
         ({"spike_min_excess": -0.1}, "spike_min_excess"),
         ({"max_consecutive_skips": 0}, "max_consecutive_skips"),
+        ({"resume": True, "overwrite": True}, "overwrite"),
     ],
 )
 def test_validation_names_the_field(kwargs, field):

@@ -37,6 +37,7 @@ GROUPS = {
     ),
     "checkpoints and faults": (
         "resume",
+        "overwrite",
         "checkpoint_every",
         "checkpoint_minutes",
         "gpu_failure_rate_per_day",
@@ -160,6 +161,10 @@ def run(args: argparse.Namespace) -> int:
     cfg, given = config_and_given(args)
     # every check that needs no torch, before anything is written
     cfg = preflight(cfg, explicit=given).config
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 holds the run's lock
+        from trainbudget.train.run_lock import refuse_if_locked
+
+        refuse_if_locked(cfg.run_dir, cfg.out)  # a busy folder: seconds before torch loads
     from trainbudget.train.checkpointing.recovery import Interrupted, TrainingHalted
     from trainbudget.train.loop import train  # imports torch: only when training
 
