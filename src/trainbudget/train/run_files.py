@@ -31,6 +31,9 @@ from trainbudget.core.errors import SpecError
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.json"
+TENSORBOARD_DIR = "tensorboard"
+METRICS_ASIDE_PREFIX = "metrics.after-step-"
+"""metrics.after-step-NNNNNNNN.jsonl: the records a resume moved out of metrics.jsonl."""
 
 RunArg = str | os.PathLike
 
@@ -108,6 +111,9 @@ class RunLog:
     events: tuple[RunEvent, ...]
     replaced_records: int
     """Records replaced by a later record of the same step."""
+    skipped: str | None
+    """What was not read of metrics.jsonl -- its first damaged line (a torn last line, a line
+    that is not a record) and every line after it -- in words; None: every line was read."""
     tokens_per_step: int | None
     summary: RunSummary | None
     config: dict
@@ -132,34 +138,87 @@ def metrics_path(run: RunArg) -> Path:
     return path
 
 
-def read_metrics(path: RunArg) -> list[tuple[str, dict]]:
-    """(`file:line`, record) for each record of a metrics.jsonl, each checked to be an object
-    with an integer step; blank lines are skipped. A bad line is a SpecError naming file:line."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise SpecError("metrics", str(path), f"cannot be read ({err})") from None
+@dataclass(frozen=True, kw_only=True)
+class MetricsScan:
+    """A metrics.jsonl split into the records it starts with and the damaged rest."""
+
+    records: tuple[tuple[int, str, dict], ...]
+    """(line number, the line, its record) of every record before the first damaged line."""
+    rest: tuple[str, ...]
+    """The damaged line and every line after it, as they are (empty when nothing is damaged)."""
+    damage: SpecError | None
+    """What is wrong with the first damaged line (it names file:line), or None."""
+    damage_line: int = 0
+
+
+def scan_metrics(text: str, path: RunArg) -> MetricsScan:
+    """Split a metrics.jsonl's text at its first damaged line: one that is not a JSON object
+    with an integer step >= 0, or a last line without its newline (the writer ends every record
+    with one, so a line without it is a write that did not finish, even where it happens to
+    parse: a number cut short is still a number). Blank lines are skipped."""
+    lines = text.split("\n")
+    ended = lines[-1] == ""  # the text ends with a newline (or is empty)
+    if ended:
+        lines.pop()
     records = []
-    for number, line in enumerate(lines, 1):
+    for index, line in enumerate(lines):
         if not line.strip():
             continue
-        where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise SpecError(
-                where, _clip(line), f"is not JSON ({err.msg}, column {err.colno})"
-            ) from None
-        if not isinstance(record, dict):
-            raise SpecError(where, _clip(line), "is not a JSON object")
-        step = record.get("step")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise SpecError(f"{where}: step", step, "must be a non-negative integer")
-        records.append((where, record))
-    if not records:
+        cut = not ended and index == len(lines) - 1
+        found = _record(f"{path}:{index + 1}", line, cut=cut)
+        if isinstance(found, SpecError):
+            return MetricsScan(
+                records=tuple(records),
+                rest=tuple(lines[index:]),
+                damage=found,
+                damage_line=index + 1,
+            )
+        records.append((index + 1, line, found))
+    return MetricsScan(records=tuple(records), rest=(), damage=None)
+
+
+def _record(where: str, line: str, *, cut: bool) -> dict | SpecError:
+    """The line's record, or the error that says why it is not one (`cut`: its newline is
+    missing)."""
+    if cut:
+        return SpecError(
+            where, _clip(line), "is cut short (no newline at its end: a write that did not finish)"
+        )
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        return SpecError(where, _clip(line), f"is not JSON ({err.msg}, column {err.colno})")
+    if not isinstance(record, dict):
+        return SpecError(where, _clip(line), "is not a JSON object")
+    step = record.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return SpecError(f"{where}: step", step, "must be a non-negative integer")
+    return record
+
+
+def read_metrics(path: RunArg) -> tuple[list[tuple[str, dict]], str | None]:
+    """(`file:line`, record) for each record of a metrics.jsonl's valid prefix, and what was
+    skipped after it (None: nothing). A file whose first line is damaged, or that holds no
+    record, is a SpecError naming file:line."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8", "surrogateescape")
+    except OSError as err:
+        raise SpecError("metrics", str(path), f"cannot be read ({err})") from None
+    scan = scan_metrics(text, path)
+    if not scan.records and scan.damage is not None:
+        raise scan.damage
+    if not scan.records:
         raise SpecError("metrics", str(path), "holds no records (did the run log a step?)")
-    return records
+    records = [(f"{path}:{number}", record) for number, _, record in scan.records]
+    if scan.damage is None:
+        return records, None
+    lines = sum(1 for line in scan.rest if line.strip())
+    skipped = (
+        f"{scan.damage}; read the {len(records)} records before it and skipped "
+        f"{lines} line{'s' if lines > 1 else ''} from there on"
+    )
+    return records, skipped
 
 
 def _finite(value: object) -> float | None:
@@ -322,7 +381,7 @@ def read_run(run: RunArg, name: str | None = None) -> RunLog:
     """A run directory (or its metrics.jsonl), named `name` or else by its folder."""
     path = metrics_path(run)
     run_dir = path.parent
-    records = read_metrics(path)
+    records, skipped = read_metrics(path)
     summary_doc = _read_json(run_dir / SUMMARY_FILE)
     tokens_per_step = _tokens_per_step(summary_doc or {}, records)
     by_step: dict[int, RunPoint] = {}
@@ -334,7 +393,7 @@ def read_run(run: RunArg, name: str | None = None) -> RunLog:
             continue
         replaced += record["step"] in by_step
         by_step[record["step"]] = _point(where, record, tokens_per_step)
-    notes = []
+    notes = [skipped] if skipped else []
     if summary_doc is None:
         notes.append(f"no {SUMMARY_FILE}: the run is still going (or stopped before its end)")
     if replaced:
@@ -348,6 +407,7 @@ def read_run(run: RunArg, name: str | None = None) -> RunLog:
         points=tuple(by_step[s] for s in sorted(by_step)),
         events=tuple(sorted(events, key=lambda e: e.step)),
         replaced_records=replaced,
+        skipped=skipped,
         tokens_per_step=tokens_per_step,
         summary=_summary(summary_doc) if summary_doc is not None else None,
         config=_read_json(run_dir / CONFIG_FILE) or {},
