@@ -24,12 +24,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainbudget.train.run_files import (
-    METRICS_ASIDE_PREFIX,
-    METRICS_FILE,
-    TENSORBOARD_DIR,
-    scan_metrics,
-)
+from trainbudget.train.metrics_scan import scan_metrics
+from trainbudget.train.run_files import METRICS_ASIDE_PREFIX, METRICS_FILE, TENSORBOARD_DIR
 
 if TYPE_CHECKING:
     from trainbudget.train.faults import Faults

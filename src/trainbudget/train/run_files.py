@@ -2,12 +2,17 @@
 plot` and `trainbudget report --run` both read through `read_run`. Pure: json only, no torch
 (the report works without it), no matplotlib.
 
-- metrics.jsonl: one JSON object per logged step or event, flushed line by line while the run
-  goes (`train.metrics.MetricsWriter`);
+- metrics.jsonl: one JSON object per logged step or event, a whole line written at a time while
+  the run goes (`train.metrics.MetricsWriter`); metrics.after-step-NNNNNNNN.jsonl: the records
+  a resume moved out of it (those logged after the checkpoint it resumed from);
+- run.lock: the lock of the run that owns the folder (`train.run_lock`);
 - summary.json: predicted vs measured, written when the run ends (`train.loop.train`);
 - config.json: the run's settings, written when it starts.
 
-Reading metrics.jsonl: every line is a JSON object with an integer step >= 0, and a step record
+Reading metrics.jsonl: every line is a JSON object with an integer step >= 0 ending with a
+newline; the file is read up to its first line that is not (a torn last line after a crash or a
+full disk, lines glued together), and what was skipped is said in `RunLog.skipped` and the
+notes (train.metrics_scan; only a file without one such record is an error). A step record
 (one without an "event" key) holds "loss"; a value the reader knows must have its type (a
 number or null; an object for eval, memory_bytes, phases_seconds, per_source), otherwise the
 error names file:line, the key and the value. Null (a non-finite value) and absent keys read as
@@ -27,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainbudget.core.errors import SpecError
+from trainbudget.train.metrics_scan import scan_metrics
 
-METRICS_FILE = "metrics.jsonl"
+METRICS_FILE = "metrics.jsonl"  # its lines: train.metrics_scan
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.json"
 TENSORBOARD_DIR = "tensorboard"
@@ -136,64 +142,6 @@ def metrics_path(run: RunArg) -> Path:
     if not path.exists():
         raise SpecError("run", str(run), "no such directory or file")
     return path
-
-
-@dataclass(frozen=True, kw_only=True)
-class MetricsScan:
-    """A metrics.jsonl split into the records it starts with and the damaged rest."""
-
-    records: tuple[tuple[int, str, dict], ...]
-    """(line number, the line, its record) of every record before the first damaged line."""
-    rest: tuple[str, ...]
-    """The damaged line and every line after it, as they are (empty when nothing is damaged)."""
-    damage: SpecError | None
-    """What is wrong with the first damaged line (it names file:line), or None."""
-    damage_line: int = 0
-
-
-def scan_metrics(text: str, path: RunArg) -> MetricsScan:
-    """Split a metrics.jsonl's text at its first damaged line: one that is not a JSON object
-    with an integer step >= 0, or a last line without its newline (the writer ends every record
-    with one, so a line without it is a write that did not finish, even where it happens to
-    parse: a number cut short is still a number). Blank lines are skipped."""
-    lines = text.split("\n")
-    ended = lines[-1] == ""  # the text ends with a newline (or is empty)
-    if ended:
-        lines.pop()
-    records = []
-    for index, line in enumerate(lines):
-        if not line.strip():
-            continue
-        cut = not ended and index == len(lines) - 1
-        found = _record(f"{path}:{index + 1}", line, cut=cut)
-        if isinstance(found, SpecError):
-            return MetricsScan(
-                records=tuple(records),
-                rest=tuple(lines[index:]),
-                damage=found,
-                damage_line=index + 1,
-            )
-        records.append((index + 1, line, found))
-    return MetricsScan(records=tuple(records), rest=(), damage=None)
-
-
-def _record(where: str, line: str, *, cut: bool) -> dict | SpecError:
-    """The line's record, or the error that says why it is not one (`cut`: its newline is
-    missing)."""
-    if cut:
-        return SpecError(
-            where, _clip(line), "is cut short (no newline at its end: a write that did not finish)"
-        )
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as err:
-        return SpecError(where, _clip(line), f"is not JSON ({err.msg}, column {err.colno})")
-    if not isinstance(record, dict):
-        return SpecError(where, _clip(line), "is not a JSON object")
-    step = record.get("step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        return SpecError(f"{where}: step", step, "must be a non-negative integer")
-    return record
 
 
 def read_metrics(path: RunArg) -> tuple[list[tuple[str, dict]], str | None]:
@@ -429,7 +377,3 @@ def read_runs(runs: Sequence[RunArg]) -> list[RunLog]:
 def _run_name(metrics: Path) -> str:
     parent = metrics.resolve().parent
     return parent.name or str(parent)
-
-
-def _clip(text: str, width: int = 60) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
