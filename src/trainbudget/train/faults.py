@@ -51,11 +51,11 @@ class Faults:
     (0: never)."""
     hold_file: str = ""
     metrics_enospc_step: int = 0
-    """The first metrics record of step N: half of its line is written, then the write fails
-    with ENOSPC, as on a full disk (0: never)."""
+    """A metrics record of step N (the first: the run stops there): half of its line is
+    written, then the write fails with ENOSPC, as on a full disk (0: never)."""
     metrics_torn_step: int = 0
-    """The first metrics record of step N: half of its line is written, then SIGKILL (0:
-    never)."""
+    """A metrics record of step N (the first: the run dies there): half of its line is
+    written, then SIGKILL (0: never)."""
     term_step: int = 0
     """Send SIGTERM to this process (every rank) right after step N's update (0: never): what a
     scheduler does before preempting a job."""
