@@ -3,6 +3,7 @@ proof -- two `trainbudget train --out X` at once -- is tests/train/test_run_fold
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -169,3 +170,18 @@ def test_a_fresh_run_is_refused_over_an_earlier_ones_metrics_or_clears_them(
     }
     assert sorted(p.name for p in run.iterdir()) == ["data"]  # the prepared data stays
     assert make_room(run, "run", overwrite=False, main=True) == []
+
+
+def test_a_file_system_without_locks_gets_one_line(tmp_path: Path, monkeypatch) -> None:
+    class NoLocks:
+        LOCK_EX, LOCK_SH, LOCK_NB = 2, 1, 4
+
+        @staticmethod
+        def flock(_fd, _op):
+            raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(run_lock, "fcntl", NoLocks)
+    with pytest.raises(SpecError, match="cannot be locked \\(No locks available\\)") as err:
+        lock_run_folder(tmp_path / "run", "run")
+    assert "\n" not in str(err.value)
+    refuse_if_locked(tmp_path / "run", "run")  # the look before the start stays quiet

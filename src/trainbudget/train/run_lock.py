@@ -135,9 +135,11 @@ def lock_run_folder(run_dir: Path, out: str) -> RunLock:
     except BlockingIOError:
         os.close(fd)
         raise _busy(out, path) from None
-    except BaseException:
+    except OSError as err:  # ENOLCK, EOPNOTSUPP: a file system without locks
         os.close(fd)
-        raise
+        raise SpecError(
+            "out", out, f"cannot be locked ({err.strerror}): choose an --out on a local disk"
+        ) from None
     holder = Holder(
         pid=os.getpid(),
         host=socket.gethostname(),
@@ -163,9 +165,13 @@ def refuse_if_locked(run_dir: Path, out: str) -> None:
     except OSError:
         return  # no lock file: nobody holds the folder (or it cannot be read: the start says)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # shared: enough to meet a holder's exclusive lock, and allowed on a read-only file
+        # (NFS turns flock into POSIX locks, whose exclusive kind needs write access)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         raise _busy(out, path) from None
+    except OSError:
+        return  # a file system without locks: the start says so
     finally:
         os.close(fd)
 
