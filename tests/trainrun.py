@@ -48,10 +48,11 @@ def train_cli(
     faults=None,
     restarts=None,
     script: Path | None = None,
-) -> subprocess.CompletedProcess:
+    wait: bool = True,
+) -> subprocess.CompletedProcess | subprocess.Popen:
     """`python -m trainbudget train --data DATA --out OUT ARGS` (under torchrun when nproc > 1,
     with --max-restarts when `restarts` is given; `script` instead of `-m trainbudget train`
-    when given); the finished process."""
+    when given); the finished process, or with `wait=False` the running one (see `finish`)."""
     program = [str(script)] if script is not None else ["-m", "trainbudget", "train"]
     cmd = [*program, "--data", str(data), "--out", str(out), *args]
     if nproc > 1:
@@ -71,13 +72,18 @@ def train_cli(
         cwd=out.parent,
         start_new_session=True,
     )
+    return finish(proc) if wait else proc
+
+
+def finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    """Wait for a run `train_cli(..., wait=False)` started (killing it after TIMEOUT)."""
     try:
         stdout, stderr = proc.communicate(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
-        pytest.fail(f"timed out: {' '.join(cmd)}\n{stderr[-3000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+        pytest.fail(f"timed out: {' '.join(proc.args)}\n{stderr[-3000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

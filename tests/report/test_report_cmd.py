@@ -102,6 +102,18 @@ def test_run_report_from_the_command_line(synthetic_run: Path, tmp_path: Path) -
     assert len(d["report"]["points"]) == 15 and d["report"]["summary"]["steps"] == 30
 
 
+def test_a_run_with_a_torn_last_line_is_drawn_up_to_it(synthetic_run: Path, tmp_path) -> None:
+    # the failure: a full disk left half a line at the end, and the report refused the run
+    with open(synthetic_run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 32, "loss": 1.')
+    out = tmp_path / "r.html"
+    code, text, err = cli("report", "--run", str(synthetic_run), "--out", str(out))
+    assert code == 0, err
+    (note,) = [line for line in text.splitlines() if line.startswith("note: ")]
+    assert "metrics.jsonl:23" in note and "is cut short" in note and "skipped 1 line" in note
+    assert "is cut short" in out.read_text()  # the page's notes say it too
+
+
 def _bad_metrics(tmp_path: Path) -> str:
     run = tmp_path / "bad-run"
     run.mkdir()

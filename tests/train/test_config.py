@@ -243,6 +243,7 @@ def test_merge_overrides_keeps_places_and_malformed_items():
         ({"spike_sigmas": 0.0}, "spike_sigmas"),
         ({"spike_min_excess": -0.1}, "spike_min_excess"),
         ({"max_consecutive_skips": 0}, "max_consecutive_skips"),
+        ({"resume": True, "overwrite": True}, "overwrite"),
     ],
 )
 def test_validation_names_the_field(kwargs, field):

@@ -354,8 +354,8 @@ def test_tensorboard_logs_the_loss(run_dir: Path) -> None:
 # ---------------------------------------------------------------- malformed input
 
 BAD_METRICS = {
-    "not_json": ('{"step": 1, "loss": 2.0}\n{"step": 2, loss: 1.9}\n', ("metrics.jsonl:2",)),
-    "no_step": ('{"step": 1, "loss": 2.0}\n\n{"loss": 1.9}\n', ("metrics.jsonl:3", "step")),
+    "not_json": ('{"step": 2, loss: 1.9}\n', ("metrics.jsonl:1",)),
+    "no_step": ('\n{"loss": 1.9}\n', ("metrics.jsonl:2", "step")),
     "text_loss": ('{"step": 1, "loss": "low"}\n', ("metrics.jsonl:1", "loss", "low")),
     "no_loss": ('{"step": 1}\n', ("metrics.jsonl:1", "loss")),
     "a_list": ("[1, 2]\n", ("metrics.jsonl:1", "JSON object")),
@@ -373,6 +373,20 @@ def test_plot_rejects_bad_metrics_lines(case: str, tmp_path: Path) -> None:
     for needle in needles:
         assert needle in err, (needle, err)
     assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_draws_the_valid_prefix_and_names_what_it_skipped(tmp_path: Path) -> None:
+    # the failure: a torn last line (a full disk, a kill inside a write) made plot refuse the
+    # whole run
+    pytest.importorskip("matplotlib")
+    lines = '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9}\n{"step": 3, "lo'
+    (tmp_path / "metrics.jsonl").write_text(lines)
+    code, out, err = cli("plot", str(tmp_path), "--out", str(tmp_path / "x.png"))
+    assert code == 0, err
+    assert "2 logged steps to 2" in out
+    (note,) = [line for line in out.splitlines() if "metrics.jsonl:3" in line]
+    assert "is cut short" in note and "skipped 1 line" in note
+    assert_png(tmp_path / "x.png")
 
 
 def _bad_cases(run: Path, tmp: Path) -> dict[str, tuple[list[str], tuple[str, ...]]]:

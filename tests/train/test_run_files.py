@@ -136,7 +136,12 @@ def test_runs_that_share_a_folder_name_are_named_by_their_path(tmp_path: Path) -
 
 @pytest.mark.parametrize(
     "content, field",
-    [("{not json\n", "metrics.jsonl:1"), ('{"loss": 1}\n', "step"), ("", "metrics")],
+    [
+        ("{not json\n", "metrics.jsonl:1"),
+        ('{"loss": 1}\n', "step"),
+        ("", "metrics"),
+        ('{"step": 1, "loss": 2.0}', "metrics.jsonl:1"),  # cut short: no record to read
+    ],
 )
 def test_bad_metrics_name_the_line(tmp_path: Path, content: str, field: str) -> None:
     run = tmp_path / "bad"
@@ -150,3 +155,34 @@ def test_bad_metrics_name_the_line(tmp_path: Path, content: str, field: str) -> 
 def test_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="not a run directory"):
         read_run(tmp_path)
+
+
+def test_a_torn_last_line_is_skipped_and_named(tmp_path: Path) -> None:
+    # the failure: a run stopped inside a write (a full disk, kill -9) left half a line, and
+    # plot and report refused the whole run
+    run = _write(tmp_path / "torn", [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.5}])
+    text = (run / "metrics.jsonl").read_text().rstrip("\n") + '\n{"step": 3, "loss": 2.'
+    (run / "metrics.jsonl").write_text(text)
+    r = read_run(run)
+    assert [p.step for p in r.points] == [1, 2]
+    assert r.skipped is not None and "metrics.jsonl:3" in r.skipped
+    assert "is cut short" in r.skipped and "skipped 1 line from there on" in r.skipped
+    assert r.skipped in r.notes
+
+
+def test_the_valid_prefix_is_read_up_to_the_first_damaged_line(tmp_path: Path) -> None:
+    # the failure: after a resume appended onto a torn line ('...2.{"step": 21, ...'), the
+    # whole run was refused; now the records before it are read and the rest named
+    run = _write(tmp_path / "mixed", [{"step": s, "loss": 3.0 - s / 10} for s in (1, 2, 3)])
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    lines[1] = lines[1][:-3] + lines[2]  # line 2 cut short, the next record glued onto it
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    r = read_run(run)
+    assert [p.step for p in r.points] == [1]
+    assert "metrics.jsonl:2 = " in r.skipped and "is not JSON" in r.skipped
+    assert "read the 1 records before it and skipped 2 lines from there on" in r.skipped
+    assert read_run(synthetic_run_path(tmp_path)).skipped is None
+
+
+def synthetic_run_path(tmp_path: Path) -> Path:
+    return write_run(tmp_path / "whole")

@@ -45,6 +45,7 @@ def _digest(r: RunLog) -> dict:
         "val_loss_final": val[-1] if val else None,
         "eval_points": len(val),
         "skipped_records": r.replaced_records,
+        "skipped_lines": r.skipped,
     }
 
 

@@ -260,5 +260,7 @@ def _run_report(args: argparse.Namespace) -> int:
         print(dumps_json(doc))
         return 0
     print(run_headline(report))
+    if report.skipped:  # a damaged metrics.jsonl: its valid prefix was drawn
+        print(f"note: {report.skipped}")
     print(f"wrote {out} ({len(pngs)} plots, also as PNG files in {pngs[0].parent})")
     return 0

@@ -39,6 +39,7 @@ GROUPS = {
     ),
     "checkpoints and faults": (
         "resume",
+        "overwrite",
         "checkpoint_every",
         "checkpoint_minutes",
         "gpu_failure_rate_per_day",
@@ -162,6 +163,10 @@ def run(args: argparse.Namespace) -> int:
     cfg, given = config_and_given(args)
     # every check that needs no torch, before anything is written
     cfg = preflight(cfg, explicit=given).config
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 holds the run's lock
+        from trainbudget.train.run_lock import refuse_if_locked
+
+        refuse_if_locked(cfg.run_dir, cfg.out)  # a busy folder: seconds before torch loads
     # a few seconds of silence otherwise; not said where torch is missing (one error line)
     if os.environ.get("RANK", "0") == "0" and importlib.util.find_spec("torch") is not None:
         sys.stderr.write("trainbudget train: loading PyTorch\n")

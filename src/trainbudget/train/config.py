@@ -114,6 +114,10 @@ class TrainConfig:
     'fsdp', ZeRO 0-2 -> 'ddp'), micro_batch and grad_accum (giving others is an error)."""
     resume: bool = False
     """Continue from the newest verified checkpoint in <out>/checkpoints (start afresh if none)."""
+    overwrite: bool = False
+    """Start afresh in an --out that holds an earlier run, deleting its checkpoints, metrics,
+    summary and TensorBoard files (its prepared data stays); without it such an --out is
+    refused unless resume is set."""
     tensorboard: bool = True
     """Also write TensorBoard event files."""
     checkpoint_every: int = 100
@@ -217,6 +221,10 @@ def _check_together(cfg: TrainConfig) -> None:
             "warmup_steps",
             cfg.warmup_steps,
             f"must be between 0 and steps ({cfg.steps}); -1 means a tenth of the steps",
+        )
+    if cfg.resume and cfg.overwrite:
+        raise SpecError(
+            "overwrite", True, "cannot be combined with resume (continue the run or start afresh)"
         )
     # the loop evaluates only on logged steps (and the last): an eval_interval that is not a
     # multiple of log_interval would evaluate only every lcm of the two, silently

@@ -5,6 +5,10 @@ real incident.
 Off unless asked for: `train(cfg, faults=Faults(...))` in-process, or the environment variable
 TRAINBUDGET_FAULTS holding the same fields as JSON for subprocesses and torchrun workers, e.g.
     TRAINBUDGET_FAULTS='{"kill_step": 7, "kill_rank": 1}'
+Disk faults are tied to the metrics record of a step: half of its line is written, then the
+write fails with ENOSPC (a full disk) or the process is killed (a crash inside the write). A hold
+keeps the run after a step until a file appears, so a test can act while the run is known to be
+alive (a second run into the same folder, say) without racing it.
 Numerical faults are tied to batches -- batch N is the N-th global batch of the stream, the
 batch of step N until a rollback skips some -- since a bad batch is what a skip or a rollback
 must get past; the kill is tied to the step (step N = the N-th iteration, as logged).
@@ -12,14 +16,18 @@ must get past; the kill is tied to the step (step N = the N-th iteration, as log
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
+import time
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 from trainbudget.core.errors import SpecError
 
 ENV = "TRAINBUDGET_FAULTS"
+HOLD_LIMIT_SECONDS = 120.0  # a hold whose test died does not keep the run forever
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,16 @@ class Faults:
     kill_attempt: int = 0
     """...and only in this torchrun attempt (TORCHELASTIC_RESTART_COUNT), so a restarted worker
     runs through."""
+    hold_step: int = 0
+    """After step N's update (and its metrics record), wait until the file hold_file exists
+    (0: never)."""
+    hold_file: str = ""
+    metrics_enospc_step: int = 0
+    """A metrics record of step N (the first: the run stops there): half of its line is
+    written, then the write fails with ENOSPC, as on a full disk (0: never)."""
+    metrics_torn_step: int = 0
+    """A metrics record of step N (the first: the run dies there): half of its line is
+    written, then SIGKILL (0: never)."""
     term_step: int = 0
     """Send SIGTERM to this process (every rank) right after step N's update (0: never): what a
     scheduler does before preempting a job."""
@@ -64,7 +82,25 @@ class Faults:
             return self.spike_factor
         return None
 
+    def metrics_write(self, step: int, fd: int, line: bytes) -> None:
+        """Before a metrics record of `step` is written to `fd`: the disk faults, if due (then
+        half of `line` is written and this raises or never returns)."""
+        if step == 0 or step not in (self.metrics_enospc_step, self.metrics_torn_step):
+            return
+        os.write(fd, line[: len(line) // 2])
+        if step == self.metrics_torn_step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def maybe_hold(self, step: int) -> None:
+        if self.hold_step == 0 or step != self.hold_step:
+            return
+        deadline = time.monotonic() + HOLD_LIMIT_SECONDS
+        while not Path(self.hold_file).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)  # polls a condition; nothing depends on how long it takes
+
     def maybe_kill(self, step: int, rank: int) -> None:
+        self.maybe_hold(step)
         attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         if self.kill_step == step and self.kill_rank == rank and self.kill_attempt == attempt:
             os.kill(os.getpid(), signal.SIGKILL)

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -24,11 +25,7 @@ from trainbudget.model.optim import weight_dtype
 from trainbudget.model.transformer import build_model
 from trainbudget.profile.device import identify_device, resolve_device
 from trainbudget.train.accounting import Budget, make_budget, run_plan
-from trainbudget.train.checkpointing.checkpoint import (
-    CHECKPOINTS_DIR,
-    clean_partial,
-    list_checkpoints,
-)
+from trainbudget.train.checkpointing.checkpoint import CHECKPOINTS_DIR, clean_partial
 from trainbudget.train.checkpointing.recovery import (
     Interrupted,
     TrainingHalted,
@@ -55,10 +52,11 @@ from trainbudget.train.evaluate import evaluate, probe_probabilities
 from trainbudget.train.faults import Faults
 from trainbudget.train.guard import StepGuard, Verdict
 from trainbudget.train.memory_check import Step, check_run
-from trainbudget.train.metrics import MetricsWriter, Progress
+from trainbudget.train.metrics import MetricsWriteError, MetricsWriter, Progress, resume_metrics
 from trainbudget.train.preflight import preflight
 from trainbudget.train.run import Run
 from trainbudget.train.run_files import CONFIG_FILE, SUMMARY_FILE
+from trainbudget.train.run_lock import make_room, own_run_folder
 from trainbudget.train.schedule import Schedule, apply_lr
 from trainbudget.train.setup import make_optimizer, mixed_precision, seed_everything
 from trainbudget.train.startup import Say, log_rule, logged_step, on_terminal
@@ -66,21 +64,23 @@ from trainbudget.train.summary import memory_bytes, summarize
 
 
 def train(cfg: TrainConfig, *, faults: Faults | None = None) -> dict:
-    """Run `cfg`; returns the summary (also written to <out>/summary.json)."""
-    run, say = _start(cfg, faults if faults is not None else Faults.from_env())
-    info = run.info
-    try:
-        summary = _train(run, say)
-    except (Interrupted, TrainingHalted) as err:
-        # an orderly stop, at the same step on every rank (the flags and the guard's verdict
-        # come from all-reduced values); its traceback's frames hold the model: dropped
-        stopped = err.with_traceback(None)
-    else:
-        stopped = None
-    # the model, optimizer and DDP/FSDP2 wrappers hold the process group: let them go, so
-    # that shutdown really ends it (see distributed.shutdown)
-    del run
-    shutdown(info)
+    """Run `cfg`; returns the summary (also written to <out>/summary.json). The run folder is
+    locked for the whole run (train.run_lock)."""
+    with contextlib.ExitStack() as held:  # the run folder's lock, released however train ends
+        run, say = _start(cfg, faults if faults is not None else Faults.from_env(), held)
+        info = run.info
+        try:
+            summary = _train(run, say)
+        except (Interrupted, TrainingHalted) as err:
+            # an orderly stop, at the same step on every rank (the flags and the guard's
+            # verdict come from all-reduced values); its traceback's frames hold the model
+            stopped = err.with_traceback(None)
+        else:
+            stopped = None
+        # the model, optimizer and DDP/FSDP2 wrappers hold the process group: let them go, so
+        # that shutdown really ends it (see distributed.shutdown)
+        del run
+        shutdown(info)
     if stopped is not None:
         raise stopped
     return summary
@@ -88,11 +88,15 @@ def train(cfg: TrainConfig, *, faults: Faults | None = None) -> dict:
 
 def _train(run: Run, say: Say) -> dict:
     cfg = run.cfg
+    if run.info.is_main and cfg.resume:  # one history: a torn end cut, later records aside
+        for line in resume_metrics(cfg.run_dir, run.state.step):
+            log_main(run, line)
     writer = MetricsWriter(
-        run.checkpoint_root.parent,
+        cfg.run_dir,
         tensorboard=cfg.tensorboard,
         enabled=run.info.is_main,
-        append=run.state.step > 0,
+        append=cfg.resume,
+        faults=run.faults,
     )
     progress = Progress(cfg.steps, enabled=run.info.is_main, first_step=run.state.step)
     say(
@@ -102,6 +106,8 @@ def _train(run: Run, say: Say) -> dict:
     try:
         with _signals(run):
             _loop(run, writer, progress)
+    except MetricsWriteError as err:  # a full disk: the newest checkpoint is intact
+        raise TrainingHalted(f"{err}; free space and continue with --resume") from None
     finally:
         progress.close()
         writer.close()
@@ -113,9 +119,10 @@ def _train(run: Run, say: Say) -> dict:
     return summary
 
 
-def _start(cfg: TrainConfig, faults: Faults) -> tuple[Run, Say]:
+def _start(cfg: TrainConfig, faults: Faults, held: contextlib.ExitStack) -> tuple[Run, Say]:
     """Check everything, then build the run; resume it when asked. Nothing is written before
-    the checks pass, and the model is built only when the predicted peak memory fits."""
+    the checks pass and the run folder is ours (its lock, released by `held`); the model is
+    built only when the predicted peak memory fits."""
     device = torch.device(resolve_device(cfg.device))
     info = init_distributed(device.type)
     say = Say(enabled=info.is_main)
@@ -127,6 +134,9 @@ def _start(cfg: TrainConfig, faults: Faults) -> tuple[Run, Say]:
     if cfg.memory_check:  # before anything is written or built
         step = Step.of(cfg, spec, plan)
         say(check_run(step, device=device.type, index=device.index, world_size=info.world_size))
+    lock = own_run_folder(cfg.run_dir, cfg.out, rank=info.rank, world_size=info.world_size)
+    if lock is not None:
+        held.callback(lock.release)
     root = _run_folder(cfg, info)
     say("preparing the data" if not cfg.data else f"opening the data in {cfg.data}")
     data = open_data(cfg, main=info.is_main, barrier=lambda: barrier(info))
@@ -189,22 +199,17 @@ def _start(cfg: TrainConfig, faults: Faults) -> tuple[Run, Say]:
 
 
 def _run_folder(cfg: TrainConfig, info: DistInfo) -> Path:
-    """Refuse a fresh run into a folder holding checkpoints, seed, and (rank 0) create the
-    folder with the run's config; the checkpoint root."""
+    """Refuse a fresh run into a folder holding an earlier run (or, --overwrite, delete that
+    run's files), seed, and (rank 0) write the run's config; the checkpoint root."""
     run_dir = cfg.run_dir
-    root = run_dir / CHECKPOINTS_DIR
-    if not cfg.resume and list_checkpoints(root):
-        raise SpecError(
-            "out",
-            cfg.out,
-            f"holds checkpoints of an earlier run ({root}); pass --resume to continue it or "
-            "choose another --out",
-        )
+    if not cfg.resume:
+        for path in make_room(run_dir, cfg.out, overwrite=cfg.overwrite, main=info.is_main):
+            print(f"trainbudget train: --overwrite: deleted {path}", file=sys.stderr)
     seed_everything(cfg.seed)
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
-    return root
+    return run_dir / CHECKPOINTS_DIR
 
 
 def _plan(cfg: TrainConfig, info: DistInfo) -> Plan:

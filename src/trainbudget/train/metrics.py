@@ -1,37 +1,68 @@
-"""Where a run's numbers go: one JSON object per logged step in metrics.jsonl (flushed each
-line, so a crash loses nothing logged), TensorBoard when the `tensorboard` package is
-installed, and a progress line on the terminal (a bar with ETA when stderr is interactive,
-plain lines otherwise). `train.run_files` reads the file back."""
+"""Where a run's numbers go: one JSON object per logged step in metrics.jsonl, TensorBoard when
+the `tensorboard` package is installed, and a progress line on the terminal (a bar with ETA when
+stderr is interactive, plain lines otherwise). `train.run_files` reads the file back.
+
+metrics.jsonl is append-only and heals:
+- each record is one `os.write` of a whole newline-terminated line to a file opened O_APPEND
+  (a short write is continued), so a crash leaves at most one torn line, at the end; a write
+  that fails (a full disk) cuts the file back to its last complete record and stops the run;
+- the file is fsynced after each checkpoint's record, so the records up to a checkpoint are on
+  disk once the checkpoint is;
+- a resumed run first cuts a damaged end (a torn last line) back to the last complete record
+  and moves the records logged after the checkpoint it resumes from to
+  metrics.after-step-NNNNNNNN.jsonl, so the file holds one history (`resume_metrics`).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from trainbudget.train.run_files import METRICS_FILE
+from trainbudget.train.metrics_scan import scan_metrics
+from trainbudget.train.run_files import METRICS_ASIDE_PREFIX, METRICS_FILE, TENSORBOARD_DIR
+
+if TYPE_CHECKING:
+    from trainbudget.train.faults import Faults
+
+
+class MetricsWriteError(RuntimeError):
+    """A record could not be written (a full disk, say); the message says what was left."""
 
 
 class MetricsWriter:
     def __init__(
-        self, run_dir: Path, *, tensorboard: bool = True, enabled: bool = True, append: bool = False
+        self,
+        run_dir: Path,
+        *,
+        tensorboard: bool = True,
+        enabled: bool = True,
+        append: bool = False,
+        faults: Faults | None = None,
     ) -> None:
         self.enabled = enabled
-        self._file = None
+        self._fd: int | None = None
         self._tb = None
+        self._faults = faults
         if not enabled:
             return
         run_dir.mkdir(parents=True, exist_ok=True)
-        # a resumed run continues its file; a fresh run into the same directory starts a new one
-        mode = "a" if append else "w"
-        self._file = open(run_dir / METRICS_FILE, mode, encoding="utf-8")  # noqa: SIM115
+        self.path = run_dir / METRICS_FILE
+        # a resumed run continues its file (healed first: resume_metrics); a fresh one starts it
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (0 if append else os.O_TRUNC)
+        self._fd = os.open(self.path, flags, 0o644)
+        self._size_bytes = os.fstat(self._fd).st_size
+        """The file's length after its last complete record."""
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+                self._tb = SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR))
             except ImportError:  # the tensorboard package is optional
                 self._tb = None
 
@@ -46,27 +77,111 @@ class MetricsWriter:
             k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in record.items()
         }
-        self._file.write(json.dumps(clean, allow_nan=False) + "\n")
-        self._file.flush()
+        self._append(record["step"], (json.dumps(clean, allow_nan=False) + "\n").encode())
+        if record.get("event") == "checkpoint":
+            os.fsync(self._fd)
         if self._tb is not None:
-            step = record["step"]
-            for key, value in record.items():
-                if (
-                    key != "step"
-                    and isinstance(value, (int, float))
-                    and not isinstance(value, bool)
-                ):
-                    self._tb.add_scalar(key, value, step)
-                elif isinstance(value, dict):
-                    for sub, v in value.items():
-                        if isinstance(v, (int, float)) and not isinstance(v, bool):
-                            self._tb.add_scalar(f"{key}/{sub}", v, step)
+            self._scalars(record)
+
+    def _append(self, step: int, line: bytes) -> None:
+        try:
+            if self._faults is not None:
+                self._faults.metrics_write(step, self._fd, line)
+            rest = memoryview(line)
+            while rest:  # one write; a short one (the disk filling up) is continued
+                rest = rest[os.write(self._fd, rest) :]
+        except OSError as err:
+            raise MetricsWriteError(self._cut_back(step, err)) from None
+        self._size_bytes += len(line)
+
+    def _cut_back(self, step: int, err: OSError) -> str:
+        """Cut a partly written record off; the message for the failed write."""
+        what = f"{self.path}: the record of step {step} could not be written ({err.strerror})"
+        try:
+            os.ftruncate(self._fd, self._size_bytes)
+        except OSError:
+            return f"{what}; its torn line stays until --resume cuts it"
+        return f"{what}; the file was cut back to its last complete record"
+
+    def _scalars(self, record: dict) -> None:
+        step = record["step"]
+        for key, value in record.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._tb.add_scalar(key, value, step)
+            elif isinstance(value, dict):
+                for sub, v in value.items():
+                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                        self._tb.add_scalar(f"{key}/{sub}", v, step)
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
+        if self._fd is not None:
+            # a failed sync at the end loses no record a checkpoint depends on
+            with contextlib.suppress(OSError):
+                os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
         if self._tb is not None:
             self._tb.close()
+
+
+def resume_metrics(run_dir: Path, step: int) -> list[str]:
+    """Before a resumed run appends to metrics.jsonl: cut a damaged end (a torn last line, a
+    line that is not a record, and what follows it) back to the last complete record, and move
+    the records logged after `step`, the checkpoint resumed from, aside, so that the run's
+    records stay one history. What was removed goes to metrics.after-step-NNNNNNNN.jsonl as it
+    was; the file is replaced atomically. Returns what was done, one line each."""
+    path = run_dir / METRICS_FILE
+    if not path.is_file():
+        return []
+    scan = scan_metrics(path.read_bytes().decode("utf-8", "surrogateescape"), path)
+    kept = [line for _, line, record in scan.records if record["step"] <= step]
+    later = [line for _, line, record in scan.records if record["step"] > step]
+    if not later and scan.damage is None:
+        return []
+    aside = _aside_path(run_dir, step)
+    _write_lines(aside, [*later, *scan.rest])
+    tmp = path.with_name(path.name + ".tmp")
+    _write_lines(tmp, kept)
+    os.replace(tmp, path)
+    _fsync_dir(run_dir)
+    done = []
+    if scan.damage is not None:
+        last = scan.records[-1][0] if scan.records else 0
+        done.append(
+            f"{scan.damage.field} {scan.damage.rule}: cut back to the last complete record "
+            f"(line {last}); what followed is kept in {aside.name}"
+        )
+    if later:
+        done.append(
+            f"{path.name}: {len(later)} records logged after step {step} (the checkpoint "
+            f"resumed from) moved to {aside.name}"
+        )
+    return done
+
+
+def _aside_path(run_dir: Path, step: int) -> Path:
+    """metrics.after-step-NNNNNNNN.jsonl, or with .2, .3, ... where that exists already."""
+    stem = f"{METRICS_ASIDE_PREFIX}{step:08d}"
+    path, n = run_dir / f"{stem}.jsonl", 1
+    while path.exists():
+        n += 1
+        path = run_dir / f"{stem}.{n}.jsonl"
+    return path
+
+
+def _write_lines(path: Path, lines: list[str]) -> None:
+    with open(path, "wb") as f:
+        f.write("".join(line + "\n" for line in lines).encode("utf-8", "surrogateescape"))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class Progress:

@@ -2,12 +2,17 @@
 plot` and `trainbudget report --run` both read through `read_run`. Pure: json only, no torch
 (the report works without it), no matplotlib.
 
-- metrics.jsonl: one JSON object per logged step or event, flushed line by line while the run
-  goes (`train.metrics.MetricsWriter`);
+- metrics.jsonl: one JSON object per logged step or event, a whole line written at a time while
+  the run goes (`train.metrics.MetricsWriter`); metrics.after-step-NNNNNNNN.jsonl: the records
+  a resume moved out of it (those logged after the checkpoint it resumed from);
+- run.lock: the lock of the run that owns the folder (`train.run_lock`);
 - summary.json: predicted vs measured, written when the run ends (`train.loop.train`);
 - config.json: the run's settings, written when it starts.
 
-Reading metrics.jsonl: every line is a JSON object with an integer step >= 0, and a step record
+Reading metrics.jsonl: every line is a JSON object with an integer step >= 0 ending with a
+newline; the file is read up to its first line that is not (a torn last line after a crash or a
+full disk, lines glued together), and what was skipped is said in `RunLog.skipped` and the
+notes (train.metrics_scan; only a file without one such record is an error). A step record
 (one without an "event" key) holds "loss"; a value the reader knows must have its type (a
 number or null; an object for eval, memory_bytes, phases_seconds, per_source), otherwise the
 error names file:line, the key and the value. Null (a non-finite value) and absent keys read as
@@ -27,10 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainbudget.core.errors import SpecError
+from trainbudget.train.metrics_scan import scan_metrics
 
-METRICS_FILE = "metrics.jsonl"
+METRICS_FILE = "metrics.jsonl"  # its lines: train.metrics_scan
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.json"
+TENSORBOARD_DIR = "tensorboard"
+METRICS_ASIDE_PREFIX = "metrics.after-step-"
+"""metrics.after-step-NNNNNNNN.jsonl: the records a resume moved out of metrics.jsonl."""
 
 RunArg = str | os.PathLike
 
@@ -108,6 +117,9 @@ class RunLog:
     events: tuple[RunEvent, ...]
     replaced_records: int
     """Records replaced by a later record of the same step."""
+    skipped: str | None
+    """What was not read of metrics.jsonl -- its first damaged line (a torn last line, a line
+    that is not a record) and every line after it -- in words; None: every line was read."""
     tokens_per_step: int | None
     summary: RunSummary | None
     config: dict
@@ -132,34 +144,29 @@ def metrics_path(run: RunArg) -> Path:
     return path
 
 
-def read_metrics(path: RunArg) -> list[tuple[str, dict]]:
-    """(`file:line`, record) for each record of a metrics.jsonl, each checked to be an object
-    with an integer step; blank lines are skipped. A bad line is a SpecError naming file:line."""
+def read_metrics(path: RunArg) -> tuple[list[tuple[str, dict]], str | None]:
+    """(`file:line`, record) for each record of a metrics.jsonl's valid prefix, and what was
+    skipped after it (None: nothing). A file whose first line is damaged, or that holds no
+    record, is a SpecError naming file:line."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
+        text = path.read_bytes().decode("utf-8", "surrogateescape")
+    except OSError as err:
         raise SpecError("metrics", str(path), f"cannot be read ({err})") from None
-    records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise SpecError(
-                where, _clip(line), f"is not JSON ({err.msg}, column {err.colno})"
-            ) from None
-        if not isinstance(record, dict):
-            raise SpecError(where, _clip(line), "is not a JSON object")
-        step = record.get("step")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise SpecError(f"{where}: step", step, "must be a non-negative integer")
-        records.append((where, record))
-    if not records:
+    scan = scan_metrics(text, path)
+    if not scan.records and scan.damage is not None:
+        raise scan.damage
+    if not scan.records:
         raise SpecError("metrics", str(path), "holds no records (did the run log a step?)")
-    return records
+    records = [(f"{path}:{number}", record) for number, _, record in scan.records]
+    if scan.damage is None:
+        return records, None
+    lines = sum(1 for line in scan.rest if line.strip())
+    skipped = (
+        f"{scan.damage}; read the {len(records)} records before it and skipped "
+        f"{lines} line{'s' if lines > 1 else ''} from there on"
+    )
+    return records, skipped
 
 
 def _finite(value: object) -> float | None:
@@ -322,7 +329,7 @@ def read_run(run: RunArg, name: str | None = None) -> RunLog:
     """A run directory (or its metrics.jsonl), named `name` or else by its folder."""
     path = metrics_path(run)
     run_dir = path.parent
-    records = read_metrics(path)
+    records, skipped = read_metrics(path)
     summary_doc = _read_json(run_dir / SUMMARY_FILE)
     tokens_per_step = _tokens_per_step(summary_doc or {}, records)
     by_step: dict[int, RunPoint] = {}
@@ -334,7 +341,7 @@ def read_run(run: RunArg, name: str | None = None) -> RunLog:
             continue
         replaced += record["step"] in by_step
         by_step[record["step"]] = _point(where, record, tokens_per_step)
-    notes = []
+    notes = [skipped] if skipped else []
     if summary_doc is None:
         notes.append(f"no {SUMMARY_FILE}: the run is still going (or stopped before its end)")
     if replaced:
@@ -348,6 +355,7 @@ def read_run(run: RunArg, name: str | None = None) -> RunLog:
         points=tuple(by_step[s] for s in sorted(by_step)),
         events=tuple(sorted(events, key=lambda e: e.step)),
         replaced_records=replaced,
+        skipped=skipped,
         tokens_per_step=tokens_per_step,
         summary=_summary(summary_doc) if summary_doc is not None else None,
         config=_read_json(run_dir / CONFIG_FILE) or {},
@@ -369,7 +377,3 @@ def read_runs(runs: Sequence[RunArg]) -> list[RunLog]:
 def _run_name(metrics: Path) -> str:
     parent = metrics.resolve().parent
     return parent.name or str(parent)
-
-
-def _clip(text: str, width: int = 60) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
