@@ -13,7 +13,20 @@ class SpecError(ValueError):
         self.field = field
         self.value = value
         self.rule = rule
-        super().__init__(f"{field} = {value!r}: {rule}")
+        super().__init__(f"{field} = {shown(value)}: {rule}")
+
+
+VALUE_SHOWN_CHARS = 300
+"""An error line quotes at most this much of the value: a 50 MB string from a settings file
+is named by its start and its length, not echoed whole."""
+
+
+def shown(value: object) -> str:
+    """`repr(value)`, cut to VALUE_SHOWN_CHARS with the full length stated."""
+    text = repr(value)
+    if len(text) <= VALUE_SHOWN_CHARS:
+        return text
+    return f"{text[:VALUE_SHOWN_CHARS]}... ({len(text):,} characters)"
 
 
 def unknown_key(field: str, value: str, known: list[str] | tuple[str, ...]) -> SpecError:
