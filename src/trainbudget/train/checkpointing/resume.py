@@ -32,6 +32,7 @@ from trainbudget.train.checkpointing.checkpoint import (
 )
 from trainbudget.train.checkpointing.manifest import DCP_DIR
 from trainbudget.train.checkpointing.sharded import load_sharded, save_sharded
+from trainbudget.train.checkpointing.space import open_on_full_disk
 from trainbudget.train.distributed import ShardingLoad, barrier, full_state, is_sharded
 from trainbudget.train.rng import capture_rng_state, restore_rng_state
 
@@ -121,6 +122,7 @@ def save_run(run: Run) -> Path:
         world_size=run.info.world_size,
         barrier=lambda: barrier(run.info),
         writer=writer,
+        create=open_on_full_disk if run.faults.full_disk_step == run.state.step else None,
     )
 
 
