@@ -217,15 +217,16 @@ def _json_bytes(path: Path, payload: object) -> bytes:
         raise CheckpointError(path, f"cannot be written as JSON ({err})") from None
 
 
-def load_file(path: Path, name: str, *, map_location=None):
+def load_file(path: Path, name: str, *, map_location=None, mmap: bool = False):
     """One file of a checkpoint: `.json` parsed, anything else through
-    torch.load(weights_only=True). Any failure is a CheckpointError naming the file. Verify the
+    torch.load(weights_only=True) (with `mmap`, tensors memory-mapped: their shapes and dtypes
+    cost no read of their data). Any failure is a CheckpointError naming the file. Verify the
     checkpoint first (`verify_checkpoint`): this reads whatever bytes are there."""
     if name.endswith(".json"):
         return load_json(path, name)
     file = Path(path) / name
     try:
-        return torch.load(file, weights_only=True, map_location=map_location)
+        return torch.load(file, weights_only=True, map_location=map_location, mmap=mmap)
     except FileNotFoundError:
         raise CheckpointError(file, "missing") from None
     except Exception as err:  # unpickling fails in many types: UnpicklingError, RuntimeError, ...
