@@ -98,7 +98,31 @@ BAD_INPUTS = {
         ("tokenizer", "tok.json"),
     ),
     "seed not an integer": (lambda t: ["--seed", "x"], ("seed",)),
+    # issue 15, item 9: binary input was tokenized as text
+    "binary file": (
+        lambda t: [_write_bytes(t, "model.bin", ELF_HEAD)],
+        ("source", "model.bin", "looks binary (a NUL byte at offset 7)", "--allow-binary"),
+    ),
+    "binary file in a folder": (
+        lambda t: [_folder_with(t, "blob.txt", b"text" + bytes([0xFF, 0xFE]) + b"more")],
+        ("source", "blob.txt", "not UTF-8 at offset 4"),
+    ),
 }
+
+ELF_HEAD = b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4  # how an executable starts
+
+
+def _write_bytes(tmp_path: Path, name: str, data: bytes) -> str:
+    (tmp_path / name).write_bytes(data)
+    return str(tmp_path / name)
+
+
+def _folder_with(tmp_path: Path, name: str, data: bytes) -> str:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "fine.md").write_text("plain text", encoding="utf-8")
+    (folder / name).write_bytes(data)
+    return str(folder)
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
@@ -141,3 +165,22 @@ def test_prepare_never_imports_torch(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PYTHONPATH": SRC}
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
+
+
+def test_allow_binary_tokenizes_it_anyway(tmp_path: Path) -> None:
+    source = _write_bytes(tmp_path, "model.bin", ELF_HEAD)
+    out_dir = tmp_path / "out"
+    code, _, err = cli("data", "prepare", source, "--out", str(out_dir), "--allow-binary")
+    assert code == 0, err
+    assert json.loads((out_dir / "meta.json").read_text())["tokens"]["train"] > 0
+
+
+def test_text_is_not_binary(tmp_path: Path) -> None:
+    """UTF-8 text passes, a character cut by the end of the sniffed bytes included."""
+    from trainbudget.data.sources import SNIFF_BYTES, binary_reason
+
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"a" * (SNIFF_BYTES - 1) + "é".encode())  # é's 2nd byte past the sample
+    assert binary_reason(path) is None
+    path.write_bytes("plain, ünïcode text\n".encode() * 10)
+    assert binary_reason(path) is None

@@ -39,6 +39,11 @@ FILES = {
     "settings.yaml": "steps: 3\n",
     "settings.py": "steps = 3\n",
     "probes.tsv": "The capital of France is\t Paris\nno tab on this line\n",
+    # issue 15, item 8: nesting that made the parsers raise RecursionError
+    "deep.toml": "steps = " + "[" * 5000 + "]" * 5000 + "\n",
+    "deep.json": '{"steps": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    # issue 15, item 9: a value quoted whole in the error line (1 MB here; the issue's was 50)
+    "long.json": json.dumps({"model": "x" * 2**20}),
 }
 
 # (argv, environment, words the one error line must contain); {d} is the files' folder
@@ -181,6 +186,20 @@ CASES = {
         ["plan", "global_batch (48)"],
     ),
     "world-size-word": (["--steps", "5"], {"WORLD_SIZE": "two"}, ["WORLD_SIZE", "two"]),
+    # issue 15, items 8 and 9
+    "toml-nested-5000-deep": (["--config", "{d}/deep.toml"], {}, ["deep.toml", "too deeply"]),
+    "json-nested-100000-deep": (["--config", "{d}/deep.json"], {}, ["deep.json", "too deeply"]),
+    "value-of-a-megabyte": (
+        ["--config", "{d}/long.json"],
+        {},
+        ["model = 'xxx", "... (1,048,578 characters)"],
+    ),
+    "out-under-a-file": (["--out", "{d}/settings.py/run"], {}, ["out", "which is a file"]),
+    "failure-rate-too-small-for-auto": (
+        ["--gpu-failure-rate-per-day", "1e-320", "--checkpoint-minutes", "auto"],
+        {},
+        ["gpu_failure_rate_per_day = 1e-320", "infinite MTBF"],
+    ),
 }
 
 
@@ -236,6 +255,7 @@ def test_malformed_config_is_refused(folder, tmp_path, monkeypatch, case):
     assert "Traceback" not in stderr
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
+    assert len(lines[0]) < 1000  # a value is quoted by its start, never whole
     assert not out.exists()  # refused before anything was written
 
 

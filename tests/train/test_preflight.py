@@ -338,3 +338,29 @@ def test_refusals_import_no_torch(tmp_path, plan_doc):
     ).stdout
     assert out.split() == ["[2,", "2,", "2]", "False"]
     assert not (tmp_path / "run").exists()
+
+
+# ---- issue 15, items 8 and 9: the run folder, the auto interval, nesting -------------------
+
+
+def test_out_under_a_file_is_refused_before_anything_is_written(tmp_path):
+    """Without the check: NotADirectoryError from the first mkdir, a traceback."""
+    (tmp_path / "file").write_text("not a folder")
+    err = refused(TrainConfig(out=str(tmp_path / "file" / "deeper" / "run")))
+    assert err.field == "out" and f"lies under {tmp_path / 'file'}, which is a file" in err.rule
+
+
+def test_auto_checkpoint_interval_needs_a_finite_mtbf(tmp_path):
+    """1e-320 per day passed the (0, 1) check and stopped the run after step 1 with
+    "mtbf_seconds = inf"; a fixed interval does not use the rate."""
+    err = refused(config(tmp_path, checkpoint_minutes="auto", gpu_failure_rate_per_day=1e-320))
+    assert err.field == "gpu_failure_rate_per_day" and "infinite MTBF" in err.rule
+    assert preflight(config(tmp_path, checkpoint_minutes=30, gpu_failure_rate_per_day=1e-320))
+    assert preflight(config(tmp_path, checkpoint_minutes="auto", gpu_failure_rate_per_day=1e-300))
+
+
+def test_a_plan_nested_too_deeply_is_one_error(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text('{"plans": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    err = refused(config(tmp_path, plan=str(path)))
+    assert err.field == "plan" and "nested too deeply" in err.rule

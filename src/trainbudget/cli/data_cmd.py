@@ -45,6 +45,12 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
         "--text-field", default="text", metavar="NAME", help="JSONL key holding the text"
     )
     prep.add_argument("--seed", default="0", help="seed of the held-out choice (default 0)")
+    prep.add_argument(
+        "--allow-binary",
+        action="store_true",
+        help="tokenize files that look binary (a NUL byte or bytes that are not UTF-8 in the "
+        "first 8 KiB) as text; refused by default",
+    )
     prep.add_argument("--json", action="store_true", help="print meta.json as written")
 
 
@@ -73,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         seed=seed,
         text_field=args.text_field,
         progress=_progress,
+        allow_binary=args.allow_binary,
     )
     if args.json:
         print(dumps_json({"out": args.out, **meta}))

@@ -19,8 +19,21 @@ class SpecError(ValueError):
         self.field = field
         self.value = value
         self.rule = rule
-        given = "" if value is None else f" = {value!r}"
+        given = "" if value is None else f" = {shown(value)}"
         super().__init__(f"{field}{given}: {rule}")
+
+
+VALUE_SHOWN_CHARS = 300
+"""An error line quotes at most this much of the value: a 50 MB string from a settings file
+is named by its start and its length, not echoed whole."""
+
+
+def shown(value: object) -> str:
+    """`repr(value)`, cut to VALUE_SHOWN_CHARS with the full length stated."""
+    text = repr(value)
+    if len(text) <= VALUE_SHOWN_CHARS:
+        return text
+    return f"{text[:VALUE_SHOWN_CHARS]}... ({len(text):,} characters)"
 
 
 def unknown_key(field: str, value: str, known: Iterable[str]) -> SpecError:

@@ -28,6 +28,7 @@ META_FILE = "meta.json"
 SPLITS = ("train", "val")
 TEMP_PREFIX = ".tmp-"
 UINT16_VOCAB_LIMIT = 2**16  # ids 0..65535 fit in uint16
+TOKEN_DTYPES = ("uint16", "uint32")  # what token_dtype_name chooses from
 MAX_VOCAB_SIZE = 2**32
 
 
@@ -108,12 +109,65 @@ def read_meta(data_dir: str | os.PathLike) -> dict:
         raise SpecError("data", str(data_dir), "has no meta.json; run `trainbudget data prepare`")
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError
         raise SpecError("data", str(path), f"cannot be read ({err})") from None
+    except RecursionError:
+        raise SpecError("data", str(path), "cannot be read (nested too deeply)") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise SpecError("data", str(path), f"is not a {FORMAT_NAME} sidecar")
     if meta.get("format_version") != FORMAT_VERSION:
         raise SpecError(
             "data", str(path), f"format_version {meta.get('format_version')} != {FORMAT_VERSION}"
         )
+    check_meta(meta, str(path))
     return meta
+
+
+def check_meta(meta: dict, where: str) -> None:
+    """The keys every reader uses, each of its type, and every source's range inside its split:
+    a range past the end would read windows outside the file. SpecError("data", where, ...)
+    naming the key."""
+
+    def need(ok: bool, key: str, what: str) -> None:
+        if not ok:
+            raise SpecError("data", where, f"{key} must be {what} (re-prepare the folder)")
+
+    vocab, dtype, tokens, sources = (
+        meta.get(k) for k in ("vocab_size", "dtype", "tokens", "sources")
+    )
+    need(_is_count(vocab) and vocab > 0, "vocab_size", "a positive integer")
+    need(dtype in TOKEN_DTYPES, "dtype", " or ".join(TOKEN_DTYPES))
+    eot = meta.get("eot_id")
+    need(_is_count(eot) and eot < vocab, "eot_id", f"an integer in [0, vocab_size = {vocab})")
+    need(isinstance(meta.get("tokenizer"), dict), "tokenizer", "an object")
+    for split in SPLITS:
+        count = tokens.get(split) if isinstance(tokens, dict) else None
+        need(_is_count(count), f"tokens.{split}", "a count")
+    need(isinstance(sources, list) and bool(sources), "sources", "a non-empty list")
+    for i, s in enumerate(sources):
+        need(isinstance(s, dict) and isinstance(s.get("name"), str), f"sources[{i}].name", "text")
+        weight = s.get("weight")
+        need(_is_number(weight) and weight >= 0, f"sources[{i}].weight", "a number >= 0")
+        ranges = s.get("ranges")
+        for split in SPLITS:
+            span = ranges.get(split) if isinstance(ranges, dict) else None
+            key = f"sources[{i}].ranges.{split}"
+            need(
+                isinstance(span, list) and len(span) == 2 and all(map(_is_count, span)),
+                key,
+                "[start, end]",
+            )
+            need(
+                span[0] <= span[1] <= tokens[split],
+                key,
+                f"inside the split (0 <= start <= end <= tokens.{split} = {tokens[split]}), "
+                f"not {span}",
+            )
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -23,6 +23,12 @@ import torch
 
 from trainbudget.core.errors import SpecError
 from trainbudget.data.files import SPLITS, read_meta, split_file
+from trainbudget.data.token_ids import (
+    SCAN_AT_OPEN_MAX_BYTES,
+    check_window_ids,
+    needs_check,
+    scan_token_ids,
+)
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 """x (B, T) int64, y (B, T) int64, source_ids (B,) int64 indexes into `source_names`."""
@@ -70,6 +76,12 @@ class TokenDataset:
         self.tokens: np.ndarray = (
             np.memmap(path, dtype=self.dtype, mode="r") if n_tokens else np.zeros(0, self.dtype)
         )
+        self.path = path
+        # ids >= vocab_size: the whole file now, or a huge one window by window (token_ids)
+        self.check_windows = needs_check(self.dtype, self.vocab_size)
+        if self.check_windows and path.stat().st_size <= SCAN_AT_OPEN_MAX_BYTES:
+            scan_token_ids(self.tokens, self.vocab_size, path)
+            self.check_windows = False
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -80,8 +92,10 @@ class TokenDataset:
 
     def windows(self, starts: Sequence[int] | np.ndarray, seq_len: int) -> torch.Tensor:
         """(len(starts), seq_len + 1) int64: the token windows beginning at `starts`."""
-        rows = [self.tokens[i : i + seq_len + 1] for i in starts]
-        return torch.from_numpy(np.stack(rows).astype(np.int64))
+        rows = np.stack([self.tokens[i : i + seq_len + 1] for i in starts])
+        if self.check_windows:
+            check_window_ids(rows, np.asarray(starts), self.vocab_size, self.path)
+        return torch.from_numpy(rows.astype(np.int64))
 
 
 def to_device(batch: Batch, device: str | torch.device) -> Batch:

@@ -69,6 +69,8 @@ def prepare(
     seed: int = 0,
     text_field: str = "text",
     progress: Progress | None = None,
+    *,
+    allow_binary: bool = False,
 ) -> dict:
     """Tokenize `sources` into `out_dir`; returns the meta.json dict that was written.
 
@@ -76,8 +78,9 @@ def prepare(
         corpus (Python's reference documentation) as source "python-docs".
     tokenizer: "byte", "bpe" (trained here on all sources, `vocab_size` ids, default 4096) or
         the path of a tokenizer.json (copied into out_dir).
+    allow_binary: tokenize files that do not look like text (a NUL byte, not UTF-8) anyway.
     """
-    srcs = resolve_sources(sources, text_field)
+    srcs = resolve_sources(sources, text_field, allow_binary=allow_binary)
     if not (isinstance(val_fraction, (int, float)) and 0 <= val_fraction <= MAX_VAL_FRACTION):
         raise SpecError("val_fraction", val_fraction, f"must be in [0, {MAX_VAL_FRACTION}]")
     check_tokenizer_request(tokenizer, vocab_size)
@@ -120,7 +123,10 @@ def _write_all(out, srcs, n_docs, tok, val_fraction, seed, report) -> dict:
 
 
 def resolve_sources(
-    sources: Sequence[Source | str | os.PathLike] | None, text_field: str = "text"
+    sources: Sequence[Source | str | os.PathLike] | None,
+    text_field: str = "text",
+    *,
+    allow_binary: bool = False,
 ) -> list[Source]:
     srcs = [
         s if isinstance(s, Source) else parse_source(s, text_field) for s in (sources or [])
@@ -130,7 +136,7 @@ def resolve_sources(
         if s.name in seen:
             raise SpecError("source", s.name, "names must be unique (name one NAME=PATH)")
         seen.add(s.name)
-        check_source(s)
+        check_source(s, allow_binary=allow_binary)
     return srcs
 
 

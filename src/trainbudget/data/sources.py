@@ -24,6 +24,7 @@ from trainbudget.data.tokenizers import EOT_TEXT
 
 FOLDER_SUFFIXES = (".txt", ".md")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
+SNIFF_BYTES = 8 * 2**10  # how much of each file is looked at to tell text from binary
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,14 +86,45 @@ def parse_source(spec: str | os.PathLike, text_field: str = "text") -> Source:
     )
 
 
-def check_source(source: Source) -> None:
-    """Fail before anything is written: the path exists and a folder has text files."""
+def check_source(source: Source, *, allow_binary: bool = False) -> None:
+    """Fail before anything is written: the path exists, a folder has text files, and each
+    file looks like text (see `binary_reason`) unless `allow_binary`."""
     if source.path is None:
         return
     if not source.path.exists():
         raise SpecError("source", str(source.path), "no such file or folder")
-    if source.kind == "folder" and not folder_files(source.path):
+    files = folder_files(source.path) if source.kind == "folder" else [source.path]
+    if not files:
         raise SpecError("source", str(source.path), "folder has no *.txt or *.md files")
+    if allow_binary:
+        return
+    for path in files:
+        reason = binary_reason(path)
+        if reason:
+            raise SpecError(
+                "source",
+                str(path),
+                f"looks binary ({reason}), not text; pass --allow-binary to tokenize it anyway",
+            )
+
+
+def binary_reason(path: Path) -> str | None:
+    """Why the file's first SNIFF_BYTES are not text -- a NUL byte, or bytes that are not
+    UTF-8 -- or None. A multi-byte character cut at the end of the sample is not counted."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except OSError as err:
+        raise SpecError("source", str(path), f"cannot be read ({err.strerror})") from None
+    nul = head.find(b"\0")
+    if nul >= 0:
+        return f"a NUL byte at offset {nul}"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if err.start < len(head) - 3 or err.reason != "unexpected end of data":
+            return f"not UTF-8 at offset {err.start}"
+    return None
 
 
 def source_bytes(source: Source) -> int:

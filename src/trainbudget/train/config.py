@@ -339,6 +339,8 @@ def _parse_toml(path: str, raw: bytes) -> dict:
         return tomllib.loads(raw.decode("utf-8"))
     except ValueError as err:  # TOMLDecodeError and UnicodeDecodeError
         raise SpecError("--config", path, f"is not valid TOML ({err})") from None
+    except RecursionError:  # tomllib recurses once per nested array or table
+        raise SpecError("--config", path, "is nested too deeply (settings are flat)") from None
 
 
 def _parse_json(path: str, raw: bytes) -> dict:
@@ -356,6 +358,8 @@ def _parse_json(path: str, raw: bytes) -> dict:
         raise
     except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
         raise SpecError("--config", path, f"is not valid JSON ({err})") from None
+    except RecursionError:  # json's decoder recurses once per nested array or object
+        raise SpecError("--config", path, "is nested too deeply (settings are flat)") from None
     if not isinstance(doc, dict):
         raise SpecError(
             "--config", path, f"must hold a JSON object of settings, not a {type(doc).__name__}"

@@ -59,6 +59,9 @@ class Faults:
     term_step: int = 0
     """Send SIGTERM to this process (every rank) right after step N's update (0: never): what a
     scheduler does before preempting a job."""
+    full_disk_step: int = 0
+    """The checkpoint of step N is written into /dev/full (0: never): every write fails with
+    ENOSPC, as on a disk that filled up (Linux only)."""
 
     @classmethod
     def from_env(cls) -> Faults:

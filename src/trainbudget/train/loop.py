@@ -35,6 +35,10 @@ from trainbudget.train.checkpointing.recovery import (
     time_due,
 )
 from trainbudget.train.checkpointing.resume import find_checkpoint, log_main, restore_run
+from trainbudget.train.checkpointing.space import (
+    predicted_checkpoint_bytes,
+    prepare_checkpoint_folder,
+)
 from trainbudget.train.config import TrainConfig
 from trainbudget.train.data import open_data
 from trainbudget.train.distributed import (
@@ -137,6 +141,16 @@ def _start(cfg: TrainConfig, faults: Faults, held: contextlib.ExitStack) -> tupl
     lock = own_run_folder(cfg.run_dir, cfg.out, rank=info.rank, world_size=info.world_size)
     if lock is not None:
         held.callback(lock.release)
+    # the run folder and checkpoints/ written to by every rank, and room for --keep + 1
+    # checkpoints, before step 1 rather than at the first save
+    prepare_checkpoint_folder(
+        cfg.run_dir,
+        rank=info.rank,
+        checkpoint_size_bytes=predicted_checkpoint_bytes(
+            spec, precision=cfg.precision, optimizer=cfg.optimizer
+        ),
+        keep=cfg.keep,
+    )
     root = _run_folder(cfg, info)
     say("preparing the data" if not cfg.data else f"opening the data in {cfg.data}")
     data = open_data(cfg, main=info.is_main, barrier=lambda: barrier(info))

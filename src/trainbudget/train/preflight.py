@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -16,9 +17,10 @@ from pathlib import Path
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import Plan, layout_problems
+from trainbudget.core.parallel.reliability import mtbf_seconds
 from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
-from trainbudget.data.files import read_meta, split_file
+from trainbudget.data.files import SPLITS, read_meta, split_file
 from trainbudget.data.tokenizers import BYTE_VOCAB_SIZE
 from trainbudget.train.config import TrainConfig, config_fields
 
@@ -55,9 +57,8 @@ def preflight(
     fields the user gave (file or flag), so that a plan conflicts only with values they chose;
     default: the fields that differ from TrainConfig's defaults."""
     world = world_size if world_size is not None else _env_world_size()
-    out = Path(cfg.out)
-    if out.exists() and not out.is_dir():
-        raise SpecError("out", cfg.out, "is a file; the run needs a folder")
+    _check_out(cfg.out)
+    _check_auto_interval(cfg, world)
     plan = None
     if cfg.plan:
         plan = read_plan(cfg.plan, seq_len=cfg.seq_len)
@@ -77,6 +78,33 @@ def preflight(
         probes=probes,
         world_size=world,
     )
+
+
+def _check_out(out: str) -> None:
+    """The run folder, or the nearest of its parents that exists, must be a folder: a file
+    there would fail the first write (train.checkpointing.space probes the writing itself)."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise SpecError("out", out, "is a file; the run needs a folder")
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise SpecError("out", out, f"lies under {parent}, which is a file, not a folder")
+            return
+
+
+def _check_auto_interval(cfg: TrainConfig, world_size: int) -> None:
+    """--checkpoint-minutes auto needs a finite MTBF: a failure rate so small that the job's
+    MTBF overflows (1e-320 per day) would stop the run at its first timed save."""
+    if cfg.checkpoint_minutes != "auto":
+        return
+    if not math.isfinite(mtbf_seconds(world_size, cfg.gpu_failure_rate_per_day)):
+        raise SpecError(
+            "gpu_failure_rate_per_day",
+            cfg.gpu_failure_rate_per_day,
+            f"gives an infinite MTBF for {world_size} process(es), so --checkpoint-minutes auto "
+            "has no interval; give a larger rate or --checkpoint-minutes in minutes",
+        )
 
 
 def _env_world_size() -> int:
@@ -111,36 +139,16 @@ def model_spec(cfg: TrainConfig, vocab_size: int) -> ModelSpec:
 
 
 def read_data_meta(data: str) -> dict:
-    """meta.json of a prepared folder, with the keys training reads, and its train.bin."""
-    meta = read_meta(data)  # a folder, a readable meta.json, the format and its version
-    where = str(Path(data) / "meta.json")
-
-    def need(ok: bool, key: str, what: str) -> None:
-        if not ok:
-            raise SpecError("data", where, f"{key} must be {what} (re-prepare the folder)")
-
-    vocab, dtype, tokens, sources = (
-        meta.get(k) for k in ("vocab_size", "dtype", "tokens", "sources")
-    )
-    need(_is_count(vocab) and vocab > 0, "vocab_size", "a positive integer")
-    need(dtype in TOKEN_BYTES, "dtype", " or ".join(TOKEN_BYTES))
-    need(isinstance(tokens, dict) and _is_count(tokens.get("train")), "tokens.train", "a count")
-    need(isinstance(sources, list) and bool(sources), "sources", "a non-empty list")
-    for i, s in enumerate(sources):
-        span = s.get("ranges", {}).get("train") if isinstance(s, dict) else None
-        need(
-            isinstance(span, list) and len(span) == 2 and all(map(_is_count, span)),
-            f"sources[{i}].ranges.train",
-            "[start, end]",
-        )
-        weight = s.get("weight")
-        need(_is_number(weight) and weight >= 0, f"sources[{i}].weight", "a number >= 0")
-    path = Path(data) / split_file("train")
-    size = tokens["train"] * TOKEN_BYTES[dtype]
-    if not path.is_file() or path.stat().st_size != size:
-        raise SpecError(
-            "data", str(path), f"should hold {tokens['train']} {dtype} tokens (re-prepare)"
-        )
+    """meta.json of a prepared folder -- its keys and source ranges checked by `read_meta` --
+    and its token files of the sizes it states."""
+    meta = read_meta(data)  # a folder, a readable meta.json, its format, keys and ranges
+    for split in SPLITS:
+        path = Path(data) / split_file(split)
+        count, dtype = meta["tokens"][split], meta["dtype"]
+        if split == "val" and count == 0:
+            continue  # an empty held-out split may have no file (val_fraction 0)
+        if not path.is_file() or path.stat().st_size != count * TOKEN_BYTES[dtype]:
+            raise SpecError("data", str(path), f"should hold {count} {dtype} tokens (re-prepare)")
     return meta
 
 
@@ -160,10 +168,6 @@ def _check_windows(meta: dict, seq_len: int) -> None:
 
 def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def read_probes(path: str) -> tuple[tuple[str, str], ...]:
@@ -197,6 +201,8 @@ def read_plan(path: str, *, seq_len: int | None = None) -> Plan:
         raise SpecError("plan", path, f"cannot be read ({err.strerror})") from None
     except ValueError as err:
         raise SpecError("plan", path, f"is not valid JSON ({err})") from None
+    except RecursionError:
+        raise SpecError("plan", path, "is not a plan: JSON nested too deeply") from None
     hint = "; expected the output of `trainbudget plan --json`"
     if not isinstance(doc, dict) or not isinstance(doc.get("plans"), list):
         raise SpecError("plan", path, 'has no "plans" list' + hint)

@@ -18,12 +18,14 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import torch
 
 from trainbudget.core.errors import SpecError
 from trainbudget.train.checkpointing.manifest import (
     CHECKPOINTS_DIR,
+    DCP_DIR,
     MANIFEST,
     PLAIN_RULE,
     TMP_PREFIX,
@@ -42,6 +44,7 @@ from trainbudget.train.checkpointing.manifest import (
     verify_checkpoint,
     write_manifest,
 )
+from trainbudget.train.checkpointing.space import NoSpaceError, no_space_named
 
 __all__ = [
     "CHECKPOINTS_DIR",
@@ -73,6 +76,7 @@ def save_checkpoint(
     barrier: Callable[[], None] = lambda: None,
     writer: Callable[[Path], None] | None = None,
     fault: Callable[[str], None] | None = None,
+    create: Callable[[Path], IO[bytes]] | None = None,
 ) -> Path:
     """Write checkpoint `root/step-XXXXXXXX` atomically; returns its folder. A collective.
 
@@ -92,8 +96,12 @@ def save_checkpoint(
 
     `fault(point)` is for tests: called at "tmp-created", "file-written:<name>",
     "writer-done", "before-manifest", "manifest-written", "before-rename", "renamed" and
-    "pruned".
-    An error on one rank leaves the others waiting in `barrier`.
+    "pruned". `create(path)`, for tests too, opens each file instead of `open(path, "xb")`
+    (`space.open_on_full_disk`: a full disk).
+
+    A file system that fills up during the save raises `space.NoSpaceError` naming the file
+    ("no space left on device"); rank 0 removes the partial folder, and the checkpoints
+    already there are untouched. An error on one rank leaves the others waiting in `barrier`.
     """
     _check_arguments(step, files, keep, rank, world_size)
     fault = fault or _no_fault
@@ -102,31 +110,40 @@ def save_checkpoint(
     tmp = root / (TMP_PREFIX + final.name)
     # JSON is encoded before anything is written: a NaN fails here, not half-way
     encoded = {n: _json_bytes(tmp / n, p) for n, p in files.items() if n.endswith(".json")}
-    if rank == 0:
-        root.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)  # a killed save of the same step
-        tmp.mkdir()
-        fault("tmp-created")
-    barrier()
-    for name, payload in files.items():
-        _write_file(tmp / name, payload, encoded.get(name))
-        fault(f"file-written:{name}")
-    if writer is not None:
-        writer(tmp)
-        fault("writer-done")
-    barrier()
-    if rank == 0:
-        fault("before-manifest")
-        fsync_subfolders(tmp)  # the writer's files; ours were fsynced as they were written
-        write_manifest(tmp, step, world_size)
-        fault("manifest-written")
-        fsync_dir(tmp)
-        fault("before-rename")
-        publish(tmp, final)
-        fault("renamed")
-        prune(root, keep, protect=final)
-        fault("pruned")
+    newest = next((p.name for p in list_checkpoints(root)), None)  # what a failure leaves
+    try:
+        if rank == 0:
+            root.mkdir(parents=True, exist_ok=True)
+            if tmp.exists():
+                shutil.rmtree(tmp)  # a killed save of the same step
+            tmp.mkdir()
+            fault("tmp-created")
+        barrier()
+        for name, payload in files.items():
+            with no_space_named(tmp / name, newest):
+                _write_file(tmp / name, payload, encoded.get(name), create or _create)
+            fault(f"file-written:{name}")
+        if writer is not None:
+            with no_space_named(tmp / DCP_DIR, newest):
+                writer(tmp)
+            fault("writer-done")
+        barrier()
+        if rank == 0:
+            fault("before-manifest")
+            with no_space_named(tmp / MANIFEST, newest):
+                fsync_subfolders(tmp)  # the writer's files; ours were fsynced as written
+                write_manifest(tmp, step, world_size)
+            fault("manifest-written")
+            fsync_dir(tmp)
+            fault("before-rename")
+            publish(tmp, final)
+            fault("renamed")
+            prune(root, keep, protect=final)
+            fault("pruned")
+    except NoSpaceError:
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)  # give the space back
+        raise
     barrier()
     return final
 
@@ -153,12 +170,18 @@ def _check_arguments(step, files, keep, rank, world_size) -> None:
             )
 
 
-def _write_file(path: Path, payload: object, encoded: bytes | None) -> None:
+def _create(path: Path) -> IO[bytes]:
+    return open(path, "xb")
+
+
+def _write_file(
+    path: Path, payload: object, encoded: bytes | None, create: Callable[[Path], IO[bytes]]
+) -> None:
     """Create `path` (never overwrite: another rank using the same name is an error), write
     `encoded` (JSON), else `payload` through torch.save, flush and fsync, so the bytes are on
     disk before the manifest vouches for them."""
     try:
-        f = open(path, "xb")  # noqa: SIM115 (a `with` below, once the name is known to be free)
+        f = create(path)
     except FileExistsError:
         raise CheckpointError(
             path, "written twice (file names must be unique across ranks)"
@@ -194,15 +217,16 @@ def _json_bytes(path: Path, payload: object) -> bytes:
         raise CheckpointError(path, f"cannot be written as JSON ({err})") from None
 
 
-def load_file(path: Path, name: str, *, map_location=None):
+def load_file(path: Path, name: str, *, map_location=None, mmap: bool = False):
     """One file of a checkpoint: `.json` parsed, anything else through
-    torch.load(weights_only=True). Any failure is a CheckpointError naming the file. Verify the
+    torch.load(weights_only=True) (with `mmap`, tensors memory-mapped: their shapes and dtypes
+    cost no read of their data). Any failure is a CheckpointError naming the file. Verify the
     checkpoint first (`verify_checkpoint`): this reads whatever bytes are there."""
     if name.endswith(".json"):
         return load_json(path, name)
     file = Path(path) / name
     try:
-        return torch.load(file, weights_only=True, map_location=map_location)
+        return torch.load(file, weights_only=True, map_location=map_location, mmap=mmap)
     except FileNotFoundError:
         raise CheckpointError(file, "missing") from None
     except Exception as err:  # unpickling fails in many types: UnpicklingError, RuntimeError, ...

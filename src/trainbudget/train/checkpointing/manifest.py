@@ -176,6 +176,8 @@ def read_manifest(path: Path) -> dict:
         raise CheckpointError(file, "missing (not a complete checkpoint)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(file, f"cannot be read as JSON ({err})") from None
+    except RecursionError:
+        raise CheckpointError(file, "cannot be read as JSON (nested too deeply)") from None
     if not isinstance(manifest, dict):
         raise CheckpointError(file, "is not a JSON object")
     if type(manifest.get("format")) is not int or manifest["format"] != FORMAT:
@@ -248,19 +250,39 @@ def load_json(path: Path, name: str):
         raise CheckpointError(file, "missing") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(file, f"cannot be read as JSON ({err})") from None
+    except RecursionError:
+        raise CheckpointError(file, "cannot be read as JSON (nested too deeply)") from None
 
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def latest_valid_checkpoint(root: Path, *, log: Callable[[str], None] = _stderr) -> Path | None:
-    """The newest checkpoint that verifies, or None. Each rejected one is logged in one line
-    with the reason and what is tried next. Deletes nothing."""
-    candidates = list_checkpoints(root)
+def step_folders(root: Path) -> list[Path]:
+    """Every `step-*` folder of `root`, newest step first, with or without a manifest (one
+    without was damaged: the writer renames a folder into place only after its manifest)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_NAME.fullmatch(p.name))]
+    return [p for _, p in sorted(found, reverse=True) if p.is_dir()]
+
+
+def latest_valid_checkpoint(
+    root: Path,
+    *,
+    log: Callable[[str], None] = _stderr,
+    check: Callable[[Path], None] | None = None,
+) -> Path | None:
+    """The newest checkpoint that verifies and passes `check` (a CheckpointError: it does
+    not), or None. Each rejected one -- a `step-*` folder whose manifest is gone included -- is
+    logged in one line with the reason and what is tried next. Deletes nothing."""
+    candidates = step_folders(root)
     for i, path in enumerate(candidates):
         try:
             verify_checkpoint(path)
+            if check is not None:
+                check(path)
         except CheckpointError as err:
             after = (
                 f"falling back to {candidates[i + 1].name}"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from trainbudget.core.parallel.reliability import mtbf_seconds, young_interval_seconds
 from trainbudget.train.checkpointing.resume import find_checkpoint, log_main, restore_run, save_run
+from trainbudget.train.checkpointing.space import NoSpaceError
 from trainbudget.train.guard import Verdict
 
 if TYPE_CHECKING:
@@ -120,7 +121,11 @@ def maybe_save(run: Run, writer: MetricsWriter, *, time_due: bool, force: bool) 
     if not due or run.state.last_save_step == step:
         return
     t = time.perf_counter()
-    path = save_run(run)
+    try:
+        path = save_run(run)
+    except NoSpaceError as err:  # the disk filled up: stop, the newest checkpoint is intact
+        writer.write({"step": step, "event": "checkpoint_failed", "reason": "no space left"})
+        raise TrainingHalted(str(err)) from None
     seconds = time.perf_counter() - t
     run.state.checkpoint_written(seconds)
     writer.write({"step": step, "event": "checkpoint", "path": str(path), "seconds": seconds})

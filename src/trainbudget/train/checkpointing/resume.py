@@ -30,8 +30,10 @@ from trainbudget.train.checkpointing.checkpoint import (
     load_file,
     save_checkpoint,
 )
+from trainbudget.train.checkpointing.contents import check_contents, checked_state
 from trainbudget.train.checkpointing.manifest import DCP_DIR
 from trainbudget.train.checkpointing.sharded import load_sharded, save_sharded
+from trainbudget.train.checkpointing.space import open_on_full_disk
 from trainbudget.train.distributed import ShardingLoad, barrier, full_state, is_sharded
 from trainbudget.train.rng import capture_rng_state, restore_rng_state
 
@@ -121,6 +123,7 @@ def save_run(run: Run) -> Path:
         world_size=run.info.world_size,
         barrier=lambda: barrier(run.info),
         writer=writer,
+        create=open_on_full_disk if run.faults.full_disk_step == run.state.step else None,
     )
 
 
@@ -129,7 +132,9 @@ def find_checkpoint(run: Run) -> Path | None:
     logs each one it rejects -- and told to the other ranks, so all load the same one."""
     chosen = None
     if run.info.is_main:
-        chosen = latest_valid_checkpoint(run.checkpoint_root, log=lambda m: log_main(run, m))
+        chosen = latest_valid_checkpoint(
+            run.checkpoint_root, log=lambda m: log_main(run, m), check=lambda p: _fits(run, p)
+        )
     if not run.info.enabled:
         return chosen
     box = [str(chosen) if chosen else None]
@@ -137,11 +142,19 @@ def find_checkpoint(run: Run) -> Path | None:
     return Path(box[0]) if box[0] else None
 
 
-def check_compatible(run: Run, state: dict, path: Path) -> None:
-    """Refuse a resume whose model, data or training recipe differs from the checkpoint's,
-    naming the field; a different world size is allowed when the global batch is the same
-    (full checkpoints are cut into any sharding, DCP reshards its own, and the batch stream
-    does not depend on the split)."""
+def _fits(run: Run, path: Path) -> None:
+    """Checkpoint `path`'s state.json, model and optimizer tensors against the run
+    (train.checkpointing.contents); a CheckpointError rejects it. One of another model or
+    recipe is left to `check_compatible`, which refuses the resume on every rank, naming the
+    field, rather than falling back past it."""
+    state = checked_state(path)
+    if incompatibility(run, state, path) is None:
+        check_contents(path, state, run.model, run.optimizer)
+
+
+def incompatibility(run: Run, state: dict, path: Path) -> SpecError | None:
+    """How the run's model, data or training recipe differs from checkpoint `path`'s (its
+    state.json `state`), or None."""
     where = f"(checkpoint {path.name})"
     spec, data = spec_dict(run.spec), data_identity(run.data)
     for key, old in state["spec"].items():
@@ -149,17 +162,28 @@ def check_compatible(run: Run, state: dict, path: Path) -> None:
         if key == "name":  # derived from the fields (preset[overrides]): compare the fields
             continue
         if new != old:
-            raise SpecError(
+            return SpecError(
                 f"model {key}", new, f"differs from {old!r} {where}; resume needs the same model"
             )
     for key, old in state["data"].items():
-        new = data[key]
+        new = data.get(key)
         if new != old:
-            raise SpecError(f"data {key}", new, f"differs from {old!r} {where}")
+            return SpecError(f"data {key}", new, f"differs from {old!r} {where}")
     for key in FIXED_FIELDS:
         new, old = getattr(run.cfg, key), state["config"].get(key)
         if new != old:
-            raise SpecError(key, new, f"differs from {old!r} {where}; a resume cannot change it")
+            return SpecError(key, new, f"differs from {old!r} {where}; a resume cannot change it")
+    return None
+
+
+def check_compatible(run: Run, state: dict, path: Path) -> None:
+    """Refuse a resume whose model, data or training recipe differs from the checkpoint's,
+    naming the field; a different world size is allowed when the global batch is the same
+    (full checkpoints are cut into any sharding, DCP reshards its own, and the batch stream
+    does not depend on the split)."""
+    err = incompatibility(run, state, path)
+    if err is not None:
+        raise err
     if state["world_size"] != run.info.world_size:
         log_main(
             run,

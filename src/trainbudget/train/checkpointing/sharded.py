@@ -144,6 +144,19 @@ def model_dtype(folder: Path) -> torch.dtype | None:
     return None
 
 
+def saved_tensors(folder: Path) -> dict[tuple, tuple[tuple[int, ...], torch.dtype]]:
+    """(shape, dtype) of every tensor of a `save_sharded` checkpoint, by its path in the saved
+    state (("model", "blocks.0.attn.qkv.weight"), ("optimizer", "state", "3", "exp_avg")),
+    from the index alone: nothing else is read."""
+    folder = Path(folder)
+    metadata = _read_metadata(folder)
+    return {
+        path: (tuple(meta.size), meta.properties.dtype)
+        for key, path in _key_paths(metadata, folder).items()
+        if isinstance(meta := metadata.state_dict_metadata[key], TensorStorageMetadata)
+    }
+
+
 # ---- the template ------------------------------------------------------------------------
 
 
@@ -182,7 +195,7 @@ def _optimizer_template(paths, metadata: Metadata, optimizer) -> dict:
     for key, path in paths.items():
         if path[0] == "optimizer":
             meta = metadata.state_dict_metadata[key]
-            _put(tree, path[1:], _leaf(meta, _param_at(optimizer, path[1:])))
+            _put(tree, path[1:], _leaf(meta, param_at(optimizer, path[1:])))
     return tree
 
 
@@ -196,14 +209,14 @@ def _leaf(meta, param: torch.Tensor | None):
     return torch.zeros(size, dtype=dtype)  # a scalar such as Adam's step: torch keeps it on CPU
 
 
-def _param_at(optimizer, path: tuple) -> torch.Tensor | None:
+def param_at(optimizer, path: tuple) -> torch.Tensor | None:
     """The parameter an optimizer-state path belongs to: ("state", "3", "exp_avg") -> the 4th
     parameter; MasterWeightOptimizer's ("masters", 3) and ("inner", "state", "3", ...) -> its
     3rd fp32 master. None for anything else (param groups, unknown paths)."""
     if isinstance(optimizer, MasterWeightOptimizer):
         if path[0] == "masters" and len(path) == 2:
             return _item(optimizer.masters, path[1])
-        return _param_at(optimizer.inner, path[1:]) if path[0] == "inner" else None
+        return param_at(optimizer.inner, path[1:]) if path[0] == "inner" else None
     if path[0] == "state" and len(path) == 3 and isinstance(path[1], str) and path[1].isdigit():
         params = [p for group in optimizer.param_groups for p in group["params"]]
         return _item(params, int(path[1]))
