@@ -34,6 +34,7 @@ GROUPS = {
         "compile",
         "strategy",
         "plan",
+        "collective_timeout_seconds",
     ),
     "checkpoints and faults": (
         "resume",
@@ -160,11 +161,18 @@ def run(args: argparse.Namespace) -> int:
     cfg, given = config_and_given(args)
     # every check that needs no torch, before anything is written
     cfg = preflight(cfg, explicit=given).config
-    from trainbudget.train.checkpointing.recovery import Interrupted, TrainingHalted
-    from trainbudget.train.loop import train  # imports torch: only when training
+    from trainbudget.train.exits import RanksLost, abandon, interrupted_line
 
     try:
+        from trainbudget.train.checkpointing.recovery import Interrupted, TrainingHalted
+        from trainbudget.train.loop import train  # imports torch: only when training
+
         summary = train(cfg)
+    except KeyboardInterrupt as err:  # Ctrl-C in start-up, or a second signal
+        line, code = interrupted_line(err)
+        return abandon(f"trainbudget train: {line}", code)
+    except RanksLost as err:  # the ranks could not meet, or lost each other
+        return abandon(f"trainbudget train: {err}", err.exit_code)
     except TrainingHalted as err:
         sys.stderr.write(f"trainbudget train: halted: {err}\n")
         return 1

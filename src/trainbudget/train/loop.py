@@ -37,11 +37,13 @@ from trainbudget.train.checkpointing.recovery import (
     time_due,
 )
 from trainbudget.train.checkpointing.resume import find_checkpoint, log_main, restore_run
+from trainbudget.train.collective_watch import ranks_lost_named, signal_watch
 from trainbudget.train.config import TrainConfig
 from trainbudget.train.data import open_data
 from trainbudget.train.distributed import (
     DistInfo,
     all_reduce_sum,
+    arrive,
     barrier,
     grad_sync,
     init_distributed,
@@ -51,6 +53,7 @@ from trainbudget.train.distributed import (
     wrap_model,
 )
 from trainbudget.train.evaluate import evaluate, probe_probabilities
+from trainbudget.train.exits import SecondSignal
 from trainbudget.train.faults import Faults
 from trainbudget.train.guard import StepGuard, Verdict
 from trainbudget.train.metrics import MetricsWriter, Progress
@@ -63,9 +66,17 @@ from trainbudget.train.summary import memory_bytes, summarize
 
 
 def train(cfg: TrainConfig, *, faults: Faults | None = None) -> dict:
-    """Run `cfg`; returns the summary (also written to <out>/summary.json)."""
-    run = _start(cfg, faults if faults is not None else Faults.from_env())
-    info = run.info
+    """Run `cfg`; returns the summary (also written to <out>/summary.json). Under torchrun, a
+    collective that fails (a timeout, a peer gone) raises exits.RanksLost naming the phase and
+    the ranks that did not arrive."""
+    device = torch.device(resolve_device(cfg.device))
+    info = init_distributed(device.type, cfg.collective_timeout_seconds)
+    with ranks_lost_named(info.watch):
+        return _run(cfg, faults if faults is not None else Faults.from_env(), device, info)
+
+
+def _run(cfg: TrainConfig, faults: Faults, device: torch.device, info: DistInfo) -> dict:
+    run = _start(cfg, faults, device, info)
     try:
         summary = _train(run)
     except (Interrupted, TrainingHalted) as err:
@@ -105,16 +116,15 @@ def _train(run: Run) -> dict:
     return summary
 
 
-def _start(cfg: TrainConfig, faults: Faults) -> Run:
+def _start(cfg: TrainConfig, faults: Faults, device: torch.device, info: DistInfo) -> Run:
     """Check everything, then build the run; resume it when asked. Nothing is written before
     the checks pass."""
-    device = torch.device(resolve_device(cfg.device))
-    info = init_distributed(device.type)
     pre = preflight(cfg, world_size=info.world_size)
     cfg, spec = pre.config, pre.spec
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
     root = _run_folder(cfg, info)
+    arrive(info, "start-up: the data (rank 0 prepares it, the others wait)")
     data = open_data(cfg, main=info.is_main, barrier=lambda: barrier(info))
     model = build_model(
         spec,
@@ -134,6 +144,7 @@ def _start(cfg: TrainConfig, faults: Faults) -> Run:
         rank=info.rank,
         world_size=info.world_size,
     )
+    arrive(info, "start-up: the model's wrapper (DDP broadcasts the parameters)")
     net = wrap_model(model, info, cfg.strategy, device)
     optimizer = make_optimizer(model, cfg)  # after wrap_model: FSDP2's DTensor parameters
     autocast, scaler = mixed_precision(cfg.precision, device)
@@ -166,6 +177,7 @@ def _start(cfg: TrainConfig, faults: Faults) -> Run:
         probes=pre.probes,
     )
     if cfg.resume:
+        arrive(info, "the resume")
         _resume(run)
     return run
 
@@ -234,7 +246,7 @@ def _signals(run: Run):
 
     def handler(signum, _frame):
         if run.state.signal:
-            raise KeyboardInterrupt
+            raise SecondSignal(signum, run.state.step)
         run.state.interrupted(signum)
 
     if threading.current_thread() is not threading.main_thread():
@@ -242,7 +254,9 @@ def _signals(run: Run):
         return
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield
+        # distributed: a rank blocked in a collective runs no Python handler (collective_watch)
+        with signal_watch(run.info.watch):
+            yield
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -264,6 +278,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         seconds = time.perf_counter() - t_step
         run.guard.record(loss, verdict)
         if verdict.reason == "spike":
+            arrive(run.info, f"the rollback at step {state.step + 1}")
             rollback(run, writer, loss, verdict)
             continue
         # the first step of this process includes warm-up (allocation, compilation)
@@ -274,6 +289,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
             state.logged(loss)
             record = _record(run, loss, lr, grad_norm, seconds, phases, batch_crc)
             if state.step % cfg.eval_interval == 0 or state.step == cfg.steps:
+                arrive(run.info, f"the evaluation at step {state.step}")
                 record["eval"] = evaluate(
                     run.model,
                     run.data,
@@ -291,6 +307,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
             tps = record["tokens_per_second"]
             progress.update(state.step, f"loss {loss:.3f}  {tps:,.0f} tok/s{mfu}")
         run.faults.maybe_kill(state.step, run.info.rank)
+        arrive(run.info, f"the checkpoint at step {state.step}")
         maybe_save(run, writer, time_due=flags["time_due"], force=bool(flags["signal"]))
         if flags["signal"]:
             signum = state.signal or signal.SIGTERM  # another rank's signal: stop like SIGTERM
@@ -310,6 +327,7 @@ def _step(run: Run, logged: bool):
     cfg = run.cfg
     phases = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
     batch = run.batches.step + 1  # 1-based, as faults count batches
+    arrive(run.info, f"the forward and backward of step {run.state.step + 1} (gradient sync)")
     factor = run.faults.loss_factor(batch)
     loss_sum = torch.zeros((), device=run.device)
     for micro in range(cfg.grad_accum):
@@ -335,6 +353,7 @@ def _step(run: Run, logged: bool):
             phases["backward"] += time.perf_counter() - t
         loss_sum += loss.detach()
     t = time.perf_counter()
+    arrive(run.info, f"the gradient-norm and loss all-reduces of step {run.state.step + 1}")
     if batch in run.faults.nan_grad_batches:
         next(p for p in run.model.parameters() if p.grad is not None).grad.fill_(math.nan)
     run.scaler.unscale_(run.optimizer)  # fp16: clip and judge the true gradient norm
