@@ -7,8 +7,8 @@ value and the rule (exit 2), and nothing is written."""
 from __future__ import annotations
 
 import pytest
-from clirun import cli
 
+from clirun import cli
 from trainbudget.core.errors import SpecError
 from trainbudget.train.launch_env import LaunchEnv, read_launch_env
 
@@ -87,7 +87,9 @@ def test_consistent_launches():
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("case", ["world-without-rank", "alone-but-rank-1", "torchrun-world-3-on-2"])
+@pytest.mark.parametrize(
+    "case", ["world-without-rank", "alone-but-rank-1", "torchrun-world-3-on-2"]
+)
 def test_the_cli_prints_one_line_and_writes_nothing(tmp_path, monkeypatch, case):
     environ, needles = BAD[case]
     for name in {*TORCHRUN, "WORLD_SIZE", "RANK"}:
@@ -95,7 +97,7 @@ def test_the_cli_prints_one_line_and_writes_nothing(tmp_path, monkeypatch, case)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     out = tmp_path / "run"
-    code, stdout, stderr = cli("train", "--out", str(out), "--device", "cpu", "--steps", "2")
+    code, _, stderr = cli("train", "--out", str(out), "--device", "cpu", "--steps", "2")
     assert code == 2, stderr
     assert "Traceback" not in stderr
     assert len(stderr.splitlines()) == 1, stderr

@@ -28,6 +28,11 @@ from trainbudget.train.exits import RanksLost, ranks_text
 from trainbudget.train.launch_env import LaunchEnv
 
 POLL_SECONDS = 0.1
+MISSING_KEY = "rendezvous/missing"
+"""Posted by the store's host when it gives up: the ranks that did not arrive."""
+LEFT_KEY = "rendezvous/left"
+HOST_LINGER_SECONDS = 5.0
+"""How long the host keeps the store up for the others to read MISSING_KEY."""
 
 
 def join(env: LaunchEnv, backend: str, timeout_seconds: float) -> Watch:
@@ -95,16 +100,45 @@ def _await_listener(env: LaunchEnv, deadline: float, address: str) -> None:
 
 
 def _wait_for_everyone(store, env: LaunchEnv, timeout_seconds: float, deadline: float) -> None:
+    """Poll until every rank's mark is in the store. At the deadline the missing ranks are
+    named; the rank hosting the store also posts them (MISSING_KEY) and gives the others a
+    moment to read them before its exit takes the store away."""
     keys = [mark_key(rank) for rank in range(env.world_size)]
-    while not store.check(keys):
-        if time.monotonic() >= deadline:
-            missing = [r for r, key in enumerate(keys) if not store.check([key])]
-            if not missing:
-                return  # the last one arrived just now
-            raise RanksLost(
-                f"rank {env.rank}: rendezvous at {env.master_addr}:{env.master_port} timed out "
-                f"after {timeout_seconds:g} s (--collective-timeout-seconds): "
-                f"{ranks_text(missing)} of WORLD_SIZE {env.world_size} did not arrive. "
-                "Exit code 3"
-            )
+    hosts = env.rank == 0 and not env.agent_store
+    try:
+        while not store.check(keys):
+            if store.check([MISSING_KEY]):
+                missing = [int(r) for r in store.get(MISSING_KEY).decode().split()]
+                store.add(LEFT_KEY, 1)
+                raise _rendezvous_lost(env, timeout_seconds, missing)
+            if time.monotonic() >= deadline:
+                missing = [r for r, key in enumerate(keys) if not store.check([key])]
+                if not missing:
+                    return  # the last one arrived just now
+                if hosts:
+                    _post_missing(store, missing, env.world_size)
+                raise _rendezvous_lost(env, timeout_seconds, missing)
+            time.sleep(POLL_SECONDS)
+    except RanksLost:
+        raise
+    except RuntimeError as err:  # the store went away: its host gave up (or died) first
+        raise RanksLost(
+            f"rank {env.rank}: rendezvous at {env.master_addr}:{env.master_port}: the store "
+            f"closed while waiting for the others (its host gave up or died: {err}). Exit code 3"
+        ) from None
+
+
+def _post_missing(store, missing: list[int], world_size: int) -> None:
+    store.set(MISSING_KEY, " ".join(map(str, missing)))
+    waiting = world_size - len(missing) - 1  # the arrived ranks other than this one
+    until = time.monotonic() + HOST_LINGER_SECONDS
+    while store.add(LEFT_KEY, 0) < waiting and time.monotonic() < until:
         time.sleep(POLL_SECONDS)
+
+
+def _rendezvous_lost(env: LaunchEnv, timeout_seconds: float, missing: list[int]) -> RanksLost:
+    return RanksLost(
+        f"rank {env.rank}: rendezvous at {env.master_addr}:{env.master_port} timed out "
+        f"after {timeout_seconds:g} s (--collective-timeout-seconds): "
+        f"{ranks_text(missing)} of WORLD_SIZE {env.world_size} did not arrive. Exit code 3"
+    )
