@@ -167,18 +167,19 @@ def run(args: argparse.Namespace) -> int:
         from trainbudget.train.checkpointing.recovery import Interrupted, TrainingHalted
         from trainbudget.train.loop import train  # imports torch: only when training
 
-        summary = train(cfg)
+        try:
+            summary = train(cfg)
+        except TrainingHalted as err:
+            sys.stderr.write(f"trainbudget train: halted: {err}\n")
+            return 1
+        except Interrupted as err:
+            sys.stderr.write(f"trainbudget train: {err}\n")
+            return 128 + err.signum  # the shell's convention for a process ended by a signal
     except KeyboardInterrupt as err:  # Ctrl-C in start-up, or a second signal
         line, code = interrupted_line(err)
         return abandon(f"trainbudget train: {line}", code)
     except RanksLost as err:  # the ranks could not meet, or lost each other
         return abandon(f"trainbudget train: {err}", err.exit_code)
-    except TrainingHalted as err:
-        sys.stderr.write(f"trainbudget train: halted: {err}\n")
-        return 1
-    except Interrupted as err:
-        sys.stderr.write(f"trainbudget train: {err}\n")
-        return 128 + err.signum  # the shell's convention for a process ended by a signal
     if os.environ.get("RANK", "0") != "0":
         return 0  # under torchrun only rank 0 reports
     if args.json:
