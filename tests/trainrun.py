@@ -3,6 +3,7 @@ reading what the run wrote: shared by the reliability and sharded-checkpoint tes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -112,3 +113,49 @@ def flat(tree, prefix: str = "") -> dict:
     if isinstance(tree, (list, tuple)):
         return {k: v for i, sub in enumerate(tree) for k, v in flat(sub, f"{prefix}/{i}").items()}
     return {prefix: tree}
+
+
+def rank_by_hand(
+    out: Path,
+    data: Path,
+    *args: str,
+    rank: int,
+    world_size: int,
+    port: int,
+    faults=None,
+    torchrun_env: dict | None = None,
+) -> subprocess.Popen:
+    """`python -m trainbudget train` as one rank of a launch by hand (no torchrun): WORLD_SIZE,
+    RANK, MASTER_ADDR and MASTER_PORT set by the caller's arguments, plus `torchrun_env`;
+    stdout and stderr piped, in a session of its own. The caller waits for it (`finish`)."""
+    env = run_env(faults)
+    env.update(WORLD_SIZE=str(world_size), RANK=str(rank), LOCAL_RANK=str(rank))
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **(torchrun_env or {}))
+    cmd = [sys.executable, "-m", "trainbudget", "train", "--data", str(data), "--out", str(out)]
+    return subprocess.Popen(
+        [*cmd, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=out.parent,
+        start_new_session=True,
+    )
+
+
+def finish(proc: subprocess.Popen, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+    """Wait for `proc` (killed, with its session, after `timeout`: the test then fails)."""
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"timed out after {timeout} s: {' '.join(proc.args)}\n{stderr[-3000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def kill(proc: subprocess.Popen) -> None:
+    """SIGKILL `proc`'s session (a stopped process included) and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()

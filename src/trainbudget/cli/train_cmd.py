@@ -36,6 +36,7 @@ GROUPS = {
         "memory_check",
         "strategy",
         "plan",
+        "collective_timeout_seconds",
     ),
     "checkpoints and faults": (
         "resume",
@@ -171,17 +172,25 @@ def run(args: argparse.Namespace) -> int:
     if os.environ.get("RANK", "0") == "0" and importlib.util.find_spec("torch") is not None:
         sys.stderr.write("trainbudget train: loading PyTorch\n")
         sys.stderr.flush()
-    from trainbudget.train.checkpointing.recovery import Interrupted, TrainingHalted
-    from trainbudget.train.loop import train  # imports torch: only when training
+    from trainbudget.train.exits import RanksLost, abandon, interrupted_line
 
     try:
-        summary = train(cfg)
-    except TrainingHalted as err:
-        sys.stderr.write(f"trainbudget train: halted: {err}\n")
-        return 1
-    except Interrupted as err:
-        sys.stderr.write(f"trainbudget train: {err}\n")
-        return 128 + err.signum  # the shell's convention for a process ended by a signal
+        from trainbudget.train.checkpointing.recovery import Interrupted, TrainingHalted
+        from trainbudget.train.loop import train  # imports torch: only when training
+
+        try:
+            summary = train(cfg)
+        except TrainingHalted as err:
+            sys.stderr.write(f"trainbudget train: halted: {err}\n")
+            return 1
+        except Interrupted as err:
+            sys.stderr.write(f"trainbudget train: {err}\n")
+            return 128 + err.signum  # the shell's convention for a process ended by a signal
+    except KeyboardInterrupt as err:  # Ctrl-C in start-up, or a second signal
+        line, code = interrupted_line(err)
+        return abandon(f"trainbudget train: {line}", code)
+    except RanksLost as err:  # the ranks could not meet, or lost each other
+        return abandon(f"trainbudget train: {err}", err.exit_code)
     if os.environ.get("RANK", "0") != "0":
         return 0  # under torchrun only rank 0 reports
     if args.json:

@@ -108,6 +108,9 @@ class TrainConfig:
     """A TSV file of `prompt<TAB>target` pairs whose probability is tracked (empty: none)."""
     strategy: str = "ddp"
     """Under torchrun: 'ddp' (replicate) or 'fsdp' (FSDP2 fully_shard)."""
+    collective_timeout_seconds: float = 600.0
+    """Under torchrun: how long a rank waits for the others -- at rendezvous and in every
+    collective -- before it exits with code 3, naming the ranks that did not arrive."""
     plan: str = ""
     """A JSON file from `trainbudget plan --json`: its best layout is used (empty: none). It must
     be data parallel only with dp = the number of processes; it decides strategy (ZeRO-3 ->
@@ -185,7 +188,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
         )
     if not 0 <= cfg.seed < SEED_LIMIT:
         raise SpecError("seed", cfg.seed, "must be in [0, 2**32) (numpy's seed range)")
-    for name in ("lr", "spike_sigmas"):
+    for name in ("lr", "spike_sigmas", "collective_timeout_seconds"):
         if getattr(cfg, name) <= 0:
             raise SpecError(name, getattr(cfg, name), "must be a positive number")
     for name in ("weight_decay", "spike_min_excess"):

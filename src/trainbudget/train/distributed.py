@@ -23,16 +23,19 @@ checkpoint resumed under FSDP2).
 from __future__ import annotations
 
 import contextlib
-import datetime
 import gc
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
+
+from trainbudget.train.collective_watch import Watch
+from trainbudget.train.launch_env import read_launch_env
+from trainbudget.train.rendezvous import join
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,9 @@ class DistInfo:
     rank: int
     local_rank: int
     world_size: int
+    watch: Watch | None = field(default=None, compare=False, repr=False)
+    """The marks every rank leaves before each phase with collectives, over the rendezvous
+    store (train.collective_watch); None when running alone."""
 
     @property
     def is_main(self) -> bool:
@@ -50,35 +56,27 @@ class DistInfo:
         return self.world_size > 1
 
 
-def init_distributed(device_kind: str) -> DistInfo:
-    """Join the process group torchrun describes in the environment (or run alone)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+def init_distributed(device_kind: str, timeout_seconds: float) -> DistInfo:
+    """Join the process group torchrun describes in the environment (or run alone). The
+    environment is checked first (train.launch_env); the rendezvous and every collective wait
+    at most `timeout_seconds` (train.rendezvous)."""
+    env = read_launch_env(os.environ)
+    if env.world_size <= 1:
         return DistInfo(0, 0, 1)
-    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    watch = None
     if not dist.is_initialized():
         backend = "nccl" if device_kind == "cuda" else "gloo"
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-        if attempt is not None and "MASTER_ADDR" in os.environ:
-            # torchrun --max-restarts: the restarted workers meet in the same store as the dead
-            # ones, where gloo would find the dead ranks' addresses (seen: "connectFullMesh
-            # failed ... Connection refused"); a prefix per attempt gives each its own keys
-            store = dist.PrefixStore(
-                f"trainbudget/attempt-{attempt}",
-                dist.TCPStore(
-                    os.environ["MASTER_ADDR"],
-                    int(os.environ["MASTER_PORT"]),
-                    world,
-                    is_master=False,
-                    timeout=datetime.timedelta(minutes=10),
-                ),
-            )
-            dist.init_process_group(backend, store=store, rank=rank, world_size=world)
-        else:
-            dist.init_process_group(backend=backend)
+        watch = join(env, backend, timeout_seconds)
     if device_kind == "cuda":
-        torch.cuda.set_device(local)
-    return DistInfo(rank, local, world)
+        torch.cuda.set_device(env.local_rank)
+    return DistInfo(env.rank, env.local_rank, env.world_size, watch)
+
+
+def arrive(info: DistInfo, label: str) -> None:
+    """This rank enters a phase with collectives (see train.collective_watch); every rank calls
+    it at the same points. A no-op alone."""
+    if info.watch is not None:
+        info.watch.arrive(label)
 
 
 def wrap_model(model: nn.Module, info: DistInfo, strategy: str, device: torch.device) -> nn.Module:
@@ -244,6 +242,7 @@ def shutdown(info: DistInfo) -> None:
     threads here."""
     if not (info.enabled and dist.is_initialized()):
         return
+    arrive(info, "shut-down")
     dist.barrier()
     gc.collect()
     _unlink_device_meshes()

@@ -62,6 +62,13 @@ class Faults:
     full_disk_step: int = 0
     """The checkpoint of step N is written into /dev/full (0: never): every write fails with
     ENOSPC, as on a disk that filled up (Linux only)."""
+    stop_step: int = 0
+    """SIGSTOP this process right after step N's update (0: never), on stop_rank only: a rank
+    that hangs (its peers wait in the next collective)."""
+    stop_rank: int = 0
+    interrupt_twice_step: int = 0
+    """Send SIGINT twice to this process (every rank) right after step N's update (0: never):
+    Ctrl-C pressed twice."""
 
     @classmethod
     def from_env(cls) -> Faults:
@@ -109,3 +116,8 @@ class Faults:
             os.kill(os.getpid(), signal.SIGKILL)
         if self.term_step == step:
             os.kill(os.getpid(), signal.SIGTERM)
+        if self.stop_step == step and self.stop_rank == rank:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if self.interrupt_twice_step == step:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)

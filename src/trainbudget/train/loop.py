@@ -39,11 +39,13 @@ from trainbudget.train.checkpointing.space import (
     predicted_checkpoint_bytes,
     prepare_checkpoint_folder,
 )
+from trainbudget.train.collective_watch import ranks_lost_named, signal_watch
 from trainbudget.train.config import TrainConfig
 from trainbudget.train.data import open_data
 from trainbudget.train.distributed import (
     DistInfo,
     all_reduce_sum,
+    arrive,
     barrier,
     grad_sync,
     init_distributed,
@@ -53,6 +55,7 @@ from trainbudget.train.distributed import (
     wrap_model,
 )
 from trainbudget.train.evaluate import evaluate, probe_probabilities
+from trainbudget.train.exits import SecondSignal
 from trainbudget.train.faults import Faults
 from trainbudget.train.guard import StepGuard, Verdict
 from trainbudget.train.memory_check import Step, check_run
@@ -69,10 +72,18 @@ from trainbudget.train.summary import memory_bytes, summarize
 
 def train(cfg: TrainConfig, *, faults: Faults | None = None) -> dict:
     """Run `cfg`; returns the summary (also written to <out>/summary.json). The run folder is
-    locked for the whole run (train.run_lock)."""
+    locked for the whole run (train.run_lock). Under torchrun, a collective that fails (a
+    timeout, a peer gone) raises exits.RanksLost naming the phase and the ranks that did not
+    arrive."""
+    device = torch.device(resolve_device(cfg.device))
+    info = init_distributed(device.type, cfg.collective_timeout_seconds)
+    with ranks_lost_named(info.watch):
+        return _run(cfg, faults if faults is not None else Faults.from_env(), device, info)
+
+
+def _run(cfg: TrainConfig, faults: Faults, device: torch.device, info: DistInfo) -> dict:
     with contextlib.ExitStack() as held:  # the run folder's lock, released however train ends
-        run, say = _start(cfg, faults if faults is not None else Faults.from_env(), held)
-        info = run.info
+        run, say = _start(cfg, faults, device, info, held)
         try:
             summary = _train(run, say)
         except (Interrupted, TrainingHalted) as err:
@@ -123,12 +134,16 @@ def _train(run: Run, say: Say) -> dict:
     return summary
 
 
-def _start(cfg: TrainConfig, faults: Faults, held: contextlib.ExitStack) -> tuple[Run, Say]:
+def _start(
+    cfg: TrainConfig,
+    faults: Faults,
+    device: torch.device,
+    info: DistInfo,
+    held: contextlib.ExitStack,
+) -> tuple[Run, Say]:
     """Check everything, then build the run; resume it when asked. Nothing is written before
     the checks pass and the run folder is ours (its lock, released by `held`); the model is
     built only when the predicted peak memory fits."""
-    device = torch.device(resolve_device(cfg.device))
-    info = init_distributed(device.type)
     say = Say(enabled=info.is_main)
     pre = preflight(cfg, world_size=info.world_size)
     cfg, spec = pre.config, pre.spec
@@ -153,6 +168,7 @@ def _start(cfg: TrainConfig, faults: Faults, held: contextlib.ExitStack) -> tupl
     )
     root = _run_folder(cfg, info)
     say("preparing the data" if not cfg.data else f"opening the data in {cfg.data}")
+    arrive(info, "start-up: the data (rank 0 prepares it, the others wait)")
     data = open_data(cfg, main=info.is_main, barrier=lambda: barrier(info))
     say(f"building the model {spec.name} on {device}")
     model = build_model(
@@ -173,6 +189,7 @@ def _start(cfg: TrainConfig, faults: Faults, held: contextlib.ExitStack) -> tupl
         rank=info.rank,
         world_size=info.world_size,
     )
+    arrive(info, "start-up: the model's wrapper (DDP broadcasts the parameters)")
     net = wrap_model(model, info, cfg.strategy, device)
     optimizer = make_optimizer(model, cfg)  # after wrap_model: FSDP2's DTensor parameters
     autocast, scaler = mixed_precision(cfg.precision, device)
@@ -208,6 +225,7 @@ def _start(cfg: TrainConfig, faults: Faults, held: contextlib.ExitStack) -> tupl
     )
     if cfg.resume:
         say("resuming")
+        arrive(info, "the resume")
         _resume(run)
     return run, say
 
@@ -275,7 +293,7 @@ def _signals(run: Run):
 
     def handler(signum, _frame):
         if run.state.signal:
-            raise KeyboardInterrupt
+            raise SecondSignal(signum, run.state.step)
         run.state.interrupted(signum)
 
     if threading.current_thread() is not threading.main_thread():
@@ -283,7 +301,9 @@ def _signals(run: Run):
         return
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield
+        # distributed: a rank blocked in a collective runs no Python handler (collective_watch)
+        with signal_watch(run.info.watch):
+            yield
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -305,6 +325,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         seconds = time.perf_counter() - t_step
         run.guard.record(loss, verdict)
         if verdict.reason == "spike":
+            arrive(run.info, f"the rollback at step {state.step + 1}")
             rollback(run, writer, loss, verdict)
             continue
         # the first step of this process includes warm-up (allocation, compilation)
@@ -315,6 +336,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
             state.logged(loss)
             record = _record(run, loss, lr, grad_norm, seconds, phases, batch_crc)
             if state.step % cfg.eval_interval == 0 or state.step == cfg.steps:
+                arrive(run.info, f"the evaluation at step {state.step}")
                 record["eval"] = evaluate(
                     run.model,
                     run.data,
@@ -337,6 +359,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
             warm = " (warm-up included)" if state.step == first + 1 else ""
             progress.update(state.step, f"loss {loss:.3f}  {seconds:.3g} s/step{warm}")
         run.faults.maybe_kill(state.step, run.info.rank)
+        arrive(run.info, f"the checkpoint at step {state.step}")
         maybe_save(run, writer, time_due=flags["time_due"], force=bool(flags["signal"]))
         if flags["signal"]:
             signum = state.signal or signal.SIGTERM  # another rank's signal: stop like SIGTERM
@@ -356,6 +379,7 @@ def _step(run: Run, logged: bool):
     cfg = run.cfg
     phases = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
     batch = run.batches.step + 1  # 1-based, as faults count batches
+    arrive(run.info, f"the forward and backward of step {run.state.step + 1} (gradient sync)")
     factor = run.faults.loss_factor(batch)
     loss_sum = torch.zeros((), device=run.device)
     for micro in range(cfg.grad_accum):
@@ -381,6 +405,7 @@ def _step(run: Run, logged: bool):
             phases["backward"] += time.perf_counter() - t
         loss_sum += loss.detach()
     t = time.perf_counter()
+    arrive(run.info, f"the gradient-norm and loss all-reduces of step {run.state.step + 1}")
     if batch in run.faults.nan_grad_batches:
         next(p for p in run.model.parameters() if p.grad is not None).grad.fill_(math.nan)
     run.scaler.unscale_(run.optimizer)  # fp16: clip and judge the true gradient norm
