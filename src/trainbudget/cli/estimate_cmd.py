@@ -705,7 +705,7 @@ def _run_planner(args: argparse.Namespace, explicit: dict) -> int:
     print("\n".join(_head_lines(e, found.seq_len)[2:]))
     result = found.result
     print(
-        f"searched     {result.evaluated:,} layouts in {result.search_seconds:.2f} s; "
+        f"searched     {result.evaluated:,} layouts evaluated in {result.search_seconds:.2f} s; "
         f"{result.n_fitting:,} fit ({found.headroom_text()})"
     )
     print("\n".join(best_lines(found, tokens)))

@@ -257,11 +257,12 @@ def _steps(e: Estimate) -> list[Step]:
             f"{e.flops_per_step:.4g}",
         )
     )
-    if f.recompute_flops_per_token:
+    if f.recompute_flops_per_token:  # FlashAttention recomputes the scores even with "none"
         s.append(
             Step(
                 f"recompute ({req.recompute}) / token",
-                "extra forward work in backward",
+                "extra forward work in backward"
+                + (", FlashAttention's scores included" if req.flash_attention else ""),
                 f"{f.recompute_flops_per_token:,.0f} (hardware FLOPs only)",
             )
         )
