@@ -76,17 +76,6 @@ def train_cli(
     return finish(proc) if wait else proc
 
 
-def finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
-    """Wait for a run `train_cli(..., wait=False)` started (killing it after TIMEOUT)."""
-    try:
-        stdout, stderr = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"timed out: {' '.join(proc.args)}\n{stderr[-3000:]}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-
-
 def ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     """A run that succeeded: exit 0 (under torchrun: every rank exited 0) and no rank aborted
     on its way out ("terminate called ..." is what a C++ thread of the process group left
