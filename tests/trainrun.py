@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -148,3 +149,12 @@ def kill(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate()
+
+
+PROGRESS = re.compile(r"^trainbudget train: (loading PyTorch|.* \[t = [0-9.]+ s\])$")
+"""A start-up progress line (train.startup.Say, and the line before torch loads)."""
+
+
+def message_lines(stderr: str) -> list[str]:
+    """stderr without the start-up progress lines: what a test of a message looks at."""
+    return [line for line in stderr.strip().splitlines() if not PROGRESS.match(line)]

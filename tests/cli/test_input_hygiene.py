@@ -149,7 +149,7 @@ def test_report_as_the_readme_table_writes_it_needs_no_global_batch(tmp_path) ->
     assert code == 0, err
     report = json.loads(stdout)["report"]
     assert report["global_batch"] == 512  # 4 x 2**20 tokens / 8,192 per sequence
-    assert any("global batch 512 sequences" in a for a in report["assumptions"])
+    assert any("global batch 512: 4,194,304 tokens per step" in a for a in report["assumptions"])
     assert "--global-batch" in out.read_text()
 
 

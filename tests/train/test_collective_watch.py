@@ -25,7 +25,7 @@ from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa: E402
 from trainbudget.train.collective_watch import Watch, mark_key  # noqa: E402
 from trainbudget.train.exits import ranks_text  # noqa: E402
-from trainrun import finish, free_port, kill, rank_by_hand  # noqa: E402
+from trainrun import finish, free_port, kill, message_lines, rank_by_hand  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -47,7 +47,7 @@ def data(tmp_path_factory) -> Path:
 
 def one_line(r) -> str:
     assert "Traceback" not in r.stderr, r.stderr
-    lines = [line for line in r.stderr.splitlines() if line.startswith("trainbudget train:")]
+    lines = [line for line in message_lines(r.stderr) if line.startswith("trainbudget train:")]
     assert len(lines) == 1, r.stderr
     return lines[0]
 

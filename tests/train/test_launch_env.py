@@ -11,6 +11,7 @@ import pytest
 from clirun import cli
 from trainbudget.core.errors import SpecError
 from trainbudget.train.launch_env import LaunchEnv, read_launch_env
+from trainrun import message_lines
 
 HAND = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400"}
 # what torchrun sets for worker 1 of `--nproc-per-node 2` on one node
@@ -100,7 +101,7 @@ def test_the_cli_prints_one_line_and_writes_nothing(tmp_path, monkeypatch, case)
     code, _, stderr = cli("train", "--out", str(out), "--device", "cpu", "--steps", "2")
     assert code == 2, stderr
     assert "Traceback" not in stderr
-    assert len(stderr.splitlines()) == 1, stderr
+    assert len(message_lines(stderr)) == 1, stderr
     assert stderr.startswith("trainbudget train: error: ")
     for needle in needles:
         assert needle in stderr

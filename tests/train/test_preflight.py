@@ -25,8 +25,11 @@ PLAN_ARGS = ("--model", "gpt2", "--gpus", "2", "--gpu", "h100-sxm", "--global-ba
 
 @pytest.fixture(scope="module")
 def plan_doc() -> dict:
-    """A real plan for 2 GPUs: data parallel, ZeRO 0-2 (the planner's pick)."""
-    return cli_json("plan", *PLAN_ARGS, "--seq-len", "1024", "--zero-stages", "1")
+    """A real plan for 2 GPUs: data parallel, ZeRO 0-2 (the planner's pick), its micro-batch
+    below the trainer's default 16 (so that giving that default is a conflict)."""
+    return cli_json(
+        "plan", *PLAN_ARGS, "--seq-len", "1024", "--zero-stages", "1", "--max-micro-batch", "8"
+    )
 
 
 @pytest.fixture(scope="module")

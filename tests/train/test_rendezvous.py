@@ -22,7 +22,7 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
     pytest.skip("needs torch.distributed with gloo", allow_module_level=True)
 
 from trainbudget.data.prepare import prepare  # noqa: E402
-from trainrun import finish, free_port, rank_by_hand  # noqa: E402
+from trainrun import finish, free_port, message_lines, rank_by_hand  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -39,7 +39,7 @@ def data(tmp_path_factory) -> Path:
 
 def one_line(r) -> str:
     assert "Traceback" not in r.stderr, r.stderr
-    lines = [line for line in r.stderr.splitlines() if line.startswith("trainbudget train:")]
+    lines = [line for line in message_lines(r.stderr) if line.startswith("trainbudget train:")]
     assert len(lines) == 1, r.stderr
     return lines[0]
 

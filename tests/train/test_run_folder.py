@@ -23,7 +23,7 @@ import trainrun  # noqa: E402
 from clirun import cli  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa: E402
-from trainrun import finish, flat, ok, steps  # noqa: E402
+from trainrun import finish, flat, message_lines, ok, steps  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -132,7 +132,7 @@ def test_a_second_run_into_a_busy_folder_is_refused_and_the_first_resumes_bitwis
         for again in ((), ("--resume", "--lr", "5e-4")):
             r = train_cli(out, data, *MB, *again)
             assert r.returncode == 2, r.stderr[-3000:]
-            (line,) = r.stderr.strip().splitlines()
+            (line,) = message_lines(r.stderr)
             assert line.startswith("trainbudget train: error: out = "), line
             assert f"is in use by another run (PID {first.pid} on {socket.gethostname()}" in line
         assert tree(out) == before  # the refused runs changed nothing, deleted nothing
@@ -204,7 +204,7 @@ def test_a_fresh_run_refuses_an_earlier_runs_metrics_and_overwrite_starts_afresh
     before = (out / "metrics.jsonl").read_bytes()
     r = train_cli(out, data, *MB, "--steps", "3")
     assert r.returncode == 2, r.stderr[-3000:]
-    (line,) = r.stderr.strip().splitlines()
+    (line,) = message_lines(r.stderr)
     assert "holds metrics (" in line and "--resume" in line and "--overwrite" in line
     assert (out / "metrics.jsonl").read_bytes() == before
     r = ok(train_cli(out, data, *MB, "--steps", "3", "--overwrite"))

@@ -39,7 +39,7 @@ from trainbudget.train.checkpointing.space import (  # noqa: E402
     predicted_checkpoint_bytes,
     prepare_checkpoint_folder,
 )
-from trainrun import ok  # noqa: E402
+from trainrun import message_lines, ok  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -255,7 +255,7 @@ def test_cli_refuses_a_file_at_checkpoints_before_step_1(tmp_path: Path, data: P
     r = trainrun.train_cli(out, data, *RUN)
     assert r.returncode == 2, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
-    (line,) = r.stderr.strip().splitlines()
+    (line,) = message_lines(r.stderr)
     assert line.startswith(f"trainbudget train: error: out = '{out / 'checkpoints'}': exists")
     assert not (out / "metrics.jsonl").exists()  # not one step was trained
 

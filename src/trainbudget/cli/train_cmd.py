@@ -164,6 +164,9 @@ def run(args: argparse.Namespace) -> int:
     cfg, given = config_and_given(args)
     # every check that needs no torch, before anything is written
     cfg = preflight(cfg, explicit=given).config
+    from trainbudget.train.launch_env import read_launch_env
+
+    read_launch_env(os.environ)  # a bad launch environment: one line, before torch loads
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 holds the run's lock
         from trainbudget.train.run_lock import refuse_if_locked
 
