@@ -402,24 +402,32 @@ def test_dtypes_text() -> None:
 def test_fit_json_max_params() -> None:
     d = cli_json("fit", "--gpus", "8", "--gpu", "h100-sxm")
     assert d["bytes_per_param"] == 16  # bf16-mixed AdamW: 2 + 2 + 4 + 8
-    assert d["max_params"] == pytest.approx(8 * 80e9 / 16)
+    assert d["max_params_state_only"] == pytest.approx(8 * 80e9 / 16)
+    # issue 13, point 13: fit counted no activations; with them the model is smaller
+    assert 0 < d["max_params"] < d["max_params_state_only"]
+    per_gpu = d["state_bytes_per_gpu"] + d["activation_bytes_per_gpu"]
+    assert d["activation_bytes_per_gpu"] > 0 and per_gpu <= d["limit_bytes_per_gpu"]
     assert d["gpus"] == 8 and d["gpu"] == "h100-sxm"
     assert d["assumptions"]
 
 
 def test_fit_reserve_and_optimizer() -> None:
-    full = cli_json("fit", "--gpus", "8", "--gpu", "a100-40gb")["max_params"]
+    full = cli_json("fit", "--gpus", "8", "--gpu", "a100-40gb")
     reserved = cli_json("fit", "--gpus", "8", "--gpu", "a100-40gb", "--reserve", "0.25")
-    assert reserved["max_params"] == pytest.approx(full * 0.75)
+    rule = "max_params_state_only"
+    assert reserved[rule] == pytest.approx(full[rule] * 0.75)
+    assert reserved["max_params"] < full["max_params"]
     sgd = cli_json("fit", "--gpus", "8", "--gpu", "a100-40gb", "--optimizer", "sgd")
     assert sgd["bytes_per_param"] < 16
-    assert sgd["max_params"] > full
+    assert sgd["max_params"] > full["max_params"]
+    longer = cli_json("fit", "--gpus", "8", "--gpu", "a100-40gb", "--seq-len", "32768")
+    assert longer["max_params"] < full["max_params"]  # more activations, a smaller model
 
 
 def test_fit_text() -> None:
     code, out, err = cli("fit", "--gpus", "8", "--gpu", "h100-sxm")
     assert code == 0, err
-    assert "max params" in out and "40B" in out
+    assert "max params" in out and "40B" in out and "activations" in out
 
 
 def test_intensity_matmul_json() -> None:
@@ -591,7 +599,17 @@ SUBCOMMAND_OPTIONS = {
         "--json",
         "--explain",
     ),
-    "fit": ("--gpus", "--gpu", "--optimizer", "--precision", "--reserve", "--json"),
+    "fit": (
+        "--gpus",
+        "--gpu",
+        "--optimizer",
+        "--precision",
+        "--reserve",
+        "--seq-len",
+        "--micro-batch",
+        "--recompute",
+        "--json",
+    ),
     "models": ("--json",),
     "hardware": ("--json",),
     "dtypes": ("--json",),

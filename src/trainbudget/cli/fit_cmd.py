@@ -1,4 +1,5 @@
-"""`trainbudget fit`: the largest model whose training state fits a set of GPUs."""
+"""`trainbudget fit`: the largest model that trains on a set of GPUs: its fully sharded state
+plus one micro-batch's activations per GPU (and the seed's state-only rule beside it)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,14 @@ import argparse
 
 from trainbudget.cli.args import add_optimizer_arg, dumps_json, positive_int
 from trainbudget.core.errors import SpecError
-from trainbudget.core.single.memory import fit_max_params
+from trainbudget.core.single.fit import FIT_SHAPE_RULE, fit_with_activations
+from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import dense_bytes_per_param, get_optimizer, get_precision
 from trainbudget.core.units import format_bytes, format_count
+
+FIT_SEQ_LEN = 4096
+"""Default tokens per sequence: Llama 2's pre-training length (arXiv:2307.09288, Table 1)."""
 
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
@@ -22,55 +27,101 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument(
         "--reserve",
         default="0",
-        help="fraction of memory kept free for activations and buffers (default 0)",
+        help="fraction of each GPU's memory kept free for buffers and fragmentation (default 0)",
+    )
+    p.add_argument(
+        "--seq-len",
+        default=str(FIT_SEQ_LEN),
+        help=f"tokens per sequence of the activations counted (default {FIT_SEQ_LEN})",
+    )
+    p.add_argument("--micro-batch", default="1", help="sequences per micro-batch (default 1)")
+    p.add_argument(
+        "--recompute",
+        default="full",
+        choices=RECOMPUTE_KINDS,
+        help="activation recomputation (default full: the least activation memory)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _reserve(text: str) -> float:
+    try:
+        reserve = float(text)
+    except ValueError:
+        raise SpecError("reserve", text, "must be a number in [0, 1)") from None
+    if not 0 <= reserve < 1:
+        raise SpecError("reserve", text, "must be a number in [0, 1)")
+    return reserve
 
 
 def run(args: argparse.Namespace) -> int:
     hw = get_hardware(args.gpu)
     n_gpus = positive_int("gpus", args.gpus)
-    try:
-        reserve = float(args.reserve)
-    except ValueError:
-        raise SpecError("reserve", args.reserve, "must be a number in [0, 1)") from None
-    max_params = fit_max_params(
+    reserve = _reserve(args.reserve)
+    seq_len = positive_int("seq_len", args.seq_len)
+    micro_batch = positive_int("micro_batch", args.micro_batch)
+    fit = fit_with_activations(
         n_gpus=n_gpus,
         memory_bytes_per_gpu=hw.memory_bytes,
         precision=args.precision,
         optimizer=args.optimizer,
         reserve_fraction=reserve,
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        recompute=args.recompute,
     )
     per_param = dense_bytes_per_param(get_precision(args.precision), get_optimizer(args.optimizer))
+    acts = f"one micro-batch of {micro_batch} x {seq_len:,} tokens, recompute {args.recompute}"
     if args.json:
-        print(
-            dumps_json(
-                {
-                    "max_params": max_params,
-                    "gpus": n_gpus,
-                    "gpu": hw.name,
-                    "memory_bytes_per_gpu": hw.memory_bytes,
-                    "bytes_per_param": per_param,
-                    "precision": args.precision,
-                    "optimizer": args.optimizer,
-                    "reserve": reserve,
-                    "assumptions": [
-                        "weights, gradients and optimizer state fully sharded over the "
-                        "GPUs (ZeRO-3/FSDP); activations and buffers not included "
-                        "beyond --reserve"
-                    ],
-                },
-                indent=2,
-            )
-        )
+        print(dumps_json(_json(args, fit, hw, n_gpus, per_param, reserve, acts)))
         return 0
     print(
         f"{n_gpus} x {hw.name} ({format_bytes(hw.memory_bytes)} each) with {args.optimizer}, "
         f"{args.precision}: {per_param:g} bytes/parameter"
     )
     print(
-        f"max params = {n_gpus} x {format_bytes(hw.memory_bytes)} x (1 - {reserve:g}) / "
-        f"{per_param:g} B = {max_params:.4g} ({format_count(max_params)})"
+        f"state only   {n_gpus} x {format_bytes(hw.memory_bytes)} x (1 - {reserve:g}) / "
+        f"{per_param:g} B = {fit.state_only_params:.4g} ({format_count(fit.state_only_params)}) "
+        "(seed 000's rule: no activations)"
     )
-    print("(activations excluded; state fully sharded across the GPUs)")
+    if fit.model is None:
+        print(f"max params   none: not even one layer's state and activations fit ({acts})")
+        return 0
+    print(
+        f"max params   {fit.params:.4g} ({format_count(fit.params)}): {fit.model.n_layers} layers "
+        f"x d_model {fit.model.d_model}; per GPU state {format_bytes(fit.state_bytes_per_gpu)} + "
+        f"activations {format_bytes(fit.activation_bytes_per_gpu)} <= "
+        f"{format_bytes(fit.limit_bytes_per_gpu)}"
+    )
+    print(f"assuming     ZeRO-3 over all GPUs, no tensor parallelism; {acts}; {FIT_SHAPE_RULE}")
     return 0
+
+
+def _json(args, fit, hw, n_gpus, per_param, reserve, acts) -> dict:
+    return {
+        "max_params": fit.params,
+        "max_params_state_only": fit.state_only_params,
+        "n_layers": fit.model.n_layers if fit.model else 0,
+        "d_model": fit.model.d_model if fit.model else 0,
+        "state_bytes_per_gpu": fit.state_bytes_per_gpu,
+        "activation_bytes_per_gpu": fit.activation_bytes_per_gpu,
+        "limit_bytes_per_gpu": fit.limit_bytes_per_gpu,
+        "gpus": n_gpus,
+        "gpu": hw.name,
+        "memory_bytes_per_gpu": hw.memory_bytes,
+        "bytes_per_param": per_param,
+        "precision": args.precision,
+        "optimizer": args.optimizer,
+        "reserve": reserve,
+        "seq_len": int(args.seq_len),
+        "micro_batch": int(args.micro_batch),
+        "recompute": args.recompute,
+        "assumptions": [
+            "weights, gradients and optimizer state fully sharded over the GPUs (ZeRO-3/FSDP), "
+            "no tensor or pipeline parallelism",
+            f"activations of {acts}, FlashAttention, on every GPU",
+            FIT_SHAPE_RULE,
+            "max_params_state_only is seed 000's rule: pooled memory / bytes per parameter, "
+            "activations excluded",
+        ],
+    }
