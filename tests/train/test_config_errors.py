@@ -70,7 +70,7 @@ CASES = {
     ),
     "flag-on-nonfinite": (["--on-nonfinite", "ignore"], {}, ["on_nonfinite", "skip, halt"]),
     "flag-precision": (["--precision", "fp8"], {}, ["precision", "fp8", "bf16-mixed"]),
-    "flag-strategy": (["--strategy", "zero3"], {}, ["strategy", "ddp, fsdp"]),
+    "flag-strategy": (["--strategy", "zero3"], {}, ["strategy", "ddp, zero1, zero2, fsdp, hsdp"]),
     "flag-out-empty": (["--out", ""], {}, ["out", "folder"]),
     # flags: across fields
     "flag-warmup-past-steps": (["--steps", "10", "--warmup-steps", "20"], {}, ["warmup_steps"]),

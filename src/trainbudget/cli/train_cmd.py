@@ -33,6 +33,7 @@ GROUPS = {
         "recompute",
         "compile",
         "strategy",
+        "zero_shard",
         "plan",
     ),
     "checkpoints and faults": (

@@ -48,17 +48,18 @@ from trainbudget.train.distributed import (
     is_sharded,
     shutdown,
     total_grad_norm,
-    wrap_model,
 )
 from trainbudget.train.evaluate import evaluate, probe_probabilities
 from trainbudget.train.faults import Faults
 from trainbudget.train.guard import StepGuard, Verdict
 from trainbudget.train.metrics import MetricsWriter, Progress
+from trainbudget.train.parallelize import parallel_optimizer, parallelize
 from trainbudget.train.preflight import preflight
+from trainbudget.train.rank_memory import PeakMeter
 from trainbudget.train.run import Run
 from trainbudget.train.run_files import CONFIG_FILE, SUMMARY_FILE
 from trainbudget.train.schedule import Schedule, apply_lr
-from trainbudget.train.setup import make_optimizer, mixed_precision, seed_everything
+from trainbudget.train.setup import mixed_precision, seed_everything
 from trainbudget.train.summary import memory_bytes, summarize
 
 
@@ -134,8 +135,10 @@ def _start(cfg: TrainConfig, faults: Faults) -> Run:
         rank=info.rank,
         world_size=info.world_size,
     )
-    net = wrap_model(model, info, cfg.strategy, device)
-    optimizer = make_optimizer(model, cfg)  # after wrap_model: FSDP2's DTensor parameters
+    parallel = parallelize(model, info, cfg, device)
+    net = parallel.net
+    # after parallelize: FSDP2's DTensor parameters; zero1's sharded state over the mesh
+    optimizer = parallel_optimizer(model, cfg, parallel)
     autocast, scaler = mixed_precision(cfg.precision, device)
     run = Run(
         cfg=cfg,
@@ -164,6 +167,8 @@ def _start(cfg: TrainConfig, faults: Faults) -> Run:
         checkpoint_root=root,
         tokens_per_step=cfg.micro_batch * cfg.grad_accum * cfg.seq_len * info.world_size,
         probes=pre.probes,
+        mesh=parallel.mesh,
+        peak_meter=PeakMeter(device, tracked=info.enabled and not cfg.compile),
     )
     if cfg.resume:
         _resume(run)
@@ -197,6 +202,7 @@ def _budget(cfg: TrainConfig, spec: ModelSpec, info: DistInfo, device: torch.dev
         micro_batch=cfg.micro_batch,
         grad_accum=cfg.grad_accum,
         recompute=cfg.recompute,
+        zero_shard=cfg.zero_shard,
     )
     return make_budget(
         spec,
@@ -205,6 +211,7 @@ def _budget(cfg: TrainConfig, spec: ModelSpec, info: DistInfo, device: torch.dev
         precision=cfg.precision,
         optimizer=cfg.optimizer,
         seq_len=cfg.seq_len,
+        strategy=cfg.strategy,
     )
 
 
@@ -260,7 +267,8 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         batch_crc = run.batches.fingerprint()
         _sync(run.device)
         t_step = time.perf_counter()
-        loss, grad_norm, verdict, flags, phases = _step(run, logged)
+        with run.peak_meter.step(run.model, run.optimizer):  # CPU: the first step, per rank
+            loss, grad_norm, verdict, flags, phases = _step(run, logged)
         seconds = time.perf_counter() - t_step
         run.guard.record(loss, verdict)
         if verdict.reason == "spike":
