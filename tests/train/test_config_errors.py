@@ -74,6 +74,13 @@ CASES = {
     "flag-out-empty": (["--out", ""], {}, ["out", "folder"]),
     # flags: across fields
     "flag-warmup-past-steps": (["--steps", "10", "--warmup-steps", "20"], {}, ["warmup_steps"]),
+    "flag-hsdp-without-shard": (
+        ["--strategy", "hsdp"],
+        {},
+        ["zero_shard = 0", "with strategy hsdp"],
+    ),
+    "flag-shard-without-hsdp": (["--zero-shard", "2"], {}, ["zero_shard = 2", "(strategy ddp)"]),
+    "flag-shard-negative": (["--zero-shard", "-1"], {}, ["zero_shard = -1", ">= 0"]),
     "flag-eval-not-multiple": (
         ["--log-interval", "10", "--eval-interval", "15"],
         {},
