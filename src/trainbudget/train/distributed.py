@@ -129,8 +129,17 @@ def all_reduce_sum(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
 
 
 def is_sharded(module: nn.Module) -> bool:
-    """Whether FSDP2 has sharded `module`'s parameters (they are DTensors)."""
-    return any(isinstance(p, DTensor) for p in module.parameters())
+    """Whether FSDP2 has sharded `module`'s parameters: it is fully_shard's (zero2 keeps them
+    gathered, as plain tensors, from a forward to its backward), or they are DTensors."""
+    return _is_fsdp_module(module) or any(isinstance(p, DTensor) for p in module.parameters())
+
+
+def _is_fsdp_module(module: nn.Module) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch < 2.6 kept FSDP2 under _composable
+        from torch.distributed._composable.fsdp import FSDPModule
+    return isinstance(module, FSDPModule)
 
 
 def full_state(state, info: DistInfo):

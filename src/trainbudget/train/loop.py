@@ -53,7 +53,7 @@ from trainbudget.train.evaluate import evaluate, probe_probabilities
 from trainbudget.train.faults import Faults
 from trainbudget.train.guard import StepGuard, Verdict
 from trainbudget.train.metrics import MetricsWriter, Progress
-from trainbudget.train.parallelize import parallel_optimizer, parallelize
+from trainbudget.train.parallelize import parallel_optimizer, parallelize, reshard
 from trainbudget.train.preflight import preflight
 from trainbudget.train.rank_memory import PeakMeter
 from trainbudget.train.run import Run
@@ -294,6 +294,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
                     record["probes"] = probe_probabilities(
                         run.model, run.data.tokenizer, run.probes, run.device
                     )
+                reshard(run.model)  # zero2: the forwards without backward left them gathered
             writer.write(record)
             mfu = f"  MFU {100 * record['mfu']:.1f}%" if record["mfu"] is not None else ""
             tps = record["tokens_per_second"]

@@ -82,6 +82,20 @@ def _fully_shard(model: nn.Module, mesh: DeviceMesh, *, reshard_after_forward: b
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
 
 
+def reshard(model: nn.Module) -> None:
+    """Free the parameters FSDP2 gathered for a forward that had no backward (evaluation,
+    probes): without resharding after forward (zero2) only backward frees them, so they would
+    stay gathered -- the full model on every rank -- until the next training step, and a
+    checkpoint in between would find plain tensors instead of shards."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch < 2.6 kept FSDP2 under _composable
+        from torch.distributed._composable.fsdp import FSDPModule
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
 def parallel_optimizer(model: nn.Module, cfg: TrainConfig, parallel: Parallel):
     """The run's optimizer (train.setup.make_optimizer); under zero1 sharded by
     ZeroRedundancyOptimizer over the mesh's "dp" group."""
