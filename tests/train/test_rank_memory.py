@@ -32,9 +32,10 @@ def model(dtype=torch.float32) -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)).to(dtype)
 
 
-def step(net: torch.nn.Module, optimizer) -> None:
+def step(net: torch.nn.Module, optimizer, micro_batches: int = 1) -> None:
     x = torch.ones(5, 4, dtype=next(net.parameters()).dtype)
-    net(x).float().square().mean().backward()
+    for _ in range(micro_batches):  # gradient accumulation: one forward of net per micro-batch
+        net(x).float().square().mean().backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 
@@ -61,17 +62,17 @@ def test_the_cpu_meter_measures_the_first_step_it_wraps():
     net = model()
     optimizer = build_optimizer("adamw", net.parameters(), lr=1e-2)
     meter = PeakMeter(torch.device("cpu"), tracked=True)
-    with meter.step(net, optimizer):
-        step(net, optimizer)
+    with meter.step(net, net, optimizer):
+        step(net, optimizer, micro_batches=2)  # MemTracker alone refuses a second forward
     peak, method = meter.peak()
     assert method == CPU_PEAK_METHOD
     # at least the weights, gradients and moments, all alive at the update
     assert peak >= N_PARAMS * 4 * 4
-    with meter.step(net, optimizer):  # later steps run untracked
+    with meter.step(net, net, optimizer):  # later steps run untracked
         step(net, optimizer)
     assert meter.peak() == (peak, method)
     untracked = PeakMeter(torch.device("cpu"), tracked=False)
-    with untracked.step(net, optimizer):
+    with untracked.step(net, net, optimizer):
         step(net, optimizer)
     assert untracked.peak() == (None, None)
     record = rank_record(DistInfo(0, 0, 1), optimizer, meter)

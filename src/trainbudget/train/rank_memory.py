@@ -72,18 +72,34 @@ class PeakMeter:
         self._cpu_peak: int | None = None
 
     @contextlib.contextmanager
-    def step(self, model, optimizer) -> Iterator[None]:
-        """Around one training step: the first one measured on CPU, the others untouched."""
+    def step(self, net, model, optimizer) -> Iterator[None]:
+        """Around one training step (which calls `net`, wrapping `model`, once per micro-batch):
+        the first one measured on CPU, the others untouched."""
         if not self.tracked or self._cpu_peak is not None:
             yield
             return
         from torch.distributed._tools.mem_tracker import MemTracker
+        from torch.nn.modules.module import register_module_forward_pre_hook
 
         tracker = MemTracker()
         masters = getattr(optimizer, "masters", ())
         tracker.track_external(model, *_inner_optimizers(optimizer), *masters)
-        with tracker:
-            yield
+
+        def next_micro_batch(module, _inputs) -> None:
+            # MemTracker follows one forward of the outermost module per tracking and refuses a
+            # second ("multiple iterative calls"); accumulation makes one per micro-batch. Its
+            # per-module statistics (unused here) are cleared before each further one; the
+            # device peak, kept apart, runs on over the whole step
+            if module is net and module in tracker.memory_tracking:
+                tracker.reset_mod_stats()
+
+        # a global hook registered before the tracker's own (on entering it), so it runs first
+        handle = register_module_forward_pre_hook(next_micro_batch)
+        try:
+            with tracker:
+                yield
+        finally:
+            handle.remove()
         snapshot = tracker.get_tracker_snapshot("peak")
         self._cpu_peak = int(
             sum(v["Total"] for k, v in snapshot.items() if torch.device(k).type == "cpu")
