@@ -176,10 +176,14 @@ def test_the_summary_names_what_ran_and_what_each_rank_held(runs, name):
         # +0.5 % on the ranks that hold a padded row)
         assert all(m == pytest.approx(predicted, rel=0.02) for m in measured)
     peak = summary["peak_memory_bytes_per_rank"]
-    assert peak["method"].startswith("MemTracker")
     assert len(peak["measured"]) == nproc
-    # the core's per-rank model against the real tensors of the first step: observed 16 % to
-    # 26 % under it on this 19k-parameter model; the band catches a unit or a layout mix-up
+    if zero >= 2:  # FSDP2 on CPU: not measured (train.rank_memory says why)
+        assert peak["measured"] == [None] * nproc and peak["method"] is None
+        return
+    assert peak["method"].startswith("MemTracker")
+    # the core's per-rank model against the real tensors of the first step: observed 16 % under
+    # it (zero1, 2 ranks) on this 19k-parameter model; the band catches a unit or a layout
+    # mix-up
     for value in peak["measured"]:
         assert 0.5 < value / peak["predicted"] < 1.5
 

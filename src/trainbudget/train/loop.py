@@ -55,7 +55,7 @@ from trainbudget.train.guard import StepGuard, Verdict
 from trainbudget.train.metrics import MetricsWriter, Progress
 from trainbudget.train.parallelize import parallel_optimizer, parallelize, reshard
 from trainbudget.train.preflight import preflight
-from trainbudget.train.rank_memory import PeakMeter
+from trainbudget.train.rank_memory import PeakMeter, tracks_cpu_peak
 from trainbudget.train.run import Run
 from trainbudget.train.run_files import CONFIG_FILE, SUMMARY_FILE
 from trainbudget.train.schedule import Schedule, apply_lr
@@ -168,7 +168,7 @@ def _start(cfg: TrainConfig, faults: Faults) -> Run:
         tokens_per_step=cfg.micro_batch * cfg.grad_accum * cfg.seq_len * info.world_size,
         probes=pre.probes,
         mesh=parallel.mesh,
-        peak_meter=PeakMeter(device, tracked=info.enabled and not cfg.compile),
+        peak_meter=PeakMeter(device, tracked=tracks_cpu_peak(cfg, info)),
     )
     if cfg.resume:
         _resume(run)
