@@ -1,7 +1,7 @@
 """train/rank_memory.py in one process: the optimizer-state bytes summary.json reports count the
 per-parameter state tensors (AdamW's two moments, not its scalar step; nothing for plain SGD)
 and keep bf16-mixed's fp32 masters apart, as the core's ModelState does; the CPU peak meter
-measures the first step it wraps and only that one. (Sharded optimizers, FSDP2's DTensors and
+measures the second step it wraps and only that one. (Sharded optimizers, FSDP2's DTensors and
 ZeroRedundancyOptimizer, are measured under torchrun in tests/train/test_parallelize.py.)"""
 
 from __future__ import annotations
@@ -58,10 +58,13 @@ def test_master_weights_are_counted_apart():
     assert master_weight_bytes(optimizer) == N_PARAMS * 4
 
 
-def test_the_cpu_meter_measures_the_first_step_it_wraps():
+def test_the_cpu_meter_measures_the_second_step_it_wraps():
     net = model()
     optimizer = build_optimizer("adamw", net.parameters(), lr=1e-2)
     meter = PeakMeter(torch.device("cpu"), tracked=True)
+    with meter.step(net, net, optimizer):  # the first step: its update creates the state
+        step(net, optimizer)
+    assert meter.peak() == (None, None)
     with meter.step(net, net, optimizer):
         step(net, optimizer, micro_batches=2)  # MemTracker alone refuses a second forward
     peak, method = meter.peak()

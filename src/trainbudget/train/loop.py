@@ -267,7 +267,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         batch_crc = run.batches.fingerprint()
         _sync(run.device)
         t_step = time.perf_counter()
-        with run.peak_meter.step(run.net, run.model, run.optimizer):  # CPU: the first step
+        with run.peak_meter.step(run.net, run.model, run.optimizer):  # CPU: the 2nd step
             loss, grad_norm, verdict, flags, phases = _step(run, logged)
         seconds = time.perf_counter() - t_step
         run.guard.record(loss, verdict)

@@ -8,9 +8,11 @@
   (bf16-mixed) apart.
 - peak: on CUDA the allocator's peak (torch.cuda.max_memory_allocated) over the run; on CPU,
   which keeps no allocator statistics, torch's MemTracker (torch.distributed._tools) on the real
-  tensors of the first step of this process -- the tensors it sees created (through the
+  tensors of the second step of this process -- the tensors it sees created (through the
   dispatcher) plus the model's parameters, gradients and optimizer state, at their largest sum.
-  The first step also creates the optimizer state, so its peak includes the whole state. Not
+  The second, because the first creates the optimizer state only at its update, after the
+  backward peak (measured on the first step, zero1's 4 ranks all showed the same peak whatever
+  their share of the state); a run of one step has none. Not
   measured on CPU (None in summary.json) under torch.compile (the tracker's dispatch mode would
   break the graph), for one process (summary.json's fake-tensor measurement covers it), nor
   under the FSDP2 strategies (zero2, fsdp, hsdp): there MemTracker's module tracker leaves
@@ -32,7 +34,7 @@ from trainbudget.train.config import TrainConfig
 from trainbudget.train.distributed import DistInfo
 from trainbudget.train.strategy import get_strategy
 
-CPU_PEAK_METHOD = "MemTracker on the real tensors of this process's first step"
+CPU_PEAK_METHOD = "MemTracker on the real tensors of this process's second step"
 CUDA_PEAK_METHOD = "torch.cuda.max_memory_allocated over the run"
 
 
@@ -69,7 +71,7 @@ def master_weight_bytes(optimizer) -> int:
 
 
 def tracks_cpu_peak(cfg: TrainConfig, info: DistInfo) -> bool:
-    """Whether a CPU run measures its first step with MemTracker (see the module docstring)."""
+    """Whether a CPU run measures a step with MemTracker (see the module docstring)."""
     return info.enabled and not cfg.compile and not get_strategy(cfg.strategy).fsdp2
 
 
@@ -81,12 +83,14 @@ class PeakMeter:
         self.tracked = tracked and device.type == "cpu"
         """Measure a CPU step with MemTracker (False: nothing on CPU)."""
         self._cpu_peak: int | None = None
+        self._steps = 0
 
     @contextlib.contextmanager
     def step(self, net, model, optimizer) -> Iterator[None]:
         """Around one training step (which calls `net`, wrapping `model`, once per micro-batch):
-        the first one measured on CPU, the others untouched."""
-        if not self.tracked or self._cpu_peak is not None:
+        the second one measured on CPU, the others untouched."""
+        self._steps += 1
+        if not self.tracked or self._steps != 2:
             yield
             return
         from torch.distributed._tools.mem_tracker import MemTracker
