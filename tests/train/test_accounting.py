@@ -1,6 +1,7 @@
 """accounting: the layout the trainer runs (strategy -> core Plan) and the predictions made for
 it -- the single-process peak unchanged (core.peak_memory's phase model), several ranks'
-from core.parallel_memory with the model state sharded by ZeRO-3 under FSDP2. Pure: no torch
+from core.parallel_memory with the model state sharded by the strategy's ZeRO stage (zero2:
+plus the parameter shard FSDP2 keeps at rest). Pure: no torch
 (a device from the catalog, so no start-up benchmark runs)."""
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ SPEC = resolve_model("gpt2", ("n_layers=2", "d_model=64", "n_heads=2", "d_ff=256
 BATCHING = {"micro_batch": 4, "grad_accum": 2, "recompute": "none"}
 
 
-def budget(strategy: str, world_size: int, **kw):
-    plan = run_plan(strategy, world_size=world_size, **BATCHING)
+def budget(strategy: str, world_size: int, zero_shard: int = 0, **kw):
+    plan = run_plan(strategy, world_size=world_size, zero_shard=zero_shard, **BATCHING)
     settings = {"precision": "fp32", "optimizer": "adamw", "seq_len": 128, **kw}
-    return make_budget(SPEC, plan, device=H100, **settings)
+    return make_budget(SPEC, plan, device=H100, strategy=strategy, **settings)
 
 
 @pytest.mark.parametrize(
@@ -60,27 +61,31 @@ def test_recomputation_is_part_of_the_plan():
 
 
 def test_unknown_strategy_names_the_field():
-    with pytest.raises(SpecError, match=r"strategy.*zero3.*ddp, fsdp"):
+    with pytest.raises(SpecError, match=r"strategy.*zero3.*ddp, zero1, zero2, fsdp, hsdp"):
         run_plan("zero3", world_size=2, **BATCHING)
 
 
 @pytest.mark.parametrize(
-    ("zero", "strategy", "runs"), [(0, "ddp", 0), (1, "ddp", 0), (3, "fsdp", 3)]
+    ("zero", "zero_shard", "strategy"),
+    [(0, 0, "ddp"), (1, 0, "zero1"), (2, 0, "zero2"), (3, 0, "fsdp"), (3, 2, "hsdp")],
 )
-def test_a_plan_file_round_trips_to_the_layout_that_runs(tmp_path, zero, strategy, runs):
-    # preflight turns a plan file into a strategy; run_plan turns it back. ZeRO 1 and 2 have
-    # no trainer of their own: they run as DDP, and the budget then says ZeRO 0
-    asked = Plan(dp=2, zero=zero, micro_batch=2, grad_accum=3, recompute="full")
-    cfg = apply_plan(TrainConfig(out=str(tmp_path)), asked, world_size=2, explicit=())
+def test_a_plan_file_round_trips_to_the_layout_that_runs(tmp_path, zero, zero_shard, strategy):
+    # preflight turns a plan file into a strategy; run_plan turns it back: every ZeRO stage
+    # and HSDP shard group runs as planned (train.strategy)
+    asked = Plan(
+        dp=4, zero=zero, zero_shard=zero_shard, micro_batch=2, grad_accum=3, recompute="full"
+    )
+    cfg = apply_plan(TrainConfig(out=str(tmp_path)), asked, world_size=4, explicit=())
     assert cfg.strategy == strategy
     got = run_plan(
         cfg.strategy,
-        world_size=2,
+        world_size=4,
         micro_batch=cfg.micro_batch,
         grad_accum=cfg.grad_accum,
         recompute=cfg.recompute,
+        zero_shard=cfg.zero_shard,
     )
-    assert got == dataclasses.replace(asked, zero=runs)
+    assert got == asked
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
@@ -126,3 +131,40 @@ def test_step_time_is_predicted_for_the_plan_that_runs():
             optimizer=get_optimizer("adamw"),
         )
         assert b.predicted_step_seconds == want.step_seconds > 0
+
+
+def _core(plan: Plan, precision: str = "fp32"):
+    kw = dict(precision=get_precision(precision), optimizer=get_optimizer("adamw"))
+    return plan_memory(SPEC, plan, seq_len=128, **kw)
+
+
+@pytest.mark.parametrize("strategy", ["zero1", "zero2", "fsdp"])
+def test_every_zero_strategy_shards_the_optimizer_state(strategy):
+    # ZeRO (arXiv 1910.02054, Sec. 5.1): stages 1 to 3 all divide the optimizer state by the
+    # data-parallel degree; the per-rank prediction summary.json compares with the measure
+    ddp, sharded = budget("ddp", 4), budget(strategy, 4)
+    assert sharded.predicted_optimizer_state_bytes == pytest.approx(
+        ddp.predicted_optimizer_state_bytes / 4
+    )
+    core = _core(sharded.plan).state
+    assert sharded.predicted_optimizer_state_bytes == core.optimizer_state_bytes
+    assert sharded.predicted_master_bytes == 0  # fp32: no master copy
+
+
+def test_zero2_predicts_what_fsdp2_without_resharding_holds():
+    # the core's ZeRO-2 (parameters replicated) plus the shard of the parameters FSDP2 keeps at
+    # rest: the parameter bytes of the same plan at ZeRO-3
+    b = budget("zero2", 4)
+    assert b.plan.zero == 2
+    zero2, zero3 = _core(b.plan), _core(dataclasses.replace(b.plan, zero=3))
+    assert b.predicted_peak_memory_bytes == zero2.total_bytes + zero3.state.params_bytes
+    assert b.predicted_model_state_bytes == zero2.state.total_bytes + zero3.state.params_bytes
+    assert any("zero2" in note for note in b.notes)
+
+
+def test_hsdp_shards_over_its_group_only():
+    # dp 8 in groups of 2: the model state of ZeRO-3 over 2 ranks, not 8
+    hsdp, fsdp2 = budget("hsdp", 8, zero_shard=2), budget("fsdp", 2)
+    assert hsdp.plan.describe() == "dp8 tp1 pp1 zero3/shard2 mb4x2"
+    assert hsdp.predicted_optimizer_state_bytes == fsdp2.predicted_optimizer_state_bytes
+    assert hsdp.predicted_model_state_bytes == fsdp2.predicted_model_state_bytes

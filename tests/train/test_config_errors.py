@@ -75,10 +75,17 @@ CASES = {
     ),
     "flag-on-nonfinite": (["--on-nonfinite", "ignore"], {}, ["on_nonfinite", "skip, halt"]),
     "flag-precision": (["--precision", "fp8"], {}, ["precision", "fp8", "bf16-mixed"]),
-    "flag-strategy": (["--strategy", "zero3"], {}, ["strategy", "ddp, fsdp"]),
+    "flag-strategy": (["--strategy", "zero3"], {}, ["strategy", "ddp, zero1, zero2, fsdp, hsdp"]),
     "flag-out-empty": (["--out", ""], {}, ["out", "folder"]),
     # flags: across fields
     "flag-warmup-past-steps": (["--steps", "10", "--warmup-steps", "20"], {}, ["warmup_steps"]),
+    "flag-hsdp-without-shard": (
+        ["--strategy", "hsdp"],
+        {},
+        ["zero_shard = 0", "with strategy hsdp"],
+    ),
+    "flag-shard-without-hsdp": (["--zero-shard", "2"], {}, ["zero_shard = 2", "(strategy ddp)"]),
+    "flag-shard-negative": (["--zero-shard", "-1"], {}, ["zero_shard = -1", ">= 0"]),
     "flag-eval-not-multiple": (
         ["--log-interval", "10", "--eval-interval", "15"],
         {},

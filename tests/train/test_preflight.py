@@ -72,7 +72,7 @@ def test_plan_decides_micro_batching_and_strategy(tmp_path, plan_doc):
     assert (cfg.micro_batch, cfg.grad_accum, cfg.strategy) == (
         layout["micro_batch"],
         layout["grad_accum"],
-        "ddp",  # ZeRO 1: replicated weights
+        "zero1",  # ZeRO 1: DDP with the optimizer state sharded (train.strategy)
     )
     # the run's global batch is the plan's: micro_batch x grad_accum x processes
     assert cfg.micro_batch * cfg.grad_accum * pre.world_size == layout["global_batch"]
@@ -85,6 +85,28 @@ def test_zero3_plan_runs_fsdp(tmp_path, plan3_doc):
     assert plan3_doc["plans"][0]["plan"]["zero"] == 3
     path = write_json(tmp_path / "p.json", plan3_doc)
     assert preflight(config(tmp_path, plan=path), world_size=2).config.strategy == "fsdp"
+
+
+@pytest.mark.parametrize(("zero", "strategy"), [(0, "ddp"), (1, "zero1"), (2, "zero2")])
+def test_each_zero_stage_runs_its_own_strategy(tmp_path, plan_doc, zero, strategy):
+    # issue 14: a ZeRO-1/2 plan never runs as plain DDP
+    path = write_json(tmp_path / "p.json", edited(plan_doc, zero=zero))
+    cfg = preflight(config(tmp_path, plan=path), world_size=2).config
+    assert (cfg.strategy, cfg.zero_shard) == (strategy, 0)
+
+
+def test_a_zero3_plan_with_a_shard_group_runs_hsdp(tmp_path, plan3_doc):
+    path = write_json(tmp_path / "p.json", edited(plan3_doc, zero_shard=1))
+    cfg = preflight(config(tmp_path, plan=path), world_size=2).config
+    assert (cfg.strategy, cfg.zero_shard) == ("hsdp", 1)
+    # the loop calls preflight again on the resolved config: it stands
+    assert preflight(cfg, world_size=2).config == cfg
+
+
+def test_hsdp_shard_group_must_divide_the_processes(tmp_path):
+    cfg = config(tmp_path, strategy="hsdp", zero_shard=3)
+    err = refused(cfg, world_size=4)
+    assert err.field == "zero_shard" and "divide the processes (4)" in err.rule
 
 
 @pytest.mark.parametrize("recompute", ["none", "full"])
@@ -126,7 +148,7 @@ def test_plan_dp_must_match_the_processes(tmp_path, plan_doc, monkeypatch):
         ({"grad_accum": 3}, {"grad_accum"}, "grad_accum"),
         ({"strategy": "fsdp"}, {"strategy"}, "strategy"),
         ({"micro_batch": 4}, None, "micro_batch"),  # not the default: taken as given
-        ({"strategy": "ddp"}, {"strategy"}, None),  # the plan's own value: no conflict
+        ({"strategy": "zero1"}, {"strategy"}, None),  # the plan's own value: no conflict
         ({}, {"micro_batch"}, "micro_batch"),  # the default 16, given explicitly
         ({}, None, None),  # defaults: the plan replaces them
     ],
@@ -178,7 +200,7 @@ def edited(doc: dict, **changes) -> dict:
         (lambda d: edited(d, global_batch=48), "global_batch (48)"),
         (lambda d: edited(d, zero=4), "zero (4)"),
         (lambda d: edited(d, tp=2, dp=1, global_batch=16), "needs tp=2"),
-        (lambda d: edited(d, zero_shard=1), "HSDP"),
+        (lambda d: edited(d, zero_shard=1), "HSDP) with ZeRO-3 only"),  # a zero 1 plan
         (lambda d: edited(d, offload_optimizer="cpu"), "offload_optimizer=cpu"),
         (lambda d: {**d, "plans": [{**d["plans"][0], "fits": False}]}, "does not fit"),
     ],

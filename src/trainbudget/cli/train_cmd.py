@@ -35,6 +35,7 @@ GROUPS = {
         "compile",
         "memory_check",
         "strategy",
+        "zero_shard",
         "plan",
         "collective_timeout_seconds",
     ),

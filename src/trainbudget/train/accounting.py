@@ -3,10 +3,10 @@ predicted peak memory and step time, all from the estimating core, computed once
 the layout the trainer really runs.
 
 The layout (`run_plan`): data parallel over the run's processes (dp = world size; the trainer
-runs no tensor, pipeline, context or expert parallelism), ZeRO stage 0 under DDP (replicated
-model state) and 3 under FSDP2's `fully_shard` (parameters, gradients and optimizer state
-sharded over every rank; train.distributed), the config's micro-batch, gradient accumulation
-and recomputation. A single process runs no wrapper: ZeRO 0 whatever the strategy.
+runs no tensor, pipeline, context or expert parallelism), the ZeRO stage of the strategy that
+runs (train.strategy: ddp 0, zero1 1, zero2 2, fsdp 3, hsdp 3 over shard groups of
+zero_shard ranks), the config's micro-batch, gradient accumulation and recomputation. A single
+process runs no wrapper: ZeRO 0 whatever the strategy.
 
 What each prediction uses:
 - step time: `core.parallel.step_time.step_time` of that plan, on the catalog row of the device
@@ -17,13 +17,19 @@ What each prediction uses:
   by the ZeRO stage and adds DDP's gradient buckets or FSDP2's gathered layers;
 - model state per rank (weights, gradients, fp32 masters, optimizer state): `plan_memory`'s, for
   any number of processes.
+
+zero2 runs on FSDP2 without resharding after forward (train.strategy), which holds more than
+the core's ZeRO-2 (parameters replicated, gradients and optimizer state sharded): its
+parameters are sharded at rest and all-gathered from the start of forward to the end of
+backward, so at the peak (backward) a rank holds the full parameters and its shard of them.
+The prediction made for it is the core's ZeRO-2 plus that shard (`zero2_extra_params_bytes`),
+added to the peak and to the model state; the optimizer state is ZeRO-2's as it is.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.parallel_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan
@@ -32,25 +38,29 @@ from trainbudget.core.single.flops import training_flops
 from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.hardware import Hardware, get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec
-from trainbudget.core.spec.precision import get_optimizer, get_precision
+from trainbudget.core.spec.precision import Optimizer, Precision, get_optimizer, get_precision
 from trainbudget.core.units import MiB
 from trainbudget.profile.device import DeviceInfo
-
-STRATEGY_ZERO = {"ddp": 0, "fsdp": 3}
-"""The ZeRO stage of each strategy train.distributed runs: DDP replicates the model state on
-every rank; FSDP2's fully_shard shards parameters, gradients and optimizer state (ZeRO-3)."""
+from trainbudget.train.strategy import get_strategy
 
 
 def run_plan(
-    strategy: str, *, world_size: int, micro_batch: int, grad_accum: int, recompute: str
+    strategy: str,
+    *,
+    world_size: int,
+    micro_batch: int,
+    grad_accum: int,
+    recompute: str,
+    zero_shard: int = 0,
 ) -> Plan:
     """The layout the trainer runs for `strategy` on `world_size` processes (see the module
     docstring). The inverse of preflight.apply_plan's choice of strategy for a plan file."""
-    if strategy not in STRATEGY_ZERO:
-        raise SpecError("strategy", strategy, f"must be one of {', '.join(STRATEGY_ZERO)}")
+    zero = get_strategy(strategy).zero
+    alone = world_size == 1  # one process runs no wrapper
     return Plan(
         dp=world_size,
-        zero=STRATEGY_ZERO[strategy] if world_size > 1 else 0,  # alone: no wrapper
+        zero=0 if alone else zero,
+        zero_shard=0 if alone else zero_shard,
         micro_batch=micro_batch,
         grad_accum=grad_accum,
         recompute=recompute,
@@ -73,6 +83,10 @@ class Budget:
     """Peak bytes on one rank (see the module docstring for the model used)."""
     predicted_model_state_bytes: float
     """Weights, gradients, fp32 masters and optimizer state on one rank, as the plan shards them."""
+    predicted_optimizer_state_bytes: float
+    """The optimizer's state tensors on one rank (Adam's two moments; no fp32 masters)."""
+    predicted_master_bytes: float
+    """fp32 master weights on one rank (bf16-mixed; 0 otherwise)."""
     predicted_step_seconds: float | None
     device: DeviceInfo
     notes: tuple[str, ...]
@@ -95,26 +109,25 @@ class Budget:
 
 
 def predicted_peak_bytes(
-    spec: ModelSpec, plan: Plan, *, precision: str, optimizer: str, seq_len: int
+    spec: ModelSpec,
+    plan: Plan,
+    *,
+    precision: str,
+    optimizer: str,
+    seq_len: int,
+    strategy: str = "ddp",
 ) -> float:
-    """Peak bytes on one rank of `plan` (from `run_plan`): the phase model of the reference
-    step for one process, the plan's per-rank memory for several (the module docstring)."""
-    if plan.n_gpus == 1:
-        return training_peak(
-            spec,
-            precision=precision,
-            optimizer=optimizer,
-            seq_len=seq_len,
-            micro_batch=plan.micro_batch,
-            recompute=plan.recompute,
-        ).total_bytes
-    return plan_memory(
+    """Peak bytes on one rank of `plan` (from `run_plan`) under `strategy`: the phase model of
+    the reference step for one process, the plan's per-rank memory for several (the module
+    docstring); the figure make_budget reports."""
+    return _memory(
         spec,
         plan,
+        strategy,
         seq_len=seq_len,
         precision=get_precision(precision),
         optimizer=get_optimizer(optimizer),
-    ).total_bytes
+    ).peak_bytes
 
 
 def make_budget(
@@ -125,20 +138,15 @@ def make_budget(
     precision: str,
     optimizer: str,
     seq_len: int,
+    strategy: str = "ddp",
 ) -> Budget:
-    """The predictions for `plan` (from `run_plan`) of `spec` on `device`, one per rank."""
+    """The predictions for `plan` (from `run_plan`) of `spec` on `device`, one per rank, for
+    what `strategy` runs (zero2: see the module docstring)."""
     prec, opt, notes = get_precision(precision), get_optimizer(optimizer), []
     flops = training_flops(
         spec, seq_len, causal=True, recompute=plan.recompute, flash_attention=plan.flash_attention
     )
-    per_rank = plan_memory(spec, plan, seq_len=seq_len, precision=prec, optimizer=opt)
-    peak_memory = predicted_peak_bytes(
-        spec, plan, precision=precision, optimizer=optimizer, seq_len=seq_len
-    )
-    if plan.n_gpus == 1:
-        memory_note = "core.peak_memory's phase model of the reference implementation"
-    else:
-        memory_note = f"core.parallel_memory for {plan.describe()}, per rank"
+    memory = _memory(spec, plan, strategy, seq_len=seq_len, precision=prec, optimizer=opt)
     peak = None
     efficiency = DEFAULT_EFFICIENCY
     if device.catalog_key is not None:
@@ -165,19 +173,79 @@ def make_budget(
     )
     notes.append(
         f"predictions for the layout that runs, {plan.describe()}: step time from "
-        f"core.step_time; peak memory from {memory_note}"
+        f"core.step_time; peak memory from {memory.note}"
     )
     return Budget(
         plan=plan,
         model_flops_per_token=flops.model_flops_per_token,
         hardware_flops_per_token=flops.hardware_flops_per_token,
         peak_flops_per_second=peak,
-        predicted_peak_memory_bytes=peak_memory,
-        predicted_model_state_bytes=per_rank.state.total_bytes,
+        predicted_peak_memory_bytes=memory.peak_bytes,
+        predicted_model_state_bytes=memory.model_state_bytes,
+        predicted_optimizer_state_bytes=memory.optimizer_state_bytes,
+        predicted_master_bytes=memory.master_bytes,
         predicted_step_seconds=predicted,
         device=device,
         notes=tuple(notes),
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Memory:
+    peak_bytes: float
+    model_state_bytes: float
+    optimizer_state_bytes: float
+    master_bytes: float
+    note: str
+
+
+def _memory(
+    spec: ModelSpec,
+    plan: Plan,
+    strategy: str,
+    *,
+    seq_len: int,
+    precision: Precision,
+    optimizer: Optimizer,
+) -> _Memory:
+    """Per-rank memory predictions (see the module docstring for the model used)."""
+    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer)
+    per_rank = plan_memory(spec, plan, **kw)
+    extra = 0.0
+    if strategy == "zero2" and plan.n_gpus > 1:
+        extra = zero2_extra_params_bytes(spec, plan, **kw)
+    if plan.n_gpus == 1:
+        peak = training_peak(
+            spec,
+            precision=precision.name,
+            optimizer=optimizer.name,
+            seq_len=seq_len,
+            micro_batch=plan.micro_batch,
+            recompute=plan.recompute,
+        ).total_bytes
+        note = "core.peak_memory's phase model of the reference implementation"
+    else:
+        peak = per_rank.total_bytes + extra
+        note = f"core.parallel_memory for {plan.describe()}, per rank"
+        if extra:
+            note += " (+ the parameters' shard FSDP2 keeps at rest under zero2)"
+    return _Memory(
+        peak_bytes=peak,
+        model_state_bytes=per_rank.state.total_bytes + extra,
+        optimizer_state_bytes=per_rank.state.optimizer_state_bytes,
+        master_bytes=per_rank.state.master_bytes,
+        note=note,
+    )
+
+
+def zero2_extra_params_bytes(
+    spec: ModelSpec, plan: Plan, *, seq_len: int, precision: Precision, optimizer: Optimizer
+) -> float:
+    """Bytes FSDP2 without resharding after forward holds beyond the core's ZeRO-2 on one rank:
+    its shard of the parameters (kept at rest while the gathered copy lives), which is the
+    parameter bytes of the same plan at ZeRO-3."""
+    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer)
+    return plan_memory(spec, replace(plan, zero=3), **kw).state.params_bytes
 
 
 def measured_hardware(device: DeviceInfo, compute_dtype: str) -> Hardware:

@@ -22,11 +22,11 @@ from trainbudget.core.spec.precision import (
     TRAINABLE_OPTIMIZERS,
     get_trainable_optimizer,
 )
+from trainbudget.train.strategy import STRATEGIES
 
 SCHEDULES = ("cosine", "linear", "constant", "wsd")
 PRECISIONS = ("fp32", "bf16-mixed", "bf16", "amp-bf16", "amp-fp16")
 DEVICES = ("auto", "cpu", "cuda")
-STRATEGIES = ("ddp", "fsdp")
 CHOICES = {
     "optimizer": TRAINABLE_OPTIMIZERS,  # the core's table: the rows the trainer has a factory for
     "schedule": SCHEDULES,
@@ -107,14 +107,20 @@ class TrainConfig:
     probes: str = ""
     """A TSV file of `prompt<TAB>target` pairs whose probability is tracked (empty: none)."""
     strategy: str = "ddp"
-    """Under torchrun: 'ddp' (replicate) or 'fsdp' (FSDP2 fully_shard)."""
+    """Under torchrun: ddp (replicated, ZeRO-0), zero1 (DDP + ZeroRedundancyOptimizer: optimizer
+    state sharded), zero2 (FSDP2 without resharding after forward, the closest exact ZeRO-2:
+    gradients and optimizer state sharded, parameters gathered from forward to backward), fsdp
+    (FSDP2, ZeRO-3) or hsdp (FSDP2 on a 2-D mesh: ZeRO-3 in groups of zero_shard ranks)."""
+    zero_shard: int = 0
+    """hsdp: ranks per shard group (it must divide the processes); 0 for the other strategies."""
     collective_timeout_seconds: float = 600.0
     """Under torchrun: how long a rank waits for the others -- at rendezvous and in every
     collective -- before it exits with code 3, naming the ranks that did not arrive."""
     plan: str = ""
     """A JSON file from `trainbudget plan --json`: its best layout is used (empty: none). It must
-    be data parallel only with dp = the number of processes; it decides strategy (ZeRO-3 ->
-    'fsdp', ZeRO 0-2 -> 'ddp'), micro_batch and grad_accum (giving others is an error)."""
+    be data parallel only with dp = the number of processes; it decides strategy (ZeRO 0, 1, 2,
+    3 -> ddp, zero1, zero2, fsdp; a zero_shard -> hsdp), zero_shard, micro_batch and grad_accum
+    (giving others is an error)."""
     resume: bool = False
     """Continue from the newest verified checkpoint in <out>/checkpoints (start afresh if none)."""
     overwrite: bool = False
@@ -175,7 +181,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
     ):
         if getattr(cfg, name) <= 0:
             raise SpecError(name, getattr(cfg, name), "must be a positive integer")
-    for name in ("checkpoint_every", "spike_window", "max_rollbacks"):
+    for name in ("checkpoint_every", "spike_window", "max_rollbacks", "zero_shard"):
         if getattr(cfg, name) < 0:
             raise SpecError(name, getattr(cfg, name), "must be an integer >= 0")
     if cfg.keep < 2:
@@ -228,6 +234,12 @@ def _check_together(cfg: TrainConfig) -> None:
     if cfg.resume and cfg.overwrite:
         raise SpecError(
             "overwrite", True, "cannot be combined with resume (continue the run or start afresh)"
+        )
+    if (cfg.strategy == "hsdp") != (cfg.zero_shard > 0):
+        raise SpecError(
+            "zero_shard",
+            cfg.zero_shard,
+            f"must be >= 1 with strategy hsdp and 0 otherwise (strategy {cfg.strategy})",
         )
     # the loop evaluates only on logged steps (and the last): an eval_interval that is not a
     # multiple of log_interval would evaluate only every lcm of the two, silently

@@ -1,23 +1,26 @@
-"""torchrun support: one process per device, gloo on CPU and NCCL on GPU, the model wrapped in
-DDP (replicated) or FSDP2 `fully_shard` (parameters, gradients and optimizer state sharded:
-ZeRO-3). Nothing here runs unless torchrun set WORLD_SIZE > 1.
+"""torchrun support: one process per device, gloo on CPU and NCCL on GPU, the model wrapped
+(train.parallelize) in DDP (ddp, zero1) or FSDP2 `fully_shard` (zero2, fsdp, hsdp; see
+train.strategy). Nothing here runs unless torchrun set WORLD_SIZE > 1.
 
 What makes an N-rank run the same computation as one process with the same global batch:
 - the data: every rank takes its rows of one global batch per step (train.data.TrainBatches);
-- the gradient: DDP and FSDP2 average gradients over ranks (reduce-scatter/all-reduce of the
-  sum divided by N), and each rank's loss is its local mean over equal-sized micro-batches
+- the gradient: DDP and FSDP2 average gradients over all ranks (reduce-scatter/all-reduce of
+  the sum divided by N; HSDP: reduce-scatter in the shard group, all-reduce across the
+  groups), and each rank's loss is its local mean over equal-sized micro-batches
   divided by grad_accum, so the synchronised gradient is that of the global mean loss;
 - accumulation: gradients are synchronised once per step, on the last micro-batch
   (`grad_sync`: DDP's no_sync, FSDP2's set_requires_gradient_sync(False) on the others);
 - clipping: torch.nn.utils.clip_grad_norm_ on FSDP2's DTensor gradients reduces the shards'
   norms across ranks, so the norm is the full model's (`total_grad_norm` likewise);
+- the update: ZeroRedundancyOptimizer (zero1) steps each parameter on one rank and broadcasts
+  it, the same update as every rank stepping it;
 - the logged loss: the mean over ranks of each rank's mean (the loop's
   per-step `all_reduce_sum`, divided by N), the global
   batch's mean because every rank has the same number of rows.
-Checkpoints: DDP and one-process runs hold full tensors in the single-process format, written
-by rank 0 (`full_state`); FSDP2 runs write their shards with torch.distributed.checkpoint
-(train.sharded). `ShardingLoad` cuts a full optimizer state into FSDP2's shards (a full
-checkpoint resumed under FSDP2).
+Checkpoints: DDP (ddp, zero1: the optimizer state consolidated on rank 0) and one-process
+runs hold full tensors in the single-process format, written by rank 0 (`full_state`); FSDP2
+runs write their shards with torch.distributed.checkpoint (train.sharded). `ShardingLoad`
+cuts a full optimizer state into FSDP2's shards (a full checkpoint resumed under FSDP2).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from trainbudget.train.collective_watch import Watch
 from trainbudget.train.launch_env import read_launch_env
 from trainbudget.train.rendezvous import join
+from trainbudget.train.strategy import get_strategy
 
 
 @dataclass(frozen=True)
@@ -79,28 +83,6 @@ def arrive(info: DistInfo, label: str) -> None:
         info.watch.arrive(label)
 
 
-def wrap_model(model: nn.Module, info: DistInfo, strategy: str, device: torch.device) -> nn.Module:
-    """DDP or FSDP2 around `model`; the model itself when running alone.
-
-    FSDP2 shards the model in place (its parameters become DTensors), so the optimizer must be
-    built after this call, from the model's parameters then."""
-    if not info.enabled:
-        return model
-    if strategy == "fsdp":
-        try:
-            from torch.distributed.fsdp import fully_shard
-        except ImportError:  # torch < 2.6 kept FSDP2 under _composable
-            from torch.distributed._composable.fsdp import fully_shard
-        for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
-        return model
-    from torch.nn.parallel import DistributedDataParallel
-
-    ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids)
-
-
 def grad_sync(net: nn.Module, info: DistInfo, strategy: str, *, sync: bool):
     """The context for one micro-batch's forward and backward: gradients are synchronised across
     ranks only when `sync` (the step's last micro-batch); before it they accumulate locally.
@@ -110,7 +92,7 @@ def grad_sync(net: nn.Module, info: DistInfo, strategy: str, *, sync: bool):
     micro-batch's backward then reduce-scatters the accumulated unsharded gradients."""
     if not info.enabled or sync:
         return contextlib.nullcontext()
-    if strategy == "fsdp":
+    if get_strategy(strategy).fsdp2:
         return _fsdp_no_sync(net)
     return net.no_sync()
 
@@ -144,8 +126,17 @@ def all_reduce_sum(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
 
 
 def is_sharded(module: nn.Module) -> bool:
-    """Whether FSDP2 has sharded `module`'s parameters (they are DTensors)."""
-    return any(isinstance(p, DTensor) for p in module.parameters())
+    """Whether FSDP2 has sharded `module`'s parameters: it is fully_shard's (zero2 keeps them
+    gathered, as plain tensors, from a forward to its backward), or they are DTensors."""
+    return _is_fsdp_module(module) or any(isinstance(p, DTensor) for p in module.parameters())
+
+
+def _is_fsdp_module(module: nn.Module) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch < 2.6 kept FSDP2 under _composable
+        from torch.distributed._composable.fsdp import FSDPModule
+    return isinstance(module, FSDPModule)
 
 
 def full_state(state, info: DistInfo):

@@ -52,7 +52,6 @@ from trainbudget.train.distributed import (
     is_sharded,
     shutdown,
     total_grad_norm,
-    wrap_model,
 )
 from trainbudget.train.evaluate import evaluate, probe_probabilities
 from trainbudget.train.exits import SecondSignal
@@ -60,12 +59,14 @@ from trainbudget.train.faults import Faults
 from trainbudget.train.guard import StepGuard, Verdict
 from trainbudget.train.memory_check import Step, check_run
 from trainbudget.train.metrics import MetricsWriteError, MetricsWriter, Progress, resume_metrics
+from trainbudget.train.parallelize import parallel_optimizer, parallelize, reshard
 from trainbudget.train.preflight import preflight
+from trainbudget.train.rank_memory import PeakMeter, tracks_cpu_peak
 from trainbudget.train.run import Run
 from trainbudget.train.run_files import CONFIG_FILE, SUMMARY_FILE
 from trainbudget.train.run_lock import make_room, own_run_folder
 from trainbudget.train.schedule import Schedule, apply_lr
-from trainbudget.train.setup import make_optimizer, mixed_precision, seed_everything
+from trainbudget.train.setup import mixed_precision, seed_everything
 from trainbudget.train.startup import Say, log_rule, logged_step, on_terminal
 from trainbudget.train.summary import memory_bytes, summarize
 
@@ -190,8 +191,10 @@ def _start(
         world_size=info.world_size,
     )
     arrive(info, "start-up: the model's wrapper (DDP broadcasts the parameters)")
-    net = wrap_model(model, info, cfg.strategy, device)
-    optimizer = make_optimizer(model, cfg)  # after wrap_model: FSDP2's DTensor parameters
+    parallel = parallelize(model, info, cfg, device)
+    net = parallel.net
+    # after parallelize: FSDP2's DTensor parameters; zero1's sharded state over the mesh
+    optimizer = parallel_optimizer(model, cfg, parallel)
     autocast, scaler = mixed_precision(cfg.precision, device)
     say("predicting step time and memory (off the catalog: measuring this machine, about 1 s)")
     budget = _budget(cfg, spec, plan, device)
@@ -222,6 +225,8 @@ def _start(
         checkpoint_root=root,
         tokens_per_step=cfg.micro_batch * cfg.grad_accum * cfg.seq_len * info.world_size,
         probes=pre.probes,
+        mesh=parallel.mesh,
+        peak_meter=PeakMeter(device, tracked=tracks_cpu_peak(cfg, info)),
     )
     if cfg.resume:
         say("resuming")
@@ -252,6 +257,7 @@ def _plan(cfg: TrainConfig, info: DistInfo) -> Plan:
         micro_batch=cfg.micro_batch,
         grad_accum=cfg.grad_accum,
         recompute=cfg.recompute,
+        zero_shard=cfg.zero_shard,
     )
 
 
@@ -264,6 +270,7 @@ def _budget(cfg: TrainConfig, spec: ModelSpec, plan: Plan, device: torch.device)
         precision=cfg.precision,
         optimizer=cfg.optimizer,
         seq_len=cfg.seq_len,
+        strategy=cfg.strategy,
     )
 
 
@@ -321,7 +328,8 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         batch_crc = run.batches.fingerprint()
         _sync(run.device)
         t_step = time.perf_counter()
-        loss, grad_norm, verdict, flags, phases = _step(run, logged)
+        with run.peak_meter.step(run.net, run.model, run.optimizer):  # CPU: the 2nd step
+            loss, grad_norm, verdict, flags, phases = _step(run, logged)
         seconds = time.perf_counter() - t_step
         run.guard.record(loss, verdict)
         if verdict.reason == "spike":
@@ -349,6 +357,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
                     record["probes"] = probe_probabilities(
                         run.model, run.data.tokenizer, run.probes, run.device
                     )
+                reshard(run.model)  # zero2: the forwards without backward left them gathered
             writer.write(record)
             mfu = f"  MFU {100 * record['mfu']:.1f}%" if record["mfu"] is not None else ""
             tps = record["tokens_per_second"]

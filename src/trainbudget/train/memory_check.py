@@ -46,6 +46,7 @@ class Step:
     precision: str
     optimizer: str
     seq_len: int
+    strategy: str = "ddp"
 
     @classmethod
     def of(cls, cfg: TrainConfig, spec: ModelSpec, plan: Plan) -> Step:
@@ -57,6 +58,7 @@ class Step:
             precision=cfg.precision,
             optimizer=cfg.optimizer,
             seq_len=cfg.seq_len,
+            strategy=cfg.strategy,
         )
 
     def peak_bytes(self) -> float:
@@ -66,6 +68,7 @@ class Step:
             precision=self.precision,
             optimizer=self.optimizer,
             seq_len=self.seq_len,
+            strategy=self.strategy,
         )
 
 

@@ -23,9 +23,10 @@ from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.data.files import SPLITS, read_meta, split_file
 from trainbudget.data.tokenizers import BYTE_VOCAB_SIZE
 from trainbudget.train.config import TrainConfig, config_fields
+from trainbudget.train.strategy import check_strategy, strategy_for_plan
 
 TOKEN_BYTES = {"uint16": 2, "uint32": 4}  # the dtypes of data.files.token_dtype_name
-PLAN_DECIDES = ("strategy", "micro_batch", "grad_accum", "recompute")
+PLAN_DECIDES = ("strategy", "zero_shard", "micro_batch", "grad_accum", "recompute")
 _PLAN_INTS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "micro_batch", "grad_accum")
 _TRAINER_AXES = ("tp", "pp", "vpp", "cp", "ep")  # the trainer runs each of these at 1
 
@@ -63,6 +64,9 @@ def preflight(
     if cfg.plan:
         plan = read_plan(cfg.plan, seq_len=cfg.seq_len)
         cfg = apply_plan(cfg, plan, world_size=world, explicit=explicit)
+    check_strategy(
+        cfg.strategy, zero_shard=cfg.zero_shard, world_size=world, precision=cfg.precision
+    )
     meta = read_data_meta(cfg.data) if cfg.data else None
     vocab_size = meta["vocab_size"] if meta else BYTE_VOCAB_SIZE
     spec = model_spec(cfg, vocab_size)
@@ -245,7 +249,8 @@ def apply_plan(
     cfg: TrainConfig, plan: Plan, *, world_size: int, explicit: Collection[str] | None = None
 ) -> TrainConfig:
     """`cfg` with the plan's micro-batching and strategy, after checking the trainer can run
-    it: data parallel only, one process per dp rank, no offload or hybrid sharding."""
+    it: data parallel only, one process per dp rank, no offload (train.strategy: which
+    strategy runs which ZeRO stage)."""
     for axis in _TRAINER_AXES:
         degree = getattr(plan, axis)
         if degree != 1:
@@ -254,13 +259,6 @@ def apply_plan(
                 cfg.plan,
                 f"the trainer runs data parallel only; this plan needs {axis}={degree}",
             )
-    if plan.zero_shard:
-        raise SpecError(
-            "plan",
-            cfg.plan,
-            f"the trainer shards over all dp ranks; this plan needs HSDP (zero_shard="
-            f"{plan.zero_shard})",
-        )
     for name in ("offload_optimizer", "offload_params"):
         if getattr(plan, name) != "none":
             raise SpecError(
@@ -290,7 +288,8 @@ def apply_plan(
             "(plan with --recompute-options none,full)",
         )
     decided = {
-        "strategy": "fsdp" if plan.zero == 3 else "ddp",
+        "strategy": _plan_strategy(cfg, plan),
+        "zero_shard": plan.zero_shard,
         "micro_batch": plan.micro_batch,
         "grad_accum": plan.grad_accum,
         "recompute": plan.recompute,
@@ -310,3 +309,10 @@ def apply_plan(
                 f"{', '.join(PLAN_DECIDES)}: leave {name} out or drop the plan",
             )
     return dataclasses.replace(cfg, **decided)
+
+
+def _plan_strategy(cfg: TrainConfig, plan: Plan) -> str:
+    try:
+        return strategy_for_plan(plan.zero, plan.zero_shard)
+    except SpecError as err:
+        raise SpecError("plan", cfg.plan, err.rule) from None

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: importing these here would load torch and the trainer
     import torch
+    from torch.distributed.device_mesh import DeviceMesh
 
     from trainbudget.core.spec.model_spec import ModelSpec
     from trainbudget.train.accounting import Budget
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # annotations only: importing these here would load torch and
     from trainbudget.train.distributed import DistInfo
     from trainbudget.train.faults import Faults
     from trainbudget.train.guard import StepGuard
+    from trainbudget.train.rank_memory import PeakMeter
     from trainbudget.train.schedule import Schedule
 
 
@@ -107,5 +109,9 @@ class Run:
     """Tokens of one optimizer step over all ranks (the global batch x seq_len)."""
     probes: tuple[tuple[str, str], ...] = ()
     """(prompt, target) pairs whose probability is logged."""
+    mesh: DeviceMesh | None = None
+    """The run's one device mesh (train.parallelize); None when running alone."""
+    peak_meter: PeakMeter
+    """This rank's peak memory (train.rank_memory)."""
     state: RunState = field(default_factory=RunState)
     """The part that changes (see RunState for who changes it)."""

@@ -1,5 +1,7 @@
 """The end of a run: predicted vs measured step time, memory and MFU, the loss against the
-corpus's unigram entropy, and what the run survived (skipped steps, rollbacks, checkpoints)."""
+corpus's unigram entropy, what the run survived (skipped steps, rollbacks, checkpoints), and
+the strategy that ran with each rank's measured optimizer state and peak beside the plan's
+per-rank predictions (train.rank_memory)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from trainbudget.profile.memory import measure_step_memory
+from trainbudget.train.rank_memory import gather_records, rank_record
+from trainbudget.train.strategy import get_strategy
 
 if TYPE_CHECKING:
     from trainbudget.train.accounting import Budget
@@ -24,6 +28,38 @@ def memory_bytes(device: torch.device, budget: Budget) -> dict:
         "predicted_peak": budget.predicted_peak_memory_bytes,
         "predicted_model_state": budget.predicted_model_state_bytes,
         "measured_peak": measured,
+    }
+
+
+def per_rank_memory(run: Run) -> dict:
+    """The strategy that ran, its mesh, and per rank the measured optimizer state, fp32 master
+    weights and peak against the plan's prediction for one rank. A collective: every rank
+    calls it (summarize does)."""
+    records = gather_records(rank_record(run.info, run.optimizer, run.peak_meter), run.info)
+    budget = run.budget
+    if run.mesh is None:
+        strategy, engine, mesh = "single", "one process, no wrapper", {}
+    else:
+        strategy, engine = run.cfg.strategy, get_strategy(run.cfg.strategy).engine
+        mesh = dict(zip(run.mesh.mesh_dim_names, run.mesh.shape, strict=True))
+    methods = {r["peak_method"] for r in records} - {None}
+    return {
+        "strategy": strategy,
+        "strategy_engine": engine,
+        "mesh": mesh,
+        "optimizer_state_bytes_per_rank": {
+            "predicted": budget.predicted_optimizer_state_bytes,
+            "measured": [r["optimizer_state"] for r in records],
+        },
+        "master_weight_bytes_per_rank": {
+            "predicted": budget.predicted_master_bytes,
+            "measured": [r["master_weights"] for r in records],
+        },
+        "peak_memory_bytes_per_rank": {
+            "predicted": budget.predicted_peak_memory_bytes,
+            "measured": [r["peak"] for r in records],
+            "method": methods.pop() if methods else None,
+        },
     }
 
 
@@ -43,6 +79,7 @@ def summarize(run: Run) -> dict:
         "tokens_per_second": tps,
         "mfu": {"measured": budget.mfu(tps / world_size) if tps else None},
         "memory_bytes": memory_bytes(device, budget),
+        **per_rank_memory(run),
         "device": budget.device.as_dict(),
         "world_size": world_size,
         "reliability": {

@@ -1,0 +1,144 @@
+"""The model and its optimizer wrapped for the strategy that runs (train.strategy), on one device
+mesh built here, in one place, from the strategy's `MeshShape`: PyTorch's engines only.
+
+- ddp: DistributedDataParallel over the mesh's "dp" group.
+- zero1: the same DDP (gradients all-reduced, replicated) and the optimizer in
+  torch.distributed.optim.ZeroRedundancyOptimizer: each rank keeps the state of whole
+  parameters assigned to it (greedily, largest first, so the ranks' shares are as even as whole
+  tensors allow), steps them, and broadcasts them to the others.
+- zero2: FSDP2 `fully_shard(block, reshard_after_forward=False)` per block and on the root:
+  parameters, gradients and optimizer state sharded at rest; the parameters gathered in forward
+  stay gathered until backward has used them.
+- fsdp: FSDP2 `fully_shard` per block and on the root (ZeRO-3).
+- hsdp: the same on the 2-D ("dp_replicate", "dp_shard") mesh: shards within a group of
+  zero_shard ranks, gradients all-reduced across the groups.
+
+What keeps each one the same computation as one process with the same global batch is in
+train.distributed's docstring (gradients averaged over all ranks, synchronised once per step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.optim import ZeroRedundancyOptimizer
+
+from trainbudget.model.optimizers import build_optimizer
+from trainbudget.train.config import TrainConfig
+from trainbudget.train.distributed import DistInfo
+from trainbudget.train.setup import make_optimizer
+from trainbudget.train.strategy import get_strategy, mesh_shape
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parallel:
+    strategy: str
+    """What runs (train.strategy's name); as configured, whatever the world size."""
+    mesh: DeviceMesh | None
+    """The run's one device mesh; None when running alone."""
+    net: nn.Module
+    """What the steps call: DDP around the model, or the model FSDP2 sharded in place."""
+
+
+def build_mesh(info: DistInfo, cfg: TrainConfig, device: torch.device) -> DeviceMesh | None:
+    """The device mesh of the run's strategy (train.strategy.mesh_shape), None alone."""
+    if not info.enabled:
+        return None
+    shape = mesh_shape(cfg.strategy, world_size=info.world_size, zero_shard=cfg.zero_shard)
+    return init_device_mesh(device.type, shape.sizes, mesh_dim_names=shape.axes)
+
+
+def parallelize(
+    model: nn.Module, info: DistInfo, cfg: TrainConfig, device: torch.device
+) -> Parallel:
+    """Wrap `model` for `cfg.strategy`; the model itself when running alone.
+
+    FSDP2 shards the model in place (its parameters become DTensors), so the optimizer must be
+    built after this call (`parallel_optimizer`)."""
+    mesh = build_mesh(info, cfg, device)
+    if mesh is None:
+        return Parallel(strategy=cfg.strategy, mesh=None, net=model)
+    strategy = get_strategy(cfg.strategy)
+    if strategy.fsdp2:
+        _fully_shard(model, mesh, reshard_after_forward=strategy.reshard_after_forward)
+        return Parallel(strategy=cfg.strategy, mesh=mesh, net=model)
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index] if device.type == "cuda" else None
+    net = DistributedDataParallel(model, device_ids=ids, process_group=mesh.get_group("dp"))
+    return Parallel(strategy=cfg.strategy, mesh=mesh, net=net)
+
+
+def _fully_shard(model: nn.Module, mesh: DeviceMesh, *, reshard_after_forward: bool) -> None:
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch < 2.6 kept FSDP2 under _composable
+        from torch.distributed._composable.fsdp import fully_shard
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
+
+
+def reshard(model: nn.Module) -> None:
+    """Free the parameters FSDP2 gathered for a forward that had no backward (evaluation,
+    probes): without resharding after forward (zero2) only backward frees them, so they would
+    stay gathered -- the full model on every rank -- until the next training step, and a
+    checkpoint in between would find plain tensors instead of shards."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch < 2.6 kept FSDP2 under _composable
+        from torch.distributed._composable.fsdp import FSDPModule
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
+def parallel_optimizer(model: nn.Module, cfg: TrainConfig, parallel: Parallel):
+    """The run's optimizer (train.setup.make_optimizer); under zero1 sharded by
+    ZeroRedundancyOptimizer over the mesh's "dp" group."""
+    if parallel.strategy != "zero1" or parallel.mesh is None:
+        return make_optimizer(model, cfg)
+    return ShardedStateOptimizer(
+        model.parameters(),
+        optimizer_class=_Factory(cfg.optimizer),
+        process_group=parallel.mesh.get_group("dp"),
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+    )
+
+
+class _Factory:
+    """The project's optimizer factory for one name, called as a class is (params, **defaults)
+    -- what ZeroRedundancyOptimizer builds each rank's local optimizer with."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, params, **defaults) -> torch.optim.Optimizer:
+        return build_optimizer(self.name, params, **defaults)
+
+
+class ShardedStateOptimizer(ZeroRedundancyOptimizer):
+    """ZeroRedundancyOptimizer whose state_dict is the full optimizer state in the
+    single-process format, on rank 0, like train.distributed.full_state gives for FSDP2: a
+    collective (every rank calls it, as every checkpoint save does); None on the other ranks.
+    load_state_dict takes that full state; each rank keeps the part of its own parameters."""
+
+    def state_dict(self):
+        self.consolidate_state_dict(to=0)
+        if self.rank != 0:
+            return None
+        state = super().state_dict()
+        # consolidate_state_dict kept every rank's state on rank 0: let the copy go with the save
+        self._all_state_dicts = []
+        return state
+
+    def load_state_dict(self, state_dict) -> None:
+        super().load_state_dict(state_dict)
+        # ZeroRedundancyOptimizer's load also leaves the loaded state in its own `state` (None
+        # for the other ranks' parameters, a second copy of this rank's); the local optimizer
+        # (`optim`) holds the copy that steps, and state_dict reads that one: drop the other
+        self.state.clear()

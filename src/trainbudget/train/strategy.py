@@ -1,0 +1,131 @@
+"""The data-parallel strategies the trainer runs, each on PyTorch's own engine, and the device
+mesh each needs. Pure (no torch): preflight, the budget (train.accounting) and the wrapper
+(train.parallelize) read the same table.
+
+| strategy | ZeRO | what runs | mesh axes |
+|---|---|---|---|
+| ddp | 0 | DistributedDataParallel | dp |
+| zero1 | 1 | DDP + torch.distributed.optim.ZeroRedundancyOptimizer | dp |
+| zero2 | 2 | FSDP2 fully_shard(reshard_after_forward=False) | dp |
+| fsdp | 3 | FSDP2 fully_shard | dp |
+| hsdp | 3 | FSDP2 fully_shard on a 2-D mesh | dp_replicate, dp_shard |
+
+ZeRO stages after Rajbhandari et al. 2020 (arXiv 1910.02054, Sec. 5.1): 1 shards the optimizer
+state, 2 also the gradients, 3 also the parameters. PyTorch has no engine for exactly stage 2:
+FSDP2 without resharding after forward is the closest exact equivalent (the same update; the
+parameters, sharded at rest, stay gathered from the start of forward to the end of backward, so
+that backward all-gathers nothing). `zero2_extra_params_bytes` in train.accounting says what
+that holds beyond ZeRO-2.
+
+Naming (torchtitan's rule): an "axis" is a device-mesh axis, a "dim" a tensor dimension. The
+mesh has the data-parallel axes only; tensor, context, pipeline or expert axes would be added
+in `mesh_shape`, the one place the mesh is laid out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainbudget.core.errors import SpecError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Strategy:
+    name: str
+    zero: int
+    """The ZeRO stage the core's memory model is given for it."""
+    engine: str
+    """What runs, in PyTorch's words (summary.json's `strategy_engine`)."""
+    fsdp2: bool
+    """The model is wrapped by FSDP2's fully_shard (parameters become DTensors)."""
+    reshard_after_forward: bool = True
+    """FSDP2 only: free the gathered parameters after each block's forward."""
+
+
+STRATEGIES_TABLE = {
+    s.name: s
+    for s in (
+        Strategy(name="ddp", zero=0, engine="DistributedDataParallel", fsdp2=False),
+        Strategy(
+            name="zero1",
+            zero=1,
+            engine="DistributedDataParallel + ZeroRedundancyOptimizer",
+            fsdp2=False,
+        ),
+        Strategy(
+            name="zero2",
+            zero=2,
+            engine="FSDP2 fully_shard(reshard_after_forward=False), the closest exact "
+            "equivalent of ZeRO-2 in PyTorch: parameters gathered from forward to backward",
+            fsdp2=True,
+            reshard_after_forward=False,
+        ),
+        Strategy(name="fsdp", zero=3, engine="FSDP2 fully_shard", fsdp2=True),
+        Strategy(name="hsdp", zero=3, engine="FSDP2 fully_shard on a 2-D mesh", fsdp2=True),
+    )
+}
+STRATEGIES = tuple(STRATEGIES_TABLE)
+ZERO_STRATEGIES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "fsdp"}
+"""The strategy for a plan's ZeRO stage over all dp ranks (a shard group: hsdp)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeshShape:
+    axes: tuple[str, ...]
+    """Axis names, outermost first."""
+    sizes: tuple[int, ...]
+    """Ranks along each axis; their product is the world size."""
+
+
+def get_strategy(name: str) -> Strategy:
+    if name not in STRATEGIES_TABLE:
+        raise SpecError("strategy", name, "must be one of " + ", ".join(STRATEGIES))
+    return STRATEGIES_TABLE[name]
+
+
+def strategy_for_plan(zero: int, zero_shard: int) -> str:
+    """The strategy that runs a plan's ZeRO stage and HSDP shard group (0: all dp ranks)."""
+    if not zero_shard:
+        return ZERO_STRATEGIES[zero]
+    if zero != 3:
+        raise SpecError(
+            "zero_shard",
+            zero_shard,
+            f"the trainer runs a shard group (HSDP) with ZeRO-3 only; this plan has "
+            f"zero={zero} with zero_shard={zero_shard}",
+        )
+    return "hsdp"
+
+
+def mesh_shape(strategy: str, *, world_size: int, zero_shard: int) -> MeshShape:
+    """The device mesh of `strategy` on `world_size` processes: ("dp",) for every strategy but
+    hsdp, whose ("dp_replicate", "dp_shard") axes hold world_size / zero_shard replicas of
+    zero_shard shards each (outer axis across the groups, as FSDP2's HSDP expects)."""
+    get_strategy(strategy)
+    if strategy != "hsdp":
+        if zero_shard:
+            raise SpecError(
+                "zero_shard", zero_shard, f"is for strategy hsdp only (this run: {strategy})"
+            )
+        return MeshShape(axes=("dp",), sizes=(world_size,))
+    if zero_shard < 1 or world_size % zero_shard:
+        raise SpecError(
+            "zero_shard",
+            zero_shard,
+            f"must be >= 1 and divide the processes ({world_size}) for strategy hsdp",
+        )
+    replicas = world_size // zero_shard
+    return MeshShape(axes=("dp_replicate", "dp_shard"), sizes=(replicas, zero_shard))
+
+
+def check_strategy(strategy: str, *, zero_shard: int, world_size: int, precision: str) -> None:
+    """What the strategy needs of the run, before anything starts: a mesh that fits the
+    processes, and a precision its optimizer wrapper supports."""
+    mesh_shape(strategy, world_size=world_size, zero_shard=zero_shard)
+    if strategy == "zero1" and precision == "bf16-mixed" and world_size > 1:
+        raise SpecError(
+            "precision",
+            precision,
+            "zero1 shards torch optimizers, not bf16-mixed's fp32 master weights; use zero2, "
+            "fsdp or another precision",
+        )
