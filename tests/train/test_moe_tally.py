@@ -111,7 +111,7 @@ def test_a_dense_model_has_no_moe_fields():
     "name", ["moe_capacity_factor", "moe_balance_loss_coef", "moe_z_loss_coef"]
 )
 def test_negative_moe_settings_are_refused(name):
-    with pytest.raises(SpecError, match=f"{name}.*must not be negative"):
+    with pytest.raises(SpecError, match=rf"{name}.*must not be negative"):
         TrainConfig(**{name: -0.1})
 
 
@@ -123,5 +123,5 @@ def test_capacity_factor_comes_from_the_train_setting(tmp_path: Path):
     assert model_spec(cfg, 257).capacity_factor == 2.0
     dense = TrainConfig(out=str(tmp_path))
     assert model_spec(dense, 257).capacity_factor == 0.0
-    with pytest.raises(SpecError, match="capacity_factor.*moe_capacity_factor"):
+    with pytest.raises(SpecError, match=r"capacity_factor.*moe_capacity_factor"):
         model_spec(TrainConfig(overrides=(*moe, "capacity_factor=1.0"), out=str(tmp_path)), 257)
