@@ -151,8 +151,9 @@ class TrainConfig:
     moe_capacity_factor: float = 1.25
     """MoE models: each expert takes at most this times its even share of a micro-batch's
     token-expert assignments and drops the rest, which pass on through the residual (Switch
-    Transformer, arXiv:2101.03961, Sec. 2.2, from which 1.25 comes); 0: dropless. It becomes
-    the model's capacity_factor, which the predictions read too; the count dropped is logged."""
+    Transformer, arXiv:2101.03961, Sec. 2.2; its Table 1 compares 1.0, 1.25 and 2.0); 0:
+    dropless. It becomes the model's capacity_factor, which the predictions read too; the
+    count dropped is logged."""
     moe_balance_loss_coef: float = 0.01
     """MoE models: the weight of the load-balancing loss E x sum_i f_i x P_i, per MoE layer
     (Switch Transformer eq. 4; its alpha = 0.01)."""
