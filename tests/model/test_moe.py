@@ -174,3 +174,19 @@ def test_router_bias_gets_a_zero_gradient_edge() -> None:
     layer(_tokens(4)).sum().backward()
     assert layer.score_bias.grad is not None
     assert torch.count_nonzero(layer.score_bias.grad) == 0
+
+
+@pytest.mark.parametrize("favourite", [None, 0], ids=["random-router", "collapsed"])
+def test_tokens_the_experts_take_stay_within_the_cores_slots(favourite) -> None:
+    # the core counts spec.routed_slots_per_token x N slots for the experts' buffers (their
+    # activations and all-to-all bytes); the layer never fills more than E x capacity of them,
+    # which is that figure rounded up to whole slots per expert
+    spec = SPEC.replace(experts_per_token=2, capacity_factor=1.25)
+    layer = MoE(spec, {}) if favourite is None else _layer(spec, favourite)
+    n = 24
+    layer(_tokens(n))
+    kept = layer.stats.assigned - layer.stats.dropped
+    slots = spec.routed_slots_per_token * n  # 1.25 x 2 x 24 = 60
+    assert kept <= E * expert_capacity(n, 2, E, 1.25) == math.ceil(slots / E) * E
+    if favourite is not None:  # collapsed: experts 0 and 1 (its 2nd choice) full, 2 and 3 idle
+        assert kept == 2 * expert_capacity(n, 2, E, 1.25)
