@@ -53,6 +53,7 @@ GROUPS = {
         "spike_min_excess",
         "max_rollbacks",
     ),
+    "mixture of experts": ("moe_capacity_factor", "moe_balance_loss_coef", "moe_z_loss_coef"),
     "logging and evaluation": (
         "log_interval",
         "eval_interval",

@@ -21,6 +21,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.model.mlp import MLP
+from trainbudget.model.moe import MoE
 
 
 class _RMSNormFunction(torch.autograd.Function):
@@ -164,71 +166,6 @@ class LatentAttention(nn.Module):
         k = torch.cat((k_nope, k_rope), dim=-1).transpose(1, 2)  # (B, H, T, E)
         y = attend(q, k, v.transpose(1, 2), window)  # (B, H, T, Ev)
         return self.proj(y.transpose(1, 2).reshape(b, t, s.d_attn_out))
-
-
-class MLP(nn.Module):
-    """GELU: down(gelu(up x)); SwiGLU: down(silu(gate x) * up x) (Shazeer 2020); GeGLU the
-    same with a tanh-approximated GELU on the gate."""
-
-    def __init__(self, spec: ModelSpec, d_hidden: int, factory: dict) -> None:
-        super().__init__()
-        self.swiglu = spec.mlp == "swiglu"
-        self.gelu_gate = spec.gate_activation == "gelu_tanh"
-        self.up = nn.Linear(spec.d_model, d_hidden, bias=spec.bias, **factory)
-        self.gate = (
-            nn.Linear(spec.d_model, d_hidden, bias=spec.bias, **factory) if self.swiglu else None
-        )
-        self.down = nn.Linear(d_hidden, spec.d_model, bias=spec.bias, **factory)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate is not None:
-            g = self.gate(x)
-            g = F.gelu(g, approximate="tanh") if self.gelu_gate else F.silu(g)
-            return self.down(g * self.up(x))
-        return self.down(F.gelu(self.up(x), approximate="tanh"))
-
-
-class MoE(nn.Module):
-    """Top-k routed experts plus shared ones (Shazeer et al. 2017; Mixtral: softmax over the
-    top-k router logits). Tokens are gathered per expert, so each expert runs one matmul. With
-    router_bias, a per-expert bias shifts which experts are picked but not their weights
-    (DeepSeek-V3's balancing bias; it is set by a rule, which this model does not implement,
-    not by gradients)."""
-
-    def __init__(self, spec: ModelSpec, factory: dict) -> None:
-        super().__init__()
-        self.k = spec.experts_per_token
-        self.router = nn.Linear(spec.d_model, spec.n_experts, bias=False, **factory)
-        # a Parameter, as in DeepSeek-V3's checkpoint, that only the top-k choice reads: no
-        # gradient reaches it through the indices (frozen, it would trip torch's MemTracker)
-        self.score_bias = (
-            nn.Parameter(torch.zeros(spec.n_experts, **factory)) if spec.router_bias else None
-        )
-        self.experts = nn.ModuleList(
-            MLP(spec, spec.d_ff_expert, factory) for _ in range(spec.n_experts)
-        )
-        self.shared = nn.ModuleList(
-            MLP(spec, spec.d_ff_expert, factory) for _ in range(spec.n_shared_experts)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        flat = x.reshape(b * t, d)  # (N, D)
-        logits = self.router(flat)  # (N, E)
-        if self.score_bias is None:
-            weights, chosen = logits.topk(self.k, dim=-1)  # (N, k) each
-        else:
-            chosen = (logits + self.score_bias).topk(self.k, dim=-1).indices  # (N, k)
-            weights = logits.gather(-1, chosen)
-        weights = weights.softmax(dim=-1, dtype=torch.float32).to(x.dtype)
-        out = torch.zeros_like(flat)
-        for e, expert in enumerate(self.experts):
-            token, slot = (chosen == e).nonzero(as_tuple=True)
-            if token.numel():
-                out.index_add_(0, token, expert(flat[token]) * weights[token, slot, None])
-        for expert in self.shared:
-            out = out + expert(flat)
-        return out.view(b, t, d)
 
 
 class Block(nn.Module):

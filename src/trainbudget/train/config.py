@@ -36,6 +36,7 @@ CHOICES = {
     "recompute": ("none", "full"),
     "on_nonfinite": ("skip", "halt"),
 }
+MOE_WEIGHTS = ("moe_capacity_factor", "moe_balance_loss_coef", "moe_z_loss_coef")
 SEED_LIMIT = 2**32  # numpy's generators take seeds in [0, 2**32)
 CONFIG_SUFFIXES = (".toml", ".json")
 
@@ -153,6 +154,18 @@ class TrainConfig:
     max_rollbacks: int = 3
     """Spike remedy (roll back to the last checkpoint, skip the offending batches) at most this
     many times; then the run halts."""
+    moe_capacity_factor: float = 1.25
+    """MoE models: each expert takes at most this times its even share of a micro-batch's
+    token-expert assignments and drops the rest, which pass on through the residual (Switch
+    Transformer, arXiv:2101.03961, Sec. 2.2; its Table 1 compares 1.0, 1.25 and 2.0); 0:
+    dropless. It becomes the model's capacity_factor, which the predictions read too; the
+    count dropped is logged."""
+    moe_balance_loss_coef: float = 0.01
+    """MoE models: the weight of the load-balancing loss E x sum_i f_i x P_i, per MoE layer
+    (Switch Transformer eq. 4; its alpha = 0.01)."""
+    moe_z_loss_coef: float = 0.001
+    """MoE models: the weight of the router z-loss, per MoE layer (ST-MoE, arXiv:2202.08906,
+    eq. 5; its c_z = 0.001)."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -197,7 +210,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
     for name in ("lr", "spike_sigmas", "collective_timeout_seconds"):
         if getattr(cfg, name) <= 0:
             raise SpecError(name, getattr(cfg, name), "must be a positive number")
-    for name in ("weight_decay", "spike_min_excess"):
+    for name in ("weight_decay", "spike_min_excess", *MOE_WEIGHTS):
         if getattr(cfg, name) < 0:
             raise SpecError(name, getattr(cfg, name), "must not be negative")
     if cfg.grad_clip < 0:

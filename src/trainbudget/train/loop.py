@@ -59,6 +59,7 @@ from trainbudget.train.faults import Faults
 from trainbudget.train.guard import StepGuard, Verdict
 from trainbudget.train.memory_check import Step, check_run
 from trainbudget.train.metrics import MetricsWriteError, MetricsWriter, Progress, resume_metrics
+from trainbudget.train.moe_tally import MoeTally, moe_record, moe_text
 from trainbudget.train.parallelize import parallel_optimizer, parallelize, reshard
 from trainbudget.train.preflight import preflight
 from trainbudget.train.rank_memory import PeakMeter, tracks_cpu_peak
@@ -343,6 +344,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         if verdict.ok and (logged or state.step == cfg.steps):
             state.logged(loss)
             record = _record(run, loss, lr, grad_norm, seconds, phases, batch_crc)
+            record.update(flags["moe"])
             if state.step % cfg.eval_interval == 0 or state.step == cfg.steps:
                 arrive(run.info, f"the evaluation at step {state.step}")
                 record["eval"] = evaluate(
@@ -361,7 +363,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
             writer.write(record)
             mfu = f"  MFU {100 * record['mfu']:.1f}%" if record["mfu"] is not None else ""
             tps = record["tokens_per_second"]
-            progress.update(state.step, f"loss {loss:.3f}  {tps:,.0f} tok/s{mfu}")
+            progress.update(state.step, f"loss {loss:.3f}  {tps:,.0f} tok/s{mfu}{moe_text(record)}")
         elif verdict.ok and on_terminal(
             state.step, first=first, log_interval=cfg.log_interval, steps=cfg.steps
         ):
@@ -384,13 +386,14 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
 def _step(run: Run, logged: bool):
     """One iteration: forward and backward over grad_accum micro-batches, the global loss and
     gradient norm, and the update unless the guard says no. Returns (loss, grad_norm, verdict,
-    flags agreed by all ranks, phase seconds)."""
+    flags agreed by all ranks -- and the MoE layers' figures, flags["moe"] --, phase seconds)."""
     cfg = run.cfg
     phases = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
     batch = run.batches.step + 1  # 1-based, as faults count batches
     arrive(run.info, f"the forward and backward of step {run.state.step + 1} (gradient sync)")
     factor = run.faults.loss_factor(batch)
     loss_sum = torch.zeros((), device=run.device)
+    moe = MoeTally(run.device)  # MoE models: auxiliary losses, dropped tokens
     for micro in range(cfg.grad_accum):
         t = time.perf_counter()
         x, y, _ = run.batches.next_batch(run.device)
@@ -404,11 +407,12 @@ def _step(run: Run, logged: bool):
                 loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) / cfg.grad_accum
                 if factor is not None:
                     loss = loss * factor
+                total = moe.add_losses(run.model, loss, cfg)
             if logged:
                 _sync(run.device)
             phases["forward"] += time.perf_counter() - t
             t = time.perf_counter()
-            run.scaler.scale(loss).backward()
+            run.scaler.scale(total).backward()
             if logged:
                 _sync(run.device)
             phases["backward"] += time.perf_counter() - t
@@ -425,11 +429,16 @@ def _step(run: Run, logged: bool):
     )
     # one all-reduce: the global mean loss and the flags every rank must agree on
     save_by_time = run.info.is_main and time_due(run)
-    packet = torch.stack(
+    packet = torch.cat(
         [
-            loss_sum.float(),
-            torch.tensor(float(run.state.signal), device=run.device),
-            torch.tensor(float(save_by_time), device=run.device),
+            torch.stack(
+                [
+                    loss_sum.float(),
+                    torch.tensor(float(run.state.signal), device=run.device),
+                    torch.tensor(float(save_by_time), device=run.device),
+                ]
+            ),
+            moe.sums,
         ]
     )
     packet = all_reduce_sum(packet, run.info).tolist()
@@ -444,7 +453,7 @@ def _step(run: Run, logged: bool):
     run.optimizer.zero_grad(set_to_none=True)
     _sync(run.device)
     phases["optimizer"] = time.perf_counter() - t
-    flags = {"signal": packet[1], "time_due": packet[2] > 0}
+    flags = {"signal": packet[1], "time_due": packet[2] > 0, "moe": moe_record(packet[3:])}
     return loss_value, grad_norm_value, verdict, flags, phases
 
 

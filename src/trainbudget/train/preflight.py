@@ -124,6 +124,12 @@ def model_spec(cfg: TrainConfig, vocab_size: int) -> ModelSpec:
     spec = resolve_model(cfg.model, cfg.overrides)
     if not isinstance(spec, ModelSpec):
         raise SpecError("model", cfg.model, "training needs an architecture, not dense:N")
+    if any(item.split("=", 1)[0].strip() == "capacity_factor" for item in cfg.overrides):
+        raise SpecError(
+            "--set", "capacity_factor", "the trainer sets it from moe_capacity_factor; give that"
+        )
+    if spec.is_moe:  # the model and the predictions route with the run's capacity
+        spec = spec.replace(capacity_factor=cfg.moe_capacity_factor)
     if spec.vocab_size < vocab_size:
         raise SpecError(
             "vocab_size",

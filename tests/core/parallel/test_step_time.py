@@ -482,6 +482,16 @@ def test_ep_all_to_alls_run_on_moe_layers_only():
     assert mixed.comm_bytes["ep"] == pytest.approx(58 / 61 * all_moe.comm_bytes["ep"], rel=1e-12)
 
 
+def test_ep_all_to_alls_send_capacity_sized_buffers():
+    # a capacity factor C pads each expert's dispatch buffer to C x its even share (GShard,
+    # Switch): C times the dropless bytes; 0 (dropless, the preset's) assumes balanced routing
+    plan = Plan(dp=8, ep=8, grad_accum=2)
+    assert MIXTRAL.capacity_factor == 0
+    dropless = st(plan, MIXTRAL).comm_bytes["ep"]
+    capped = st(plan, MIXTRAL.replace(capacity_factor=1.25)).comm_bytes["ep"]
+    assert capped == pytest.approx(1.25 * dropless, rel=1e-12)
+
+
 def test_cp_sends_k_and_v_at_their_widths():
     deepseek = get_preset("deepseek-v3")  # MLA: K heads 192 wide, V heads 128
     plan = Plan(dp=4, cp=4, zero=2, grad_accum=2)

@@ -101,6 +101,12 @@ def test_swiglu_gqa_moe_terms() -> None:
     moe = base.replace(n_experts=4, experts_per_token=2, n_shared_experts=1, d_ff_expert=128)
     layer = layer_activations(moe, seq_len=s, micro_batch=b, activation_bytes=E)
     assert layer.mlp_bytes == 3 * s * b * (h + 4 * 128) * E + s * b * 4 * 4
+    # a capacity factor C: each routed expert's buffer holds C x its share of the tokens
+    # (filled or not), the shared expert every token once: (2 x 1.5 + 1) copies
+    capped = layer_activations(
+        moe.replace(capacity_factor=1.5), seq_len=s, micro_batch=b, activation_bytes=E
+    )
+    assert capped.mlp_bytes == 4 * s * b * (h + 4 * 128) * E + s * b * 4 * 4
 
 
 def test_head_and_logits() -> None:

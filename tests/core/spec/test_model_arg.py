@@ -105,6 +105,7 @@ def test_parse_overrides():
         "bias": True,
         "norm": "rmsnorm",
     }
+    assert parse_overrides(["capacity_factor=1.25"]) == {"capacity_factor": 1.25}
 
 
 def _err(arg: str, overrides: list[str] | None = None) -> SpecError:
@@ -135,6 +136,8 @@ BAD = [
     ("int fraction", "gpt2", ["n_layers=1.5"], ["n_layers", "1.5"]),
     ("int negative", "gpt2", ["d_model=-768"], ["d_model", "-768"]),
     ("int zero", "gpt2", ["n_layers=0"], ["n_layers", "positive"]),
+    ("float x", "mixtral-8x7b", ["capacity_factor=x"], ["capacity_factor", "'x'", "number"]),
+    ("float negative", "mixtral-8x7b", ["capacity_factor=-1"], ["capacity_factor", ">= 0"]),
     ("n_heads 7 on gpt2", "gpt2", ["n_heads=7"], ["n_heads", "d_model", "768"]),
     ("mlp relu", "gpt2", ["mlp=relu"], ["mlp", "relu", "gelu", "swiglu"]),
     ("kv heads", "llama-2-70b", ["n_kv_heads=3"], ["n_kv_heads", "3"]),

@@ -184,6 +184,13 @@ def test_layer_kinds() -> None:
         ({**MLA, "qk_norm": True}, "qk_norm"),
         ({"n_dense_layers": 1}, "n_experts"),  # dense layers on a dense model
         ({"router_bias": True}, "n_experts"),
+        ({"capacity_factor": 1.25}, "capacity_factor"),  # no experts to cap
+        ({"n_experts": 4, "experts_per_token": 1, "capacity_factor": -1.0}, "capacity_factor"),
+        ({"n_experts": 4, "experts_per_token": 1, "capacity_factor": "1.25"}, "capacity_factor"),
+        (
+            {"n_experts": 4, "experts_per_token": 1, "capacity_factor": float("inf")},
+            "capacity_factor",
+        ),
         ({"n_experts": 4, "experts_per_token": 1, "n_dense_layers": 12}, "n_dense_layers"),
     ],
 )

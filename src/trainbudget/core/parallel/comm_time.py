@@ -122,8 +122,9 @@ def communication(
     t_cp = xp.maximum(0.0, hop - passes * micro_batch.attention_seconds)
     t_ep = 0.0
     if spec.is_moe:  # EP: dispatch and combine all-to-alls inside the dp * cp group, on the
-        # stage's MoE layers only (the dense ones come first)
-        a2a = tokens * spec.experts_per_token * spec.d_model * e
+        # stage's MoE layers only (the dense ones come first); with a capacity factor the
+        # buffers of the capacity are sent, filled or not
+        a2a = tokens * spec.routed_slots_per_token * spec.d_model * e
         ep_pn = xp.minimum(L.ep, span["dp"])
         n_a2a = m * stage_mix(spec, L, xp).moe * EP_ALL_TO_ALLS_PER_LAYER
         t_ep = run("ep", "all_to_all", a2a, L.ep, ep_pn, n_a2a)

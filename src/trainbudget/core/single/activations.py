@@ -170,8 +170,9 @@ def _mlp_bytes(spec: ModelSpec, tokens: Any, rep: Any, tp: Any, e: int) -> Any:
     dense = tokens * (h / rep + n_hidden * spec.d_ff / tp) * e
     if not spec.is_moe:
         return dense
-    k = spec.experts_per_token + spec.n_shared_experts
-    # each visited expert keeps its own copy of the token's input and hidden tensors;
+    k = spec.routed_slots_per_token + spec.n_shared_experts
+    # each visited expert keeps its own copy of the token's input and hidden tensors (with a
+    # capacity factor, each slot of the experts' capacity-sized buffers);
     # the router's softmax scores (fp32) are kept for the gate gradient
     moe = k * tokens * (h / rep + n_hidden * spec.d_ff_expert / tp) * e
     moe = moe + tokens * spec.n_experts * FP32_BYTES / rep

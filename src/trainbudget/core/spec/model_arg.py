@@ -104,6 +104,11 @@ def _parse_value(field: str, kind: type, raw: str) -> object:
             raise SpecError(
                 field, raw, "must be a non-negative whole number such as 48, 4k or 32e3"
             ) from None
+    if kind is float:
+        try:
+            return float(value)
+        except ValueError:
+            raise SpecError(field, raw, "must be a number such as 1.25") from None
     return value
 
 

@@ -7,6 +7,7 @@ All validation lives in `ModelSpec.__post_init__`; every rule names the field an
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from trainbudget.core.errors import SpecError
@@ -105,6 +106,13 @@ class ModelSpec:
     router_bias: bool = False
     """MoE models: a per-expert bias added to the routing scores to pick the top-k experts
     (DeepSeek-V3's auxiliary-loss-free balancing, arXiv:2412.19437, Sec. 2.1.2)."""
+    capacity_factor: float = 0.0
+    """MoE models: each expert takes at most capacity_factor x its even share of a batch's
+    token-expert assignments, ceil(C x tokens x experts_per_token / n_experts), and drops the
+    rest (Switch Transformer, arXiv:2101.03961, Sec. 2.2; its Table 1 tries 1.0 to 2.0); its
+    dispatch buffers hold that many token slots whether filled or not. 0 means dropless
+    (Mixtral, DeepSeek-V3): every token reaches its experts, and estimates assume the
+    routing is balanced."""
     sources: tuple[str, ...] = field(default=(), compare=False)
     """Where the numbers come from (URLs); not used in arithmetic."""
 
@@ -179,6 +187,14 @@ class ModelSpec:
             return False
         return not self.global_every or (index + 1) % self.global_every != 0
 
+    @property
+    def routed_slots_per_token(self) -> float:
+        """Token slots each token fills in the routed experts' buffers, averaged over tokens:
+        experts_per_token, times capacity_factor when there is one (buffers of the capacity,
+        filled or not; GShard, arXiv:2006.16668, Sec. 2.2). The all-to-all bytes and the
+        experts' activations scale with it; their FLOPs count only routed tokens."""
+        return self.experts_per_token * (self.capacity_factor or 1)
+
     def is_moe_layer(self, index: int) -> bool:
         """Whether layer `index` (0-based) has routed experts."""
         return self.is_moe and index >= self.n_dense_layers
@@ -190,7 +206,7 @@ class ModelSpec:
 
 def spec_fields() -> dict[str, type]:
     """Field name -> Python type, for `--set field=value` parsing."""
-    types = {"int": int, "bool": bool, "str": str}
+    types = {"int": int, "bool": bool, "str": str, "float": float}
     return {
         f.name: types.get(str(f.type), str)
         for f in dataclasses.fields(ModelSpec)
@@ -328,6 +344,12 @@ def _validate_moe(spec: ModelSpec) -> None:
                 "is 0 (dense) but experts_per_token, n_shared_experts, d_ff_expert, "
                 "n_dense_layers or router_bias is set",
             )
+    cf = spec.capacity_factor
+    if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not math.isfinite(cf) or cf < 0:
+        raise SpecError("capacity_factor", cf, "must be a number >= 0 (0: dropless)")
+    if spec.n_experts == 0:
+        if cf:
+            raise SpecError("capacity_factor", cf, "is an MoE field: the model has no experts")
         return
     if not 1 <= spec.experts_per_token <= spec.n_experts:
         raise SpecError(
