@@ -18,6 +18,7 @@ from trainbudget.published.record import Layout
 from trainbudget.validation import (
     BREAKDOWN_KEYS,
     EXCLUDED,
+    OUTLIERS,
     Comparison,
     breakdown,
     compare,
@@ -28,6 +29,7 @@ from trainbudget.validation import (
     measured_step_seconds,
     megatron_flops,
     memory_error,
+    outliers,
     plan_of,
     scored,
     with_memory,
@@ -41,9 +43,25 @@ def test_every_run_is_a_consistent_layout():
         assert plan.global_batch == run.layout.global_batch, run.id
 
 
-def test_mean_absolute_error_under_ten_percent():
+# Narayanan et al. 2021 Table 2, "ZeRO-3 without Model Parallelism": the model predicts them
+# 33-78 % fast (validation.OUTLIERS says why). Their step times are not misreads: the table's
+# own last column, "Training time for 300B tokens (days)", follows from them (test below).
+ZERO3_2021 = {
+    f"narayanan-{size}-zero3-{n}gpu": days
+    for size, points in (
+        ("175b", {384: 90, 768: 74, 1536: 74}),
+        ("530b", {640: 169, 1120: 137, 2240: 140}),
+    )
+    for n, days in points.items()
+}
+
+
+def test_mean_absolute_error_under_ten_percent_beside_the_zero3_rows():
+    """The scored MAE was under 10 % before the six ZeRO-3 rows of Narayanan et al. Table 2
+    joined (every other row the set has gained keeps it there); with them it is under 12 %."""
     comparisons = scored(compare_all())
-    assert mean_absolute_error(comparisons) < 0.10
+    assert mean_absolute_error([c for c in comparisons if c.run_id not in ZERO3_2021]) < 0.10
+    assert mean_absolute_error(comparisons) < 0.12
 
 
 @pytest.mark.parametrize(
@@ -53,10 +71,31 @@ def test_mean_absolute_error_under_ten_percent():
 )
 def test_each_run_converts_and_is_within_a_factor(run):
     """Every scored row gives a step time, within 50 % of the prediction: a wrong unit or a
-    misread column (samples for tokens, per-GPU for global) is off by far more."""
+    misread column (samples for tokens, per-GPU for global) is off by far more. The ZeRO-3
+    rows, off by more, are checked against a second column of their table instead."""
     c = compare(run)
     assert c is not None
-    assert abs(c.error) < 0.50, f"{run.id}: {100 * c.error:+.1f} %"
+    if run.id not in ZERO3_2021:
+        assert abs(c.error) < 0.50, f"{run.id}: {100 * c.error:+.1f} %"
+
+
+@pytest.mark.parametrize(("run_id", "days"), ZERO3_2021.items())
+def test_zero3_step_times_reproduce_the_tables_training_days(run_id, days):
+    # Table 2: days for 300B tokens = 300e9 / (batch * 2048) iterations x seconds each; within
+    # 1 %, the paper's rounding of its TFLOP/s (the 530B rows give 136.2 and 139.0 for 137, 140)
+    run = get_run(run_id)
+    iterations = 300e9 / (run.layout.global_batch * run.seq_len)
+    assert iterations * measured_step_seconds(run) / 86400 == pytest.approx(days, rel=0.01)
+
+
+def test_every_scored_run_beyond_the_limit_is_explained():
+    """Issue 12: no scored run beyond +-15 % without an entry in OUTLIERS (which may say
+    'unexplained: ...'); every entry names a scored run."""
+    counted = scored(compare_all())
+    missing = [(c.run_id, f"{100 * c.error:+.1f} %") for c, why in outliers(counted) if not why]
+    assert not missing, f"add to validation.OUTLIERS: {missing}"
+    assert set(OUTLIERS) <= {c.run_id for c in counted}
+    assert all(why.strip() for why in OUTLIERS.values())
 
 
 def test_bloom_log_line_reproduces_its_tflops():
@@ -225,8 +264,10 @@ def test_validate_command():
     assert set(j["breakdown"]) == set(BREAKDOWN_KEYS)
     assert "leave_one_source_out_mean_absolute_error" in j
     assert sum(g["n_runs"] for g in j["breakdown"]["source"]) == j["scored"]
+    assert {o["id"] for o in j["outliers"]} <= set(OUTLIERS)
     code, out, _ = cli("validate", "--markdown")
     assert code == 0 and out.startswith("| run |") and "### Step-time error by source" in out
+    assert "### Scored runs beyond +-15 %" in out
     code, out, _ = cli("validate")
     last = out.strip().splitlines()[-1]
     assert last.startswith("mean absolute error over") and "leave-one-source-out" in last

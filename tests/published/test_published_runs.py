@@ -24,7 +24,7 @@ PACKAGE = Path(published.__file__).parent
 
 
 def test_every_run_is_a_validated_record() -> None:
-    assert len(PUBLISHED_RUNS) == 63
+    assert len(PUBLISHED_RUNS) == 83
     assert all(isinstance(r, PublishedRun) for r in PUBLISHED_RUNS)
     with pytest.raises(dataclasses.FrozenInstanceError):
         PUBLISHED_RUNS[0].n_gpus = 1  # type: ignore[misc]
@@ -281,10 +281,14 @@ def test_bloom_is_alibi_and_matches_the_model_card() -> None:
 # sources give them (and as the dictionaries before the typed records had them)
 GPT3_175B_MEGATRON = (96, 12288, 96, 96, 49152, 51200, "gelu", True, True)  # Narayanan §5.1
 LLAMA3_405B = (126, 16384, 128, 8, 53248, 128256, "swiglu", False, False)  # Llama 3 Table 3
+# Narayanan et al. Table 2: the 175B rows, PTD-P and ZeRO-3 (§5.2 "the standard GPT-3 model")
+NARAYANAN_175B = [
+    f"narayanan-175b-{scheme}-{n}gpu" for scheme in ("ptd", "zero3") for n in (384, 768, 1536)
+]
 SOURCE_DIMS = {
     "korthikanti-175b-full": GPT3_175B_MEGATRON,
     "korthikanti-175b-selective-sp": GPT3_175B_MEGATRON,
-    "narayanan-175b-ptd-384gpu": GPT3_175B_MEGATRON,
+    **dict.fromkeys(NARAYANAN_175B, GPT3_175B_MEGATRON),
     "llama3-405b-8k-8192gpu": LLAMA3_405B,
     "llama3-405b-8k-16384gpu": LLAMA3_405B,
     "llama3-405b-128k-cp16": LLAMA3_405B,
@@ -326,7 +330,7 @@ SOURCE_DIMS = {
 OVERRIDES = {
     "korthikanti-175b-full": {"vocab_size"},
     "korthikanti-175b-selective-sp": {"vocab_size"},
-    "narayanan-175b-ptd-384gpu": {"vocab_size"},
+    **{run_id: {"vocab_size"} for run_id in NARAYANAN_175B},
     "dgxc-gpt3-175b-bf16-128gpu": {"vocab_size"},
     "dgxc-llama31-405b-bf16-576gpu": {"vocab_size", "n_kv_heads"},
     "fsdp-gpt175b-b1-128gpu": {"vocab_size", "tied_embeddings"},

@@ -114,6 +114,9 @@ def _as_json(r: _Results) -> dict:
         ],
         "breakdown": {name: [g.__dict__ for g in gs] for name, gs in r.groups.items()},
         "memory_breakdown": [g.__dict__ for g in r.memory_groups],
+        "outliers": [
+            {"id": c.run_id, "error": c.error, "explanation": why} for c, why in _outliers(r)
+        ],
         "leave_one_source_out_in_training": r.loso.chosen,
         "mean_absolute_error": r.mae,
         "leave_one_source_out_mean_absolute_error": r.loso_mae,
@@ -208,7 +211,18 @@ def _sections(r: _Results) -> list[tuple[str, list[str], list[list[str]]]]:
             ["run", "measured GB", "predicted GB", "error"],
             memory,
         ),
+        (
+            "Scored runs beyond +-15 %, and why (validation.OUTLIERS)",
+            ["run", "error", "why"],
+            [[c.run_id, _pct(c.error), why or "-"] for c, why in _outliers(r)],
+        ),
     ]
+
+
+def _outliers(r: _Results) -> list:
+    from trainbudget.validation import outliers
+
+    return outliers(r.counted)
 
 
 def _mean_abs(errors: dict[str, float], counted: list, source_key: str) -> float:

@@ -6,7 +6,8 @@ measured figure in the source's units with its FLOP convention, the source's tab
 section, the fields that had to be assumed, and notes on every check and assumption. Records
 are validated when this package is imported. One module per family of sources:
 
-- megatron.py: Korthikanti et al. 2022, MT-NLG (Smith et al. 2022), Narayanan et al. 2021
+- megatron.py: Korthikanti et al. 2022, MT-NLG (Smith et al. 2022)
+- narayanan.py: Narayanan et al. 2021, every row of Tables 1 and 2 (PTD-P and ZeRO-3)
 - nemo.py: Nemotron-4 15B and 340B, NVIDIA dgxc-benchmarking
 - open_models.py: BLOOM, Llama 3 405B
 - sharded_dp.py: the PyTorch FSDP paper, OPT-175B, BloombergGPT
@@ -27,7 +28,8 @@ from __future__ import annotations
 from trainbudget.core.errors import unknown_key
 from trainbudget.published.flash_attention import FLASH_ATTENTION
 from trainbudget.published.llama_reports import LLAMA1, LLAMA2, LLAMA3_CARD
-from trainbudget.published.megatron import KORTHIKANTI, MTNLG, NARAYANAN
+from trainbudget.published.megatron import KORTHIKANTI, MTNLG
+from trainbudget.published.narayanan import NARAYANAN
 from trainbudget.published.nemo import DGXC, NEMOTRON4
 from trainbudget.published.open_community import COMMUNITY
 from trainbudget.published.open_models import BLOOM, LLAMA3

@@ -1,4 +1,4 @@
-"""Megatron-LM on Selene (DGX A100 80GB, 2021-2022): Korthikanti et al., MT-NLG, Narayanan et al.
+"""Megatron-LM on Selene (DGX A100 80GB, 2021-2022): Korthikanti et al. and MT-NLG.
 
 All use the Megatron GPT architecture: learned absolute positions, LayerNorm, a 4h GeLU MLP,
 biases and a tied input/output embedding (Megatron GPT defaults), vocabulary 51,200 and
@@ -222,6 +222,18 @@ MTNLG: tuple[PublishedRun, ...] = (
             "data parallelism) assumed. DeepSpeed 1F1B pipeline, non-interleaved."
         ),
     ),
+    # "... 350 ... DGX A100 servers ... 50.2 ... seconds ... 121 ... TFLOP/s per GPU"
+    _mtnlg(
+        2800, 10, 50.2, 121,
+        source=(
+            "Smith et al. 2022, arXiv:2201.11990, §2.4, the 350-server point (as quoted by "
+            "cli99/llm-analysis examples/megatron-turing-nlg/README.md)."
+        ),
+        notes=(
+            "Same assumptions as mtnlg-530b-2240gpu; 1920 / dp 10 = 192 micro-batches per "
+            "replica. Check: 96Bslh2 / (50.2 s * 2800) = 120.4 TFLOP/s, matching 121."
+        ),
+    ),
     # "... 420 DGX A100 servers ... 44.4 seconds ... 113 TFLOP/s per GPU"
     _mtnlg(
         3360, 12, 44.4, 113,
@@ -231,110 +243,7 @@ MTNLG: tuple[PublishedRun, ...] = (
         ),
         notes=(
             "Same assumptions as mtnlg-530b-2240gpu. Check: 96Bslh2 / (44.4 s * 3360) = "
-            "113.5 TFLOP/s. The 350-server point (2800 GPUs, dp=10, 50.2 s, 121 TFLOP/s) "
-            "is also published and can be added the same way."
-        ),
-    ),
-)
-# fmt: on
-
-# ----------------------------------------------------------------------------------------------
-# Narayanan et al. 2021 (arXiv:2104.04473), Table 1 (weak scaling, interleaved schedule).
-# §5.1: "we use the interleaved pipeline schedule with the scatter/gather optimization
-#  enabled. All models use a vocabulary size (denoted by V) of 51,200 ... and a sequence
-#  length (s) of 2048." Eq. 3: F = 96Bslh^2(1 + s/6h + V/16lh), "assumes activation
-#  recomputation".
-# ----------------------------------------------------------------------------------------------
-_NARAYANAN_SRC = (
-    "Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training on GPU Clusters "
-    "Using Megatron-LM', SC21, arXiv:2104.04473; text read from a markdown conversion of "
-    "the paper stored in the code index (find_string 'Number of parameters (billion)')."
-)
-
-
-def _narayanan(
-    run_id: str,
-    source: str,
-    model: ModelSpec,
-    *,
-    tp_pp_dp: tuple[int, int, int],
-    vpp: int,
-    batch: int,
-    tflops: float,
-    assumed: frozenset[str],
-    notes: str,
-) -> PublishedRun:
-    """One row of Table 1 or 2: full recomputation, micro-batch 1, no SP, no ZeRO."""
-    tp, pp, dp = tp_pp_dp
-    return PublishedRun(
-        id=run_id,
-        source=_NARAYANAN_SRC + " " + source,
-        source_key="narayanan-2021",
-        framework="megatron",
-        framework_source="the title: '... on GPU Clusters Using Megatron-LM' (the paper's own "
-        "implementation)",
-        model=model,
-        seq_len=2048,
-        gpu="a100-80gb",
-        n_gpus=tp * pp * dp,
-        gpus_per_node=8,
-        layout=Layout(
-            tp=tp,
-            pp=pp,
-            dp=dp,
-            vpp=vpp,
-            sp=False,
-            recompute="full",
-            zero=0,
-            micro_batch=1,
-            global_batch=batch,
-            flash_attention=False,
-        ),
-        measured=Measurement(tflops_per_second_per_gpu=tflops, flops_convention="megatron-96Bslh2"),
-        assumed=assumed,
-        notes=notes,
-    )
-
-
-# fmt: off
-NARAYANAN: tuple[PublishedRun, ...] = (
-    # "| 145.6 | 96 | 12288 | 80 | 8 | 8 | 1536 | 2304 | 148 | 47% | 227.1 |"
-    _narayanan(
-        "narayanan-145b-1536gpu", "Table 1, row 145.6B.",
-        _megatron_gpt("megatron-gpt-145b", 80, 12288, 96),
-        tp_pp_dp=(8, 8, 24), vpp=2, batch=2304, tflops=148,
-        assumed=frozenset({"layout.vpp", "layout.micro_batch"}),
-        notes=(
-            "Selene DGX A100 80GB, 8x HDR IB per node. Interleaved schedule stated, number "
-            "of model chunks per device NOT stated: vpp=2 assumed. Micro-batch not stated "
-            "in Table 1: 1 assumed (Table 2 PTD rows use 1). Implied step time = "
-            "96Bslh2(...)/(148e12*1536) = 24.8 s (derived, not published)."
-        ),
-    ),
-    # "| 1008.0 | 160 | 25600 | 128 | 8 | 64 | 3072 | 3072 | 163 | 52% | 502.0 |"
-    _narayanan(
-        "narayanan-1t-3072gpu", "Table 1, row 1008.0B.",
-        _GPT_1T,
-        tp_pp_dp=(8, 64, 6), vpp=2, batch=3072, tflops=163,
-        assumed=frozenset({"layout.vpp", "layout.micro_batch"}),
-        notes=(
-            "As narayanan-145b-1536gpu: vpp=2 and micro_batch=1 assumed (128 layers / 64 "
-            "stages = 2 layers per stage, so vpp=2 means one layer per chunk)."
-        ),
-    ),
-    # Table 2 (PTD Parallelism): "| 174.6 | 96 | 1536 | 384 | 1 | 153 | 84 |"
-    #   (params | model-parallel size | batch | GPUs | microbatch | TFLOP/s | days for 300B)
-    _narayanan(
-        "narayanan-175b-ptd-384gpu", "Table 2, 'PTD Parallelism', 174.6B at 384 GPUs.",
-        _GPT_175B,
-        tp_pp_dp=(8, 12, 4), vpp=1, batch=1536, tflops=153,
-        assumed=frozenset({"layout.tp", "layout.pp", "layout.vpp"}),
-        notes=(
-            "Table 2 gives only 'model-parallel size 96'; split as TP=8 x PP=12 (TP = GPUs "
-            "per node, the paper's rule; same split in cli99/llm-analysis "
-            "examples/megatron-lm run_train.sh). Micro-batch 1 is stated. Whether the "
-            "interleaved schedule was on for Table 2 is not stated: vpp=1 assumed. Other "
-            "published points of the same row: 768 GPUs -> 149, 1536 GPUs -> 141 TFLOP/s."
+            "113.5 TFLOP/s."
         ),
     ),
 )
