@@ -168,3 +168,10 @@ def test_mfu_is_the_back_of_envelope_and_says_so():
     j = cli_json("estimate", *QUESTION, "--mfu", "0.4")
     assert j["answer"]["kind"] == "mfu"
     assert j["time_days"] == pytest.approx(j["train_flops"] / (1024 * 989.5e12 * 0.4) / 86400)
+
+
+def test_profile_defaults_to_the_same_precision():
+    """Point 3: profile defaulted to fp32 while estimate and plan assume bf16-mixed."""
+    tiny = ("--set", "n_layers=1", "--set", "d_model=64", "--set", "n_heads=2")
+    j = cli_json("profile", "--model", "gpt2", *tiny, "--seq-len", "16")
+    assert j["precision"] == "bf16-mixed"

@@ -9,6 +9,7 @@ import sys
 
 from trainbudget.cli.args import add_model_args, add_optimizer_arg, dumps_json, positive_int
 from trainbudget.core.errors import SpecError
+from trainbudget.core.spec.defaults import DEFAULT_PRECISION
 from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.units import format_bytes
@@ -22,7 +23,11 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     add_model_args(p)
     p.add_argument("--micro-batch", default="1", help="sequences per step (default 1)")
     p.add_argument("--seq-len", help="tokens per sequence (default: min(max_seq_len, 1024))")
-    p.add_argument("--precision", default="fp32", help="fp32 | bf16-mixed | bf16 (default fp32)")
+    p.add_argument(
+        "--precision",
+        default=DEFAULT_PRECISION,
+        help=f"fp32 | bf16-mixed | bf16 (default {DEFAULT_PRECISION}, as estimate and plan)",
+    )
     add_optimizer_arg(p, trainable_only=True)
     p.add_argument(
         "--recompute",

@@ -168,6 +168,10 @@ def _start(
         ),
         keep=cfg.keep,
     )
+    # every rank's probe is done before rank 0 clears an earlier run (--overwrite) from the
+    # folder the probes were written in
+    arrive(info, "start-up: the run folder's write probes")
+    barrier(info)
     root = _run_folder(cfg, info)
     say("preparing the data" if not cfg.data else f"opening the data in {cfg.data}")
     arrive(info, "start-up: the data (rank 0 prepares it, the others wait)")
