@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainbudget.core.errors import unknown_key
 from trainbudget.core.parallel.cluster import Cluster
@@ -23,8 +24,10 @@ from trainbudget.core.single.params import count_params
 from trainbudget.core.spec.frameworks import GENERIC, Framework, get_framework
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision
-from trainbudget.published import PUBLISHED_RUNS, PublishedRun
-from trainbudget.published.record import Layout
+
+if TYPE_CHECKING:
+    from trainbudget.published import PublishedRun
+    from trainbudget.published.record import Layout
 
 TFLOPS = 1e12  # the sources quote TFLOP/s = 1e12 FLOP/s
 # passes over the model that each Megatron convention counts (full recomputation adds one)
@@ -204,6 +207,10 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
 
 
 def compare_all(efficiency: Efficiency = DEFAULT_EFFICIENCY) -> list[Comparison]:
+    # imported here, not at the top: a plan's range (uncertainty) needs only GPU_GENERATION and
+    # layout_family, and building the published rows would add ~15 ms to every `estimate`
+    from trainbudget.published import PUBLISHED_RUNS
+
     return [c for c in (compare(r, efficiency) for r in PUBLISHED_RUNS) if c is not None]
 
 
