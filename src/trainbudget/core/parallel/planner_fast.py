@@ -127,14 +127,21 @@ def enumerate_plan_arrays(
 
 
 def _with_hsdp(columns: dict[str, np.ndarray], gpus_per_node: int) -> dict[str, np.ndarray]:
-    """The plans, then each ZeRO plan again for every HSDP shard size of its (dp, tp, cp)."""
+    """The plans, then each ZeRO plan again for every HSDP shard size of its (dp, tp, cp): the
+    (dp, tp, cp) groups in ascending order, each group's plans in enumeration order."""
     base = len(columns["dp"])
     index, shards = [np.arange(base)], [np.zeros(base, dtype=np.int64)]
-    key = np.stack([columns["dp"], columns["tp"], columns["cp"]], axis=1)
-    sharded = columns["zero"] > 0
-    for dp, tp, cp in np.unique(key[sharded], axis=0):
-        rows = np.flatnonzero(sharded & (key == (dp, tp, cp)).all(axis=1))
-        for s in hsdp_shards(int(dp), int(tp), int(cp), gpus_per_node):
+    sharded = np.flatnonzero(columns["zero"] > 0)
+    dp, tp, cp = (columns[k][sharded] for k in ("dp", "tp", "cp"))
+    # one integer per (dp, tp, cp) that sorts as the triple does (each degree <= n_gpus, so
+    # the code stays far below 2**63): the groups come from one sort, not a pass per group
+    tp_base, cp_base = int(tp.max(initial=0)) + 1, int(cp.max(initial=0)) + 1
+    codes, group = np.unique((dp * tp_base + tp) * cp_base + cp, return_inverse=True)
+    by_group = sharded[np.argsort(group, kind="stable")]  # stable: enumeration order kept
+    groups = np.split(by_group, np.cumsum(np.bincount(group))[:-1]) if len(codes) else []
+    for code, rows in zip(codes.tolist(), groups, strict=True):
+        d, rest = divmod(code, tp_base * cp_base)
+        for s in hsdp_shards(d, rest // cp_base, rest % cp_base, gpus_per_node):
             index.append(rows)
             shards.append(np.full(len(rows), s, dtype=np.int64))
     index_all = np.concatenate(index)
