@@ -4,9 +4,9 @@ model is written once, over an `Ops` namespace, and called with plain numbers (`
 
 Term functions use `+ - * / // % **` and comparisons directly (both numbers and arrays support
 them) and go through `xp` only for what Python spells differently for the two: a branch
-(`where`), `maximum`/`minimum`, `not_` (Python's `not` and numpy's `~` disagree on bools) and
-`bit_length`. Both branches of `where` are evaluated, so neither may divide by zero. Numpy is
-imported only when the grid asks for it, so the one-plan path starts without it.
+(`where`), `maximum`/`minimum`, `not_` (Python's `not` and numpy's `~` disagree on bools),
+`bit_length` and `ceil`. Both branches of `where` are evaluated, so neither may divide by zero.
+Numpy is imported only when the grid asks for it, so the one-plan path starts without it.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ class Ops:
     not_: Callable[[Any], Any]
     bit_length: Callable[[Any], Any]
     """int.bit_length of non-negative integers (for arrays: exact below 2**53)."""
+    ceil: Callable[[Any], Any]
+    """Ceiling, the value -(-x // 1) gives (a float for a float). On arrays numpy's ceil: the
+    same values, and some 50 times faster than its floor division of floats."""
     is_array: bool
 
 
@@ -40,6 +43,7 @@ SCALAR = Ops(
     minimum=min,
     not_=lambda x: not x,
     bit_length=lambda x: int(x).bit_length(),
+    ceil=lambda x: -(-x // 1),
     is_array=False,
 )
 
@@ -60,6 +64,7 @@ def numpy_ops() -> Ops:
             minimum=np.minimum,
             not_=np.logical_not,
             bit_length=lambda x: np.frexp(np.asarray(x, dtype=np.float64))[1],
+            ceil=np.ceil,
             is_array=True,
         )
     return _NUMPY

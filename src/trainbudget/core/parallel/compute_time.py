@@ -104,12 +104,7 @@ multiplication, 'Tile quantization' and 'Wave quantization') works its A100 exam
 area, so the same model)."""
 
 
-def _ceil(x: Any) -> Any:
-    """Ceiling of positive numbers or arrays (floor division works on both)."""
-    return -(-x // 1)
-
-
-def gemm_shape_efficiency(m: Any, n: Any, sms: int, batch: Any = 1) -> Any:
+def gemm_shape_efficiency(m: Any, n: Any, sms: int, batch: Any = 1, xp: Ops = SCALAR) -> Any:
     """Share of the GPU's tile slots a `batch` of (m, n) outputs fills: the tiles they need,
     batch x ceil(m / 256) x ceil(n / 128), run in waves of one tile per SM; the useful
     batch x m x n elements over the waves x SMs x tile area the GPU spends (tile quantization:
@@ -117,8 +112,8 @@ def gemm_shape_efficiency(m: Any, n: Any, sms: int, batch: Any = 1) -> Any:
     `sms` is 0 (not stated)."""
     if not sms:
         return 1.0
-    tiles = batch * _ceil(m / GEMM_TILE_ROWS) * _ceil(n / GEMM_TILE_COLS)
-    waves = _ceil(tiles / sms)
+    tiles = batch * xp.ceil(m / GEMM_TILE_ROWS) * xp.ceil(n / GEMM_TILE_COLS)
+    waves = xp.ceil(tiles / sms)
     return batch * m * n / (waves * sms * GEMM_TILE_ROWS * GEMM_TILE_COLS)
 
 
@@ -140,7 +135,7 @@ def matmul_seconds(
     the shape's tile and wave quantization on `sms` SMs, or the bytes of both operands and the
     result at the achievable HBM bandwidth, whichever is slower."""
     bytes_moved = e * (m * k + k * n + m * n)
-    rate = peak * matmul_rate_fraction(eff) * gemm_shape_efficiency(m, n, sms, batch)
+    rate = peak * matmul_rate_fraction(eff) * gemm_shape_efficiency(m, n, sms, batch, xp)
     return xp.maximum(flops / rate, flops / (2 * m * n * k) * bytes_moved / (hbm * eff.hbm))
 
 
