@@ -5,8 +5,10 @@ The top plans are then re-evaluated one by one for their full breakdowns."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -150,14 +152,6 @@ def _with_hsdp(columns: dict[str, np.ndarray], gpus_per_node: int) -> dict[str, 
     return out
 
 
-GRID_CHUNK = 8192
-"""Plans evaluated at a time. Each of the terms' temporary arrays (8 bytes a plan) is then at
-most 64 KiB, which malloc serves again and again from memory it keeps, where a whole grid's
-arrays (400 KiB each for 53,000 plans) are mapped fresh from the kernel at every operation
-and page-faulted in: about half of the grid's evaluation time. Every term is element-wise,
-so the chunks give the numbers the whole grid would."""
-
-
 def evaluate_arrays(
     spec: ModelSpec,
     cluster: Cluster,
@@ -170,32 +164,18 @@ def evaluate_arrays(
     causal: bool = False,
     framework: Framework = GENERIC,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(step_seconds, memory total_bytes, tokens_per_step) of every plan in `a`: the
-    heaviest pipeline stage, as `plan_memory` takes it; GRID_CHUNK plans at a time."""
-    kw = dict(
-        seq_len=seq_len,
-        precision=precision,
-        optimizer=optimizer,
-        efficiency=efficiency,
-        causal=causal,
-        framework=framework,
-    )
-    if len(a) <= GRID_CHUNK:
-        return _evaluate_chunk(spec, cluster, a, **kw)
-    parts = [
-        _evaluate_chunk(spec, cluster, _rows(a, start, start + GRID_CHUNK), **kw)
-        for start in range(0, len(a), GRID_CHUNK)
-    ]
-    step, memory, tokens = (np.concatenate(p) for p in zip(*parts, strict=True))
-    return step, memory, tokens
+    """(step_seconds, memory total_bytes, tokens_per_step) of every plan in `a`."""
+    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
+    step = step_arrays(spec, cluster, a, efficiency=efficiency, causal=causal, **kw)
+    return step, memory_arrays(spec, a, **kw), tokens_per_step(a, seq_len)
 
 
-def _rows(a: PlanNumbers, start: int, stop: int) -> PlanNumbers:
-    """Plans start..stop-1 of a grid (views; a field held as one number stays one)."""
-    return PlanNumbers(**{f: v[start:stop] if np.ndim(v) else v for f, v in vars(a).items()})
+def tokens_per_step(a: PlanNumbers, seq_len: int) -> np.ndarray:
+    """Tokens one optimizer step of each plan trains on."""
+    return a.micro_batch * a.grad_accum * a.dp * seq_len
 
 
-def _evaluate_chunk(
+def step_arrays(
     spec: ModelSpec,
     cluster: Cluster,
     a: PlanNumbers,
@@ -206,31 +186,74 @@ def _evaluate_chunk(
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
     causal: bool = False,
     framework: Framework = GENERIC,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """evaluate_arrays on plans few enough to evaluate at once."""
-    xp = numpy_ops()
-    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework, xp=xp)
-    step = step_terms(spec, a, cluster, efficiency=efficiency, causal=causal, **kw).step_seconds
-    layer = layer_bytes(spec, a, seq_len, precision.activation_bytes, xp)
-    first = stage_memory(spec, a, "first", layer=layer, **kw).total_bytes  # pp 1: the only one
-    last = stage_memory(spec, a, "last", layer=layer, **kw).total_bytes
-    memory = np.where(a.pp > 1, np.maximum(first, last), first)
-    # a middle stage outweighs the first only under an uneven split (the search enumerates
-    # none, so its grid skips this term; hand-made grids of uneven plans get it)
-    if np.any(a.middle_layers > 0):
-        middle = stage_memory(spec, a, "middle", layer=layer, **kw).total_bytes
-        memory = np.where(a.pp > 2, np.maximum(memory, middle), memory)
-    tokens_per_step = a.micro_batch * a.grad_accum * a.dp * seq_len
-    return step, memory, tokens_per_step
+) -> np.ndarray:
+    """Step seconds of every plan in `a` (`step_terms` on arrays)."""
+    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
+
+    def step(chunk: PlanNumbers) -> np.ndarray:
+        terms = step_terms(
+            spec, chunk, cluster, efficiency=efficiency, causal=causal, xp=numpy_ops(), **kw
+        )
+        return terms.step_seconds
+
+    return _in_chunks(step, a)
+
+
+def memory_arrays(
+    spec: ModelSpec,
+    a: PlanNumbers,
+    *,
+    seq_len: int,
+    precision: Precision,
+    optimizer: Optimizer,
+    framework: Framework = GENERIC,
+) -> np.ndarray:
+    """Peak memory total_bytes of every plan in `a`: the heaviest pipeline stage, as
+    `plan_memory` takes it."""
+    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
+
+    def memory(chunk: PlanNumbers) -> np.ndarray:
+        xp = numpy_ops()
+        layer = layer_bytes(spec, chunk, seq_len, precision.activation_bytes, xp)
+        stage = functools.partial(stage_memory, spec, chunk, layer=layer, xp=xp, **kw)
+        first = stage("first").total_bytes  # pp 1: the only one
+        peak = np.where(chunk.pp > 1, np.maximum(first, stage("last").total_bytes), first)
+        # a middle stage outweighs the first only under an uneven split (the search
+        # enumerates none, so its grid skips this term; hand-made grids of uneven plans get it)
+        if np.any(chunk.middle_layers > 0):
+            peak = np.where(chunk.pp > 2, np.maximum(peak, stage("middle").total_bytes), peak)
+        return peak
+
+    return _in_chunks(memory, a)
+
+
+GRID_CHUNK = 8192
+"""Plans evaluated at a time. Each of the terms' temporary arrays (8 bytes a plan) is then at
+most 64 KiB, which malloc serves again and again from memory it keeps, where a whole grid's
+arrays (400 KiB each for 53,000 plans) are mapped fresh from the kernel at every operation
+and page-faulted in: about half of the grid's evaluation time. Every term is element-wise,
+so the chunks give the numbers the whole grid would."""
+
+
+def _in_chunks(fn: Callable[[PlanNumbers], np.ndarray], a: PlanNumbers) -> np.ndarray:
+    """fn over the plans of `a`, GRID_CHUNK at a time, joined."""
+    if len(a) <= GRID_CHUNK:
+        return fn(a)
+    return np.concatenate([fn(_rows(a, i, i + GRID_CHUNK)) for i in range(0, len(a), GRID_CHUNK)])
+
+
+def _rows(a: PlanNumbers, start: int, stop: int) -> PlanNumbers:
+    """Plans start..stop-1 of a grid (views; a field held as one number stays one)."""
+    return PlanNumbers(**{f: v[start:stop] if np.ndim(v) else v for f, v in vars(a).items()})
 
 
 def _rank_fitting(fitting, seconds_per_token, memory, axes, degree):
-    """Fitting plans by seconds per token, then less memory. The plans within TIE_TOLERANCE of
-    the fastest are reordered: fewer parallel axes first, then a smaller model-parallel group
-    (the simpler layout to run and debug), then less memory. Stable, so full ties keep
-    enumeration order."""
-    spt, mem = seconds_per_token[fitting], memory[fitting]
-    ax, deg = axes[fitting], degree[fitting]
+    """The plans `fitting` (grid indices) best first, each given with its seconds per token,
+    memory, parallel axes and model-parallel degree: by seconds per token, then less memory.
+    The plans within TIE_TOLERANCE of the fastest are reordered: fewer parallel axes first,
+    then a smaller model-parallel group (the simpler layout to run and debug), then less
+    memory. Stable, so full ties keep enumeration order."""
+    spt, mem, ax, deg = seconds_per_token, memory, axes, degree
     order = np.lexsort((mem, spt))
     tied = spt[order] <= spt[order[0]] * (1 + TIE_TOLERANCE)
     head = order[tied]
@@ -272,23 +295,18 @@ def search_fast(
     for i in np.flatnonzero(bad)[:1]:
         plan = arrays.plan(int(i))
         validate_plan(plan, spec, n_gpus=cluster.n_gpus, seq_len=seq_len, global_batch=global_batch)
-    kw = dict(
-        seq_len=seq_len,
-        precision=precision,
-        optimizer=optimizer,
-        efficiency=efficiency,
-        causal=causal,
-        framework=framework,
-    )
-    step, memory, tokens = evaluate_arrays(spec, cluster, arrays, **kw)
-    fits = memory <= policy.memory_headroom * cluster.hardware.memory_bytes
-    fitting = np.flatnonzero(fits)
-    if len(fitting):
-        order = _rank_fitting(
-            fitting, step / tokens, memory, parallel_axes(arrays), model_parallel_degree(arrays)
-        )
+    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
+    memory = memory_arrays(spec, arrays, **kw)
+    fitting = np.flatnonzero(memory <= policy.memory_headroom * cluster.hardware.memory_bytes)
+    if len(fitting):  # only the plans that fit are ranked by time: only theirs is evaluated
+        fit = arrays.take(fitting)
+        step = step_arrays(spec, cluster, fit, efficiency=efficiency, causal=causal, **kw)
+        spt = step / tokens_per_step(fit, seq_len)
+        mem = memory[fitting]
+        order = _rank_fitting(fitting, spt, mem, parallel_axes(fit), model_parallel_degree(fit))
     else:
         order = np.argsort(memory, kind="stable")
+    kw.update(efficiency=efficiency, causal=causal)
     ranked = []
     for i in order[:top]:
         plan = arrays.plan(int(i))
