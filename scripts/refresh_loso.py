@@ -24,15 +24,15 @@ def main() -> int:
     check = parser.parse_args().check
     errors = uncertainty.computed_errors()
     fresh = uncertainty.errors_to_json(errors)
-    path = uncertainty.LOSO_FILE
-    current = path.read_text() if path.exists() else ""
+    path = Path(uncertainty.LOSO_FILE)
+    current = path.read_text(encoding="utf-8") if path.exists() else ""
     if check:
         if fresh != current:
             print(f"{path} is out of date: run {uncertainty.REFRESH_COMMAND}")
             return 1
         print(f"{path} is up to date")
         return 0
-    path.write_text(fresh)
+    path.write_text(fresh, encoding="utf-8")
     print(f"wrote {path} ({len(errors)} runs)")
     return 0
 

@@ -101,7 +101,7 @@ def test_the_stored_errors_are_the_computed_ones(fresh_cache):
     # the table estimate and plan read: recomputed here, so a change to the model or the
     # published runs that moves any ratio fails until the file is regenerated
     # (ratios to 1e-12: another platform's libm may round a last digit differently)
-    stale = f"{uncertainty.LOSO_FILE.name} is stale: run {REFRESH_COMMAND}"
+    stale = f"{uncertainty.LOSO_FILE} is stale: run {REFRESH_COMMAND}"
     stored, fresh = published_errors(), computed_errors()
     assert [dataclasses.replace(r, ratio=0.0) for r in stored] == [
         dataclasses.replace(r, ratio=0.0) for r in fresh
