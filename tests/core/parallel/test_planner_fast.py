@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.parallel import planner_fast
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.planner import Policy, enumerate_plans, evaluate, hsdp_shards
@@ -248,6 +249,24 @@ def test_uneven_pipeline_splits_agree_with_one_plan_at_a_time():
         ref = evaluate(spec, plan, cluster, **kw)
         assert step[i] == pytest.approx(ref.time.step_seconds, rel=1e-12, abs=0)
         assert memory[i] == pytest.approx(ref.memory.total_bytes, rel=1e-12, abs=0)
+
+
+def test_a_grid_in_chunks_gives_the_numbers_of_the_whole(monkeypatch):
+    """evaluate_arrays takes GRID_CHUNK plans at a time; chunks of 4 over a mix of even and
+    uneven splits (the middle stage's term computed for some chunks only) give the very
+    numbers one pass over the whole grid gives."""
+    spec, cluster, _, _, kw = _setup("llama-2-7b/64xh100/offload")
+    plans = [
+        Plan(dp=8, tp=2, pp=4, grad_accum=16, pp_layers=layers, zero=z)
+        for layers in ((), (7, 9, 8, 8), (), (10, 8, 8, 6))
+        for z in (0, 1, 3)
+    ] + [Plan(dp=16, tp=2, pp=2, grad_accum=8, zero=1, offload_optimizer="cpu")]
+    grid = PlanArrays.of_many(plans)
+    whole = evaluate_arrays(spec, cluster, grid, **kw)
+    monkeypatch.setattr(planner_fast, "GRID_CHUNK", 4)
+    chunked = evaluate_arrays(spec, cluster, grid, **kw)
+    for a, b in zip(whole, chunked, strict=True):
+        assert np.array_equal(a, b)
 
 
 def test_hsdp_shard_sizes_are_enumerated_for_zero_plans():

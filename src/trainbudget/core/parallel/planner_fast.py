@@ -1,7 +1,8 @@
 """The planner over numpy arrays: every plan `planner.enumerate_plans` describes, one array
 element per plan, evaluated by the very term functions `step_time` and `plan_memory` use for one
 plan (`step_terms`, `stage_memory` with `xp = numpy_ops()`): one formula, two kinds of numbers.
-The top plans are then re-evaluated one by one for their full breakdowns."""
+The search takes every plan's memory, then the step time of those that fit (the only ones it
+ranks by time); the top plans are then re-evaluated one by one for their full breakdowns."""
 
 from __future__ import annotations
 
