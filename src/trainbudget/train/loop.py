@@ -66,6 +66,7 @@ from trainbudget.train.run_files import CONFIG_FILE, SUMMARY_FILE
 from trainbudget.train.run_lock import make_room, own_run_folder
 from trainbudget.train.schedule import Schedule, apply_lr
 from trainbudget.train.setup import make_optimizer, mixed_precision, seed_everything
+from trainbudget.train.source_loss import SourceLoss, log_line_part
 from trainbudget.train.startup import Say, log_rule, logged_step, on_terminal
 from trainbudget.train.summary import memory_bytes, summarize
 
@@ -321,7 +322,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         batch_crc = run.batches.fingerprint()
         _sync(run.device)
         t_step = time.perf_counter()
-        loss, grad_norm, verdict, flags, phases = _step(run, logged)
+        loss, grad_norm, verdict, flags, phases, by_source = _step(run, logged)
         seconds = time.perf_counter() - t_step
         run.guard.record(loss, verdict)
         if verdict.reason == "spike":
@@ -335,6 +336,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         if verdict.ok and (logged or state.step == cfg.steps):
             state.logged(loss)
             record = _record(run, loss, lr, grad_norm, seconds, phases, batch_crc)
+            record.update(by_source)
             if state.step % cfg.eval_interval == 0 or state.step == cfg.steps:
                 arrive(run.info, f"the evaluation at step {state.step}")
                 record["eval"] = evaluate(
@@ -352,7 +354,8 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
             writer.write(record)
             mfu = f"  MFU {100 * record['mfu']:.1f}%" if record["mfu"] is not None else ""
             tps = record["tokens_per_second"]
-            progress.update(state.step, f"loss {loss:.3f}  {tps:,.0f} tok/s{mfu}")
+            per_source = log_line_part(by_source.get("train_loss_by_source", {}))
+            progress.update(state.step, f"loss {loss:.3f}{per_source}  {tps:,.0f} tok/s{mfu}")
         elif verdict.ok and on_terminal(
             state.step, first=first, log_interval=cfg.log_interval, steps=cfg.steps
         ):
@@ -375,26 +378,31 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
 def _step(run: Run, logged: bool):
     """One iteration: forward and backward over grad_accum micro-batches, the global loss and
     gradient norm, and the update unless the guard says no. Returns (loss, grad_norm, verdict,
-    flags agreed by all ranks, phase seconds)."""
+    flags agreed by all ranks, phase seconds, per-source loss fields -- on logged steps only)."""
     cfg = run.cfg
     phases = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
     batch = run.batches.step + 1  # 1-based, as faults count batches
     arrive(run.info, f"the forward and backward of step {run.state.step + 1} (gradient sync)")
     factor = run.faults.loss_factor(batch)
     loss_sum = torch.zeros((), device=run.device)
+    # per-source loss on logged steps only: off the hot path of the others
+    sources = SourceLoss(run.batches.dataset.source_names, run.device) if logged else None
     for micro in range(cfg.grad_accum):
         t = time.perf_counter()
-        x, y, _ = run.batches.next_batch(run.device)
+        x, y, source_ids = run.batches.next_batch(run.device)
         phases["data"] += time.perf_counter() - t
         # distributed: gradients synced on the step's last micro-batch only (DDP and FSDP2)
         with grad_sync(run.net, run.info, cfg.strategy, sync=micro == cfg.grad_accum - 1):
             t = time.perf_counter()
             with run.autocast:
                 logits = run.net(x)[0]
+                token_losses = F.cross_entropy(
+                    logits.float().flatten(0, 1), y.flatten(), reduction="none"
+                ).view_as(y)  # (B, T)
                 # accumulation sums gradients: divide so the step uses the mean loss
-                loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) / cfg.grad_accum
+                loss = token_losses.mean() / cfg.grad_accum
                 if factor is not None:
-                    loss = loss * factor
+                    loss, token_losses = loss * factor, token_losses * factor
             if logged:
                 _sync(run.device)
             phases["forward"] += time.perf_counter() - t
@@ -404,6 +412,8 @@ def _step(run: Run, logged: bool):
                 _sync(run.device)
             phases["backward"] += time.perf_counter() - t
         loss_sum += loss.detach()
+        if sources is not None:
+            sources.add(token_losses, source_ids)
     t = time.perf_counter()
     arrive(run.info, f"the gradient-norm and loss all-reduces of step {run.state.step + 1}")
     if batch in run.faults.nan_grad_batches:
@@ -414,7 +424,8 @@ def _step(run: Run, logged: bool):
         if cfg.grad_clip > 0
         else total_grad_norm(run.model.parameters())  # distributed: the full norm under FSDP2
     )
-    # one all-reduce: the global mean loss and the flags every rank must agree on
+    # one all-reduce: the global mean loss, the flags every rank must agree on and, on logged
+    # steps, the per-source loss sums and token counts
     save_by_time = run.info.is_main and time_due(run)
     packet = torch.stack(
         [
@@ -423,6 +434,8 @@ def _step(run: Run, logged: bool):
             torch.tensor(float(save_by_time), device=run.device),
         ]
     )
+    if sources is not None:
+        packet = torch.cat([packet, sources.packet()])
     packet = all_reduce_sum(packet, run.info).tolist()
     loss_value = packet[0] / run.info.world_size
     grad_norm_value = float(grad_norm)
@@ -436,7 +449,8 @@ def _step(run: Run, logged: bool):
     _sync(run.device)
     phases["optimizer"] = time.perf_counter() - t
     flags = {"signal": packet[1], "time_due": packet[2] > 0}
-    return loss_value, grad_norm_value, verdict, flags, phases
+    by_source = sources.record(packet[3:]) if sources is not None else {}
+    return loss_value, grad_norm_value, verdict, flags, phases, by_source
 
 
 def _record(run: Run, loss, lr, grad_norm, seconds, phases, batch_crc) -> dict:
