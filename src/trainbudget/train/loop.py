@@ -194,8 +194,12 @@ def _start(
     net = wrap_model(model, info, cfg.strategy, device)
     optimizer = make_optimizer(model, cfg)  # after wrap_model: FSDP2's DTensor parameters
     autocast, scaler = mixed_precision(cfg.precision, device)
-    say("predicting step time and memory (off the catalog: measuring this machine, about 1 s)")
+    say(
+        "predicting step time and memory (off the catalog: timing this machine at the run's shapes)"
+    )
     budget = _budget(cfg, spec, plan, device)
+    if budget.roofline is not None:
+        say(f"predicted step {budget.predicted_step_seconds:.3g} s{_trust(budget)}")
     run = Run(
         cfg=cfg,
         info=info,
@@ -266,6 +270,14 @@ def _budget(cfg: TrainConfig, spec: ModelSpec, plan: Plan, device: torch.device)
         optimizer=cfg.optimizer,
         seq_len=cfg.seq_len,
     )
+
+
+def _trust(budget: Budget) -> str:
+    """Off the catalog, whether the start-up roofline can be trusted, for the start-up line."""
+    roof = budget.roofline
+    if roof is None or not roof.noisy:
+        return ""
+    return f"; NOT to be trusted, the machine is busy: {roof.why_noisy()}"
 
 
 def _resume(run: Run) -> None:

@@ -52,6 +52,8 @@ def summarize(run: Run) -> dict:
         },
         "notes": list(budget.notes),
     }
+    if budget.roofline is not None:  # off the catalog: what the predicted step time stands on
+        out["roofline"] = budget.roofline.as_dict()
     if out["step_seconds"]["predicted"] and measured:
         out["step_seconds"]["error"] = measured / out["step_seconds"]["predicted"] - 1
     mem = out["memory_bytes"]

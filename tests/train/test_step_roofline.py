@@ -1,0 +1,95 @@
+"""train.step_roofline: the step's GEMM shapes against the core's FLOP count, the start-up
+measurement's figures and its busy-machine verdict, and the budget built on it. No timing is
+asserted: only that the rates are positive and the verdict follows its stated thresholds."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from trainbudget.core.single.flops import forward_flops  # noqa: E402
+from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
+from trainbudget.core.spec.precision import get_precision  # noqa: E402
+from trainbudget.profile.device import DeviceInfo  # noqa: E402
+from trainbudget.train import accounting  # noqa: E402
+from trainbudget.train.accounting import make_budget, run_plan  # noqa: E402
+from trainbudget.train.step_roofline import (  # noqa: E402
+    BUSY_CPU_SHARE,
+    NOISY_SPREAD,
+    measure_step_roofline,
+    relative_spread,
+    step_gemms,
+)
+
+CPU = DeviceInfo(kind="cpu", name="a test CPU", catalog_key=None, total_memory_bytes=2**34)
+TINY = resolve_model("gpt2", ("n_layers=2", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=257"))
+PLAN = run_plan("ddp", world_size=1, micro_batch=2, grad_accum=1, recompute="none")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        TINY,  # tied head, GELU MLP, fused qkv
+        resolve_model(
+            "llama-3-8b",
+            ("n_layers=2", "d_model=64", "n_heads=4", "n_kv_heads=2", "d_ff=96", "vocab_size=300"),
+        ),
+    ],
+    ids=["gpt2-tied", "llama-untied-gqa"],
+)
+def test_the_step_gemms_are_three_times_the_cores_weight_matmul_flops(spec) -> None:
+    # forward, input gradient, weight gradient: 3 x the forward's FLOPs of every weight
+    # matrix (core.flops counts them per formula; step_gemms from the matrix shapes)
+    seq_len, batch = 16, 3
+    fwd = forward_flops(spec, seq_len)
+    weights = fwd.qkv + fwd.attn_proj + fwd.mlp_up + fwd.mlp_gate + fwd.mlp_down + fwd.logits
+    gemms = step_gemms(spec, batch * seq_len)
+    assert sum(c * 2 * m * n * k for m, n, k, c in gemms) == 3 * batch * weights
+
+
+def test_the_relative_spread_is_robust_to_one_slow_pass() -> None:
+    assert relative_spread([1.0, 1.0, 1.0, 1.0, 3.0]) == 0.0  # one pass slowed: median stands
+    assert relative_spread([1.0, 1.2, 1.4, 1.6, 1.8]) == pytest.approx(0.2 / 1.4)
+
+
+def test_a_measurement_has_positive_rates_and_says_its_conditions() -> None:
+    roof = measure_step_roofline(TINY, PLAN, seq_len=16, precision=get_precision("fp32"), repeats=2)
+    for rate in (roof.matmul_flops_per_second, roof.elementwise_bytes_per_second):
+        assert math.isfinite(rate) and rate > 0
+    assert roof.attention_fraction > 0
+    assert roof.threads == torch.get_num_threads() and roof.repeats == 2
+    assert roof.n_gemm_shapes == len(step_gemms(TINY, 2 * 16))
+    assert roof.spread >= 0 and roof.cpu_share > 0
+    assert "FLOP/s matmul" in roof.describe()
+
+
+def _roof(**kw):
+    roof = measure_step_roofline(TINY, PLAN, seq_len=16, precision=get_precision("fp32"), repeats=1)
+    return dataclasses.replace(roof, **kw)
+
+
+def test_noisy_follows_the_spread_and_the_cpu_share() -> None:
+    assert not _roof(spread=NOISY_SPREAD, cpu_share=BUSY_CPU_SHARE).noisy
+    spread = _roof(spread=1.5 * NOISY_SPREAD, cpu_share=1.0)
+    assert spread.noisy and "passes spread 15%" in spread.why_noisy()
+    shared = _roof(spread=0.0, cpu_share=0.5)
+    assert shared.noisy and "got 50%" in shared.why_noisy()
+
+
+def test_off_the_catalog_the_budget_stands_on_the_measured_roofline(monkeypatch) -> None:
+    noisy = _roof(spread=0.3, cpu_share=1.0)
+    monkeypatch.setattr(
+        "trainbudget.train.step_roofline.measure_step_roofline", lambda *a, **kw: noisy
+    )
+    monkeypatch.setattr("trainbudget.profile.bench.bandwidth_bench", lambda *a, **kw: 1e10)
+    budget = make_budget(TINY, PLAN, device=CPU, precision="fp32", optimizer="adamw", seq_len=16)
+    assert budget.roofline is noisy and budget.predicted_step_seconds > 0
+    assert budget.peak_flops_per_second is None  # no datasheet: no MFU
+    assert any("at the run's shapes" in note for note in budget.notes)
+    assert accounting.noisy_note(noisy) in budget.notes
+    assert "too busy to trust" in accounting.noisy_note(noisy)
