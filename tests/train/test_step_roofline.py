@@ -16,7 +16,7 @@ from trainbudget.core.single.flops import forward_flops  # noqa: E402
 from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
 from trainbudget.core.spec.precision import get_precision  # noqa: E402
 from trainbudget.profile.device import DeviceInfo  # noqa: E402
-from trainbudget.train import accounting  # noqa: E402
+from trainbudget.train import accounting, step_roofline  # noqa: E402
 from trainbudget.train.accounting import make_budget, run_plan  # noqa: E402
 from trainbudget.train.step_roofline import (  # noqa: E402
     BUSY_CPU_SHARE,
@@ -93,3 +93,23 @@ def test_off_the_catalog_the_budget_stands_on_the_measured_roofline(monkeypatch)
     assert any("at the run's shapes" in note for note in budget.notes)
     assert accounting.noisy_note(noisy) in budget.notes
     assert "too busy to trust" in accounting.noisy_note(noisy)
+
+
+def _readings(monkeypatch, *cpu_shares: float) -> None:
+    """Make each measurement's passes steady (1e9 FLOP in 1 s) with these CPU shares."""
+    readings = iter([([(1e9, 1.0, 0.1, 0.1)] * 3, share) for share in cpu_shares])
+    monkeypatch.setattr(step_roofline._Kernels, "time", lambda self, repeats: next(readings))
+
+
+def test_a_noisy_measurement_is_taken_again(monkeypatch) -> None:
+    _readings(monkeypatch, 0.5, 1.0)
+    roof = measure_step_roofline(TINY, PLAN, seq_len=16, precision=get_precision("fp32"))
+    assert roof.attempts == 2 and roof.cpu_share == 1.0 and not roof.noisy
+    assert roof.matmul_flops_per_second == 1e9
+
+
+def test_when_every_attempt_is_noisy_the_steadiest_is_kept(monkeypatch) -> None:
+    _readings(monkeypatch, 0.4, 0.6, 0.5)
+    roof = measure_step_roofline(TINY, PLAN, seq_len=16, precision=get_precision("fp32"))
+    assert roof.attempts == 3 and roof.cpu_share == 0.6 and roof.noisy
+    assert "steadiest of 3" in roof.describe()

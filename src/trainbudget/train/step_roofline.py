@@ -23,12 +23,16 @@ the prediction is then flagged as not to be trusted (`MeasuredRoofline.noisy`):
   the machine's speed changed from pass to pass;
 - this process's CPU seconds over wall seconds x threads below BUSY_CPU_SHARE: it was
   steadily sharing its cores (a co-runner on the same core halves every pass alike, which no
-  spread shows; on a loaded 2-core machine the rate swung 2x between runs this way)."""
+  spread shows; on a loaded 2-core machine the rate swung 2x between runs this way).
+A noisy measurement is taken again, up to ATTEMPTS in all (a passing load may have ended), and
+the steadiest is kept."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -45,6 +49,8 @@ from trainbudget.profile.device import DeviceInfo
 
 REPEATS = 5
 """Timed passes over the kernels (after one warm-up pass); each rate is their median."""
+ATTEMPTS = 3
+"""Measurements taken at most, while they are noisy (a passing load may end meanwhile)."""
 NOISY_SPREAD = 0.10
 """Passes whose totals spread more than this (`relative_spread`) mean the machine was
 busy while measuring: the prediction is then said not to be trusted."""
@@ -76,6 +82,8 @@ class MeasuredRoofline:
     repeats: int
     n_gemm_shapes: int
     """Distinct GEMM shapes timed."""
+    attempts: int = 1
+    """Measurements taken (more than one when the first ones were noisy)."""
 
     @property
     def noisy(self) -> bool:
@@ -103,6 +111,7 @@ class MeasuredRoofline:
             f"{self.elementwise_bytes_per_second:.3g} bytes/s element-wise; {self.threads} "
             f"thread(s), median of {self.repeats} passes, spread {100 * self.spread:.0f}%, "
             f"CPU share {100 * self.cpu_share:.0f}%"
+            + (f" (steadiest of {self.attempts} measurements)" if self.attempts > 1 else "")
         )
 
     def as_dict(self) -> dict:
@@ -117,6 +126,7 @@ class MeasuredRoofline:
             "busy_below": BUSY_CPU_SHARE,
             "threads": self.threads,
             "repeats": self.repeats,
+            "attempts": self.attempts,
         }
 
 
@@ -146,60 +156,86 @@ def measure_step_roofline(
     precision: Precision,
     device: DeviceInfo | None = None,
     repeats: int = REPEATS,
+    attempts: int = ATTEMPTS,
 ) -> MeasuredRoofline:
     """Time the step's kernels at its shapes on `device` (default: the CPU; see the module
-    docstring); about the time of 1 / n_layers of a step per pass."""
+    docstring); about the time of 1 / n_layers of a step per pass. A noisy measurement is
+    taken again, up to `attempts` times in all; the steadiest one is kept."""
     to = {"dtype": TORCH_DTYPES.get(precision.compute_dtype, torch.float32)}
     to["device"] = torch.device(device.kind if device is not None else "cpu")
     b = plan.micro_batch
-    gemms = _gemm_kernels(step_gemms(spec, b * seq_len), to)
-    attention = _attention_kernel(spec, b, seq_len, to)
-    elementwise = _elementwise_kernel(spec, b, seq_len, to)
-    sync = torch.cuda.synchronize if to["device"].type == "cuda" else _nothing
-    passes = []
-    cpu, wall = time.process_time(), time.perf_counter()
-    for i in range(1 + repeats):  # the first pass warms caches, allocator and thread pool
-        flops = seconds = 0.0
-        for run, count, gemm_flops in gemms:
-            seconds += count * _seconds(run, sync)
-            flops += count * gemm_flops
-        timed = (flops, seconds, _seconds(attention, sync), _seconds(elementwise, sync))
-        if i:
-            passes.append(timed)
-        else:  # after the warm-up
-            cpu, wall = time.process_time(), time.perf_counter()
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    flops = passes[0][0]
-    matmul = statistics.median(flops / p[1] for p in passes)
-    attention_seconds = statistics.median(p[2] for p in passes)
-    elementwise_seconds = statistics.median(p[3] for p in passes)
-    totals = [p[1] + p[2] + p[3] for p in passes]
-    # the core's layer at unit rates: its attention term in seconds at fraction 1, its
-    # memory-bound terms in bytes (seconds at 1 byte/s)
+    kernels = _Kernels(
+        gemms=_gemm_kernels(step_gemms(spec, b * seq_len), to),
+        attention=_attention_kernel(spec, b, seq_len, to),
+        elementwise=_elementwise_kernel(spec, b, seq_len, to),
+        sync=torch.cuda.synchronize if to["device"].type == "cuda" else _nothing,
+    )
+    # the core's layer at unit rates: its attention term in seconds at fraction 1 and its
+    # memory-bound terms in bytes (seconds at 1 byte/s); the matmul rate does not enter them
     unit = Efficiency(matmul=1.0, in_training=1.0, attention=1.0, hbm=1.0)
     layer = layer_compute(
         spec,
         as_numbers(plan),
         seq_len=seq_len,
         e=precision.activation_bytes,
-        peak=matmul,
+        peak=1.0,
         hbm=1.0,
         eff=unit,
         dropout=False,
         causal=True,
     )
-    return MeasuredRoofline(
-        matmul_flops_per_second=matmul,
-        attention_fraction=PASSES_PER_STEP * layer.attention_seconds / attention_seconds,
-        elementwise_bytes_per_second=PASSES_PER_STEP
-        * layer.memory_bound_seconds
-        / elementwise_seconds,
-        spread=relative_spread(totals),
-        cpu_share=cpu / (wall * torch.get_num_threads()),
-        threads=torch.get_num_threads(),
-        repeats=repeats,
-        n_gemm_shapes=len(gemms),
-    )
+    tried = []
+    for _ in range(attempts):
+        passes, cpu_share = kernels.time(repeats)
+        flops = passes[0][0]
+        matmul = statistics.median(flops / p[1] for p in passes)
+        roof = MeasuredRoofline(
+            matmul_flops_per_second=matmul,
+            # the core's attention seconds at fraction 1 and peak 1 are its FLOPs
+            attention_fraction=PASSES_PER_STEP
+            * layer.attention_seconds
+            / matmul
+            / statistics.median(p[2] for p in passes),
+            elementwise_bytes_per_second=PASSES_PER_STEP
+            * layer.memory_bound_seconds
+            / statistics.median(p[3] for p in passes),
+            spread=relative_spread([p[1] + p[2] + p[3] for p in passes]),
+            cpu_share=cpu_share,
+            threads=torch.get_num_threads(),
+            repeats=repeats,
+            n_gemm_shapes=len(kernels.gemms),
+        )
+        tried.append(roof)
+        if not roof.noisy:
+            break
+    best = max(tried, key=lambda r: (not r.noisy, r.cpu_share, -r.spread))
+    return dataclasses.replace(best, attempts=len(tried))
+
+
+@dataclass(frozen=True)
+class _Kernels:
+    gemms: list
+    """(run, count, flops) per GEMM shape."""
+    attention: Callable[[], None]
+    elementwise: Callable[[], None]
+    sync: Callable[[], None]
+
+    def time(self, repeats: int) -> tuple[list[tuple[float, ...]], float]:
+        """One warm-up pass (caches, allocator, thread pool), then `repeats` passes of
+        (GEMM FLOPs, GEMM seconds, attention seconds, element-wise seconds); and the process's
+        CPU seconds / (wall seconds x threads) over them."""
+        passes = []
+        for i in range(1 + repeats):
+            if i == 1:
+                cpu, wall = time.process_time(), time.perf_counter()
+            flops = seconds = 0.0
+            for run, count, gemm_flops in self.gemms:
+                seconds += count * _seconds(run, self.sync)
+                flops += count * gemm_flops
+            attention = _seconds(self.attention, self.sync)
+            passes.append((flops, seconds, attention, _seconds(self.elementwise, self.sync)))
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        return passes[1:], cpu / (wall * torch.get_num_threads())
 
 
 def relative_spread(values: list[float]) -> float:
