@@ -4,7 +4,9 @@ asserted: only that the rates are positive and the verdict follows its stated th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import math
 
 import pytest
@@ -15,9 +17,12 @@ pytestmark = pytest.mark.torch
 from trainbudget.core.single.flops import forward_flops  # noqa: E402
 from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
 from trainbudget.core.spec.precision import get_precision  # noqa: E402
+from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.profile.device import DeviceInfo  # noqa: E402
 from trainbudget.train import accounting, step_roofline  # noqa: E402
 from trainbudget.train.accounting import make_budget, run_plan  # noqa: E402
+from trainbudget.train.config import TrainConfig  # noqa: E402
+from trainbudget.train.loop import train  # noqa: E402
 from trainbudget.train.step_roofline import (  # noqa: E402
     BUSY_CPU_SHARE,
     NOISY_SPREAD,
@@ -113,3 +118,25 @@ def test_when_every_attempt_is_noisy_the_steadiest_is_kept(monkeypatch) -> None:
     roof = measure_step_roofline(TINY, PLAN, seq_len=16, precision=get_precision("fp32"))
     assert roof.attempts == 3 and roof.cpu_share == 0.6 and roof.noisy
     assert "steadiest of 3" in roof.describe()
+
+
+def test_a_cpu_run_summary_says_what_its_prediction_stood_on(tmp_path) -> None:
+    with contextlib.redirect_stdout(io.StringIO()):
+        prepare(None, tmp_path / "data", tokenizer="byte")
+    overrides = ("n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=257")
+    cfg = TrainConfig(
+        overrides=(*overrides, "max_seq_len=32"),
+        data=str(tmp_path / "data"),
+        out=str(tmp_path / "run"),
+        steps=4,
+        micro_batch=2,
+        seq_len=16,
+        device="cpu",
+        eval_batches=1,
+        tensorboard=False,
+    )
+    summary = train(cfg)
+    roof = summary["roofline"]
+    assert roof["threads"] == torch.get_num_threads() and roof["repeats"] == 5
+    assert roof["matmul_flops_per_second"] > 0 and roof["noisy_above"] == NOISY_SPREAD
+    assert summary["step_seconds"]["cpu_share"] > 0  # 3 timed steps' CPU over their wall time

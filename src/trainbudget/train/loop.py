@@ -333,16 +333,16 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         apply_lr(run.optimizer, lr)
         batch_crc = run.batches.fingerprint()
         _sync(run.device)
-        t_step = time.perf_counter()
+        t_step, cpu_step = time.perf_counter(), time.process_time()
         loss, grad_norm, verdict, flags, phases, by_source = _step(run, logged)
-        seconds = time.perf_counter() - t_step
+        seconds, cpu_seconds = time.perf_counter() - t_step, time.process_time() - cpu_step
         run.guard.record(loss, verdict)
         if verdict.reason == "spike":
             arrive(run.info, f"the rollback at step {state.step + 1}")
             rollback(run, writer, loss, verdict)
             continue
         # the first step of this process includes warm-up (allocation, compilation)
-        state.advance(seconds if state.step > first else None)
+        state.advance(seconds if state.step > first else None, cpu_seconds)
         if verdict.reason == "nonfinite":
             skip_step(run, writer, loss, grad_norm, verdict)
         if verdict.ok and (logged or state.step == cfg.steps):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from trainbudget.profile.memory import measure_step_memory
+from trainbudget.train.step_roofline import BUSY_CPU_SHARE
 
 if TYPE_CHECKING:
     from trainbudget.train.accounting import Budget
@@ -25,6 +26,13 @@ def memory_bytes(device: torch.device, budget: Budget) -> dict:
         "predicted_model_state": budget.predicted_model_state_bytes,
         "measured_peak": measured,
     }
+
+
+def _cpu_share(state) -> float | None:
+    """The process's CPU seconds over wall seconds x threads during the timed steps: about 1
+    on cores of its own, less when other processes took them (train.step_roofline)."""
+    wall = sum(state.step_times)
+    return state.step_cpu_seconds / (wall * torch.get_num_threads()) if wall else None
 
 
 def summarize(run: Run) -> dict:
@@ -54,6 +62,13 @@ def summarize(run: Run) -> dict:
     }
     if budget.roofline is not None:  # off the catalog: what the predicted step time stands on
         out["roofline"] = budget.roofline.as_dict()
+        share = _cpu_share(state)
+        out["step_seconds"]["cpu_share"] = share
+        if share is not None and share < BUSY_CPU_SHARE:
+            out["notes"].append(
+                f"the run's steps got {100 * share:.0f}% of its {torch.get_num_threads()} "
+                "thread(s)' CPU time: other processes slowed the measured step time"
+            )
     if out["step_seconds"]["predicted"] and measured:
         out["step_seconds"]["error"] = measured / out["step_seconds"]["predicted"] - 1
     mem = out["memory_bytes"]
