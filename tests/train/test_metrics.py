@@ -143,3 +143,23 @@ def test_a_damaged_line_inside_the_file_ends_what_is_kept(tmp_path: Path) -> Non
     assert [r["step"] for r in _lines(run)] == [1, 2]
     assert len((run / "metrics.after-step-00000006.jsonl").read_text().splitlines()) == 2
     assert read_run(run).skipped is None
+
+
+def test_tensorboard_gets_every_number_and_the_per_source_losses_by_name() -> None:
+    record = {
+        "step": 10,
+        "loss": 2.5,
+        "skipped": True,  # a flag, not a scalar
+        "train_loss_by_source": {"web": 2.0, "code": 3.0},
+        "phases_seconds": {"forward": 0.1},
+        "eval": {"val_loss": 2.4, "per_source": {"web": 2.2, "code": 2.9}},
+    }
+    assert metrics.tensorboard_scalars(record) == {
+        "loss": 2.5,
+        "train_loss/web": 2.0,
+        "train_loss/code": 3.0,
+        "phases_seconds/forward": 0.1,
+        "eval/val_loss": 2.4,
+        "val_loss/web": 2.2,  # nested two deep: dropped before
+        "val_loss/code": 2.9,
+    }

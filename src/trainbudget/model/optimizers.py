@@ -256,8 +256,15 @@ def _torch_implementation(params: list, s: Settings, *, has_fused: bool) -> dict
         return {"foreach": False}
     fused = s.fused
     if fused is None:
-        fused = has_fused and all(p.is_cuda and p.is_floating_point() for p in _all_tensors(params))
+        fused = has_fused and all(_fusable(p) for p in _all_tensors(params))
     return {"fused": True} if fused else {"foreach": True}
+
+
+def _fusable(p: torch.Tensor) -> bool:
+    """A floating CUDA or CPU parameter (FSDP2's DTensor shards included). On a CPU, torch's
+    fused AdamW steps a 10.8M-parameter model ~4x faster than its for-loop and ~5x faster
+    than its multi-tensor implementation (one thread)."""
+    return p.is_floating_point() and p.device.type in ("cuda", "cpu")
 
 
 def _sgd(params: list, s: Settings) -> torch.optim.Optimizer:
@@ -342,9 +349,9 @@ def build_optimizer(
     - single_tensor=True: the for-loop one (`foreach=False`), whose temporaries are the size of
       one parameter -- what the core's peak-memory model counts (`model.optim` asks for it);
     - else, by `fused`: None (default): the fused kernel (`fused=True`) when every parameter
-      is a floating CUDA tensor and the optimizer has one (Adam/AdamW), else the multi-tensor
-      one (`foreach=True`); True: the fused kernel whatever the device (torch raises if it
-      cannot); False: the multi-tensor one.
+      is a floating CUDA or CPU tensor and the optimizer has one (Adam/AdamW), else the
+      multi-tensor one (`foreach=True`); True: the fused kernel whatever the device (torch
+      raises if it cannot); False: the multi-tensor one.
     The multi-tensor implementation allocates temporaries the size of all the parameters of a
     group; the fused kernel allocates none.
 

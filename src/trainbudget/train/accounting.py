@@ -10,7 +10,8 @@ process runs no wrapper: ZeRO 0 whatever the strategy.
 
 What each prediction uses:
 - step time: `core.parallel.step_time.step_time` of that plan, on the catalog row of the device
-  (or, off the catalog, on this machine's roofline measured at start-up);
+  (or, off the catalog, on this machine's roofline measured at start-up at the run's own
+  shapes and thread count: train.step_roofline);
 - peak memory per rank: for one process, `core.single.peak_memory.training_peak`, the phase
   model of the reference implementation (held to torch's MemTracker by the profile tests); for
   several, `core.parallel.parallel_memory.plan_memory` of the plan, which shards the model state
@@ -29,6 +30,7 @@ added to the peak and to the model state; the optimizer state is ZeRO-2's as it 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.parallel_memory import plan_memory
@@ -42,6 +44,9 @@ from trainbudget.core.spec.precision import Optimizer, Precision, get_optimizer,
 from trainbudget.core.units import MiB
 from trainbudget.profile.device import DeviceInfo
 from trainbudget.train.strategy import get_strategy
+
+if TYPE_CHECKING:  # the measurement imports torch: only off the catalog (make_budget)
+    from trainbudget.train.step_roofline import MeasuredRoofline
 
 
 def run_plan(
@@ -90,6 +95,9 @@ class Budget:
     predicted_step_seconds: float | None
     device: DeviceInfo
     notes: tuple[str, ...]
+    roofline: MeasuredRoofline | None = None
+    """Off the catalog: this machine's roofline measured at start-up, what the predicted step
+    time stands on; `roofline.noisy`: measured on a busy machine, not to be trusted."""
 
     def mfu(self, tokens_per_second_per_device: float) -> float | None:
         if self.peak_flops_per_second is None:
@@ -147,21 +155,28 @@ def make_budget(
         spec, seq_len, causal=True, recompute=plan.recompute, flash_attention=plan.flash_attention
     )
     memory = _memory(spec, plan, strategy, seq_len=seq_len, precision=prec, optimizer=opt)
-    peak = None
+    peak = roof = None
     efficiency = DEFAULT_EFFICIENCY
     if device.catalog_key is not None:
         hw = get_hardware(device.catalog_key)
         peak = hw.peak_flops_per_second(prec.compute_dtype)
     else:
-        # no datasheet: predict from this machine's own roofline, measured now
-        hw = measured_hardware(device, prec.compute_dtype)
-        efficiency = Efficiency(matmul=1.0, hbm=1.0)
-        rate = hw.dense_flops_per_second[prec.compute_dtype]
+        # no datasheet: predict from this machine's own roofline, measured now at the run's
+        # shapes; its rates already are what the step's kernels achieve (no further fraction)
+        from trainbudget.train.step_roofline import measure_step_roofline
+
+        roof = measure_step_roofline(spec, plan, seq_len=seq_len, precision=prec, device=device)
+        hw = measured_hardware(device, prec.compute_dtype, roof)
+        efficiency = Efficiency(
+            matmul=1.0, in_training=1.0, attention=roof.attention_fraction, hbm=1.0
+        )
         notes.append(
             f"no catalog peak for {device.name}: MFU is not reported; the predicted step time "
-            f"uses this machine's roofline measured at start-up ({rate:.3g} FLOP/s "
-            f"{prec.compute_dtype} matmul, {hw.hbm_bytes_per_second:.3g} bytes/s copy)"
+            f"uses this machine's roofline measured at start-up at the run's shapes "
+            f"({roof.describe()})"
         )
+        if roof.noisy:
+            notes.append(noisy_note(roof))
     gpus_per_node = max(1, plan.n_gpus) if hw.measured else 0
     cluster = Cluster(hardware=hw, n_gpus=plan.n_gpus, gpus_per_node=gpus_per_node)
     predicted = step_time(
@@ -187,6 +202,7 @@ def make_budget(
         predicted_step_seconds=predicted,
         device=device,
         notes=tuple(notes),
+        roofline=roof,
     )
 
 
@@ -248,20 +264,26 @@ def zero2_extra_params_bytes(
     return plan_memory(spec, replace(plan, zero=3), **kw).state.params_bytes
 
 
-def measured_hardware(device: DeviceInfo, compute_dtype: str) -> Hardware:
-    """A hardware row for a device outside the catalog (a CPU): matmul FLOP/s at n = 512 and
-    copy bandwidth from `profile.bench` (about a second), used as the achievable peaks."""
-    from trainbudget.profile.bench import bandwidth_bench, time_matmul
+def noisy_note(roof: MeasuredRoofline) -> str:
+    return (
+        "the machine was too busy to trust the predicted step time: while its roofline was "
+        f"measured at start-up, {roof.why_noisy()}; another process was using the cores"
+    )
 
-    n = 512
-    flops = 2 * n**3 / time_matmul(n, compute_dtype, "cpu", warmup=1, repeats=3)
-    bandwidth = bandwidth_bench(64 * MiB, "cpu", warmup=1, repeats=3)
+
+def measured_hardware(device: DeviceInfo, compute_dtype: str, roof: MeasuredRoofline) -> Hardware:
+    """A hardware row for a device outside the catalog (a CPU): the rates of `roof`, measured
+    at the run's shapes, as the achievable peaks; the copy bandwidth of `profile.bench` for
+    the links between processes."""
+    from trainbudget.profile.bench import bandwidth_bench
+
+    bandwidth = bandwidth_bench(64 * MiB, device.kind, warmup=1, repeats=3)
     return Hardware(
         name="this-machine",
         description=device.name,
         memory_bytes=float(device.total_memory_bytes or 1),
-        hbm_bytes_per_second=bandwidth,
-        dense_flops_per_second={compute_dtype: flops},
+        hbm_bytes_per_second=roof.elementwise_bytes_per_second,
+        dense_flops_per_second={compute_dtype: roof.matmul_flops_per_second},
         sparse_flops_per_second={},
         intra_node_bytes_per_second=bandwidth,
         inter_node_bytes_per_second=bandwidth,
@@ -269,6 +291,6 @@ def measured_hardware(device: DeviceInfo, compute_dtype: str) -> Hardware:
         intra_node_link="shared memory",
         inter_node_link="none",
         source_urls=(),
-        notes="measured at start-up by trainbudget.train",
+        notes="measured at start-up by trainbudget.train (train.step_roofline)",
         measured=True,
     )

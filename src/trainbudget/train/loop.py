@@ -68,6 +68,7 @@ from trainbudget.train.run_files import CONFIG_FILE, SUMMARY_FILE
 from trainbudget.train.run_lock import make_room, own_run_folder
 from trainbudget.train.schedule import Schedule, apply_lr
 from trainbudget.train.setup import mixed_precision, seed_everything
+from trainbudget.train.source_loss import SourceLoss, log_line_part
 from trainbudget.train.startup import Say, log_rule, logged_step, on_terminal
 from trainbudget.train.summary import memory_bytes, summarize
 
@@ -201,8 +202,12 @@ def _start(
     # after parallelize: FSDP2's DTensor parameters; zero1's sharded state over the mesh
     optimizer = parallel_optimizer(model, cfg, parallel)
     autocast, scaler = mixed_precision(cfg.precision, device)
-    say("predicting step time and memory (off the catalog: measuring this machine, about 1 s)")
+    say(
+        "predicting step time and memory (off the catalog: timing this machine at the run's shapes)"
+    )
     budget = _budget(cfg, spec, plan, device)
+    if budget.roofline is not None:
+        say(f"predicted step {budget.predicted_step_seconds:.3g} s{_trust(budget)}")
     run = Run(
         cfg=cfg,
         info=info,
@@ -279,6 +284,14 @@ def _budget(cfg: TrainConfig, spec: ModelSpec, plan: Plan, device: torch.device)
     )
 
 
+def _trust(budget: Budget) -> str:
+    """Off the catalog, whether the start-up roofline can be trusted, for the start-up line."""
+    roof = budget.roofline
+    if roof is None or not roof.noisy:
+        return ""
+    return f"; NOT to be trusted, the machine is busy: {roof.why_noisy()}"
+
+
 def _resume(run: Run) -> None:
     if run.info.is_main:
         for path in clean_partial(run.checkpoint_root):
@@ -332,23 +345,24 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         apply_lr(run.optimizer, lr)
         batch_crc = run.batches.fingerprint()
         _sync(run.device)
-        t_step = time.perf_counter()
+        t_step, cpu_step = time.perf_counter(), time.process_time()
         with run.peak_meter.step(run.net, run.model, run.optimizer):  # CPU: the 2nd step
-            loss, grad_norm, verdict, flags, phases = _step(run, logged)
-        seconds = time.perf_counter() - t_step
+            loss, grad_norm, verdict, flags, phases, by_source = _step(run, logged)
+        seconds, cpu_seconds = time.perf_counter() - t_step, time.process_time() - cpu_step
         run.guard.record(loss, verdict)
         if verdict.reason == "spike":
             arrive(run.info, f"the rollback at step {state.step + 1}")
             rollback(run, writer, loss, verdict)
             continue
         # the first step of this process includes warm-up (allocation, compilation)
-        state.advance(seconds if state.step > first else None)
+        state.advance(seconds if state.step > first else None, cpu_seconds)
         if verdict.reason == "nonfinite":
             skip_step(run, writer, loss, grad_norm, verdict)
         if verdict.ok and (logged or state.step == cfg.steps):
             state.logged(loss)
             record = _record(run, loss, lr, grad_norm, seconds, phases, batch_crc)
             record.update(flags["moe"])
+            record.update(by_source)
             if state.step % cfg.eval_interval == 0 or state.step == cfg.steps:
                 arrive(run.info, f"the evaluation at step {state.step}")
                 record["eval"] = evaluate(
@@ -367,7 +381,10 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
             writer.write(record)
             mfu = f"  MFU {100 * record['mfu']:.1f}%" if record["mfu"] is not None else ""
             tps = record["tokens_per_second"]
-            progress.update(state.step, f"loss {loss:.3f}  {tps:,.0f} tok/s{mfu}{moe_text(record)}")
+            per_source = log_line_part(by_source.get("train_loss_by_source", {}))
+            progress.update(
+                state.step, f"loss {loss:.3f}{per_source}  {tps:,.0f} tok/s{mfu}{moe_text(record)}"
+            )
         elif verdict.ok and on_terminal(
             state.step, first=first, log_interval=cfg.log_interval, steps=cfg.steps
         ):
@@ -390,7 +407,8 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
 def _step(run: Run, logged: bool):
     """One iteration: forward and backward over grad_accum micro-batches, the global loss and
     gradient norm, and the update unless the guard says no. Returns (loss, grad_norm, verdict,
-    flags agreed by all ranks -- and the MoE layers' figures, flags["moe"] --, phase seconds)."""
+    flags agreed by all ranks -- and the MoE layers' figures, flags["moe"] --, phase seconds,
+    per-source loss fields -- on logged steps only)."""
     cfg = run.cfg
     phases = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
     batch = run.batches.step + 1  # 1-based, as faults count batches
@@ -398,19 +416,24 @@ def _step(run: Run, logged: bool):
     factor = run.faults.loss_factor(batch)
     loss_sum = torch.zeros((), device=run.device)
     moe = MoeTally(run.device)  # MoE models: auxiliary losses, dropped tokens
+    # per-source loss on logged steps only: off the hot path of the others
+    sources = SourceLoss(run.batches.dataset.source_names, run.device) if logged else None
     for micro in range(cfg.grad_accum):
         t = time.perf_counter()
-        x, y, _ = run.batches.next_batch(run.device)
+        x, y, source_ids = run.batches.next_batch(run.device)
         phases["data"] += time.perf_counter() - t
         # distributed: gradients synced on the step's last micro-batch only (DDP and FSDP2)
         with grad_sync(run.net, run.info, cfg.strategy, sync=micro == cfg.grad_accum - 1):
             t = time.perf_counter()
             with run.autocast:
                 logits = run.net(x)[0]
+                token_losses = F.cross_entropy(
+                    logits.float().flatten(0, 1), y.flatten(), reduction="none"
+                ).view_as(y)  # (B, T)
                 # accumulation sums gradients: divide so the step uses the mean loss
-                loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) / cfg.grad_accum
+                loss = token_losses.mean() / cfg.grad_accum
                 if factor is not None:
-                    loss = loss * factor
+                    loss, token_losses = loss * factor, token_losses * factor
                 total = moe.add_losses(run.model, loss, cfg)
             if logged:
                 _sync(run.device)
@@ -421,6 +444,8 @@ def _step(run: Run, logged: bool):
                 _sync(run.device)
             phases["backward"] += time.perf_counter() - t
         loss_sum += loss.detach()
+        if sources is not None:
+            sources.add(token_losses, source_ids)
     t = time.perf_counter()
     arrive(run.info, f"the gradient-norm and loss all-reduces of step {run.state.step + 1}")
     if batch in run.faults.nan_grad_batches:
@@ -431,7 +456,8 @@ def _step(run: Run, logged: bool):
         if cfg.grad_clip > 0
         else total_grad_norm(run.model.parameters())  # distributed: the full norm under FSDP2
     )
-    # one all-reduce: the global mean loss and the flags every rank must agree on
+    # one all-reduce: the global mean loss, the flags every rank must agree on and, on logged
+    # steps, the per-source loss sums and token counts
     save_by_time = run.info.is_main and time_due(run)
     packet = torch.cat(
         [
@@ -445,6 +471,8 @@ def _step(run: Run, logged: bool):
             moe.sums,
         ]
     )
+    if sources is not None:
+        packet = torch.cat([packet, sources.packet()])
     packet = all_reduce_sum(packet, run.info).tolist()
     loss_value = packet[0] / run.info.world_size
     grad_norm_value = float(grad_norm)
@@ -457,8 +485,14 @@ def _step(run: Run, logged: bool):
     run.optimizer.zero_grad(set_to_none=True)
     _sync(run.device)
     phases["optimizer"] = time.perf_counter() - t
-    flags = {"signal": packet[1], "time_due": packet[2] > 0, "moe": moe_record(packet[3:])}
-    return loss_value, grad_norm_value, verdict, flags, phases
+    n_moe = 3 + len(moe.sums)  # the packet: loss and two flags, the MoE sums, the sources'
+    flags = {
+        "signal": packet[1],
+        "time_due": packet[2] > 0,
+        "moe": moe_record(packet[3:n_moe]),
+    }
+    by_source = sources.record(packet[n_moe:]) if sources is not None else {}
+    return loss_value, grad_norm_value, verdict, flags, phases, by_source
 
 
 def _record(run: Run, loss, lr, grad_norm, seconds, phases, batch_crc) -> dict:

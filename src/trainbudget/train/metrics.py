@@ -105,13 +105,8 @@ class MetricsWriter:
 
     def _scalars(self, record: dict) -> None:
         step = record["step"]
-        for key, value in record.items():
-            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                self._tb.add_scalar(key, value, step)
-            elif isinstance(value, dict):
-                for sub, v in value.items():
-                    if isinstance(v, (int, float)) and not isinstance(v, bool):
-                        self._tb.add_scalar(f"{key}/{sub}", v, step)
+        for tag, value in tensorboard_scalars(record).items():
+            self._tb.add_scalar(tag, value, step)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -122,6 +117,31 @@ class MetricsWriter:
             self._fd = None
         if self._tb is not None:
             self._tb.close()
+
+
+TENSORBOARD_TAGS = {
+    "train_loss_by_source": "train_loss",
+    "eval/per_source": "val_loss",
+}
+"""Tags of the per-source losses in TensorBoard: train_loss/<source> and val_loss/<source>,
+side by side in one section each; any other nested number keeps its path (eval/val_loss)."""
+
+
+def tensorboard_scalars(record: dict) -> dict[str, float]:
+    """{tag: number} for TensorBoard: every number of a record, nested objects as key/sub/...
+    (renamed by TENSORBOARD_TAGS); not the step, flags or strings."""
+    out: dict[str, float] = {}
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for key, sub in value.items():
+                path = f"{prefix}/{key}" if prefix else str(key)
+                walk(TENSORBOARD_TAGS.get(path, path), sub)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[prefix] = value
+
+    walk("", {k: v for k, v in record.items() if k != "step"})
+    return out
 
 
 def resume_metrics(run_dir: Path, step: int) -> list[str]:

@@ -47,16 +47,20 @@ class RunState:
     checkpoints_written: int = 0
     step_times: list[float] = field(default_factory=list)
     """Seconds of each step after the first of this process (which includes warm-up)."""
+    step_cpu_seconds: float = 0.0
+    """This process's CPU seconds (all its threads) over the steps of `step_times`."""
     first_loss: float | None = None
     """The first loss logged by this process."""
     last_loss: float | None = None
     """The newest loss logged."""
 
-    def advance(self, seconds: float | None) -> None:
-        """One iteration done; `seconds`: its time, None to leave it out of the statistics."""
+    def advance(self, seconds: float | None, cpu_seconds: float = 0.0) -> None:
+        """One iteration done; `seconds`: its time, None to leave it out of the statistics;
+        `cpu_seconds`: the process's CPU time meanwhile."""
         self.step += 1
         if seconds is not None:
             self.step_times.append(seconds)
+            self.step_cpu_seconds += cpu_seconds
 
     def restored(self, step: int, *, saved: bool) -> None:
         """Back at `step` from a checkpoint: a resume (`saved`: that checkpoint is this run's

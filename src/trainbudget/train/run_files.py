@@ -14,12 +14,13 @@ newline; the file is read up to its first line that is not (a torn last line aft
 full disk, lines glued together), and what was skipped is said in `RunLog.skipped` and the
 notes (train.metrics_scan; only a file without one such record is an error). A step record
 (one without an "event" key) holds "loss"; a value the reader knows must have its type (a
-number or null; an object for eval, memory_bytes, phases_seconds, per_source), otherwise the
-error names file:line, the key and the value. Null (a non-finite value) and absent keys read as
-None, unknown keys are ignored. The LAST record of a step wins (a resumed run or a rollback logs
-some steps again); records with an "event" key (checkpoint, rollback, skipped step,
-interruption) are markers, not points. summary.json is written once at the end, so a missing,
-half-written or odd one reads as absent: the run is still going.
+number or null; an object for eval, memory_bytes, phases_seconds, per_source,
+train_loss_by_source), otherwise the error names file:line, the key and the value. Null (a
+non-finite value) and absent keys read as None, unknown keys are ignored. The LAST record of
+a step wins (a resumed run or a rollback logs some steps again); records with an "event" key
+(checkpoint, rollback, skipped step, interruption) are markers, not points. summary.json is
+written once at the end, so a missing, half-written or odd one reads as absent: the run is
+still going.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class RunPoint:
     phases_seconds: dict[str, float]
     val_loss: float | None
     val_loss_by_source: dict[str, float]
+    train_loss_by_source: dict[str, float]
+    """The step's training loss of each source it drew from (train.source_loss)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,6 +226,7 @@ def _point(where: str, record: dict, tokens_per_step: int | None) -> RunPoint:
         phases_seconds=_numbers(record, "phases_seconds", where),
         val_loss=_number(ev, "val_loss", f"{where}: eval"),
         val_loss_by_source=_numbers(ev, "per_source", f"{where}: eval"),
+        train_loss_by_source=_numbers(record, "train_loss_by_source", where),
     )
 
 

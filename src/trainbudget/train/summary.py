@@ -13,6 +13,7 @@ import torch
 
 from trainbudget.profile.memory import measure_step_memory
 from trainbudget.train.rank_memory import gather_records, rank_record
+from trainbudget.train.step_roofline import BUSY_CPU_SHARE
 from trainbudget.train.strategy import get_strategy
 
 if TYPE_CHECKING:
@@ -63,6 +64,13 @@ def per_rank_memory(run: Run) -> dict:
     }
 
 
+def _cpu_share(state) -> float | None:
+    """The process's CPU seconds over wall seconds x threads during the timed steps: about 1
+    on cores of its own, less when other processes took them (train.step_roofline)."""
+    wall = sum(state.step_times)
+    return state.step_cpu_seconds / (wall * torch.get_num_threads()) if wall else None
+
+
 def summarize(run: Run) -> dict:
     cfg, budget, world_size, state = run.cfg, run.budget, run.info.world_size, run.state
     measured = statistics.median(state.step_times) if state.step_times else None
@@ -89,6 +97,15 @@ def summarize(run: Run) -> dict:
         },
         "notes": list(budget.notes),
     }
+    if budget.roofline is not None:  # off the catalog: what the predicted step time stands on
+        out["roofline"] = budget.roofline.as_dict()
+        share = _cpu_share(state)
+        out["step_seconds"]["cpu_share"] = share
+        if share is not None and share < BUSY_CPU_SHARE:
+            out["notes"].append(
+                f"the run's steps got {100 * share:.0f}% of its {torch.get_num_threads()} "
+                "thread(s)' CPU time: other processes slowed the measured step time"
+            )
     if out["step_seconds"]["predicted"] and measured:
         out["step_seconds"]["error"] = measured / out["step_seconds"]["predicted"] - 1
     mem = out["memory_bytes"]
