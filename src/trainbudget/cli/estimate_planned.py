@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from dataclasses import dataclass
 
 from trainbudget.cli.args import (
     dumps_json,
@@ -23,6 +24,7 @@ from trainbudget.cli.plan_view import (
     efficiency_from_args,
 )
 from trainbudget.cli.question import (
+    Search,
     best_json,
     best_lines,
     inputs_json,
@@ -54,20 +56,48 @@ from trainbudget.core.units import format_bytes
 def run_planner(args: argparse.Namespace, explicit: dict) -> int:
     """--gpus > 1 and no layout: `plan`'s search for the same question; its best plan is the
     answer (days, layout, per-GPU memory equal to `plan`'s)."""
-    for name in ("micro_batch",):
-        if explicit[name] is not None:
-            raise SpecError(
-                f"--{name.replace('_', '-')}",
-                explicit[name],
-                "fixes part of a layout: give the layout too (--dp, --tp, ...), or leave the "
-                "planner to choose it (--max-micro-batch bounds it)",
-            )
+    _refuse_half_a_layout(args, explicit)
+    answer = _answer(args, explicit)
+    if args.json:
+        print(dumps_json(_answer_json(answer, args)))
+    else:
+        print("\n".join(_answer_lines(answer, args)))
+    return 0
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """The planner's answer and what is printed around it."""
+
+    e: Estimate
+    found: Search
+    fw: Framework
+    reliability: dict | None
+    sensitivity: list[dict]
+
+    @property
+    def best(self) -> RankedPlan:
+        return self.found.result.plans[0]
+
+
+def _refuse_half_a_layout(args: argparse.Namespace, explicit: dict) -> None:
+    if explicit["micro_batch"] is not None:
+        raise SpecError(
+            "--micro-batch",
+            explicit["micro_batch"],
+            "fixes part of a layout: give the layout too (--dp, --tp, ...), or leave the "
+            "planner to choose it (--max-micro-batch bounds it)",
+        )
     if args.grad_accum != "1":
         raise SpecError(
             "--grad-accum",
             args.grad_accum,
             "fixes part of a layout: give the layout too, or --global-batch for the planner",
         )
+
+
+def _answer(args: argparse.Namespace, explicit: dict) -> _Answer:
+    """Search, refuse when nothing fits, and estimate the model at the best plan's settings."""
     unstated = take_assumptions(args)
     search_args = argparse.Namespace(**vars(args))
     search_args.recompute = explicit["recompute"]  # stated: the search tries only it
@@ -75,27 +105,26 @@ def run_planner(args: argparse.Namespace, explicit: dict) -> int:
     fw = framework_from_args(args)
     req = request_from_args(args)
     found = search_from_args(search_args, model, req.hardware, req.n_gpus, fw, top=5)
-    if not found.result.plans[0].fits:
+    best = found.result.plans[0]
+    if not best.fits:
         raise SpecError(
             "--gpus",
             req.n_gpus,
             f"no layout of {model.name} fits in {found.headroom_text()}: the least memory is "
-            f"{format_bytes(found.result.plans[0].memory.total_bytes)} per GPU "
-            f"({found.result.plans[0].plan.describe()}); add GPUs, allow offload "
-            "(--allow-offload) or shorten --seq-len",
+            f"{format_bytes(best.memory.total_bytes)} per GPU ({best.plan.describe()}); add "
+            "GPUs, allow offload (--allow-offload) or shorten --seq-len",
         )
-    best = found.result.plans[0]
+    plan = best.plan
     e = estimate(
         dataclasses.replace(
             req,
             seq_len=found.seq_len.value,
-            micro_batch=best.plan.micro_batch,
-            grad_accum=best.plan.grad_accum,
-            recompute=best.plan.recompute,
-            flash_attention=best.plan.flash_attention,
+            micro_batch=plan.micro_batch,
+            grad_accum=plan.grad_accum,
+            recompute=plan.recompute,
+            flash_attention=plan.flash_attention,
         )
     )
-    fw_line = fw.assumption()
     tokens = req.tokens
     reliability = reliability_json(
         args,
@@ -119,38 +148,41 @@ def run_planner(args: argparse.Namespace, explicit: dict) -> int:
         )
 
     sens = sensitivity(best, fw, tuple(u for u in unstated if u != "micro_batch"), run_plan)
-    if args.json:
-        out = _planner_json(e, found, tokens)
-        out["sensitivity"] = sens
-        if reliability is not None:
-            out["reliability"] = reliability
-        out["framework"] = fw.name
-        out["assumptions"] = _planner_assumptions(found, e, fw_line)
-        if args.explain:
-            out["derivation"] = derivation_json(e, best)
-        print(dumps_json(out))
-        return 0
-    print(f"answer       {ANSWERS['planner']}")
-    print("\n".join(head_lines(e, found.seq_len)[:1]))
-    print("\n".join(inputs_lines(found)))
-    print("\n".join(head_lines(e, found.seq_len)[2:]))
-    result = found.result
-    print(
+    return _Answer(e, found, fw, reliability, sens)
+
+
+def _answer_json(a: _Answer, args: argparse.Namespace) -> dict:
+    out = _planner_json(a.e, a.found, a.e.request.tokens)
+    out["sensitivity"] = a.sensitivity
+    if a.reliability is not None:
+        out["reliability"] = a.reliability
+    out["framework"] = a.fw.name
+    out["assumptions"] = _planner_assumptions(a.found, a.e, a.fw.assumption())
+    if args.explain:
+        out["derivation"] = derivation_json(a.e, a.best)
+    return out
+
+
+def _answer_lines(a: _Answer, args: argparse.Namespace) -> list[str]:
+    e, found, result = a.e, a.found, a.found.result
+    head = head_lines(e, found.seq_len)
+    out = [f"answer       {ANSWERS['planner']}", head[0], *inputs_lines(found), *head[2:]]
+    out.append(
         f"searched     {result.evaluated:,} layouts evaluated in {result.search_seconds:.2f} s; "
         f"{result.n_fitting:,} fit ({found.headroom_text()})"
     )
-    print("\n".join(best_lines(found, tokens)))
-    line = sensitivity_line(sens)
+    out += best_lines(found, e.request.tokens)
+    line = sensitivity_line(a.sensitivity)
     if line is not None:
-        print(line)
-    print(f"checkpoint   {format_bytes(e.checkpoint_bytes)}")
-    print(f"framework    {fw.assumption().removeprefix('framework: ')}")
-    if reliability is not None:
-        print(reliability_line(reliability))
+        out.append(line)
+    out.append(f"checkpoint   {format_bytes(e.checkpoint_bytes)}")
+    out.append(f"framework    {a.fw.assumption().removeprefix('framework: ')}")
+    if a.reliability is not None:
+        out.append(reliability_line(a.reliability))
     if args.explain:
-        print()
-        print(explain(e, _planner_assumptions(found, e, fw_line), best))
-    return 0
+        assumptions = _planner_assumptions(found, e, a.fw.assumption())
+        out += ["", explain(e, assumptions, a.best)]
+    return out
 
 
 def _planner_assumptions(found, e: Estimate, fw_line: str) -> list[str]:

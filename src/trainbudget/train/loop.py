@@ -153,49 +153,13 @@ def _start(
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
     plan = _plan(cfg, info)
-    if cfg.memory_check:  # before anything is written or built
-        step = Step.of(cfg, spec, plan)
-        say(check_run(step, device=device.type, index=device.index, world_size=info.world_size))
-    lock = own_run_folder(cfg.run_dir, cfg.out, rank=info.rank, world_size=info.world_size)
-    if lock is not None:
-        held.callback(lock.release)
-    # the run folder and checkpoints/ written to by every rank, and room for --keep + 1
-    # checkpoints, before step 1 rather than at the first save
-    prepare_checkpoint_folder(
-        cfg.run_dir,
-        rank=info.rank,
-        checkpoint_size_bytes=predicted_checkpoint_bytes(
-            spec, precision=cfg.precision, optimizer=cfg.optimizer
-        ),
-        keep=cfg.keep,
-    )
-    # every rank's probe is done before rank 0 clears an earlier run (--overwrite) from the
-    # folder the probes were written in
-    arrive(info, "start-up: the run folder's write probes")
-    barrier(info)
+    _claim(cfg, spec, plan, device, info, held, say)
     root = _run_folder(cfg, info)
     say("preparing the data" if not cfg.data else f"opening the data in {cfg.data}")
     arrive(info, "start-up: the data (rank 0 prepares it, the others wait)")
     data = open_data(cfg, main=info.is_main, barrier=lambda: barrier(info))
     say(f"building the model {spec.name} on {device}")
-    model = build_model(
-        spec,
-        device=device,
-        recompute=cfg.recompute,
-        seed=cfg.seed,
-        dtype=weight_dtype(cfg.precision),
-    )
-    model.train()
-    # distributed: this rank's rows of one global batch per step, drawn alike by every rank
-    # and by a 1-process run with the same global batch (see data.TrainBatches)
-    batches = data.train_batches(
-        cfg.micro_batch,
-        cfg.seq_len,
-        seed=cfg.seed,
-        grad_accum=cfg.grad_accum,
-        rank=info.rank,
-        world_size=info.world_size,
-    )
+    model, batches = _model_and_batches(cfg, spec, data, device, info)
     arrive(info, "start-up: the model's wrapper (DDP broadcasts the parameters)")
     parallel = parallelize(model, info, cfg, device)
     net = parallel.net
@@ -243,6 +207,62 @@ def _start(
         arrive(info, "the resume")
         _resume(run)
     return run, say
+
+
+def _claim(
+    cfg: TrainConfig,
+    spec: ModelSpec,
+    plan: Plan,
+    device: torch.device,
+    info: DistInfo,
+    held: contextlib.ExitStack,
+    say: Say,
+) -> None:
+    """Before anything is written or built: the memory check, the run folder's lock (released
+    by `held`), and every rank's write probe and free-space check."""
+    if cfg.memory_check:
+        step = Step.of(cfg, spec, plan)
+        say(check_run(step, device=device.type, index=device.index, world_size=info.world_size))
+    lock = own_run_folder(cfg.run_dir, cfg.out, rank=info.rank, world_size=info.world_size)
+    if lock is not None:
+        held.callback(lock.release)
+    # the run folder and checkpoints/ written to by every rank, and room for --keep + 1
+    # checkpoints, before step 1 rather than at the first save
+    prepare_checkpoint_folder(
+        cfg.run_dir,
+        rank=info.rank,
+        checkpoint_size_bytes=predicted_checkpoint_bytes(
+            spec, precision=cfg.precision, optimizer=cfg.optimizer
+        ),
+        keep=cfg.keep,
+    )
+    # every rank's probe is done before rank 0 clears an earlier run (--overwrite) from the
+    # folder the probes were written in
+    arrive(info, "start-up: the run folder's write probes")
+    barrier(info)
+
+
+def _model_and_batches(cfg: TrainConfig, spec: ModelSpec, data, device, info: DistInfo):
+    """The reference model in training mode, and this rank's batches: its rows of one global
+    batch per step, drawn alike by every rank and by a 1-process run with the same global
+    batch (see data.TrainBatches)."""
+    model = build_model(
+        spec,
+        device=device,
+        recompute=cfg.recompute,
+        seed=cfg.seed,
+        dtype=weight_dtype(cfg.precision),
+    )
+    model.train()
+    batches = data.train_batches(
+        cfg.micro_batch,
+        cfg.seq_len,
+        seed=cfg.seed,
+        grad_accum=cfg.grad_accum,
+        rank=info.rank,
+        world_size=info.world_size,
+    )
+    return model, batches
 
 
 def _run_folder(cfg: TrainConfig, info: DistInfo) -> Path:
