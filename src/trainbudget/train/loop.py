@@ -476,8 +476,25 @@ def _step(run: Run, logged: bool):
         if cfg.grad_clip > 0
         else total_grad_norm(run.model.parameters())  # distributed: the full norm under FSDP2
     )
-    # one all-reduce: the global mean loss, the flags every rank must agree on and, on logged
-    # steps, the per-source loss sums and token counts
+    packet = _all_reduce_packet(run, loss_sum, moe, sources)
+    loss_value = packet[0] / run.info.world_size
+    grad_norm_value = float(grad_norm)
+    verdict = run.guard.judge(loss_value, grad_norm_value)
+    if verdict.reason == "nonfinite" and run.scaler.is_enabled() and math.isfinite(loss_value):
+        verdict = Verdict()  # fp16 overflow: GradScaler skips the update and lowers its scale
+    if verdict.ok:
+        run.scaler.step(run.optimizer)
+    run.scaler.update()
+    run.optimizer.zero_grad(set_to_none=True)
+    _sync(run.device)
+    phases["optimizer"] = time.perf_counter() - t
+    flags, by_source = _decode_packet(packet, moe, sources)
+    return loss_value, grad_norm_value, verdict, flags, phases, by_source
+
+
+def _all_reduce_packet(run: Run, loss_sum, moe: MoeTally, sources) -> list[float]:
+    """The step's one all-reduce, summed over ranks: the loss, the flags every rank must agree
+    on, the MoE layers' sums and, on logged steps, the per-source loss sums and token counts."""
     save_by_time = run.info.is_main and time_due(run)
     packet = torch.cat(
         [
@@ -493,18 +510,11 @@ def _step(run: Run, logged: bool):
     )
     if sources is not None:
         packet = torch.cat([packet, sources.packet()])
-    packet = all_reduce_sum(packet, run.info).tolist()
-    loss_value = packet[0] / run.info.world_size
-    grad_norm_value = float(grad_norm)
-    verdict = run.guard.judge(loss_value, grad_norm_value)
-    if verdict.reason == "nonfinite" and run.scaler.is_enabled() and math.isfinite(loss_value):
-        verdict = Verdict()  # fp16 overflow: GradScaler skips the update and lowers its scale
-    if verdict.ok:
-        run.scaler.step(run.optimizer)
-    run.scaler.update()
-    run.optimizer.zero_grad(set_to_none=True)
-    _sync(run.device)
-    phases["optimizer"] = time.perf_counter() - t
+    return all_reduce_sum(packet, run.info).tolist()
+
+
+def _decode_packet(packet: list[float], moe: MoeTally, sources) -> tuple[dict, dict]:
+    """The flags (signal, time_due, the MoE record) and the per-source fields of a packet."""
     n_moe = 3 + len(moe.sums)  # the packet: loss and two flags, the MoE sums, the sources'
     flags = {
         "signal": packet[1],
@@ -512,7 +522,7 @@ def _step(run: Run, logged: bool):
         "moe": moe_record(packet[3:n_moe]),
     }
     by_source = sources.record(packet[n_moe:]) if sources is not None else {}
-    return loss_value, grad_norm_value, verdict, flags, phases, by_source
+    return flags, by_source
 
 
 def _record(run: Run, loss, lr, grad_norm, seconds, phases, batch_crc) -> dict:
