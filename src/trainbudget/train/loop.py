@@ -40,6 +40,7 @@ from trainbudget.train.checkpointing.space import (
     prepare_checkpoint_folder,
 )
 from trainbudget.train.collective_watch import ranks_lost_named, signal_watch
+from trainbudget.train.comm_count import CommCounter, run_comm
 from trainbudget.train.config import TrainConfig
 from trainbudget.train.data import open_data
 from trainbudget.train.distributed import (
@@ -64,12 +65,13 @@ from trainbudget.train.parallelize import parallel_optimizer, parallelize, resha
 from trainbudget.train.preflight import preflight
 from trainbudget.train.rank_memory import PeakMeter, tracks_cpu_peak
 from trainbudget.train.run import Run
-from trainbudget.train.run_files import CONFIG_FILE, SUMMARY_FILE
+from trainbudget.train.run_files import COMM_FILE, CONFIG_FILE, SUMMARY_FILE
 from trainbudget.train.run_lock import make_room, own_run_folder
 from trainbudget.train.schedule import Schedule, apply_lr
 from trainbudget.train.setup import mixed_precision, seed_everything
 from trainbudget.train.source_loss import SourceLoss, log_line_part
 from trainbudget.train.startup import Say, log_rule, logged_step, on_terminal
+from trainbudget.train.strategy import get_strategy
 from trainbudget.train.summary import memory_bytes, summarize
 
 
@@ -131,9 +133,12 @@ def _train(run: Run, say: Say) -> dict:
         writer.close()
     say("summarising the run (predicted against measured)")
     summary = summarize(run)
+    comm = run_comm(run)  # a collective, like summarize: every rank calls it
+    summary["comm"] = {"file": COMM_FILE, **comm["summary"]}
     if run.info.is_main:
         text = json.dumps(summary, indent=2, allow_nan=False)
         (run.checkpoint_root.parent / SUMMARY_FILE).write_text(text)
+        (run.checkpoint_root.parent / COMM_FILE).write_text(json.dumps(comm, indent=2))
     return summary
 
 
@@ -201,12 +206,22 @@ def _start(
         probes=pre.probes,
         mesh=parallel.mesh,
         peak_meter=PeakMeter(device, tracked=tracks_cpu_peak(cfg, info)),
+        comm_counter=_comm_counter(parallel, cfg),
     )
     if cfg.resume:
         say("resuming")
         arrive(info, "the resume")
         _resume(run)
     return run, say
+
+
+def _comm_counter(parallel, cfg: TrainConfig) -> CommCounter:
+    """The counter of one step's collectives (train.comm_count), DDP's buckets included; off
+    under torch.compile (a dispatch mode around a compiled step would break its graph)."""
+    counter = CommCounter(None if cfg.compile else parallel.mesh)
+    if counter.enabled and not get_strategy(parallel.strategy).fsdp2:
+        counter.watch_ddp(parallel.net)
+    return counter
 
 
 def _claim(
@@ -366,7 +381,10 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         batch_crc = run.batches.fingerprint()
         _sync(run.device)
         t_step, cpu_step = time.perf_counter(), time.process_time()
-        with run.peak_meter.step(run.net, run.model, run.optimizer):  # CPU: the 2nd step
+        with (
+            run.peak_meter.step(run.net, run.model, run.optimizer),  # CPU: the 2nd step
+            run.comm_counter.step(),  # the 3rd step of this process
+        ):
             loss, grad_norm, verdict, flags, phases, by_source = _step(run, logged)
         seconds, cpu_seconds = time.perf_counter() - t_step, time.process_time() - cpu_step
         run.guard.record(loss, verdict)
@@ -471,12 +489,13 @@ def _step(run: Run, logged: bool):
     if batch in run.faults.nan_grad_batches:
         next(p for p in run.model.parameters() if p.grad is not None).grad.fill_(math.nan)
     run.scaler.unscale_(run.optimizer)  # fp16: clip and judge the true gradient norm
-    grad_norm = (
-        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
-        if cfg.grad_clip > 0
-        else total_grad_norm(run.model.parameters())  # distributed: the full norm under FSDP2
-    )
-    packet = _all_reduce_packet(run, loss_sum, moe, sources)
+    with run.comm_counter.trainer():  # the norm's and the packet's all-reduces: the trainer's
+        grad_norm = (
+            torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+            if cfg.grad_clip > 0
+            else total_grad_norm(run.model.parameters())  # distributed: full norm under FSDP2
+        )
+        packet = _all_reduce_packet(run, loss_sum, moe, sources)
     loss_value = packet[0] / run.info.world_size
     grad_norm_value = float(grad_norm)
     verdict = run.guard.judge(loss_value, grad_norm_value)

@@ -7,7 +7,9 @@ plot` and `trainbudget report --run` both read through `read_run`. Pure: json on
   a resume moved out of it (those logged after the checkpoint it resumed from);
 - run.lock: the lock of the run that owns the folder (`train.run_lock`);
 - summary.json: predicted vs measured, written when the run ends (`train.loop.train`);
-- config.json: the run's settings, written when it starts.
+- config.json: the run's settings, written when it starts;
+- comm.json: one step's collectives measured beside the core's, written with summary.json
+  (train.comm_report).
 
 Reading metrics.jsonl: every line is a JSON object with an integer step >= 0 ending with a
 newline; the file is read up to its first line that is not (a torn last line after a crash or a
@@ -38,6 +40,8 @@ from trainbudget.train.metrics_scan import scan_metrics
 METRICS_FILE = "metrics.jsonl"  # its lines: train.metrics_scan
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.json"
+COMM_FILE = "comm.json"
+"""One step's collectives, measured beside predicted (train.comm_report)."""
 TENSORBOARD_DIR = "tensorboard"
 METRICS_ASIDE_PREFIX = "metrics.after-step-"
 """metrics.after-step-NNNNNNNN.jsonl: the records a resume moved out of metrics.jsonl."""
