@@ -47,6 +47,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainbudget.train.comm_report import TRAINER_AXIS, RunFacts, comm_document
+from trainbudget.train.strategy import get_strategy
 
 if TYPE_CHECKING:
     from trainbudget.train.distributed import DistInfo
@@ -206,6 +207,15 @@ class CommCounter:
             yield
         finally:
             self._trainer = False
+
+
+def make_counter(parallel, *, compiled: bool) -> CommCounter:
+    """The counter of a run wrapped by train.parallelize (`parallel`), DDP's buckets included;
+    off under torch.compile (a dispatch mode around a compiled step would break its graph)."""
+    counter = CommCounter(None if compiled else parallel.mesh)
+    if counter.enabled and not get_strategy(parallel.strategy).fsdp2:
+        counter.watch_ddp(parallel.net)
+    return counter
 
 
 def tally(calls: list[Call]) -> dict[tuple[str, str], tuple[int, int]]:

@@ -23,10 +23,12 @@ from the plan and the model, never from the measurement):
 - the "trainer" row (the loss-and-flags all-reduce, the gradient norm of FSDP2's shards) is not
   in the core's step.
 
-To add an axis (tp, pp, ep): map the core's category to the mesh axis in `_AXES` (a category
-whose collectives run on two groups -- MoE's expert gradients on the expert-data-parallel
-group -- by its group size in `mesh_axis`), and, where its engine moves other bytes or calls
-than the core charges, add the rule to `_differences` / `_CALLS` with its reason.
+To add an axis (tp, pp, ep): map the core's category to the mesh axis in `_AXES` (tp, pp and
+ep are there already, under those names), and, where its engine moves other bytes or calls
+than the core charges, add the rule to `_differences` / `_CALLS` with its reason. One category
+on two groups -- MoE's expert gradients, "dp_grad_reduce" on the dp / ep expert-data-parallel
+group beside the dense weights' dp group -- is told apart by `PlannedCollective.group_size` in
+`predicted_rows`.
 """
 
 from __future__ import annotations

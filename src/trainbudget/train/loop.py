@@ -40,7 +40,7 @@ from trainbudget.train.checkpointing.space import (
     prepare_checkpoint_folder,
 )
 from trainbudget.train.collective_watch import ranks_lost_named, signal_watch
-from trainbudget.train.comm_count import CommCounter, run_comm
+from trainbudget.train.comm_count import make_counter, run_comm
 from trainbudget.train.config import TrainConfig
 from trainbudget.train.data import open_data
 from trainbudget.train.distributed import (
@@ -71,7 +71,6 @@ from trainbudget.train.schedule import Schedule, apply_lr
 from trainbudget.train.setup import mixed_precision, seed_everything
 from trainbudget.train.source_loss import SourceLoss, log_line_part
 from trainbudget.train.startup import Say, log_rule, logged_step, on_terminal
-from trainbudget.train.strategy import get_strategy
 from trainbudget.train.summary import memory_bytes, summarize
 
 
@@ -206,22 +205,13 @@ def _start(
         probes=pre.probes,
         mesh=parallel.mesh,
         peak_meter=PeakMeter(device, tracked=tracks_cpu_peak(cfg, info)),
-        comm_counter=_comm_counter(parallel, cfg),
+        comm_counter=make_counter(parallel, compiled=cfg.compile),
     )
     if cfg.resume:
         say("resuming")
         arrive(info, "the resume")
         _resume(run)
     return run, say
-
-
-def _comm_counter(parallel, cfg: TrainConfig) -> CommCounter:
-    """The counter of one step's collectives (train.comm_count), DDP's buckets included; off
-    under torch.compile (a dispatch mode around a compiled step would break its graph)."""
-    counter = CommCounter(None if cfg.compile else parallel.mesh)
-    if counter.enabled and not get_strategy(parallel.strategy).fsdp2:
-        counter.watch_ddp(parallel.net)
-    return counter
 
 
 def _claim(
