@@ -164,8 +164,9 @@ def test_the_counter_counts_one_step_in_the_cores_convention(mesh):
             gathered = torch.zeros(10)
             dist.all_gather_into_tensor(gathered, x, group=group)  # output: 40 bytes
             dist.reduce_scatter_tensor(torch.zeros(10), x, group=group)  # input: 40 bytes
-            with counter.trainer():
-                wait_tensor(all_reduce(torch.zeros(3), "sum", group))
+            counter.trainer(True)
+            wait_tensor(all_reduce(torch.zeros(3), "sum", group))
+            counter.trainer(False)
         assert (counter.calls is None) == (step < COUNTED_STEP)
     assert tally(counter.calls) == {
         ("dp", "all_reduce"): (40, 1),

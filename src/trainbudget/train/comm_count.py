@@ -12,11 +12,13 @@ Instruments, PyTorch's own:
   functional collectives of DTensor (the gradient norm of FSDP2's shards). A bare mode, not
   `CommDebugMode`: CommDebugMode enters a module tracker, and under FSDP2 that leaves gloo's
   process group referenced past shut-down (train.rank_memory says the same of MemTracker);
-- DDP's reducer calls the process group from C++ in the autograd engine, where the Python mode
-  is not entered: a DDP communication hook (`register_comm_hook`) records each bucket and runs
+- DDP's buckets: a DDP communication hook (`register_comm_hook`) records each bucket and runs
   the default all-reduce (PyTorch's `allreduce_hook`: the bucket divided by the group's size,
-  then summed -- the average DDP computes by itself). It is registered before the first forward
-  and records only during the counted step.
+  then summed -- the average DDP computes by itself), the mode told to skip that call so it
+  counts once. DDP's reducer runs from the autograd engine, which on CUDA works on a device
+  thread of its own; the hook counts the buckets whichever thread runs them (on CPU, gloo,
+  torch 2.13, the mode alone also sees the reducer's all-reduce: checked, not relied on).
+  Registered before the first forward; records only during the counted step.
 
 Bytes follow the core's convention (core.parallel.comm): all-reduce the per-rank input,
 all-gather the gathered output, reduce-scatter the per-rank input, all-to-all what each rank
@@ -197,16 +199,13 @@ class CommCounter:
                 yield
             self.calls = self._active
         finally:
-            self._active = None
+            self._active, self._trainer = None, False
 
-    @contextlib.contextmanager
-    def trainer(self) -> Iterator[None]:
-        """The trainer's own collectives (gradient norm, the loss packet): the "trainer" row."""
-        self._trainer = True
-        try:
-            yield
-        finally:
-            self._trainer = False
+    def trainer(self, on: bool) -> None:
+        """From here (`on`) until `trainer(False)` or the end of the step, collectives are the
+        trainer's own (gradient norm, the loss packet): the "trainer" row. Two calls rather
+        than a context, so that the loop's step keeps its lines as they are."""
+        self._trainer = on
 
 
 def make_counter(parallel, *, compiled: bool) -> CommCounter:

@@ -373,7 +373,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         t_step, cpu_step = time.perf_counter(), time.process_time()
         with (
             run.peak_meter.step(run.net, run.model, run.optimizer),  # CPU: the 2nd step
-            run.comm_counter.step(),  # the 3rd step of this process
+            run.comm_counter.step(),  # the 3rd step of this process: its collectives
         ):
             loss, grad_norm, verdict, flags, phases, by_source = _step(run, logged)
         seconds, cpu_seconds = time.perf_counter() - t_step, time.process_time() - cpu_step
@@ -479,13 +479,14 @@ def _step(run: Run, logged: bool):
     if batch in run.faults.nan_grad_batches:
         next(p for p in run.model.parameters() if p.grad is not None).grad.fill_(math.nan)
     run.scaler.unscale_(run.optimizer)  # fp16: clip and judge the true gradient norm
-    with run.comm_counter.trainer():  # the norm's and the packet's all-reduces: the trainer's
-        grad_norm = (
-            torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
-            if cfg.grad_clip > 0
-            else total_grad_norm(run.model.parameters())  # distributed: full norm under FSDP2
-        )
-        packet = _all_reduce_packet(run, loss_sum, moe, sources)
+    run.comm_counter.trainer(True)  # the norm's and the packet's all-reduces: the trainer's
+    grad_norm = (
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+        if cfg.grad_clip > 0
+        else total_grad_norm(run.model.parameters())  # distributed: the full norm under FSDP2
+    )
+    packet = _all_reduce_packet(run, loss_sum, moe, sources)
+    run.comm_counter.trainer(False)
     loss_value = packet[0] / run.info.world_size
     grad_norm_value = float(grad_norm)
     verdict = run.guard.judge(loss_value, grad_norm_value)
