@@ -102,6 +102,24 @@ def test_run_report_from_the_command_line(synthetic_run: Path, tmp_path: Path) -
     assert len(d["report"]["points"]) == 15 and d["report"]["summary"]["steps"] == 30
 
 
+def test_the_run_report_shows_comm_json(synthetic_run: Path, tmp_path: Path) -> None:
+    # rows as train.comm_report writes them (a zero1 run's, shortened)
+    row = {"axis": "dp", "op": "broadcast", "measured_bytes": 109696, "predicted_bytes": 0.0}
+    row |= {"count": 28, "predicted_count": 0.0, "explained_bytes": 109696.0}
+    row |= {"equal": False, "explained": True, "difference": "ZeroRedundancyOptimizer: ..."}
+    doc = {"counted": "step 3", "rows": [row, {"axis": 1, "measured_bytes": "x"}], "notes": []}
+    (synthetic_run / "comm.json").write_text(json.dumps(doc))
+    out = tmp_path / "run.html"
+    code, _, err = cli("report", "--run", str(synthetic_run), "--out", str(out))
+    assert code == 0, err
+    page = parse_page(out.read_text())
+    assert "comm" in page.ids
+    assert "named difference" in out.read_text() and "109,696" in out.read_text()
+    d = cli_json("report", "--run", str(synthetic_run), "--out", str(out))
+    rows = d["report"]["comm"]["rows"]
+    assert rows[0]["count"] == 28 and rows[1]["measured_bytes"] is None  # a bad value: None
+
+
 def test_a_run_with_a_torn_last_line_is_drawn_up_to_it(synthetic_run: Path, tmp_path) -> None:
     # the failure: a full disk left half a line at the end, and the report refused the run
     with open(synthetic_run / "metrics.jsonl", "a") as f:

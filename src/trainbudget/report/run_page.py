@@ -1,5 +1,6 @@
 """The run report page: a one-line verdict, the summary's predicted vs measured table, then
-loss, throughput, step time, memory and optimizer charts, events, the config and the notes."""
+loss, throughput, step time, memory and optimizer charts, one step's collectives (comm.json),
+events, the config and the notes."""
 
 from __future__ import annotations
 
@@ -106,6 +107,44 @@ def _loss_table(r: RunLog) -> Raw:
     return table(headers, rows)
 
 
+def _comm_table(r: RunLog) -> Raw:
+    """comm.json: the counted step's collectives per mesh axis and op, measured and predicted."""
+    if r.comm is None:
+        return paragraph("No comm.json in the run directory.", "muted")
+    c = r.comm
+
+    def num(v: float | None, fmt: str = ",.0f") -> str:
+        return "-" if v is None else format(v, fmt)
+
+    def verdict(row) -> str:
+        if row.equal:
+            return "equal"
+        return "named difference" if row.explained else "differs"
+
+    rows = [
+        (
+            row.axis,
+            row.op,
+            verdict(row) if row.axis != "trainer" else "not predicted",
+            row.difference or "-",
+            num(row.measured_bytes),
+            num(row.predicted_bytes),
+            num(row.count, "g"),
+            num(row.predicted_count, "g"),
+        )
+        for row in c.rows
+    ]
+    where = f"Counted: {c.counted}." if c.counted else "Nothing was counted."
+    headers = ("axis", "op", "verdict", "why they differ", "measured bytes", "predicted bytes")
+    body = table((*headers, "calls", "predicted calls"), rows, numeric=4) if rows else ""
+    notes = bullets(c.notes, "notes") if c.notes else ""
+    return Raw(
+        paragraph(where + " Bytes in the core's convention (core.parallel.comm).", "muted")
+        + body
+        + notes
+    )
+
+
 def _config(r: RunLog) -> Raw:
     if not r.config:
         return paragraph("No config.json in the run directory.", "muted")
@@ -165,6 +204,7 @@ def run_page(r: RunLog, charts: dict[str, Chart]) -> str:
             figure(charts["memory"], "Predicted: the core's peak for one step of this model."),
         ),
         ("optimizer", "Optimizer", figure(charts["optimizer"], "As logged each step.")),
+        ("comm", "Communication", _comm_table(r)),
         ("events", "Events", events),
         ("config", "Config", _config(r)),
         ("notes", "Notes", bullets(notes, "notes") if notes else paragraph("None.", "muted")),

@@ -33,9 +33,15 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.comm_volume import PlannedCollective, planned_collectives
 from trainbudget.core.parallel.parallel_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency, step_time
+from trainbudget.core.parallel.step_time import (
+    DEFAULT_EFFICIENCY,
+    Efficiency,
+    step_terms,
+    step_time,
+)
 from trainbudget.core.single.flops import training_flops
 from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.hardware import Hardware, get_hardware
@@ -98,6 +104,9 @@ class Budget:
     roofline: MeasuredRoofline | None = None
     """Off the catalog: this machine's roofline measured at start-up, what the predicted step
     time stands on; `roofline.noisy`: measured on a busy machine, not to be trusted."""
+    predicted_collectives: tuple[PlannedCollective, ...] = ()
+    """The collectives the step time charges for one step (core.parallel.comm_volume), what
+    train.comm_report sets beside the measured ones."""
 
     def mfu(self, tokens_per_second_per_device: float) -> float | None:
         if self.peak_flops_per_second is None:
@@ -179,9 +188,9 @@ def make_budget(
             notes.append(noisy_note(roof))
     gpus_per_node = max(1, plan.n_gpus) if hw.measured else 0
     cluster = Cluster(hardware=hw, n_gpus=plan.n_gpus, gpus_per_node=gpus_per_node)
-    predicted = step_time(
-        spec, plan, cluster, seq_len=seq_len, precision=prec, optimizer=opt, efficiency=efficiency
-    ).step_seconds
+    kw = dict(seq_len=seq_len, precision=prec, optimizer=opt, efficiency=efficiency)
+    predicted = step_time(spec, plan, cluster, **kw).step_seconds
+    collectives = planned_collectives(step_terms(spec, plan, cluster, **kw).comm)
     notes.append(
         "FLOPs per token from core.flops with causal attention (the kernel skips the "
         "masked half); MFU = model FLOPs x tokens/s / peak"
@@ -203,6 +212,7 @@ def make_budget(
         device=device,
         notes=tuple(notes),
         roofline=roof,
+        predicted_collectives=collectives,
     )
 
 

@@ -40,6 +40,7 @@ from trainbudget.train.checkpointing.space import (
     prepare_checkpoint_folder,
 )
 from trainbudget.train.collective_watch import ranks_lost_named, signal_watch
+from trainbudget.train.comm_count import make_counter, run_comm
 from trainbudget.train.config import TrainConfig
 from trainbudget.train.data import open_data
 from trainbudget.train.distributed import (
@@ -64,7 +65,7 @@ from trainbudget.train.parallelize import parallel_optimizer, parallelize, resha
 from trainbudget.train.preflight import preflight
 from trainbudget.train.rank_memory import PeakMeter, tracks_cpu_peak
 from trainbudget.train.run import Run
-from trainbudget.train.run_files import CONFIG_FILE, SUMMARY_FILE
+from trainbudget.train.run_files import COMM_FILE, CONFIG_FILE, SUMMARY_FILE
 from trainbudget.train.run_lock import make_room, own_run_folder
 from trainbudget.train.schedule import Schedule, apply_lr
 from trainbudget.train.setup import mixed_precision, seed_everything
@@ -131,9 +132,12 @@ def _train(run: Run, say: Say) -> dict:
         writer.close()
     say("summarising the run (predicted against measured)")
     summary = summarize(run)
+    comm = run_comm(run)  # a collective, like summarize: every rank calls it
+    summary["comm"] = {"file": COMM_FILE, **comm["summary"]}
     if run.info.is_main:
         text = json.dumps(summary, indent=2, allow_nan=False)
         (run.checkpoint_root.parent / SUMMARY_FILE).write_text(text)
+        (run.checkpoint_root.parent / COMM_FILE).write_text(json.dumps(comm, indent=2))
     return summary
 
 
@@ -201,6 +205,7 @@ def _start(
         probes=pre.probes,
         mesh=parallel.mesh,
         peak_meter=PeakMeter(device, tracked=tracks_cpu_peak(cfg, info)),
+        comm_counter=make_counter(parallel, compiled=cfg.compile),
     )
     if cfg.resume:
         say("resuming")
@@ -366,7 +371,10 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         batch_crc = run.batches.fingerprint()
         _sync(run.device)
         t_step, cpu_step = time.perf_counter(), time.process_time()
-        with run.peak_meter.step(run.net, run.model, run.optimizer):  # CPU: the 2nd step
+        with (
+            run.peak_meter.step(run.net, run.model, run.optimizer),  # CPU: the 2nd step
+            run.comm_counter.step(),  # the 3rd step of this process: its collectives
+        ):
             loss, grad_norm, verdict, flags, phases, by_source = _step(run, logged)
         seconds, cpu_seconds = time.perf_counter() - t_step, time.process_time() - cpu_step
         run.guard.record(loss, verdict)
@@ -471,12 +479,14 @@ def _step(run: Run, logged: bool):
     if batch in run.faults.nan_grad_batches:
         next(p for p in run.model.parameters() if p.grad is not None).grad.fill_(math.nan)
     run.scaler.unscale_(run.optimizer)  # fp16: clip and judge the true gradient norm
+    run.comm_counter.trainer(True)  # the norm's and the packet's all-reduces: the trainer's
     grad_norm = (
         torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
         if cfg.grad_clip > 0
         else total_grad_norm(run.model.parameters())  # distributed: the full norm under FSDP2
     )
     packet = _all_reduce_packet(run, loss_sum, moe, sources)
+    run.comm_counter.trainer(False)
     loss_value = packet[0] / run.info.world_size
     grad_norm_value = float(grad_norm)
     verdict = run.guard.judge(loss_value, grad_norm_value)

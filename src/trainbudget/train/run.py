@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # annotations only: importing these here would load torch and
 
     from trainbudget.core.spec.model_spec import ModelSpec
     from trainbudget.train.accounting import Budget
+    from trainbudget.train.comm_count import CommCounter
     from trainbudget.train.config import TrainConfig
     from trainbudget.train.data import RunData, TrainBatches
     from trainbudget.train.distributed import DistInfo
@@ -117,5 +118,7 @@ class Run:
     """The run's one device mesh (train.parallelize); None when running alone."""
     peak_meter: PeakMeter
     """This rank's peak memory (train.rank_memory)."""
+    comm_counter: CommCounter
+    """This rank's collectives of one step, counted (train.comm_count)."""
     state: RunState = field(default_factory=RunState)
     """The part that changes (see RunState for who changes it)."""

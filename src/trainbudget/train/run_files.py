@@ -7,7 +7,9 @@ plot` and `trainbudget report --run` both read through `read_run`. Pure: json on
   a resume moved out of it (those logged after the checkpoint it resumed from);
 - run.lock: the lock of the run that owns the folder (`train.run_lock`);
 - summary.json: predicted vs measured, written when the run ends (`train.loop.train`);
-- config.json: the run's settings, written when it starts.
+- config.json: the run's settings, written when it starts;
+- comm.json: one step's collectives measured beside the core's, written with summary.json
+  (train.comm_report).
 
 Reading metrics.jsonl: every line is a JSON object with an integer step >= 0 ending with a
 newline; the file is read up to its first line that is not (a torn last line after a crash or a
@@ -38,6 +40,8 @@ from trainbudget.train.metrics_scan import scan_metrics
 METRICS_FILE = "metrics.jsonl"  # its lines: train.metrics_scan
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.json"
+COMM_FILE = "comm.json"
+"""One step's collectives, measured beside predicted (train.comm_report)."""
 TENSORBOARD_DIR = "tensorboard"
 METRICS_ASIDE_PREFIX = "metrics.after-step-"
 """metrics.after-step-NNNNNNNN.jsonl: the records a resume moved out of metrics.jsonl."""
@@ -108,6 +112,32 @@ class RunSummary:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CommRow:
+    """One row of comm.json (train.comm_report): one mesh axis's op in the counted step."""
+
+    axis: str
+    op: str
+    measured_bytes: float | None
+    predicted_bytes: float | None
+    count: float | None
+    predicted_count: float | None
+    equal: bool
+    explained: bool
+    """Measured = predicted plus the named differences."""
+    difference: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunComm:
+    """comm.json: one step's collectives measured beside the core's (train.comm_report)."""
+
+    counted: str | None
+    """Which step was counted, in words; None: none was."""
+    rows: tuple[CommRow, ...]
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunLog:
     """Everything a run folder says: its logged steps, events, summary and config."""
 
@@ -127,6 +157,8 @@ class RunLog:
     summary: RunSummary | None
     config: dict
     notes: tuple[str, ...]
+    comm: RunComm | None = None
+    """comm.json, when the run wrote one."""
 
 
 # ---- metrics.jsonl ----------------------------------------------------------------------------
@@ -326,6 +358,34 @@ def _summary(doc: dict) -> RunSummary:
     )
 
 
+def _comm(doc: dict) -> RunComm:
+    """comm.json's rows; a value of the wrong type reads as None (or as not equal)."""
+    rows = []
+    for r in doc.get("rows") if isinstance(doc.get("rows"), list) else []:
+        if not isinstance(r, dict):
+            continue
+        rows.append(
+            CommRow(
+                axis=str(r.get("axis")),
+                op=str(r.get("op")),
+                measured_bytes=_finite(r.get("measured_bytes")),
+                predicted_bytes=_finite(r.get("predicted_bytes")),
+                count=_finite(r.get("count")),
+                predicted_count=_finite(r.get("predicted_count")),
+                equal=r.get("equal") is True,
+                explained=r.get("explained") is True,
+                difference=str(r.get("difference") or ""),
+            )
+        )
+    notes = doc.get("notes")
+    counted = doc.get("counted")
+    return RunComm(
+        counted=counted if isinstance(counted, str) else None,
+        rows=tuple(rows),
+        notes=tuple(str(n) for n in notes) if isinstance(notes, list) else (),
+    )
+
+
 # ---- the run folder ---------------------------------------------------------------------------
 
 
@@ -364,6 +424,7 @@ def read_run(run: RunArg, name: str | None = None) -> RunLog:
         summary=_summary(summary_doc) if summary_doc is not None else None,
         config=_read_json(run_dir / CONFIG_FILE) or {},
         notes=tuple(notes),
+        comm=_comm(comm_doc) if (comm_doc := _read_json(run_dir / COMM_FILE)) else None,
     )
 
 

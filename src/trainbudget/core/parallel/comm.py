@@ -216,6 +216,12 @@ class CollectiveTotal:
     seconds: Any
     bytes_sent_per_rank: Any
     """None where the caller did not ask for bytes (the planner's grid ranks by time)."""
+    kind: str = ""
+    n_bytes: Any = 0.0
+    """One call's buffer, in the module docstring's convention per kind."""
+    count: Any = 0
+    """Calls in the step (0 where the collective does not run)."""
+    group_size: Any = 1
 
 
 def collective_total(
@@ -235,27 +241,30 @@ def collective_total(
     Free for a group of one, an empty buffer or no calls. Serves `step_time` and the grid; on
     arrays the phases are computed only for the plans that use the collective."""
     used = (group_size > 1) & (n_bytes > 0) & (count > 0)
+    what = {"kind": kind, "n_bytes": n_bytes, "count": count, "group_size": group_size}
     if not xp.is_array:
         if not used:
-            return CollectiveTotal(0.0, 0.0 if with_bytes else None)
-        return _total(kind, n_bytes, group_size, per_node, count, cluster, xp, with_bytes)
+            return CollectiveTotal(0.0, 0.0 if with_bytes else None, **what)
+        return _total(kind, n_bytes, group_size, per_node, count, cluster, xp, with_bytes, what)
     import numpy as np  # only the grid gets here
 
     if used.all():
-        return _total(kind, n_bytes, group_size, per_node, count, cluster, xp, with_bytes)
+        return _total(kind, n_bytes, group_size, per_node, count, cluster, xp, with_bytes, what)
     seconds = np.zeros(used.shape)
     sent = np.zeros(used.shape) if with_bytes else None
     if used.any():
         pick = np.flatnonzero(used)
         args = [x[pick] if np.ndim(x) else x for x in (n_bytes, group_size, per_node, count)]
-        part = _total(kind, *args, cluster, xp, with_bytes)
+        part = _total(kind, *args, cluster, xp, with_bytes, {})
         seconds[pick] = part.seconds
         if with_bytes:
             sent[pick] = part.bytes_sent_per_rank
-    return CollectiveTotal(seconds, sent)
+    return CollectiveTotal(seconds, sent, **what)
 
 
-def _total(kind, n_bytes, group_size, per_node, count, cluster, xp, with_bytes) -> CollectiveTotal:
+def _total(
+    kind, n_bytes, group_size, per_node, count, cluster, xp, with_bytes, what
+) -> CollectiveTotal:
     k = xp.minimum(per_node, group_size)
     k = xp.where(group_size % k == 0, k, 1)
     m = group_size // k
@@ -267,7 +276,7 @@ def _total(kind, n_bytes, group_size, per_node, count, cluster, xp, with_bytes) 
         t_lat, t_bw, t_sent, _ = phases(n_bytes, k, m, *links, True, xp)
         tree = t_lat + t_bw < seconds
         seconds, sent = xp.where(tree, t_lat + t_bw, seconds), xp.where(tree, t_sent, sent)
-    return CollectiveTotal(seconds * count, sent * count if with_bytes else None)
+    return CollectiveTotal(seconds * count, sent * count if with_bytes else None, **what)
 
 
 def data_parallel_gradient_bytes_per_iteration(

@@ -1,0 +1,177 @@
+"""Collectives counted on real runs (train.comm_count) against the core's for the same plan,
+in RUN_DIR/comm.json: 2-rank ddp, zero1, zero2 and fsdp runs and a 4-rank hsdp run (gloo on
+CPU, launched by torchrun), 3 steps each -- the third is the counted one -- with 2 micro-batches
+per step; and the counter's byte conventions on a process group of one, in-process.
+
+What must hold: every model row's measured bytes equal the core's, or the core's plus the named
+differences of train.comm_report, to the byte. The padding figure is this model's own: its
+257-row token embedding (vocab_size=257, width 32, fp32, tied to the head) is FSDP2's only
+parameter whose dim 0 the shard group does not divide -- padded to 258 rows on 2 ranks, one
+row of 32 x 4 = 128 bytes per whole-model collective.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+    pytest.skip("needs torch.distributed with gloo", allow_module_level=True)
+
+import torch.distributed as dist  # noqa: E402
+
+import trainrun  # noqa: E402
+from trainbudget.data.prepare import prepare  # noqa: E402
+from trainbudget.train.comm_count import COUNTED_STEP, CommCounter, tally  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+TINY = (
+    *("--set", "n_layers=1", "--set", "d_model=32", "--set", "n_heads=2"),
+    *("--set", "d_ff=64", "--set", "vocab_size=257", "--set", "max_seq_len=64"),
+    *("--seq-len", "32", "--log-interval", "1", "--no-tensorboard", "--device", "cpu"),
+    *("--precision", "fp32", "--seed", "7", "--optimizer", "adamw", "--lr", "1e-3"),
+    *("--steps", "3", "--micro-batch", "1", "--grad-accum", "2", "--eval-interval", "100"),
+)
+PAD_ROW_BYTES = 32 * 4  # one padded embedding row (module docstring)
+RUNS = {
+    "single": (1, ()),
+    "ddp": (2, ("--strategy", "ddp")),
+    "zero1": (2, ("--strategy", "zero1")),
+    "zero2": (2, ("--strategy", "zero2")),
+    "fsdp": (2, ("--strategy", "fsdp")),
+    "hsdp": (4, ("--strategy", "hsdp", "--zero-shard", "2")),
+}
+
+
+@pytest.fixture(scope="module")
+def comm(tmp_path_factory):
+    """Each named run once per module: its (comm.json, summary.json)."""
+    root = tmp_path_factory.mktemp("comm")
+    data = root / "data"
+    prepare(None, data, tokenizer="byte")
+    done: dict = {}
+
+    def get(name: str):
+        if name not in done:
+            nproc, args = RUNS[name]
+            out = root / name
+            trainrun.ok(trainrun.train_cli(out, data, *TINY, *args, nproc=nproc))
+            docs = [json.loads((out / f).read_text()) for f in ("comm.json", "summary.json")]
+            done[name] = tuple(docs)
+        return done[name]
+
+    return get
+
+
+def rows(doc: dict) -> dict[tuple[str, str], dict]:
+    return {(r["axis"], r["op"]): r for r in doc["rows"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ddp", "zero1", "zero2", "fsdp", "hsdp"])
+def test_every_model_row_is_the_cores_or_a_named_difference(comm, name):
+    doc, summary = comm(name)
+    assert doc["same_on_every_rank"] and doc["counted"] and not doc["notes"]
+    for r in doc["rows"]:
+        if r["axis"] == "trainer":
+            assert r["measured_bytes"] > 0 and r["predicted_bytes"] == 0
+            continue
+        assert r["explained"], r
+        assert r["equal"] or r["difference"], r
+    assert summary["comm"]["all_explained"] is True
+    assert summary["comm"]["file"] == "comm.json"
+    assert set(summary["comm"]["bytes_per_axis"]) == {a for a, _ in rows(doc)}
+
+
+@pytest.mark.slow
+def test_ddp_all_reduces_the_cores_bytes(comm):
+    doc, _ = comm("ddp")
+    r = rows(doc)
+    assert set(r) == {("dp", "all_reduce"), ("trainer", "all_reduce")}
+    assert r[("dp", "all_reduce")]["equal"]
+
+
+@pytest.mark.slow
+def test_zero1_all_reduces_and_broadcasts_what_the_core_reduce_scatters_and_gathers(comm):
+    r = rows(comm("zero1")[0])
+    assert (
+        r[("dp", "all_reduce")]["measured_bytes"] == r[("dp", "reduce_scatter")]["predicted_bytes"]
+    )
+    assert r[("dp", "broadcast")]["measured_bytes"] == r[("dp", "all_gather")]["predicted_bytes"]
+    assert r[("dp", "reduce_scatter")]["measured_bytes"] == 0
+    assert r[("dp", "all_gather")]["measured_bytes"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "gathers"), [("zero2", 2), ("fsdp", 4)])
+def test_fsdp2_moves_the_padded_model(comm, name, gathers):
+    # zero2: one gather per micro-batch (FSDP2 reshards after each backward), the core's one;
+    # fsdp: forward and backward of each of the 2 micro-batches, the core's 4
+    r = rows(comm(name)[0])
+    rs, ag = r[("dp", "reduce_scatter")], r[("dp", "all_gather")]
+    assert rs["measured_bytes"] - rs["predicted_bytes"] == PAD_ROW_BYTES
+    assert ag["measured_bytes"] == gathers * rs["measured_bytes"]
+    assert ag["predicted_count"] == (1 if name == "zero2" else 4)
+
+
+@pytest.mark.slow
+def test_hsdp_reduces_in_the_shard_group_and_all_reduces_the_shard_across_replicas(comm):
+    r = rows(comm("hsdp")[0])
+    rs = r[("dp_shard", "reduce_scatter")]
+    assert rs["measured_bytes"] - rs["predicted_bytes"] == PAD_ROW_BYTES
+    assert r[("dp_replicate", "all_reduce")]["measured_bytes"] * 2 == rs["measured_bytes"]
+    assert r[("dp_shard", "all_gather")]["measured_bytes"] == 4 * rs["measured_bytes"]
+    assert {a for a, _ in r} == {"dp_shard", "dp_replicate", "trainer"}
+
+
+@pytest.mark.slow
+def test_one_process_writes_no_rows(comm):
+    doc, summary = comm("single")
+    assert doc["rows"] == [] and doc["mesh"] == {}
+    assert summary["comm"]["all_equal"] is None
+
+
+# -- the counter in-process, on a group of one ------------------------------------------------
+
+
+@pytest.fixture
+def mesh():
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield init_device_mesh("cpu", (1,), mesh_dim_names=("dp",))
+    finally:
+        gc.collect()
+        dist.destroy_process_group()
+
+
+@pytest.mark.filterwarnings("ignore:`torch.distributed.*is deprecated:FutureWarning")
+def test_the_counter_counts_one_step_in_the_cores_convention(mesh):
+    from torch.distributed._functional_collectives import all_reduce, wait_tensor
+
+    group = mesh.get_group("dp")
+    counter = CommCounter(mesh)
+    x = torch.zeros(10)  # 40 bytes
+    for step in range(1, COUNTED_STEP + 2):
+        with counter.step():
+            dist.all_reduce(x, group=group)
+            dist.broadcast(x, src=0, group=group)
+            gathered = torch.zeros(10)
+            dist.all_gather_into_tensor(gathered, x, group=group)  # output: 40 bytes
+            dist.reduce_scatter_tensor(torch.zeros(10), x, group=group)  # input: 40 bytes
+            counter.trainer(True)
+            wait_tensor(all_reduce(torch.zeros(3), "sum", group))
+            counter.trainer(False)
+        assert (counter.calls is None) == (step < COUNTED_STEP)
+    assert tally(counter.calls) == {
+        ("dp", "all_reduce"): (40, 1),
+        ("dp", "broadcast"): (40, 1),
+        ("dp", "all_gather"): (40, 1),
+        ("dp", "reduce_scatter"): (40, 1),
+        ("trainer", "all_reduce"): (12, 1),
+    }

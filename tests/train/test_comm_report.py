@@ -1,0 +1,134 @@
+"""comm.json's comparison (train.comm_report), pure: the rows, the named differences of each
+engine, the summary. Bytes in core.parallel.comm's convention; the engines' behaviour they name
+is measured on real runs in test_comm_count.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainbudget.core.parallel.comm_volume import PlannedCollective
+from trainbudget.train.comm_report import (
+    PADDING,
+    TRAINER,
+    ZERO1_ENGINE,
+    RunFacts,
+    comm_document,
+    comm_summary,
+    compare,
+    mesh_axis,
+    padded_ratio,
+)
+
+N = 1000 * 4  # bytes of 1,000 fp32 parameters (illustrative)
+# a 257-row embedding of width 32 and a 32-wide norm, fp32: 257 rows pad to 258 on 2 ranks
+SHAPES = (((257, 32), 4), ((32,), 4))
+PLAIN = (257 * 32 + 32) * 4
+
+
+def pc(category, kind, n_bytes, count=1, group=2) -> PlannedCollective:
+    return PlannedCollective(
+        category=category, kind=kind, n_bytes=n_bytes, count=count, group_size=group
+    )
+
+
+def facts(strategy, mesh, grad_accum=1, shapes=SHAPES) -> RunFacts:
+    return RunFacts(strategy=strategy, mesh=mesh, grad_accum=grad_accum, param_shapes=shapes)
+
+
+def rows_by_key(rows):
+    return {(r.axis, r.op): r for r in rows}
+
+
+def test_mesh_axes():
+    assert mesh_axis("dp_grad_reduce", {"dp": 4}) == "dp"
+    assert mesh_axis("dp_param_gather", {"dp_replicate": 2, "dp_shard": 2}) == "dp_shard"
+    assert mesh_axis("dp_replica_all_reduce", {"dp_replicate": 2, "dp_shard": 2}) == "dp_replicate"
+    assert mesh_axis("tp", {"dp": 2, "tp": 2}) == "tp"
+
+
+def test_padded_ratio():
+    assert padded_ratio(SHAPES, 1) == 1.0
+    assert padded_ratio(SHAPES, 2) == (258 * 32 + 32) / (257 * 32 + 32)
+    assert padded_ratio(SHAPES, 4) == (260 * 32 + 32) / (257 * 32 + 32)
+    assert padded_ratio((((), 4),), 2) == 2.0  # a scalar: one row, padded to two
+
+
+def test_ddp_equal_bytes_in_buckets():
+    planned = (pc("dp_grad_reduce", "all_reduce", N),)
+    measured = {("dp", "all_reduce"): (N, 3), ("trainer", "all_reduce"): (40, 1)}
+    rows = rows_by_key(compare(measured, planned, facts("ddp", {"dp": 2})))
+    dp = rows[("dp", "all_reduce")]
+    assert dp.equal and dp.explained and dp.count == 3 and dp.predicted_count == 1
+    assert "DDP's gradient buckets" in dp.difference
+    trainer = rows[("trainer", "all_reduce")]
+    assert trainer.predicted_bytes == 0 and trainer.difference == TRAINER
+    summary = comm_summary(list(rows.values()))
+    assert summary["all_equal"] and summary["all_explained"]  # the trainer row aside
+    assert summary["bytes_per_axis"]["dp"] == {"measured": N, "predicted": N}
+
+
+def test_zero1_is_all_reduce_and_broadcast_of_the_cores_bytes():
+    planned = (pc("dp_grad_reduce", "reduce_scatter", N), pc("dp_param_gather", "all_gather", N))
+    measured = {("dp", "all_reduce"): (N, 1), ("dp", "broadcast"): (N, 28)}
+    rows = rows_by_key(compare(measured, planned, facts("zero1", {"dp": 2})))
+    assert set(rows) == {
+        ("dp", op) for op in ("all_reduce", "broadcast", "reduce_scatter", "all_gather")
+    }
+    for r in rows.values():
+        assert r.explained and not r.equal and ZERO1_ENGINE in r.difference
+    assert rows[("dp", "reduce_scatter")].measured_bytes == 0
+
+
+def test_a_wrong_byte_is_not_explained():
+    planned = (pc("dp_grad_reduce", "all_reduce", N),)
+    rows = compare({("dp", "all_reduce"): (N + 4, 1)}, planned, facts("ddp", {"dp": 2}))
+    assert not rows[0].equal and not rows[0].explained
+    assert comm_summary(rows)["all_explained"] is False
+
+
+@pytest.mark.parametrize("grad_accum", [1, 2])
+def test_fsdp2_pads_and_zero2_gathers_every_micro_batch(grad_accum):
+    planned = (
+        pc("dp_grad_reduce", "reduce_scatter", PLAIN),
+        pc("dp_param_gather", "all_gather", PLAIN),
+    )
+    padded = (258 * 32 + 32) * 4
+    measured = {
+        ("dp", "reduce_scatter"): (padded, 2),
+        ("dp", "all_gather"): (padded * grad_accum, 2 * grad_accum),
+    }
+    rows = rows_by_key(compare(measured, planned, facts("zero2", {"dp": 2}, grad_accum)))
+    for r in rows.values():
+        assert r.explained and not r.equal
+        assert PADDING.format(shard=2) in r.difference
+    assert ("micro-batches" in rows[("dp", "all_gather")].difference) == (grad_accum > 1)
+
+
+def test_hsdp_rows_by_axis():
+    planned = (
+        pc("dp_grad_reduce", "reduce_scatter", PLAIN),
+        pc("dp_replica_all_reduce", "all_reduce", PLAIN / 2),
+        pc("dp_param_gather", "all_gather", PLAIN, count=2),
+    )
+    padded = (258 * 32 + 32) * 4
+    measured = {
+        ("dp_shard", "reduce_scatter"): (padded, 2),
+        ("dp_replicate", "all_reduce"): (padded // 2, 2),
+        ("dp_shard", "all_gather"): (2 * padded, 4),
+    }
+    mesh = {"dp_replicate": 2, "dp_shard": 2}
+    rows = compare(measured, planned, facts("hsdp", mesh))
+    assert all(r.explained for r in rows) and len(rows) == 3
+
+
+def test_no_counted_step_and_one_process():
+    planned = (pc("dp_grad_reduce", "all_reduce", N),)
+    doc = comm_document(
+        None, planned, facts("ddp", {"dp": 2}), plan="dp2", counted_step=3, same_on_every_rank=True
+    )
+    assert doc["rows"][0]["measured_bytes"] is None and doc["counted"] is None
+    assert doc["summary"]["all_explained"] is False and "not measured" in doc["notes"][0]
+    alone = comm_document(
+        None, (), facts("ddp", {}), plan="dp1", counted_step=None, same_on_every_rank=True
+    )
+    assert alone["rows"] == [] and alone["summary"]["all_equal"] is None
