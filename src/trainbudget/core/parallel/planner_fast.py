@@ -263,7 +263,9 @@ def _rank_fitting(fitting, fit: PlanNumbers, seconds_per_token, memory, top: int
     keys = (spt[head], mem[head], model_parallel_degree(plans), parallel_axes(plans))
     head = head[np.lexsort(keys)]  # by the last key first
     rest, need = np.flatnonzero(~tied), top - len(head)
-    if 0 < need < len(rest):  # the need-th fastest of the rest, and every plan as fast
+    if need <= 0:
+        return fitting[head[:top]]
+    if need < len(rest):  # the need-th fastest of the rest, and every plan as fast
         cut = np.partition(spt[rest], need - 1)[need - 1]
         rest = rest[spt[rest] <= cut]
     rest = rest[np.lexsort((mem[rest], spt[rest]))]
