@@ -35,13 +35,15 @@ NOT_FOR_ESTIMATE = {
 
 def _run_as_program(argv: str) -> tuple[str, set[str]]:
     """(OPENBLAS_NUM_THREADS as the command left it, the modules loaded) after `trainbudget
-    ARGV` in a fresh interpreter, whose environment does not set OPENBLAS_NUM_THREADS."""
+    ARGV` in a fresh interpreter, whose environment does not set OPENBLAS_NUM_THREADS. The
+    command must leave the garbage collector's objects frozen for the teardown."""
     code = (
-        "import contextlib, io, os, sys\n"
+        "import contextlib, gc, io, os, sys\n"
         f"sys.argv = ['trainbudget', *{argv.split()!r}]\n"
         "from trainbudget.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    assert main() == 0\n"
+        "assert gc.get_freeze_count() > 0\n"
         "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
         "print(' '.join(sorted(sys.modules)))\n"
     )
