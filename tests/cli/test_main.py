@@ -36,14 +36,15 @@ NOT_FOR_ESTIMATE = {
 def _run_as_program(argv: str) -> tuple[str, set[str]]:
     """(OPENBLAS_NUM_THREADS as the command left it, the modules loaded) after `trainbudget
     ARGV` in a fresh interpreter, whose environment does not set OPENBLAS_NUM_THREADS. The
-    command must leave the garbage collector's objects frozen for the teardown."""
+    command must run without the garbage collector and leave its objects frozen for the
+    interpreter's teardown."""
     code = (
         "import contextlib, gc, io, os, sys\n"
         f"sys.argv = ['trainbudget', *{argv.split()!r}]\n"
         "from trainbudget.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    assert main() == 0\n"
-        "assert gc.get_freeze_count() > 0\n"
+        "assert gc.get_freeze_count() > 0 and not gc.isenabled()\n"
         "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
         "print(' '.join(sorted(sys.modules)))\n"
     )
@@ -121,3 +122,9 @@ def test_a_blas_thread_count_the_user_set_is_kept(monkeypatch):
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
     entry._one_blas_thread("estimate")
     assert os.environ["OPENBLAS_NUM_THREADS"] == "4"
+
+
+def test_the_garbage_collector_stays_on_for_torch_and_corpora():
+    """Training and data preparation run long and may make cyclic garbage: never without it."""
+    assert not entry.SHORT_COMMANDS & (entry.TORCH_COMMANDS | {"data"})
+    assert {"estimate", "plan", "fit", "models", "report", "validate"} <= entry.SHORT_COMMANDS
