@@ -8,7 +8,9 @@ import importlib
 import os
 import sys
 
-from trainbudget.cli.args import OneLineParser
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing before `main` runs
+if TYPE_CHECKING:
+    from trainbudget.cli.args import OneLineParser
 
 COMMANDS = {
     "estimate": (
@@ -73,6 +75,10 @@ def build_parser(only: str | None = None) -> OneLineParser:
     """The parser. With `only` a command's name, just that command (its module imported, its
     options added): parsing its argv needs no other. With `only` "", every command listed by
     name and help alone (the top-level --help), none imported. With None, every command whole."""
+    # here, not at the top: `main` first sets how the process runs (see SHORT_COMMANDS), then
+    # the argument helpers and the core tables they read are imported
+    from trainbudget.cli.args import OneLineParser
+
     parser = OneLineParser(
         prog="trainbudget",
         description="How long, how much memory, which layout: exact accounting for transformer "
