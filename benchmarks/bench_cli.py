@@ -16,7 +16,7 @@ its CPU median, and (`own cpu`) the part of it beyond `python -c pass`.
 Where the 70B estimate's CPU goes (in one process, medians of 9 on the shared 2-core machine at
 load 8, milliseconds; `python -c pass` takes 9 more): the standard library it needs (argparse,
 dataclasses, json, re) 13; numpy 39, for the planner's grid of 53,202 layouts (one at a time,
-`planner.evaluate` takes about 0.6 ms each: 30 s); the estimator's modules 38, over half of it spent
+`planner.evaluate` takes about 0.2 ms each: 10 s); the estimator's modules 38, over half of it spent
 generating the methods of its 52 frozen dataclasses; the search and the answer 47 (enumeration
 11, memory of every layout 9, step time of the 30,736 that fit 13). Three settings of
 `cli.main`, for the commands without torch, save more than any code change: numpy's OpenBLAS
