@@ -124,7 +124,8 @@ def test_a_blas_thread_count_the_user_set_is_kept(monkeypatch):
     assert os.environ["OPENBLAS_NUM_THREADS"] == "4"
 
 
-def test_the_garbage_collector_stays_on_for_torch_and_corpora():
-    """Training and data preparation run long and may make cyclic garbage: never without it."""
-    assert not entry.SHORT_COMMANDS & (entry.TORCH_COMMANDS | {"data"})
-    assert {"estimate", "plan", "fit", "models", "report", "validate"} <= entry.SHORT_COMMANDS
+def test_the_garbage_collector_stays_on_for_torch_corpora_and_figures():
+    """Training, data preparation and figures run long or make cyclic garbage: never without
+    the collector."""
+    assert not entry.SHORT_COMMANDS & (entry.TORCH_COMMANDS | {"data", "report", "plot"})
+    assert {"estimate", "plan", "fit", "models", "validate"} <= entry.SHORT_COMMANDS

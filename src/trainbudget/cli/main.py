@@ -124,8 +124,9 @@ def _one_blas_thread(command: str | None) -> None:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
-# commands that answer from the core's tables in well under a second: no torch, no corpus
-SHORT_COMMANDS = frozenset(COMMANDS) - TORCH_COMMANDS - {"data"}
+# commands that answer from the core's tables in well under a second: no torch, no corpus, no
+# figures (matplotlib's artists hold cycles)
+SHORT_COMMANDS = frozenset(COMMANDS) - TORCH_COMMANDS - {"data", "report", "plot"}
 
 
 def main(argv: list[str] | None = None) -> int:
