@@ -15,14 +15,15 @@ its CPU median, and (`own cpu`) the part of it beyond `python -c pass`.
 
 Where the 70B estimate's CPU goes (in one process, medians of 9 on the shared 2-core machine at
 load 8, milliseconds; `python -c pass` takes 9 more): the standard library it needs (argparse,
-dataclasses, json, re) 13; numpy 39, for the planner's grid of 53,202 layouts (one at a time,
-`planner.evaluate` takes about 0.2 ms each: 10 s); the estimator's modules 38, over half of it spent
-generating the methods of its 52 frozen dataclasses; the search and the answer 47 (enumeration
-11, memory of every layout 9, step time of the 30,736 that fit 13). Three settings of
-`cli.main`, for the commands without torch, save more than any code change: numpy's OpenBLAS
-loaded with one thread (its threads, one per core, spin-wait for BLAS work the element-wise
-grid never gives them: 0.09 s of CPU a run, which a busy machine pays in wall time), and no
-garbage collection during the run (0.008 s) or over every object at teardown (0.02 s).
+dataclasses, json, re) 13; numpy 39, for the planner's grid of 53,202 layouts (one at a
+time, `planner.evaluate` takes about 0.2 ms each: 10 s); the estimator's modules 38, over half
+of it spent generating the methods of its 52 frozen dataclasses; the search and the answer 47
+(enumeration 11, memory of every layout 9, step time of the 30,736 that fit 13). Three
+settings of `cli.main` save more than any code change: for the commands without torch,
+numpy's OpenBLAS loaded with one thread (its threads, one per core, spin-wait for BLAS work the
+element-wise grid never gives them: 0.09 s of CPU a run, which a busy machine pays in wall
+time); for the short ones (`cli.main.SHORT_COMMANDS`), no garbage collection during the run
+(0.008 s) or over every object at teardown (0.02 s).
 
 The commands run with Python's bytecode cache on (PYTHONDONTWRITEBYTECODE is dropped from their
 environment), so the untimed first run of each case leaves the .pyc files an installed package
