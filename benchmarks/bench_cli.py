@@ -10,8 +10,9 @@ its target; on a loaded machine every figure grows, so read the `python -c pass`
 
 On a busy machine a process waits for a core, and its wall time says more about the others
 than about it; its CPU time (user + system, every thread) is what the work costs, and what an
-idle core would take. So each case that misses on wall is given a quiet-machine estimate too:
-its CPU median, and (`own cpu`) the part of it beyond `python -c pass`.
+idle core would take at most (contention for caches slows the work itself a little too). So
+each case that misses on wall is given a quiet-machine estimate: its CPU median, and (`own
+cpu`) the part of it beyond `python -c pass`.
 
 Where the 70B estimate's CPU goes (in one process, medians of 9 on the shared 2-core machine at
 load 8, milliseconds; `python -c pass` takes 9 more): the standard library it needs (argparse,
@@ -114,11 +115,13 @@ def main() -> int:
 
 
 def _quiet_estimate(name: str, wall: float, cpu: float, py_cpu: float, target: float) -> str:
-    """What a miss on wall time would be on an idle core: the CPU time the run used."""
-    verdict = "within" if cpu <= target else "over"
+    """What a miss on wall time would be on an idle core: at most the CPU time the run used
+    here (a busy machine's shared caches and cores slow the work itself too)."""
+    verdict = "within" if cpu <= target else "not shown within"
     return (
-        f"{name}: {wall:.3f} s wall here; on a quiet machine about its CPU time, {cpu:.3f} s "
-        f"({cpu - py_cpu:.3f} s beyond python -c pass), {verdict} the {target} s target"
+        f"{name}: {wall:.3f} s wall here; on a quiet machine at most about its CPU time here, "
+        f"{cpu:.3f} s ({cpu - py_cpu:.3f} s beyond python -c pass, itself {py_cpu:.3f} s of "
+        f"CPU here), {verdict} the {target} s target"
     )
 
 
