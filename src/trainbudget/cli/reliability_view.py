@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from trainbudget.cli.args import duration_seconds
-from trainbudget.cli.reliability_cmd import parse_probability
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.reliability import DEFAULT_RESTART_SECONDS, reliability_report
 from trainbudget.core.units import SECONDS_PER_DAY, SECONDS_PER_HOUR, parse_bandwidth
@@ -40,6 +39,8 @@ def reliability_json(
             "--gpu-failure-rate-per-day" if rate is None else "--checkpoint-write-bytes-per-second"
         )
         raise SpecError(missing, None, "is needed with the other failure/checkpoint option")
+    from trainbudget.cli.reliability_cmd import parse_probability  # only when the rates are given
+
     bandwidth = parse_bandwidth(write, "checkpoint_write_bytes_per_second")
     if bandwidth <= 0:
         raise SpecError("checkpoint_write_bytes_per_second", write, "must be positive")

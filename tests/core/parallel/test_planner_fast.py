@@ -403,3 +403,38 @@ def test_search_only_builds_valid_plans(spec, seq_len, gbs):
         optimizer=get_optimizer("adamw"),
     )
     assert result.evaluated > 0
+
+
+def test_ranking_the_top_plans_is_ranking_them_all_then_cutting():
+    """The ranking sorts only the plans that can be among the `top`; its answer is the rule
+    applied to every plan: the plans tied with the fastest (TIE_TOLERANCE) first, by parallel
+    axes, model-parallel degree, memory, time; then the rest by time, then memory; full ties in
+    enumeration order. Times and memories drawn from a few values, so ties abound."""
+    from trainbudget.core.parallel.planner import (
+        TIE_TOLERANCE,
+        model_parallel_degree,
+        parallel_axes,
+    )
+
+    spec, cluster = get_preset("llama-2-7b"), Cluster(hardware=get_hardware("h100-sxm"), n_gpus=64)
+    grid = enumerate_plan_arrays(spec, cluster, global_batch=512, seq_len=4096)
+    rng = np.random.default_rng(0)
+    # a handful tie with the fastest, so that the slower plans fill most of a top 40
+    spt = rng.choice(
+        [1.0, 1.0005, 1.002, 1.5, 2.0], size=len(grid), p=[1e-3, 1e-3, 0.1, 0.4, 0.498]
+    )
+    mem = rng.choice([4e9, 5e9, 6e9], size=len(grid))
+    ax, deg = parallel_axes(grid), model_parallel_degree(grid)
+    fastest = spt.min()
+
+    def key(i):
+        if spt[i] <= fastest * (1 + TIE_TOLERANCE):
+            return (0, ax[i], deg[i], mem[i], spt[i], i)
+        return (1, spt[i], mem[i], i)
+
+    every = sorted(range(len(grid)), key=key)
+    fitting = np.arange(len(grid)) + 7  # grid indices need not be row numbers
+    assert 0 < sum(spt <= fastest * (1 + TIE_TOLERANCE)) < 40
+    for top in (1, 5, 40, 3000, len(grid)):
+        got = planner_fast._rank_fitting(fitting, grid, spt, mem, top)
+        assert got.tolist() == [i + 7 for i in every[:top]], top

@@ -248,18 +248,28 @@ def _rows(a: PlanNumbers, start: int, stop: int) -> PlanNumbers:
     return PlanNumbers(**{f: v[start:stop] if np.ndim(v) else v for f, v in vars(a).items()})
 
 
-def _rank_fitting(fitting, seconds_per_token, memory, axes, degree):
-    """The plans `fitting` (grid indices) best first, each given with its seconds per token,
-    memory, parallel axes and model-parallel degree: by seconds per token, then less memory.
-    The plans within TIE_TOLERANCE of the fastest are reordered: fewer parallel axes first,
-    then a smaller model-parallel group (the simpler layout to run and debug), then less
-    memory. Stable, so full ties keep enumeration order."""
-    spt, mem, ax, deg = seconds_per_token, memory, axes, degree
-    order = np.lexsort((mem, spt))
-    tied = spt[order] <= spt[order[0]] * (1 + TIE_TOLERANCE)
-    head = order[tied]
-    head = head[np.lexsort((spt[head], mem[head], deg[head], ax[head]))]
-    return fitting[np.concatenate((head, order[~tied]))]
+def _rank_fitting(fitting, fit: PlanNumbers, seconds_per_token, memory, top: int):
+    """The `top` best of the plans `fitting` (grid indices; `fit` their plans, with their
+    seconds per token and memory): by seconds per token, then less memory. The plans within
+    TIE_TOLERANCE of the fastest come first, reordered: fewer parallel axes first, then a
+    smaller model-parallel group (the simpler layout to run and debug), then less memory, then
+    time. Full ties keep enumeration order. Only the plans that can be among the `top` are
+    sorted (the tied ones, and the slower ones at most as slow as the top-th), not all of a
+    grid's tens of thousands."""
+    spt, mem = seconds_per_token, memory
+    tied = spt <= spt.min() * (1 + TIE_TOLERANCE)
+    head = np.flatnonzero(tied)  # enumeration order, which the stable sort keeps for full ties
+    plans = fit.take(head)
+    keys = (spt[head], mem[head], model_parallel_degree(plans), parallel_axes(plans))
+    head = head[np.lexsort(keys)]  # by the last key first
+    rest, need = np.flatnonzero(~tied), top - len(head)
+    if need <= 0:
+        return fitting[head[:top]]
+    if need < len(rest):  # the need-th fastest of the rest, and every plan as fast
+        cut = np.partition(spt[rest], need - 1)[need - 1]
+        rest = rest[spt[rest] <= cut]
+    rest = rest[np.lexsort((mem[rest], spt[rest]))]
+    return fitting[np.concatenate((head, rest))[:top]]
 
 
 def search_fast(
@@ -304,12 +314,12 @@ def search_fast(
         step = step_arrays(spec, cluster, fit, efficiency=efficiency, causal=causal, **kw)
         spt = step / tokens_per_step(fit, seq_len)
         mem = memory[fitting]
-        order = _rank_fitting(fitting, spt, mem, parallel_axes(fit), model_parallel_degree(fit))
+        order = _rank_fitting(fitting, fit, spt, mem, top)
     else:
-        order = np.argsort(memory, kind="stable")
+        order = np.argsort(memory, kind="stable")[:top]
     kw.update(efficiency=efficiency, causal=causal)
     ranked = []
-    for i in order[:top]:
+    for i in order:
         plan = arrays.plan(int(i))
         validate_plan(plan, spec, n_gpus=cluster.n_gpus, seq_len=seq_len, global_batch=global_batch)
         ranked.append(evaluate(spec, plan, cluster, headroom=policy.memory_headroom, **kw))

@@ -5,7 +5,6 @@ Pure (it reads a config file when given a path, nothing else); every bad input i
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Sequence
@@ -122,6 +121,8 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, object]:
         key, raw = item.split("=", 1)
         key = key.strip()
         if key not in fields:
+            import difflib  # only on an error: keeps every command's start-up light
+
             close = difflib.get_close_matches(key, list(fields), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise SpecError(
