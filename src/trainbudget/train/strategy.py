@@ -167,8 +167,8 @@ def check_tensor_parallel(spec: ModelSpec, *, tp: int) -> None:
         if value % tp:
             raise SpecError(name, value, f"must be divisible by tp ({tp}){_TP_WHY[name]}")
     refused = (
-        (spec.is_moe, "expert layers have no tensor-parallel plan (use ep)"),
         (spec.is_mla, "multi-head latent attention has no tensor-parallel plan"),
+        (spec.is_moe, "expert layers have no tensor-parallel plan (use ep)"),
         (
             spec.qk_norm,
             "QK-norm's per-head weight would need its gradient summed over the tp "
