@@ -134,7 +134,10 @@ def test_plan_dp_must_match_the_processes(tmp_path, plan_doc, monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     err = refused(cfg)  # alone: one process
     assert err.field == "plan"
-    assert "dp(2) * tp(1) * pp(1) * cp(1) = 2 processes" in err.rule and "torchrun --nproc-per-node 2" in err.rule
+    assert (
+        "dp(2) * tp(1) * pp(1) * cp(1) = 2 processes" in err.rule
+        and "torchrun --nproc-per-node 2" in err.rule
+    )
     monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it
     assert preflight(cfg).world_size == 2
     monkeypatch.setenv("WORLD_SIZE", "two")

@@ -126,9 +126,9 @@ class TrainConfig:
     collective -- before it exits with code 3, naming the ranks that did not arrive."""
     plan: str = ""
     """A JSON file from `trainbudget plan --json`: its best layout is used (empty: none). It must
-    be data parallel only with dp = the number of processes; it decides strategy (ZeRO 0, 1, 2,
-    3 -> ddp, zero1, zero2, fsdp; a zero_shard -> hsdp), zero_shard, micro_batch and grad_accum
-    (giving others is an error)."""
+    be data and tensor parallel only with dp x tp = the number of processes; it decides strategy
+    (ZeRO 0, 1, 2, 3 -> ddp, zero1, zero2, fsdp; a zero_shard -> hsdp), zero_shard, micro_batch,
+    grad_accum, tp and sequence_parallel (giving others is an error)."""
     resume: bool = False
     """Continue from the newest verified checkpoint in <out>/checkpoints (start afresh if none)."""
     overwrite: bool = False
