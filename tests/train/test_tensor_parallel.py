@@ -322,10 +322,21 @@ def test_the_summary_names_what_ran(runs):
     )
     assert summary["plan"] == "dp2 tp2+sp pp1 zero3 mb4x1"
     assert summary["tokens_per_step"] == GLOBAL_BATCH * 32  # the global batch, not x tp
+    # the split really splits: each rank's AdamW moments against the core's per-rank model of
+    # dp2 tp2 ZeRO-3 (core.parallel.parallel_memory); observed +0.4 % (60,032 bytes against
+    # 59,776: FSDP2 pads the shards of dim 0)
+    state = summary["optimizer_state_bytes_per_rank"]
+    assert all(m == pytest.approx(state["predicted"], rel=0.01) for m in state["measured"])
     out, _ = runs("llama-tp2-sp")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["mesh"] == {"dp": 1, "tp": 2}
     assert summary["strategy_engine"].startswith("DTensor tensor parallel")
+    # tp2 alone: every matrix halved, the norms whole -- exactly the core's tp2 figure
+    # (observed 141,568 bytes per rank; one process holds 281,856)
+    state = summary["optimizer_state_bytes_per_rank"]
+    assert state["measured"] == [state["predicted"]] * 2
+    single = json.loads((runs("llama-single")[0] / "summary.json").read_text())
+    assert state["predicted"] < 0.51 * single["optimizer_state_bytes_per_rank"]["predicted"]
 
 
 @pytest.mark.slow
