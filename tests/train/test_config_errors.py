@@ -167,15 +167,15 @@ CASES = {
     "plan-missing": (["--plan", "{d}/none.json"], {}, ["plan", "none.json", "cannot be read"]),
     "plan-not-plan-output": (["--plan", "{d}/far.json"], {}, ["plan", '"plans" list']),
     "plan-missing-key": (["--plan", "{d}/plan_no_dp.json"], {}, ["plan", '"dp"']),
-    "plan-tensor-parallel": (
-        ["--plan", "{d}/plan_tp.json"],
+    "plan-context-parallel": (
+        ["--plan", "{d}/plan_cp.json"],
         {"WORLD_SIZE": "1"},
-        ["plan", "data parallel only", "tp=2"],
+        ["plan", "data and tensor parallelism only", "cp=2"],
     ),
     "plan-wrong-process-count": (
         ["--plan", "{d}/plan.json"],
         {},
-        ["plan", "dp=2", "torchrun --nproc-per-node 2"],
+        ["plan", "dp(2) * tp(1)", "torchrun --nproc-per-node 2"],
     ),
     "plan-conflicting-micro-batch": (
         ["--plan", "{d}/plan.json", "--micro-batch", "4"],
@@ -223,7 +223,7 @@ def folder(tmp_path_factory) -> Path:
     (d / "plan.json").write_text(json.dumps(doc))
     for name, change in (
         ("plan_no_dp.json", lambda p: p.pop("dp")),
-        ("plan_tp.json", lambda p: p.update(tp=2, dp=1, global_batch=p["global_batch"] // 2)),
+        ("plan_cp.json", lambda p: p.update(cp=2, dp=1, global_batch=p["global_batch"] // 2)),
         ("plan_batch.json", lambda p: p.update(global_batch=48)),
     ):
         edited = json.loads(json.dumps(doc))

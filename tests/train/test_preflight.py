@@ -134,7 +134,10 @@ def test_plan_dp_must_match_the_processes(tmp_path, plan_doc, monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     err = refused(cfg)  # alone: one process
     assert err.field == "plan"
-    assert "dp=2" in err.rule and "torchrun --nproc-per-node 2" in err.rule
+    assert (
+        "dp(2) * tp(1) * pp(1) * cp(1) = 2 processes" in err.rule
+        and "torchrun --nproc-per-node 2" in err.rule
+    )
     monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it
     assert preflight(cfg).world_size == 2
     monkeypatch.setenv("WORLD_SIZE", "two")
@@ -170,10 +173,12 @@ def test_plan_with_model_parallelism_is_refused(tmp_path):
         *("--model", "llama-2-70b", "--gpus", "16", "--gpu", "h100-sxm"),
         *("--global-batch", "64", "--seq-len", "4096"),
     )
-    assert doc["plans"][0]["plan"]["tp"] > 1
+    layout = doc["plans"][0]["plan"]
+    assert layout["tp"] > 1 and layout["pp"] > 1
     err = refused(config(tmp_path, plan=write_json(tmp_path / "p.json", doc)), world_size=16)
     assert err.field == "plan"
-    assert f"data parallel only; this plan needs tp={doc['plans'][0]['plan']['tp']}" in err.rule
+    # tensor parallelism runs (tests/train/test_tensor_parallel.py); pipeline parallelism not
+    assert f"data and tensor parallelism only; this plan needs pp={layout['pp']}" in err.rule
 
 
 def edited(doc: dict, **changes) -> dict:
@@ -199,7 +204,7 @@ def edited(doc: dict, **changes) -> dict:
         (lambda d: edited(d, dp="2"), "plans[0].plan.dp"),
         (lambda d: edited(d, global_batch=48), "global_batch (48)"),
         (lambda d: edited(d, zero=4), "zero (4)"),
-        (lambda d: edited(d, tp=2, dp=1, global_batch=16), "needs tp=2"),
+        (lambda d: edited(d, cp=2, dp=1, global_batch=16), "needs cp=2"),
         (lambda d: edited(d, zero_shard=1), "HSDP) with ZeRO-3 only"),  # a zero 1 plan
         (lambda d: edited(d, offload_optimizer="cpu"), "offload_optimizer=cpu"),
         (lambda d: {**d, "plans": [{**d["plans"][0], "fits": False}]}, "does not fit"),

@@ -36,6 +36,8 @@ GROUPS = {
         "memory_check",
         "strategy",
         "zero_shard",
+        "tp",
+        "sequence_parallel",
         "plan",
         "collective_timeout_seconds",
     ),

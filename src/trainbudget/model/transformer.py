@@ -102,7 +102,14 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> to
 
 class Attention(nn.Module):
     """Multi-head / grouped-query attention, with QK-norm (an RMSNorm over each q and k head,
-    Dehghani et al. 2023, arXiv:2302.05442) when the spec asks for it."""
+    Dehghani et al. 2023, arXiv:2302.05442) when the spec asks for it.
+
+    One fused projection `qkv` whose output rows are grouped by kv head: for each of the K kv
+    heads, its G = H / K query heads, then its key, then its value ([q_g | k_g | v_g], g = 0..K-1).
+    Grouped so that a split of the rows into tp equal parts (tensor parallelism's column split,
+    train.tensor_parallel) gives each rank whole kv groups with their own query heads; [q | k | v]
+    in three blocks would give the first rank all of q and part of k. The forward reads the
+    number of kv heads from the output's width (-1), so a rank's part runs as it is."""
 
     def __init__(self, spec: ModelSpec, factory: dict) -> None:
         super().__init__()
@@ -116,17 +123,24 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, rope: tuple | None, window: int = 0) -> torch.Tensor:
         s = self.spec
         b, t, _ = x.shape
-        q, k, v = self.qkv(x).split([s.d_q, s.d_kv, s.d_v], dim=-1)
-        q = q.view(b, t, s.n_heads, s.d_head)  # (B, T, H, E)
-        k = k.view(b, t, s.n_kv_heads, s.d_head)  # (B, T, K, E)
+        g = s.n_heads // s.n_kv_heads  # query heads per kv head
+        group = (g + 1) * s.d_head + s.d_v_head  # one kv group's rows: G q heads, k, v
+        qkv = self.qkv(x).view(b, t, -1, group)  # (B, T, K, G*E + E + Ev)
+        q, k, v = qkv.split([g * s.d_head, s.d_head, s.d_v_head], dim=-1)
+        q = q.unflatten(-1, (g, s.d_head))  # (B, T, K, G, E), a view
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            cos, sin = rope
+            q = apply_rope(q, cos[:, None], sin[:, None])  # tables broadcast over (K, G)
+            k = apply_rope(k, cos, sin)
+        # (B, T, H, E), query head h in kv group h // G, as SDPA's enable_gqa pairs them: a view
+        # after RoPE or QK-norm (new tensors) or with G = 1, else a copy
+        q = q.flatten(2, 3)
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, T, E), (B, K, T, E)
-        v = v.view(b, t, s.n_kv_heads, s.d_v_head).transpose(1, 2)  # (B, K, T, E)
-        y = attend(q, k, v, window)  # (B, H, T, E)
-        return self.proj(y.transpose(1, 2).reshape(b, t, s.d_attn_out))
+        v = v.transpose(1, 2)  # (B, K, T, Ev)
+        y = attend(q, k, v, window)  # (B, H, T, Ev)
+        return self.proj(y.transpose(1, 2).flatten(2))  # (B, T, H*Ev) in, (B, T, D) out
 
 
 class LatentAttention(nn.Module):

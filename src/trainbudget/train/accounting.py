@@ -2,8 +2,9 @@
 predicted peak memory and step time, all from the estimating core, computed once per run for
 the layout the trainer really runs.
 
-The layout (`run_plan`): data parallel over the run's processes (dp = world size; the trainer
-runs no tensor, pipeline, context or expert parallelism), the ZeRO stage of the strategy that
+The layout (`run_plan`): data parallel over the run's processes (dp = world size / tp), tensor
+(and sequence) parallel over tp of them (the trainer runs no pipeline, context or expert
+parallelism here), the ZeRO stage of the strategy that
 runs (train.strategy: ddp 0, zero1 1, zero2 2, fsdp 3, hsdp 3 over shard groups of
 zero_shard ranks), the config's micro-batch, gradient accumulation and recomputation. A single
 process runs no wrapper: ZeRO 0 whatever the strategy.
@@ -63,13 +64,18 @@ def run_plan(
     grad_accum: int,
     recompute: str,
     zero_shard: int = 0,
+    tp: int = 1,
+    sequence_parallel: bool = False,
 ) -> Plan:
     """The layout the trainer runs for `strategy` on `world_size` processes (see the module
-    docstring). The inverse of preflight.apply_plan's choice of strategy for a plan file."""
+    docstring), world_size / tp of them data parallel. The inverse of preflight.apply_plan's
+    choice of strategy for a plan file."""
     zero = get_strategy(strategy).zero
-    alone = world_size == 1  # one process runs no wrapper
+    alone = world_size == tp  # no data-parallel wrapper
     return Plan(
-        dp=world_size,
+        dp=world_size // tp,
+        tp=tp,
+        sp=sequence_parallel,
         zero=0 if alone else zero,
         zero_shard=0 if alone else zero_shard,
         micro_batch=micro_batch,

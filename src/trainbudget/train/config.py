@@ -114,14 +114,21 @@ class TrainConfig:
     (FSDP2, ZeRO-3) or hsdp (FSDP2 on a 2-D mesh: ZeRO-3 in groups of zero_shard ranks)."""
     zero_shard: int = 0
     """hsdp: ranks per shard group (it must divide the processes); 0 for the other strategies."""
+    tp: int = 1
+    """Under torchrun: tensor-parallel degree, ranks that split every layer's weights (DTensor,
+    train.tensor_parallel); it must divide the processes, the heads, the kv heads, d_ff and the
+    vocabulary. The strategy runs over the processes / tp data-parallel ranks."""
+    sequence_parallel: bool = False
+    """With tp > 1: split the norms' and the residual stream's activations along the sequence
+    over the tp ranks (Korthikanti et al. 2022, arXiv:2205.05198)."""
     collective_timeout_seconds: float = 600.0
     """Under torchrun: how long a rank waits for the others -- at rendezvous and in every
     collective -- before it exits with code 3, naming the ranks that did not arrive."""
     plan: str = ""
     """A JSON file from `trainbudget plan --json`: its best layout is used (empty: none). It must
-    be data parallel only with dp = the number of processes; it decides strategy (ZeRO 0, 1, 2,
-    3 -> ddp, zero1, zero2, fsdp; a zero_shard -> hsdp), zero_shard, micro_batch and grad_accum
-    (giving others is an error)."""
+    be data and tensor parallel only with dp x tp = the number of processes; it decides strategy
+    (ZeRO 0, 1, 2, 3 -> ddp, zero1, zero2, fsdp; a zero_shard -> hsdp), zero_shard, micro_batch,
+    grad_accum, tp and sequence_parallel (giving others is an error)."""
     resume: bool = False
     """Continue from the newest verified checkpoint in <out>/checkpoints (start afresh if none)."""
     overwrite: bool = False
@@ -247,6 +254,12 @@ def _check_together(cfg: TrainConfig) -> None:
     if cfg.resume and cfg.overwrite:
         raise SpecError(
             "overwrite", True, "cannot be combined with resume (continue the run or start afresh)"
+        )
+    if cfg.tp < 1:
+        raise SpecError("tp", cfg.tp, "must be a positive integer (1: no tensor parallelism)")
+    if cfg.sequence_parallel and cfg.tp == 1:
+        raise SpecError(
+            "sequence_parallel", True, "needs tp > 1 (it splits activations over the tp ranks)"
         )
     if (cfg.strategy == "hsdp") != (cfg.zero_shard > 0):
         raise SpecError(

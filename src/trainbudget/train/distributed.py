@@ -39,7 +39,6 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from trainbudget.train.collective_watch import Watch
 from trainbudget.train.launch_env import read_launch_env
 from trainbudget.train.rendezvous import join
-from trainbudget.train.strategy import get_strategy
 
 
 @dataclass(frozen=True)
@@ -92,8 +91,12 @@ def grad_sync(net: nn.Module, info: DistInfo, strategy: str, *, sync: bool):
     micro-batch's backward then reduce-scatters the accumulated unsharded gradients."""
     if not info.enabled or sync:
         return contextlib.nullcontext()
-    if get_strategy(strategy).fsdp2:
+    if hasattr(net, "set_requires_gradient_sync"):
+        # FSDP2, and FSDP2's `replicate` (ddp with tensor parallelism); a torch.compile
+        # wrapper forwards the attribute
         return _fsdp_no_sync(net)
+    if not hasattr(net, "no_sync"):  # tensor parallelism alone: no data-parallel gradient
+        return contextlib.nullcontext()
     return net.no_sync()
 
 
@@ -108,15 +111,48 @@ def _fsdp_no_sync(net: nn.Module) -> Iterator[None]:
 
 def total_grad_norm(parameters) -> torch.Tensor:
     """The L2 norm of all gradients, as one vector (what clip_grad_norm_ returns), without
-    changing them; under FSDP2 the norm of the full gradients, not of this rank's shards."""
+    changing them; under FSDP2 or tensor parallelism the norm of the full gradients, not of
+    this rank's shards."""
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return torch.zeros(())
     # clip_grad_norm_'s own reduction (per-tensor norms, then the norm of those); on DTensor
-    # shards each norm is a partial that DTensor reduces across ranks
-    norms = [torch.linalg.vector_norm(g.float()) for g in grads]
-    norm = torch.linalg.vector_norm(torch.stack(norms))
-    return norm.full_tensor() if isinstance(norm, DTensor) else norm
+    # shards each norm is a partial that DTensor reduces across ranks, one device mesh at a time
+    per_mesh = []
+    for group in _by_mesh(grads):
+        norms = [torch.linalg.vector_norm(g.float()) for g in group]
+        per_mesh.append(_full(torch.linalg.vector_norm(torch.stack(norms))))
+    return per_mesh[0] if len(per_mesh) == 1 else torch.linalg.vector_norm(torch.stack(per_mesh))
+
+
+def clip_grad_norm(parameters, max_norm: float) -> torch.Tensor:
+    """torch.nn.utils.clip_grad_norm_ over gradients that may live on several device meshes
+    (tensor parallelism: DTensors on the tp axis beside the plain tensors of replicated
+    parameters, or under FSDP2 2-D and 1-D DTensors), which torch's would refuse to combine:
+    the norm of each mesh's gradients, then of those (the same vector norm), and every
+    gradient scaled by min(1, max_norm / (norm + 1e-6)) as torch's does. One mesh (or none):
+    torch's own."""
+    params = [p for p in parameters if p.grad is not None]
+    if len(_by_mesh([p.grad for p in params])) <= 1:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return _full(norm)
+    norm = total_grad_norm(params)
+    scale = min(1.0, max_norm / (float(norm) + 1e-6))
+    for group in _by_mesh([p.grad for p in params]):
+        torch._foreach_mul_(group, scale)
+    return norm
+
+
+def _by_mesh(grads: list) -> list[list]:
+    """`grads` grouped by their DTensor device mesh (plain tensors together), in order."""
+    groups: dict = {}
+    for g in grads:
+        groups.setdefault(g.device_mesh if isinstance(g, DTensor) else None, []).append(g)
+    return list(groups.values())
+
+
+def _full(value: torch.Tensor) -> torch.Tensor:
+    return value.full_tensor() if isinstance(value, DTensor) else value
 
 
 def all_reduce_sum(value: torch.Tensor, info: DistInfo) -> torch.Tensor:

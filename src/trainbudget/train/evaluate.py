@@ -15,6 +15,12 @@ EVAL_WINDOWS_PER_BATCH = 16
 run's micro-batch: runs with different batch sizes are scored on the same held-out windows."""
 
 
+def full_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Logits (B, T, V) as a plain tensor: tensor parallelism's vocabulary-sharded DTensor
+    logits (train.tensor_parallel) gathered on every rank."""
+    return logits.full_tensor() if hasattr(logits, "full_tensor") else logits
+
+
 @torch.no_grad()
 def evaluate(model, data, cfg, device, info=None, *, sharded: bool = False) -> dict:
     """Mean loss and perplexity over the held-out split, overall and per source: the mean over
@@ -34,7 +40,7 @@ def evaluate(model, data, cfg, device, info=None, *, sharded: bool = False) -> d
     for i, (x, y, source) in enumerate(data.eval_batches(cfg.micro_batch, cfg.seq_len, windows)):
         if i % world != rank:
             continue
-        logits = model(x.to(device))[0]  # (B, T, V)
+        logits = full_logits(model(x.to(device))[0])  # (B, T, V)
         per_window = F.cross_entropy(
             logits.float().transpose(1, 2), y.to(device), reduction="none"
         ).mean(1)  # (B,)
@@ -64,7 +70,7 @@ def probe_probabilities(model, tokenizer, probes, device) -> dict[str, float]:
     for prompt, target in probes:
         p_ids, t_ids = tokenizer.encode(prompt), tokenizer.encode(target)
         ids = torch.tensor([p_ids + t_ids], device=device)
-        logits = model(ids[:, :-1])[0].float()  # (1, P + T - 1, V)
+        logits = full_logits(model(ids[:, :-1])[0]).float()  # (1, P + T - 1, V)
         logp = logits.log_softmax(-1)[0, len(p_ids) - 1 :]  # predictions of the target tokens
         out[f"{prompt}->{target}"] = math.exp(
             float(logp.gather(-1, torch.tensor(t_ids, device=device)[:, None]).sum())

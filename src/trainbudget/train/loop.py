@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import Plan
@@ -48,6 +47,7 @@ from trainbudget.train.distributed import (
     all_reduce_sum,
     arrive,
     barrier,
+    clip_grad_norm,
     grad_sync,
     init_distributed,
     is_sharded,
@@ -61,7 +61,13 @@ from trainbudget.train.guard import StepGuard, Verdict
 from trainbudget.train.memory_check import Step, check_run
 from trainbudget.train.metrics import MetricsWriteError, MetricsWriter, Progress, resume_metrics
 from trainbudget.train.moe_tally import MoeTally, moe_record, moe_text
-from trainbudget.train.parallelize import parallel_optimizer, parallelize, reshard
+from trainbudget.train.parallelize import (
+    build_mesh,
+    data_parallel_coordinate,
+    parallel_optimizer,
+    parallelize,
+    reshard,
+)
 from trainbudget.train.preflight import preflight
 from trainbudget.train.rank_memory import PeakMeter, tracks_cpu_peak
 from trainbudget.train.run import Run
@@ -72,6 +78,7 @@ from trainbudget.train.setup import mixed_precision, seed_everything
 from trainbudget.train.source_loss import SourceLoss, log_line_part
 from trainbudget.train.startup import Say, log_rule, logged_step, on_terminal
 from trainbudget.train.summary import memory_bytes, summarize
+from trainbudget.train.tensor_parallel import loss_context, per_token_loss
 
 
 def train(cfg: TrainConfig, *, faults: Faults | None = None) -> dict:
@@ -163,9 +170,10 @@ def _start(
     arrive(info, "start-up: the data (rank 0 prepares it, the others wait)")
     data = open_data(cfg, main=info.is_main, barrier=lambda: barrier(info))
     say(f"building the model {spec.name} on {device}")
-    model, batches = _model_and_batches(cfg, spec, data, device, info)
+    mesh = build_mesh(info, cfg, device)
+    model, batches = _model_and_batches(cfg, spec, data, device, mesh)
     arrive(info, "start-up: the model's wrapper (DDP broadcasts the parameters)")
-    parallel = parallelize(model, info, cfg, device)
+    parallel = parallelize(model, info, cfg, device, mesh=mesh)
     net = parallel.net
     # after parallelize: FSDP2's DTensor parameters; zero1's sharded state over the mesh
     optimizer = parallel_optimizer(model, cfg, parallel)
@@ -201,7 +209,10 @@ def _start(
         autocast=autocast,
         faults=faults,
         checkpoint_root=root,
-        tokens_per_step=cfg.micro_batch * cfg.grad_accum * cfg.seq_len * info.world_size,
+        tokens_per_step=cfg.micro_batch
+        * cfg.grad_accum
+        * cfg.seq_len
+        * data_parallel_coordinate(parallel.mesh)[1],
         probes=pre.probes,
         mesh=parallel.mesh,
         peak_meter=PeakMeter(device, tracked=tracks_cpu_peak(cfg, info)),
@@ -247,10 +258,11 @@ def _claim(
     barrier(info)
 
 
-def _model_and_batches(cfg: TrainConfig, spec: ModelSpec, data, device, info: DistInfo):
-    """The reference model in training mode, and this rank's batches: its rows of one global
-    batch per step, drawn alike by every rank and by a 1-process run with the same global
-    batch (see data.TrainBatches)."""
+def _model_and_batches(cfg: TrainConfig, spec: ModelSpec, data, device, mesh):
+    """The reference model in training mode, and this rank's batches: its data-parallel rank's
+    rows of one global batch per step, drawn alike by every rank and by a 1-process run with the
+    same global batch (see data.TrainBatches); the ranks of a tp group read the same rows."""
+    dp_rank, dp_size = data_parallel_coordinate(mesh)
     model = build_model(
         spec,
         device=device,
@@ -264,8 +276,8 @@ def _model_and_batches(cfg: TrainConfig, spec: ModelSpec, data, device, info: Di
         cfg.seq_len,
         seed=cfg.seed,
         grad_accum=cfg.grad_accum,
-        rank=info.rank,
-        world_size=info.world_size,
+        rank=dp_rank,
+        world_size=dp_size,
     )
     return model, batches
 
@@ -293,6 +305,8 @@ def _plan(cfg: TrainConfig, info: DistInfo) -> Plan:
         grad_accum=cfg.grad_accum,
         recompute=cfg.recompute,
         zero_shard=cfg.zero_shard,
+        tp=cfg.tp,
+        sequence_parallel=cfg.sequence_parallel,
     )
 
 
@@ -451,13 +465,15 @@ def _step(run: Run, logged: bool):
         x, y, source_ids = run.batches.next_batch(run.device)
         phases["data"] += time.perf_counter() - t
         # distributed: gradients synced on the step's last micro-batch only (DDP and FSDP2)
-        with grad_sync(run.net, run.info, cfg.strategy, sync=micro == cfg.grad_accum - 1):
+        # tensor parallel: the loss (and its backward) of vocabulary-sharded logits
+        with (
+            grad_sync(run.net, run.info, cfg.strategy, sync=micro == cfg.grad_accum - 1),
+            loss_context(cfg.tp),
+        ):
             t = time.perf_counter()
             with run.autocast:
                 logits = run.net(x)[0]
-                token_losses = F.cross_entropy(
-                    logits.float().flatten(0, 1), y.flatten(), reduction="none"
-                ).view_as(y)  # (B, T)
+                token_losses = per_token_loss(logits, y)  # (B, T)
                 # accumulation sums gradients: divide so the step uses the mean loss
                 loss = token_losses.mean() / cfg.grad_accum
                 if factor is not None:
@@ -481,7 +497,7 @@ def _step(run: Run, logged: bool):
     run.scaler.unscale_(run.optimizer)  # fp16: clip and judge the true gradient norm
     run.comm_counter.trainer(True)  # the norm's and the packet's all-reduces: the trainer's
     grad_norm = (
-        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+        clip_grad_norm(run.model.parameters(), cfg.grad_clip)  # several meshes under tp
         if cfg.grad_clip > 0
         else total_grad_norm(run.model.parameters())  # distributed: the full norm under FSDP2
     )

@@ -13,6 +13,16 @@ mesh built here, in one place, from the strategy's `MeshShape`: PyTorch's engine
 - hsdp: the same on the 2-D ("dp_replicate", "dp_shard") mesh: shards within a group of
   zero_shard ranks, gradients all-reduced across the groups.
 
+With tensor parallelism (tp > 1; train.tensor_parallel) the mesh has a trailing "tp" axis: the
+model is first split over it (its parameters become DTensors), then the strategy runs on the
+data-parallel sub-mesh, as torchtitan composes them: zero2, fsdp, hsdp with FSDP2 `fully_shard`
+on the data-parallel axes (2-D parameters: tp split, dp sharded); ddp with
+torch.distributed._composable.replicate_with_fsdp's `replicate` on the "dp" axis -- FSDP2's
+engine without sharding, since DistributedDataParallel does not take DTensor parameters --
+(gradients all-reduced over dp; "DDP + DTensor tensor parallel" in the summary); zero1 is
+refused (train.strategy.check_strategy). With one data-parallel rank (the processes are one tp
+group) nothing but the split runs.
+
 What keeps each one the same computation as one process with the same global batch is in
 train.distributed's docstring (gradients averaged over all ranks, synchronised once per step).
 """
@@ -31,6 +41,7 @@ from trainbudget.train.config import TrainConfig
 from trainbudget.train.distributed import DistInfo
 from trainbudget.train.setup import make_optimizer
 from trainbudget.train.strategy import get_strategy, mesh_shape
+from trainbudget.train.tensor_parallel import apply_tensor_parallel
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,21 +58,50 @@ def build_mesh(info: DistInfo, cfg: TrainConfig, device: torch.device) -> Device
     """The device mesh of the run's strategy (train.strategy.mesh_shape), None alone."""
     if not info.enabled:
         return None
-    shape = mesh_shape(cfg.strategy, world_size=info.world_size, zero_shard=cfg.zero_shard)
+    shape = mesh_shape(
+        cfg.strategy, world_size=info.world_size, zero_shard=cfg.zero_shard, tp=cfg.tp
+    )
     return init_device_mesh(device.type, shape.sizes, mesh_dim_names=shape.axes)
 
 
-def parallelize(
-    model: nn.Module, info: DistInfo, cfg: TrainConfig, device: torch.device
-) -> Parallel:
-    """Wrap `model` for `cfg.strategy`; the model itself when running alone.
+DATA_PARALLEL_AXES = ("dp", "dp_replicate", "dp_shard")
+"""The mesh axes whose ranks read different rows of the global batch."""
 
-    FSDP2 shards the model in place (its parameters become DTensors), so the optimizer must be
-    built after this call (`parallel_optimizer`)."""
-    mesh = build_mesh(info, cfg, device)
+
+def data_parallel_coordinate(mesh: DeviceMesh | None) -> tuple[int, int]:
+    """(dp_rank, dp_size): this rank's place among the ranks that read different rows, and
+    their number -- what the data loader splits the global batch by. Ranks that differ only
+    along the other axes (a tp group) share a coordinate, so they read the same rows.
+    (0, 1) alone."""
+    if mesh is None:
+        return 0, 1
+    axes = [name for name in mesh.mesh_dim_names if name in DATA_PARALLEL_AXES]
+    rank, size = 0, 1
+    for name in axes:  # outermost first: a row-major index over the data-parallel axes
+        rank = rank * mesh.size(mesh.mesh_dim_names.index(name)) + mesh[name].get_local_rank()
+        size *= mesh.size(mesh.mesh_dim_names.index(name))
+    return rank, size
+
+
+def parallelize(
+    model: nn.Module,
+    info: DistInfo,
+    cfg: TrainConfig,
+    device: torch.device,
+    *,
+    mesh: DeviceMesh | None = None,
+) -> Parallel:
+    """Wrap `model` for `cfg.strategy` (and split it over the "tp" axis with tp > 1) on `mesh`
+    (default: `build_mesh`); the model itself when running alone.
+
+    FSDP2 and tensor parallelism change the model in place (its parameters become DTensors), so
+    the optimizer must be built after this call (`parallel_optimizer`)."""
+    mesh = mesh if mesh is not None else build_mesh(info, cfg, device)
     if mesh is None:
         return Parallel(strategy=cfg.strategy, mesh=None, net=model)
     strategy = get_strategy(cfg.strategy)
+    if cfg.tp > 1:
+        return _tensor_parallel(model, mesh, cfg)
     if strategy.fsdp2:
         _fully_shard(model, mesh, reshard_after_forward=strategy.reshard_after_forward)
         return Parallel(strategy=cfg.strategy, mesh=mesh, net=model)
@@ -70,6 +110,25 @@ def parallelize(
     ids = [device.index] if device.type == "cuda" else None
     net = DistributedDataParallel(model, device_ids=ids, process_group=mesh.get_group("dp"))
     return Parallel(strategy=cfg.strategy, mesh=mesh, net=net)
+
+
+def _tensor_parallel(model: nn.Module, mesh: DeviceMesh, cfg: TrainConfig) -> Parallel:
+    """Split the model over "tp", then the strategy over the data-parallel sub-mesh (see the
+    module docstring); FSDP2's engine either way, so grad_sync and checkpoints treat it as
+    FSDP2 (DTensor parameters, DCP)."""
+    apply_tensor_parallel(model, mesh["tp"], sequence_parallel=cfg.sequence_parallel)
+    dp_axes = tuple(name for name in mesh.mesh_dim_names if name in DATA_PARALLEL_AXES)
+    if data_parallel_coordinate(mesh)[1] == 1:
+        return Parallel(strategy=cfg.strategy, mesh=mesh, net=model)
+    strategy = get_strategy(cfg.strategy)
+    if strategy.fsdp2:
+        reshard = strategy.reshard_after_forward
+        _fully_shard(model, mesh[dp_axes], reshard_after_forward=reshard)
+    else:  # ddp: zero1 is refused before (train.strategy.check_strategy)
+        from torch.distributed._composable.replicate_with_fsdp import replicate
+
+        replicate(model, mesh=mesh["dp"])
+    return Parallel(strategy=cfg.strategy, mesh=mesh, net=model)
 
 
 def _fully_shard(model: nn.Module, mesh: DeviceMesh, *, reshard_after_forward: bool) -> None:

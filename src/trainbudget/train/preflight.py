@@ -23,12 +23,24 @@ from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.data.files import SPLITS, read_meta, split_file
 from trainbudget.data.tokenizers import BYTE_VOCAB_SIZE
 from trainbudget.train.config import TrainConfig, config_fields
-from trainbudget.train.strategy import check_strategy, strategy_for_plan
+from trainbudget.train.strategy import (
+    check_strategy,
+    check_tensor_parallel,
+    strategy_for_plan,
+)
 
 TOKEN_BYTES = {"uint16": 2, "uint32": 4}  # the dtypes of data.files.token_dtype_name
-PLAN_DECIDES = ("strategy", "zero_shard", "micro_batch", "grad_accum", "recompute")
+PLAN_DECIDES = (
+    "strategy",
+    "zero_shard",
+    "micro_batch",
+    "grad_accum",
+    "recompute",
+    "tp",
+    "sequence_parallel",
+)
 _PLAN_INTS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "micro_batch", "grad_accum")
-_TRAINER_AXES = ("tp", "pp", "vpp", "cp", "ep")  # the trainer runs each of these at 1
+_TRAINER_AXES = ("pp", "vpp", "cp", "ep")  # the trainer runs each of these at 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,11 +77,16 @@ def preflight(
         plan = read_plan(cfg.plan, seq_len=cfg.seq_len)
         cfg = apply_plan(cfg, plan, world_size=world, explicit=explicit)
     check_strategy(
-        cfg.strategy, zero_shard=cfg.zero_shard, world_size=world, precision=cfg.precision
+        cfg.strategy,
+        zero_shard=cfg.zero_shard,
+        world_size=world,
+        precision=cfg.precision,
+        tp=cfg.tp,
     )
     meta = read_data_meta(cfg.data) if cfg.data else None
     vocab_size = meta["vocab_size"] if meta else BYTE_VOCAB_SIZE
     spec = model_spec(cfg, vocab_size)
+    check_tensor_parallel(spec, tp=cfg.tp)
     if meta:
         _check_windows(meta, cfg.seq_len)
     probes = read_probes(cfg.probes) if cfg.probes else ()
@@ -255,7 +272,8 @@ def apply_plan(
     cfg: TrainConfig, plan: Plan, *, world_size: int, explicit: Collection[str] | None = None
 ) -> TrainConfig:
     """`cfg` with the plan's micro-batching and strategy, after checking the trainer can run
-    it: data parallel only, one process per dp rank, no offload (train.strategy: which
+    it: data and tensor parallelism only (the plan's tp and sp become tp and
+    sequence_parallel), one process per GPU of the plan, no offload (train.strategy: which
     strategy runs which ZeRO stage)."""
     for axis in _TRAINER_AXES:
         degree = getattr(plan, axis)
@@ -263,7 +281,8 @@ def apply_plan(
             raise SpecError(
                 "plan",
                 cfg.plan,
-                f"the trainer runs data parallel only; this plan needs {axis}={degree}",
+                f"the trainer runs data and tensor parallelism only; this plan needs "
+                f"{axis}={degree}",
             )
     for name in ("offload_optimizer", "offload_params"):
         if getattr(plan, name) != "none":
@@ -272,12 +291,13 @@ def apply_plan(
                 cfg.plan,
                 f"the trainer does not offload; this plan has {name}={getattr(plan, name)}",
             )
-    if plan.dp != world_size:
+    if plan.n_gpus != world_size:
         raise SpecError(
             "plan",
             cfg.plan,
-            f"the plan is for dp={plan.dp} processes and this run has {world_size}; run it with "
-            f"torchrun --nproc-per-node {plan.dp}",
+            f"the plan is for dp({plan.dp}) * tp({plan.tp}) * pp({plan.pp}) * cp({plan.cp}) = "
+            f"{plan.n_gpus} processes and this run has {world_size}; run it with "
+            f"torchrun --nproc-per-node {plan.n_gpus}",
         )
     if plan.recompute_every != 1:
         raise SpecError(
@@ -299,6 +319,8 @@ def apply_plan(
         "micro_batch": plan.micro_batch,
         "grad_accum": plan.grad_accum,
         "recompute": plan.recompute,
+        "tp": plan.tp,
+        "sequence_parallel": plan.sp,
     }
     defaults = config_fields()
     for name, value in decided.items():

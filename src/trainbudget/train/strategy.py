@@ -18,15 +18,20 @@ that backward all-gathers nothing). `zero2_extra_params_bytes` in train.accounti
 that holds beyond ZeRO-2.
 
 Naming (torchtitan's rule): an "axis" is a device-mesh axis, a "dim" a tensor dimension. The
-mesh has the data-parallel axes only; tensor, context, pipeline or expert axes would be added
-in `mesh_shape`, the one place the mesh is laid out.
+mesh has the data-parallel axes and, with tensor parallelism, an innermost "tp" axis (the
+strategy then runs on the data-parallel sub-mesh: train.parallelize); context, pipeline or
+expert axes would be added in `mesh_shape`, the one place the mesh is laid out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainbudget.core.errors import SpecError
+
+if TYPE_CHECKING:
+    from trainbudget.core.spec.model_spec import ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,10 +102,19 @@ def strategy_for_plan(zero: int, zero_shard: int) -> str:
     return "hsdp"
 
 
-def mesh_shape(strategy: str, *, world_size: int, zero_shard: int) -> MeshShape:
+def mesh_shape(strategy: str, *, world_size: int, zero_shard: int, tp: int = 1) -> MeshShape:
     """The device mesh of `strategy` on `world_size` processes: ("dp",) for every strategy but
     hsdp, whose ("dp_replicate", "dp_shard") axes hold world_size / zero_shard replicas of
-    zero_shard shards each (outer axis across the groups, as FSDP2's HSDP expects)."""
+    zero_shard shards each (outer axis across the groups, as FSDP2's HSDP expects).
+
+    With tp > 1 a trailing (innermost) "tp" axis of tp ranks: a tensor-parallel group is tp
+    consecutive ranks (the core's tp-innermost rank order, core.parallel.plan), and the
+    data-parallel axes hold world_size / tp ranks."""
+    if tp < 1 or world_size % tp:
+        raise SpecError("tp", tp, f"must be >= 1 and divide the processes ({world_size})")
+    if tp > 1:
+        dp = mesh_shape(strategy, world_size=world_size // tp, zero_shard=zero_shard)
+        return MeshShape(axes=(*dp.axes, "tp"), sizes=(*dp.sizes, tp))
     get_strategy(strategy)
     if strategy != "hsdp":
         if zero_shard:
@@ -118,10 +132,19 @@ def mesh_shape(strategy: str, *, world_size: int, zero_shard: int) -> MeshShape:
     return MeshShape(axes=("dp_replicate", "dp_shard"), sizes=(replicas, zero_shard))
 
 
-def check_strategy(strategy: str, *, zero_shard: int, world_size: int, precision: str) -> None:
+def check_strategy(
+    strategy: str, *, zero_shard: int, world_size: int, precision: str, tp: int = 1
+) -> None:
     """What the strategy needs of the run, before anything starts: a mesh that fits the
     processes, and a precision its optimizer wrapper supports."""
-    mesh_shape(strategy, world_size=world_size, zero_shard=zero_shard)
+    mesh_shape(strategy, world_size=world_size, zero_shard=zero_shard, tp=tp)
+    if strategy == "zero1" and tp > 1 and world_size > tp:
+        raise SpecError(
+            "strategy",
+            strategy,
+            "zero1's ZeroRedundancyOptimizer takes plain tensors, not tensor parallelism's "
+            "DTensor parameters; with tp > 1 use ddp, zero2, fsdp or hsdp",
+        )
     if strategy == "zero1" and precision == "bf16-mixed" and world_size > 1:
         raise SpecError(
             "precision",
@@ -129,3 +152,54 @@ def check_strategy(strategy: str, *, zero_shard: int, world_size: int, precision
             "zero1 shards torch optimizers, not bf16-mixed's fp32 master weights; use zero2, "
             "fsdp or another precision",
         )
+
+
+def check_tensor_parallel(spec: ModelSpec, *, tp: int) -> None:
+    """What tensor parallelism (train.tensor_parallel) needs of the model: every split it makes
+    is of whole heads, whole hidden units and whole vocabulary rows, the same count on each
+    rank; and the layers it has a plan for (dense attention and MLP)."""
+    if tp == 1:
+        return
+    # the fused qkv projection is split by kv-head groups (model.transformer.Attention), so tp
+    # must divide the kv heads: a kv head shared by ranks would be a replicated copy instead
+    for name in ("n_heads", "n_kv_heads", "d_ff", "vocab_size"):
+        value = getattr(spec, name)
+        if value % tp:
+            raise SpecError(name, value, f"must be divisible by tp ({tp}){_TP_WHY[name]}")
+    refused = (
+        (spec.is_mla, "multi-head latent attention has no tensor-parallel plan"),
+        (spec.is_moe, "expert layers have no tensor-parallel plan (use ep)"),
+        (
+            spec.qk_norm,
+            "QK-norm's per-head weight would need its gradient summed over the tp "
+            "ranks, which the plan does not do",
+        ),
+    )
+    for applies, why in refused:
+        if applies:
+            raise SpecError("tp", tp, f"is not supported for this model: {why}")
+
+
+_TP_WHY = {
+    "n_heads": ": each rank computes n_heads / tp query heads",
+    "n_kv_heads": ": each rank holds n_kv_heads / tp key/value heads and their query heads",
+    "d_ff": ": each rank holds d_ff / tp hidden units of every MLP",
+    "vocab_size": ": the embedding and the output head are split by vocabulary rows "
+    "(--set vocab_size=<a multiple of tp> pads it)",
+}
+
+
+def engine_name(strategy: str, *, world_size: int, tp: int = 1, sequence_parallel: bool = False):
+    """What runs (summary.json's `strategy_engine`): the strategy's engine, and with tp > 1
+    tensor parallelism's styles (train.tensor_parallel) -- alone when the processes are one tp
+    group; ddp then runs as FSDP2's `replicate` (train.parallelize)."""
+    engine = get_strategy(strategy).engine
+    if tp == 1:
+        return engine
+    split = "sequence parallel, " if sequence_parallel else ""
+    styles = f"DTensor tensor parallel (colwise/rowwise, {split}loss parallel)"
+    if world_size == tp:
+        return styles
+    if not get_strategy(strategy).fsdp2:
+        engine = "replicate (FSDP2's engine without sharding: gradients all-reduced, as DDP)"
+    return f"{engine} + {styles}"

@@ -14,7 +14,7 @@ import torch
 from trainbudget.profile.memory import measure_step_memory
 from trainbudget.train.rank_memory import gather_records, rank_record
 from trainbudget.train.step_roofline import BUSY_CPU_SHARE
-from trainbudget.train.strategy import get_strategy
+from trainbudget.train.strategy import engine_name
 
 if TYPE_CHECKING:
     from trainbudget.train.accounting import Budget
@@ -41,7 +41,15 @@ def per_rank_memory(run: Run) -> dict:
     if run.mesh is None:
         strategy, engine, mesh = "single", "one process, no wrapper", {}
     else:
-        strategy, engine = run.cfg.strategy, get_strategy(run.cfg.strategy).engine
+        strategy, engine = (
+            run.cfg.strategy,
+            engine_name(
+                run.cfg.strategy,
+                world_size=run.info.world_size,
+                tp=run.cfg.tp,
+                sequence_parallel=run.cfg.sequence_parallel,
+            ),
+        )
         mesh = dict(zip(run.mesh.mesh_dim_names, run.mesh.shape, strict=True))
     methods = {r["peak_method"] for r in records} - {None}
     return {
