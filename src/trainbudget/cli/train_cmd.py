@@ -36,6 +36,7 @@ GROUPS = {
         "memory_check",
         "strategy",
         "zero_shard",
+        "ep",
         "plan",
         "collective_timeout_seconds",
     ),

@@ -57,6 +57,7 @@ def run_plan(
     grad_accum: int,
     recompute: str,
     zero_shard: int = 0,
+    ep: int = 1,
 ) -> Plan:
     """The layout the trainer runs for `strategy` on `world_size` processes (see the module
     docstring). The inverse of preflight.apply_plan's choice of strategy for a plan file."""
@@ -69,6 +70,7 @@ def run_plan(
         micro_batch=micro_batch,
         grad_accum=grad_accum,
         recompute=recompute,
+        ep=ep,
         flash_attention=True,  # the reference model's attention is torch's fused SDPA
     )
 

@@ -114,14 +114,18 @@ class TrainConfig:
     (FSDP2, ZeRO-3) or hsdp (FSDP2 on a 2-D mesh: ZeRO-3 in groups of zero_shard ranks)."""
     zero_shard: int = 0
     """hsdp: ranks per shard group (it must divide the processes); 0 for the other strategies."""
+    ep: int = 1
+    """MoE models, under torchrun: expert-parallel degree -- each MoE layer's routed experts split
+    over groups of ep data-parallel ranks, tokens sent to their experts' ranks by all-to-all
+    (train.expert_parallel); it must divide n_experts and the processes. Strategy ddp only."""
     collective_timeout_seconds: float = 600.0
     """Under torchrun: how long a rank waits for the others -- at rendezvous and in every
     collective -- before it exits with code 3, naming the ranks that did not arrive."""
     plan: str = ""
     """A JSON file from `trainbudget plan --json`: its best layout is used (empty: none). It must
-    be data parallel only with dp = the number of processes; it decides strategy (ZeRO 0, 1, 2,
-    3 -> ddp, zero1, zero2, fsdp; a zero_shard -> hsdp), zero_shard, micro_batch and grad_accum
-    (giving others is an error)."""
+    be data parallel only (expert parallel too, for MoE) with dp = the number of processes; it
+    decides strategy (ZeRO 0, 1, 2, 3 -> ddp, zero1, zero2, fsdp; a zero_shard -> hsdp),
+    zero_shard, micro_batch, grad_accum and ep (giving others is an error)."""
     resume: bool = False
     """Continue from the newest verified checkpoint in <out>/checkpoints (start afresh if none)."""
     overwrite: bool = False
@@ -197,6 +201,8 @@ def _check_ranges(cfg: TrainConfig) -> None:
     for name in ("checkpoint_every", "spike_window", "max_rollbacks", "zero_shard"):
         if getattr(cfg, name) < 0:
             raise SpecError(name, getattr(cfg, name), "must be an integer >= 0")
+    if cfg.ep < 1:
+        raise SpecError("ep", cfg.ep, "must be a positive integer (1: no expert parallelism)")
     if cfg.keep < 2:
         raise SpecError(
             "keep", cfg.keep, "must be >= 2 (the newest valid checkpoint and one to fall back to)"
@@ -253,6 +259,14 @@ def _check_together(cfg: TrainConfig) -> None:
             "zero_shard",
             cfg.zero_shard,
             f"must be >= 1 with strategy hsdp and 0 otherwise (strategy {cfg.strategy})",
+        )
+    if cfg.ep > 1 and cfg.strategy != "ddp":
+        raise SpecError(
+            "ep",
+            cfg.ep,
+            f"runs with strategy ddp only (this run: {cfg.strategy}): the experts are not "
+            "replicated over the data-parallel ranks, which ZeroRedundancyOptimizer and FSDP2 "
+            "shard as if they were",
         )
     # the loop evaluates only on logged steps (and the last): an eval_interval that is not a
     # multiple of log_interval would evaluate only every lcm of the two, silently
