@@ -281,3 +281,14 @@ def take_all_to_all_bytes(model: nn.Module) -> AllToAllTally:
     taken = AllToAllTally(**vars(layout.tally))
     layout.tally.token_bytes = layout.tally.calls = layout.tally.count_bytes = 0
     return taken
+
+
+def described(model: nn.Module, engine: str, mesh: dict) -> tuple[str, dict]:
+    """summary.json's `strategy_engine` and `mesh` with the expert layout, when there is one:
+    the expert groups and the experts each member holds."""
+    layout = of(model)
+    if layout is None:
+        return engine, mesh
+    g = layout.groups
+    engine += f" + expert parallel (ep={g.ep}: all-to-all token dispatch and combine)"
+    return engine, {**mesh, "ep": g.ep, "expert_replicas": g.dp // g.ep}

@@ -1,0 +1,194 @@
+"""Expert parallelism (train.expert_parallel): refusals; the MoE layer's all-to-all round trip
+against the whole model in one process (an expert that gets no token anywhere included), with
+its all-to-all bytes and per-rank expert parameters against the core's predictions; and 2-rank
+ep2 runs under torchrun against one process -- same losses, exact resume, a checkpoint that
+resumes in one process.
+
+Tolerance, fp32: relative 1e-4 on the logged losses and gradient norms, as in
+test_distributed.py (the same computation, sums in another order). Observed on this machine:
+<= 1.2e-7. The comparison is against the one-process run with the same micro-batches (micro_batch
+4, grad_accum 2 = the 2 ranks' micro-batches), so the capacity rule (1.25, applied per
+micro-batch on the source rank) drops the same assignments: the dropped counts are equal too.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainbudget.core.errors import SpecError
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.train.config import TrainConfig
+from trainbudget.train.preflight import apply_plan, preflight
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+    pytest.skip("needs torch.distributed with gloo", allow_module_level=True)
+
+import trainrun  # noqa: E402
+from trainbudget.core.parallel.cluster import Cluster  # noqa: E402
+from trainbudget.core.parallel.parallel_memory import stage_params  # noqa: E402
+from trainbudget.core.parallel.step_time import step_time  # noqa: E402
+from trainbudget.core.spec.hardware import get_hardware  # noqa: E402
+from trainbudget.core.spec.precision import get_optimizer, get_precision  # noqa: E402
+from trainbudget.data.prepare import prepare  # noqa: E402
+from trainrun import ok, run_env, steps  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+RANKS = Path(__file__).with_name("expert_ranks.py")
+MOE = ("n_layers=2", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=257", "max_seq_len=64")
+MOE_EXPERTS = (*MOE, "n_experts=4", "experts_per_token=2")
+RTOL = 1e-4
+
+
+# -- refusals, before anything starts --------------------------------------------------------
+
+
+def test_ep_must_be_positive_and_runs_with_ddp_only():
+    with pytest.raises(SpecError, match=r"ep = 0: must be a positive integer"):
+        TrainConfig(ep=0)
+    with pytest.raises(SpecError, match=r"ep = 2: runs with strategy ddp only \(this run: fsdp\)"):
+        TrainConfig(ep=2, strategy="fsdp")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "world", "rule"),
+    [
+        (MOE, 2, r"ep = 2: needs an MoE model"),
+        ((*MOE, "n_experts=3", "experts_per_token=1"), 2, r"must divide n_experts \(3\)"),
+        (MOE_EXPERTS, 3, r"must divide the data-parallel processes \(3\)"),
+    ],
+)
+def test_preflight_refuses_an_ep_that_does_not_fit(tmp_path, overrides, world, rule):
+    cfg = TrainConfig(ep=2, overrides=overrides, seq_len=32, out=str(tmp_path / "run"))
+    with pytest.raises(SpecError, match=rule):
+        preflight(cfg, world_size=world)
+
+
+def test_a_plan_with_ep_decides_it():
+    cfg = TrainConfig(overrides=MOE_EXPERTS, plan="p.json")
+    plan = Plan(dp=2, ep=2, micro_batch=4, grad_accum=1)
+    assert apply_plan(cfg, plan, world_size=2).ep == 2
+    with pytest.raises(SpecError, match=r"ep = 4: conflicts with the plan"):
+        apply_plan(TrainConfig(overrides=MOE_EXPERTS, plan="p.json", ep=4), plan, world_size=2)
+
+
+# -- the layer's round trip, 2 ranks by hand over a file store ---------------------------------
+
+
+def _ranks(tmp_path: Path, case: str, world: int = 2, ep: int = 2) -> list[dict]:
+    store = tmp_path / f"store-{case}"
+    outs = [tmp_path / f"{case}-{r}.json" for r in range(world)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(RANKS), str(r), str(world), str(ep), str(store), str(out), case],
+            env=run_env(None),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for r, out in enumerate(outs)
+    ]
+    for proc in procs:
+        ok(trainrun.finish(proc, timeout=120))
+    return [json.loads(out.read_text()) for out in outs]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["balanced", "idle"])
+def test_the_all_to_all_round_trip_is_the_whole_model(tmp_path, case):
+    # "idle": every token goes to expert 0; rank 1's experts (2, 3) get no row from anyone,
+    # and still run (an empty slice), with zero gradients, and nothing hangs
+    results = _ranks(tmp_path, case)
+    for r in results:
+        assert r["output_diff"] < 1e-5
+        assert r["expert_grad_diff"] < 1e-5
+    assert results[1]["expert_grads_all_zero"] == (case == "idle")
+    assert not results[0]["expert_grads_all_zero"]
+
+
+@pytest.mark.slow
+def test_all_to_all_bytes_and_expert_memory_match_the_core(tmp_path):
+    # dropless top-2: the core's buffers (core/parallel/comm_time.py: tokens x k x d_model x
+    # bytes per call, 4 calls per MoE layer and micro-batch) are what is sent, on average over
+    # the ranks (each rank sends its own N x k rows forward; what it sends back depends on
+    # the routing)
+    sys.path.insert(0, str(RANKS.parent))
+    from expert_ranks import ROWS, SEQ, spec_for
+
+    results = _ranks(tmp_path, "balanced")
+    spec = spec_for("balanced")
+    plan = Plan(dp=2, ep=2, micro_batch=ROWS, grad_accum=1)
+    t = step_time(
+        spec,
+        plan,
+        Cluster(hardware=get_hardware("h100-sxm"), n_gpus=2),
+        seq_len=SEQ,
+        precision=get_precision("fp32"),
+        optimizer=get_optimizer("adamw"),
+    )
+    # the core's bytes_sent_per_rank leaves out the 1/ep share a rank keeps: (ep - 1) / ep of n
+    predicted_buffers = t.comm_bytes["ep"] * plan.ep / (plan.ep - 1)
+    measured = sum(r["token_bytes"] for r in results) / len(results)
+    assert measured == pytest.approx(predicted_buffers, rel=1e-12)
+    assert all(r["calls"] == 4 * spec.n_layers for r in results)
+    # each rank holds n_experts / ep experts of every layer: parallel_memory's expert share
+    assert all(r["expert_params"] == stage_params(spec, plan, "only").experts for r in results)
+
+
+# -- whole runs under torchrun --------------------------------------------------------------
+
+
+def _train(out: Path, data: Path, *args: str, nproc: int) -> dict[int, dict]:
+    model = [a for item in MOE_EXPERTS for a in ("--set", item)]
+    common = (*model, "--seq-len", "32", "--log-interval", "1", "--no-tensorboard")
+    common += ("--device", "cpu", "--precision", "fp32", "--seed", "7", "--optimizer", "adamw")
+    common += ("--lr", "1e-3", "--schedule", "constant", "--eval-interval", "3")
+    ok(trainrun.train_cli(out, data, *common, *args, nproc=nproc))
+    return steps(out)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("ep") / "data"
+    prepare(None, folder, tokenizer="byte")
+    return folder
+
+
+@pytest.mark.slow
+def test_two_ranks_with_ep2_follow_one_process_and_resume_exactly(tmp_path, data):
+    single = _train(
+        tmp_path / "one", data, "--micro-batch", "4", "--grad-accum", "2", "--steps", "6", nproc=1
+    )
+    run = tmp_path / "ep2"
+    _train(run, data, "--micro-batch", "4", "--ep", "2", "--steps", "3", nproc=2)
+    # the step-3 checkpoint, continued in one process (a copy, before the ep2 run goes on)
+    alone = tmp_path / "alone"
+    (alone / "checkpoints").mkdir(parents=True)
+    for name in ("config.json", "metrics.jsonl"):
+        (alone / name).write_bytes((run / name).read_bytes())
+    step3 = next((run / "checkpoints").glob("step-00000003"))
+    subprocess.run(["cp", "-r", str(step3), str(alone / "checkpoints")], check=True)
+    resumed = _train(
+        run, data, "--micro-batch", "4", "--ep", "2", "--steps", "6", "--resume", nproc=2
+    )
+    one = _train(
+        alone, data, "--micro-batch", "4", "--grad-accum", "2", "--steps", "6", "--resume", nproc=1
+    )
+    assert sorted(resumed) == sorted(single) == sorted(one) == list(range(1, 7))
+    for s, want in single.items():
+        for got in (resumed[s], one[s]):
+            assert got["loss"] == pytest.approx(want["loss"], rel=RTOL), s
+            assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=RTOL), s
+            assert got["moe_dropped_tokens"] == want["moe_dropped_tokens"], s
+    assert resumed[3]["eval"]["val_loss"] == pytest.approx(single[3]["eval"]["val_loss"], rel=RTOL)
+    assert single[6]["loss"] < single[1]["loss"] - 0.1  # it trains
+    summary = json.loads((run / "summary.json").read_text())
+    assert "expert parallel (ep=2" in summary["strategy_engine"]
+    assert summary["mesh"] == {"dp": 2, "ep": 2, "expert_replicas": 1}
