@@ -150,6 +150,7 @@ def _train(out: Path, data: Path, *args: str, nproc: int) -> dict[int, dict]:
     common = (*model, "--seq-len", "32", "--log-interval", "1", "--no-tensorboard")
     common += ("--device", "cpu", "--precision", "fp32", "--seed", "7", "--optimizer", "adamw")
     common += ("--lr", "1e-3", "--schedule", "constant", "--eval-interval", "3")
+    common += ("--eval-batches", "1")
     ok(trainrun.train_cli(out, data, *common, *args, nproc=nproc))
     return steps(out)
 
