@@ -25,7 +25,8 @@ import torch
 import torch.distributed as dist
 
 from trainbudget.core.errors import SpecError
-from trainbudget.train import expert_checkpoint, expert_parallel
+from trainbudget.train import expert_parallel
+from trainbudget.train.checkpointing import experts as expert_checkpoint
 from trainbudget.train.checkpointing.checkpoint import (
     latest_valid_checkpoint,
     load_file,
