@@ -193,3 +193,6 @@ def test_two_ranks_with_ep2_follow_one_process_and_resume_exactly(tmp_path, data
     summary = json.loads((run / "summary.json").read_text())
     assert "expert parallel (ep=2" in summary["strategy_engine"]
     assert summary["mesh"] == {"dp": 2, "ep": 2, "expert_replicas": 1}
+    # each rank's optimizer state: its share of the experts, as parallel_memory predicts
+    state = summary["optimizer_state_bytes_per_rank"]
+    assert state["measured"] == [state["predicted"]] * 2
