@@ -54,6 +54,8 @@ def test_ep_must_be_positive_and_runs_with_ddp_only():
         TrainConfig(ep=0)
     with pytest.raises(SpecError, match=r"ep = 2: runs with strategy ddp only \(this run: fsdp\)"):
         TrainConfig(ep=2, strategy="fsdp")
+    with pytest.raises(SpecError, match=r"ep = 2: does not run with amp-fp16"):
+        TrainConfig(ep=2, precision="amp-fp16")
 
 
 @pytest.mark.parametrize(

@@ -268,6 +268,13 @@ def _check_together(cfg: TrainConfig) -> None:
             "replicated over the data-parallel ranks, which ZeroRedundancyOptimizer and FSDP2 "
             "shard as if they were",
         )
+    if cfg.ep > 1 and cfg.precision == "amp-fp16":
+        raise SpecError(
+            "ep",
+            cfg.ep,
+            "does not run with amp-fp16: each rank holds other experts, so GradScaler's "
+            "per-rank overflow check could skip the step on one rank and not another",
+        )
     # the loop evaluates only on logged steps (and the last): an eval_interval that is not a
     # multiple of log_interval would evaluate only every lcm of the two, silently
     if cfg.eval_interval % cfg.log_interval and cfg.eval_interval < cfg.steps:
