@@ -7,8 +7,9 @@ one process would. Writes OUT (JSON): the largest differences of the outputs and
 experts' gradients (EP's gradient before the 1/dp scaling is the sum over the ranks' losses),
 the all-to-all bytes sent, and the expert parameters held.
 
-CASE "balanced": top-2 of 4 experts, dropless. "idle": a router bias sends every token to
-expert 0 (top-1): the experts of the other ranks get no token anywhere."""
+CASE "balanced": top-2 of 4 experts, dropless. "recompute": the same with full recomputation.
+"idle": a router bias sends every token to expert 0 (top-1): the experts of the other ranks
+get no token anywhere."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def spec_for(case: str) -> ModelSpec:
         norm="rmsnorm",
         position="rope",
         n_experts=4,
-        experts_per_token=2 if case == "balanced" else 1,
+        experts_per_token=1 if case == "idle" else 2,
         router_bias=case == "idle",
     )
 
@@ -53,7 +54,7 @@ def loss_of(model, x):
 def main(rank: int, world: int, ep: int, store: str, out: str, case: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     spec = spec_for(case)
-    model = build_model(spec, seed=3)
+    model = build_model(spec, seed=3, recompute="full" if case == "recompute" else "none")
     if case == "idle":
         with torch.no_grad():
             for layer in model.modules():

@@ -116,17 +116,19 @@ def test_the_all_to_all_round_trip_is_the_whole_model(tmp_path, case):
 
 
 @pytest.mark.slow
-def test_all_to_all_bytes_and_expert_memory_match_the_core(tmp_path):
+@pytest.mark.parametrize(("case", "calls_per_layer"), [("balanced", 4), ("recompute", 6)])
+def test_all_to_all_bytes_and_expert_memory_match_the_core(tmp_path, case, calls_per_layer):
     # dropless top-2: the core's buffers (core/parallel/comm_time.py: tokens x k x d_model x
-    # bytes per call, 4 calls per MoE layer and micro-batch) are what is sent, on average over
-    # the ranks (each rank sends its own N x k rows forward; what it sends back depends on
-    # the routing)
+    # bytes per call, 4 calls per MoE layer and micro-batch, 6 with full recomputation) are
+    # what is sent, on average over the ranks (each rank sends its own N x k rows forward; what
+    # it sends back depends on the routing)
     sys.path.insert(0, str(RANKS.parent))
     from expert_ranks import ROWS, SEQ, spec_for
 
-    results = _ranks(tmp_path, "balanced")
-    spec = spec_for("balanced")
-    plan = Plan(dp=2, ep=2, micro_batch=ROWS, grad_accum=1)
+    results = _ranks(tmp_path, case)
+    spec = spec_for(case)
+    recompute = "full" if case == "recompute" else "none"
+    plan = Plan(dp=2, ep=2, micro_batch=ROWS, grad_accum=1, recompute=recompute)
     t = step_time(
         spec,
         plan,
@@ -139,7 +141,7 @@ def test_all_to_all_bytes_and_expert_memory_match_the_core(tmp_path):
     predicted_buffers = t.comm_bytes["ep"] * plan.ep / (plan.ep - 1)
     measured = sum(r["token_bytes"] for r in results) / len(results)
     assert measured == pytest.approx(predicted_buffers, rel=1e-12)
-    assert all(r["calls"] == 4 * spec.n_layers for r in results)
+    assert all(r["calls"] == calls_per_layer * spec.n_layers for r in results)
     # each rank holds n_experts / ep experts of every layer: parallel_memory's expert share
     assert all(r["expert_params"] == stage_params(spec, plan, "only").experts for r in results)
 
