@@ -37,6 +37,10 @@ CHOICES = {
     "on_nonfinite": ("skip", "halt"),
 }
 MOE_WEIGHTS = ("moe_capacity_factor", "moe_balance_loss_coef", "moe_z_loss_coef")
+EP_REFUSED = {
+    "zero1": "ZeroRedundancyOptimizer would shard the experts as if every rank held them all",
+    "hsdp": "the expert groups are laid out on the one data-parallel axis, not HSDP's two",
+}
 SEED_LIMIT = 2**32  # numpy's generators take seeds in [0, 2**32)
 CONFIG_SUFFIXES = (".toml", ".json")
 
@@ -117,7 +121,8 @@ class TrainConfig:
     ep: int = 1
     """MoE models, under torchrun: expert-parallel degree -- each MoE layer's routed experts split
     over groups of ep data-parallel ranks, tokens sent to their experts' ranks by all-to-all
-    (train.expert_parallel); it must divide n_experts and the processes. Strategy ddp only."""
+    (train.expert_parallel); it must divide n_experts and the processes. Strategies ddp, zero2
+    and fsdp."""
     collective_timeout_seconds: float = 600.0
     """Under torchrun: how long a rank waits for the others -- at rendezvous and in every
     collective -- before it exits with code 3, naming the ranks that did not arrive."""
@@ -260,13 +265,12 @@ def _check_together(cfg: TrainConfig) -> None:
             cfg.zero_shard,
             f"must be >= 1 with strategy hsdp and 0 otherwise (strategy {cfg.strategy})",
         )
-    if cfg.ep > 1 and cfg.strategy != "ddp":
+    if cfg.ep > 1 and cfg.strategy in EP_REFUSED:
         raise SpecError(
             "ep",
             cfg.ep,
-            f"runs with strategy ddp only (this run: {cfg.strategy}): the experts are not "
-            "replicated over the data-parallel ranks, which ZeroRedundancyOptimizer and FSDP2 "
-            "shard as if they were",
+            f"runs with strategies ddp, zero2 and fsdp, not {cfg.strategy}: "
+            + EP_REFUSED[cfg.strategy],
         )
     if cfg.ep > 1 and cfg.precision == "amp-fp16":
         raise SpecError(

@@ -18,12 +18,16 @@ before, on this rank's own tokens, in model.moe):
 2 and 4 are dist.all_to_all_single in an autograd Function (`_AllToAll`) whose backward runs
 the reverse all-to-all, so EP_ALL_TO_ALLS_PER_LAYER = 4 per layer and micro-batch.
 
-Gradients (`sync_expert_grads`): DDP averages the other parameters over the dp ranks and is told
-to ignore the experts'. An expert's gradient on its rank is already the sum, over the ranks of
-its expert group, of each rank's local loss's gradient (the all-to-all's backward brought the
-contributions home); summed over its replicas and divided by dp it is the gradient of the global
-mean loss -- what one process computes on the whole batch. The gradient norm (`grad_norm`) adds
-the expert groups' disjoint parts with an all-reduce over the expert group.
+Gradients (`sync_expert_grads`): DDP or FSDP2 averages the other parameters over the dp ranks.
+DDP is told to ignore the experts; FSDP2 shards each expert over its replicas (an "edp" mesh of
+dp / ep ranks, torchtitan's layout; one rank when dp == ep) and averages its gradient there.
+An expert's gradient on its rank is already the sum, over the ranks of its expert group, of
+each rank's local loss's gradient (the all-to-all's backward brought the contributions home);
+summed over its replicas and divided by dp it is the gradient of the global mean loss -- what
+one process computes on the whole batch (under FSDP2: its average over the replicas divided
+by ep). The gradient norm (`grad_norm`) adds the expert groups' disjoint parts with an
+all-reduce over the expert group. zero1 (ZeroRedundancyOptimizer would shard the experts as if
+every rank held them) and hsdp (two data-parallel axes) are refused.
 
 Capacity is applied per micro-batch on the source rank, over its own N tokens: an ep run equals
 the one-process run with the same micro-batches (same micro_batch, grad_accum x ranks), with a
@@ -43,6 +47,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor
 
 from trainbudget.model.moe import MoE
 
@@ -176,7 +181,7 @@ class _AllToAll(torch.autograd.Function):
         return back, None, None, None, None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class ExpertParallel:
     """A model's expert layout (`shard_experts`): its groups, the names of the expert
     parameters this rank holds, and the all-to-all tally of all its MoE layers."""
@@ -187,6 +192,8 @@ class ExpertParallel:
     full_names: tuple[str, ...]
     """Every parameter name of the whole (single-process) model, in its order."""
     tally: AllToAllTally
+    fsdp: bool = False
+    """FSDP2 holds the experts (`fully_shard_experts`) and averages them over the replicas."""
 
 
 def shard_experts(model: nn.Module, groups: ExpertGroups) -> ExpertParallel:
@@ -220,6 +227,27 @@ def _expert_params(model: nn.Module):
             yield name, param
 
 
+def fully_shard_experts(model: nn.Module, mesh: DeviceMesh, *, reshard_after_forward: bool) -> None:
+    """FSDP2 on each of this rank's experts, over the "edp" mesh of its replicas (dp / ep
+    ranks; one when dp == ep), before the blocks are: the blocks' fully_shard then leaves
+    them alone. Its reduction averages over the replicas; `sync_expert_grads` divides by ep
+    after it (FSDP2's set_gradient_divide_factor would do both in one, but its PREMUL_SUM
+    reduction does not exist in gloo)."""
+    from torch.distributed.fsdp import fully_shard
+
+    layout = of(model)
+    axis = mesh.mesh_dim_names.index("dp")
+    ranks = mesh.mesh.movedim(axis, -1)
+    dp, ep = ranks.shape[-1], layout.groups.ep
+    blocks = ranks.reshape(-1, dp // ep, ep)  # (dp groups, replicas, ep)
+    views = DeviceMesh(mesh.device_type, blocks, mesh_dim_names=("rest", "edp", "ep"))
+    for layer in model.modules():
+        if isinstance(layer, MoE):
+            for expert in layer.runner.local:
+                fully_shard(expert, mesh=views["edp"], reshard_after_forward=reshard_after_forward)
+    layout.fsdp = True
+
+
 def ddp_ignored(model: nn.Module) -> None:
     """Tell DDP to leave the expert parameters alone: no broadcast from rank 0 at wrapping (each
     rank holds other experts) and no gradient all-reduce (`sync_expert_grads` does theirs)."""
@@ -237,6 +265,10 @@ def sync_expert_grads(model: nn.Module) -> None:
     if layout is None:
         return
     grads = [p.grad for _, p in _expert_params(model) if p.grad is not None]
+    if layout.fsdp:  # FSDP2 averaged them over the replicas: 1 / (dp / ep) of the sum
+        for g in grads:
+            g.div_(layout.groups.ep)
+        return
     if not grads:
         return
     if layout.groups.replicas is not None:
@@ -259,16 +291,22 @@ def grad_norm(model: nn.Module, max_norm: float) -> torch.Tensor:
     for name, p in model.named_parameters():
         if p.grad is not None:
             (local if name in experts else dense).append(p.grad)
-    zero = next(model.parameters()).new_zeros((), dtype=torch.float32)
-    dense_sq = sum((torch.linalg.vector_norm(g.float()) ** 2 for g in dense), zero)
-    experts_sq = sum((torch.linalg.vector_norm(g.float()) ** 2 for g in local), zero.clone())
+    zero = torch.zeros((), device=(dense + local)[0].device) if dense or local else torch.zeros(())
+    dense_sq = sum((_norm(g) ** 2 for g in dense), zero.clone())
+    experts_sq = sum((_norm(g) ** 2 for g in local), zero.clone())
     dist.all_reduce(experts_sq, group=layout.groups.group)  # disjoint experts: add the parts
     norm = (dense_sq + experts_sq).sqrt()
     if max_norm > 0:
-        coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+        coef = float(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
         for g in dense + local:
-            g.mul_(coef.to(g.dtype))
+            g.mul_(coef)
     return norm
+
+
+def _norm(grad: torch.Tensor) -> torch.Tensor:
+    """A gradient's L2 norm; FSDP2's DTensor shards' norms reduced to the whole tensor's."""
+    norm = torch.linalg.vector_norm(grad.float())
+    return norm.full_tensor() if isinstance(norm, DTensor) else norm
 
 
 def take_all_to_all_bytes(model: nn.Module) -> AllToAllTally:

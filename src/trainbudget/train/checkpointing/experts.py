@@ -22,17 +22,20 @@ import torch.distributed as dist
 from torch import nn
 
 from trainbudget.train import expert_parallel
-from trainbudget.train.distributed import DistInfo
+from trainbudget.train.distributed import DistInfo, ShardingLoad, full_state
 
 
 def full_states(model: nn.Module, optimizer, info: DistInfo) -> tuple[dict | None, dict | None]:
     """(model state, optimizer state) of the whole model in the single-process format, on rank
     0; (None, None) on the others. A collective: every rank calls it."""
     layout = expert_parallel.of(model)
-    names = _names(model)
     experts = set(layout.expert_names)
-    model_state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    optimizer_state = named_state(optimizer.state_dict(), names)
+    # FSDP2's DTensors gathered into whole tensors (a collective: the same order on every
+    # rank, the model's); plain tensors as they are
+    model_state = _cpu(full_state(model.state_dict(), _Everyone(info)))
+    optimizer_state = _cpu(
+        full_state(named_state(optimizer.state_dict(), _names(model)), _Everyone(info))
+    )
     sends = layout.groups.members[0] == 0  # the first expert group: its experts are enough
     mine = (
         ({k: v for k, v in model_state.items() if k in experts}, _only(optimizer_state, experts))
@@ -51,13 +54,42 @@ def full_states(model: nn.Module, optimizer, info: DistInfo) -> tuple[dict | Non
     return model_state, positional_state(_one_group(optimizer_state, full), full)
 
 
-def load_full(model: nn.Module, optimizer, model_state: dict, optimizer_state: dict) -> None:
-    """Load the whole model's model.pt and optimizer.pt: this rank keeps its parameters'."""
+def load_full(
+    model: nn.Module, optimizer, model_state: dict, optimizer_state: dict, *, sharded: bool
+) -> None:
+    """Load the whole model's model.pt and optimizer.pt: this rank keeps its parameters'
+    (`sharded`: under FSDP2, cut into its shards, as train.distributed does)."""
     layout = expert_parallel.of(model)
-    own = model.state_dict()
-    model.load_state_dict({k: model_state[k] for k in own})
+    mine = {k: model_state[k] for k in model.state_dict()}
     named = named_state(optimizer_state, list(layout.full_names))
-    optimizer.load_state_dict(positional_state(named, _names(model)))
+    local = positional_state(named, _names(model))
+    if not sharded:
+        model.load_state_dict(mine)
+        optimizer.load_state_dict(local)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    set_model_state_dict(model, mine, options=StateDictOptions(full_state_dict=True))
+    ShardingLoad(optimizer).load_state_dict(local)
+
+
+class _Everyone:
+    """A DistInfo-like view under which `full_state` keeps the gathered tensors on every rank
+    (each rank sends its own experts' whole tensors)."""
+
+    def __init__(self, info: DistInfo) -> None:
+        self.is_main = True
+        self.world_size = info.world_size
+
+
+def _cpu(tree):
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().cpu()
+    if isinstance(tree, dict):
+        return {k: _cpu(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_cpu(v) for v in tree]
+    return tree
 
 
 def named_state(state: dict, names: list[str]) -> dict:

@@ -98,7 +98,8 @@ def save_run(run: Run) -> Path:
     """A collective: every rank calls it; returns the committed checkpoint folder."""
     files: dict[str, object] = {rank_file(run.info.rank): {"rng": capture_rng_state()}}
     writer = None
-    if is_sharded(run.model):
+    # an expert-parallel run writes the full format (the ranks hold different experts)
+    if is_sharded(run.model) and expert_parallel.of(run.model) is None:
         # distributed: each rank writes its FSDP2 shards into dcp/ (DCP's save, a collective)
         def writer(tmp: Path) -> None:
             save_sharded(tmp / DCP_DIR, run.model, run.optimizer)
@@ -241,7 +242,9 @@ def _load_full(run: Run, path: Path) -> None:
     model_state = load_file(path, "model.pt", map_location="cpu")
     if expert_parallel.of(run.model) is not None:  # each rank keeps its own experts
         optimizer_state = load_file(path, "optimizer.pt", map_location=run.device)
-        expert_checkpoint.load_full(run.model, run.optimizer, model_state, optimizer_state)
+        expert_checkpoint.load_full(
+            run.model, run.optimizer, model_state, optimizer_state, sharded=is_sharded(run.model)
+        )
         return
     if is_sharded(run.model):
         from torch.distributed.checkpoint.state_dict import (
