@@ -58,6 +58,9 @@ NARROW: dict[tuple[str, str], frozenset[str]] = {
             "trainbudget.train.run",
             "trainbudget.train.data",
             "trainbudget.train.metrics",
+            # an expert-parallel run's layout, and its twin's optimizer (checkpointing.experts)
+            "trainbudget.train.expert_parallel",
+            "trainbudget.train.setup",
         }
     ),
 }

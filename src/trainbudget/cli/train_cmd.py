@@ -38,6 +38,7 @@ GROUPS = {
         "zero_shard",
         "tp",
         "sequence_parallel",
+        "ep",
         "plan",
         "collective_timeout_seconds",
     ),

@@ -19,6 +19,11 @@ and FSDP2 reduce-scatters a block's gradients in an order that must be the same 
 So each expert runs on its slice of tokens even when the slice is empty: a (0, D) input still
 adds the matmuls to the graph, and backward gives the expert a zero gradient.
 
+Expert parallelism (train.expert_parallel) replaces `runner`: the kept assignments, sorted by
+expert, go to the ranks that hold their experts and come back in the same order. Routing and
+capacity are decided here, before that, on this rank's own tokens, so the routing is the same
+computation with or without expert parallelism.
+
 Auxiliary losses, computed in fp32 in each training forward and kept on the layer
 (`router_stats` reads them): the load-balancing loss E * sum_i f_i * P_i (Switch eq. 4; f_i the
 fraction of assignments routed to expert i before capacity, P_i the mean router probability
@@ -30,6 +35,7 @@ Shapes: N tokens, D d_model, E routed experts, k experts per token.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -111,6 +117,10 @@ class MoE(nn.Module):
         self.shared = nn.ModuleList(
             MLP(spec, spec.d_ff_expert, factory) for _ in range(spec.n_shared_experts)
         )
+        self.n_experts = spec.n_experts
+        self.runner: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None
+        """(x (n_kept, D) grouped by expert, counts (E,)) -> the experts' outputs, same rows:
+        train.expert_parallel's all-to-all round trip; None: `run_local`."""
         self.stats: RouterStats | None = None
         """The last training forward's figures, until `router_stats` takes them."""
 
@@ -142,22 +152,30 @@ class MoE(nn.Module):
         """Every expert on its (possibly empty) queue; (the gated sum (N, D), dropped count)."""
         n = flat.shape[0]
         capacity = (
-            expert_capacity(n, self.k, len(self.experts), self.capacity_factor)
+            expert_capacity(n, self.k, self.n_experts, self.capacity_factor)
             if self.training
             else n * self.k
         )
         queue_choice = chosen.t().reshape(-1)  # (k * N,): all first choices, then second ...
         queue_gate = gates.t().reshape(-1)  # (k * N,)
-        out = torch.zeros_like(flat)
-        dropped = 0
-        for e, expert in enumerate(self.experts):
-            queued = (queue_choice == e).nonzero().squeeze(-1)  # (n_e,), in queue order
-            kept = queued[:capacity]
-            dropped += len(queued) - len(kept)
-            token = kept % n  # (n_kept,) rows of flat
-            # runs on an empty slice too: the expert stays in the graph (module docstring)
-            out.index_add_(0, token, expert(flat[token]) * queue_gate[kept, None])
+        kept = []  # per expert, its kept queue positions, in queue order
+        for e in range(self.n_experts):
+            queued = (queue_choice == e).nonzero().squeeze(-1)  # (n_e,)
+            kept.append(queued[:capacity])
+        order = torch.cat(kept)  # (n_kept,) queue positions, grouped by expert
+        dropped = len(queue_choice) - len(order)
+        token = order % n  # (n_kept,) rows of flat
+        counts = [len(q) for q in kept]  # (E,) assignments each expert takes
+        run = self.runner or self.run_local
+        expert_out = run(flat[token], counts)  # (n_kept, D), rows in `order`
+        out = torch.zeros_like(flat).index_add_(0, token, expert_out * queue_gate[order, None])
         return out, dropped
+
+    def run_local(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        """The experts of this process on x (n_kept, D), rows grouped by expert (`counts` rows
+        each); every expert runs, on an empty slice too (module docstring)."""
+        parts = torch.split(x, counts)
+        return torch.cat([expert(part) for expert, part in zip(self.experts, parts, strict=True)])
 
 
 def router_stats(model: nn.Module) -> RouterStats | None:

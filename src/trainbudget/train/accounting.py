@@ -66,6 +66,7 @@ def run_plan(
     zero_shard: int = 0,
     tp: int = 1,
     sequence_parallel: bool = False,
+    ep: int = 1,
 ) -> Plan:
     """The layout the trainer runs for `strategy` on `world_size` processes (see the module
     docstring), world_size / tp of them data parallel. The inverse of preflight.apply_plan's
@@ -81,6 +82,7 @@ def run_plan(
         micro_batch=micro_batch,
         grad_accum=grad_accum,
         recompute=recompute,
+        ep=ep,
         flash_attention=True,  # the reference model's attention is torch's fused SDPA
     )
 

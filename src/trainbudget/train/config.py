@@ -37,6 +37,10 @@ CHOICES = {
     "on_nonfinite": ("skip", "halt"),
 }
 MOE_WEIGHTS = ("moe_capacity_factor", "moe_balance_loss_coef", "moe_z_loss_coef")
+EP_REFUSED = {
+    "zero1": "ZeroRedundancyOptimizer would shard the experts as if every rank held them all",
+    "hsdp": "the expert groups are laid out on the one data-parallel axis, not HSDP's two",
+}
 SEED_LIMIT = 2**32  # numpy's generators take seeds in [0, 2**32)
 CONFIG_SUFFIXES = (".toml", ".json")
 
@@ -121,14 +125,20 @@ class TrainConfig:
     sequence_parallel: bool = False
     """With tp > 1: split the norms' and the residual stream's activations along the sequence
     over the tp ranks (Korthikanti et al. 2022, arXiv:2205.05198)."""
+    ep: int = 1
+    """MoE models, under torchrun: expert-parallel degree -- each MoE layer's routed experts split
+    over groups of ep data-parallel ranks, tokens sent to their experts' ranks by all-to-all
+    (train.expert_parallel); it must divide n_experts and the processes. Strategies ddp, zero2
+    and fsdp."""
     collective_timeout_seconds: float = 600.0
     """Under torchrun: how long a rank waits for the others -- at rendezvous and in every
     collective -- before it exits with code 3, naming the ranks that did not arrive."""
     plan: str = ""
     """A JSON file from `trainbudget plan --json`: its best layout is used (empty: none). It must
-    be data and tensor parallel only with dp x tp = the number of processes; it decides strategy
-    (ZeRO 0, 1, 2, 3 -> ddp, zero1, zero2, fsdp; a zero_shard -> hsdp), zero_shard, micro_batch,
-    grad_accum, tp and sequence_parallel (giving others is an error)."""
+    be data, tensor and expert parallel (expert parallel for MoE, its groups carved out of the
+    data-parallel ranks) with dp x tp = the number of processes; it decides strategy (ZeRO 0, 1,
+    2, 3 -> ddp, zero1, zero2, fsdp; a zero_shard -> hsdp), zero_shard, micro_batch, grad_accum,
+    tp, sequence_parallel and ep (giving others is an error)."""
     resume: bool = False
     """Continue from the newest verified checkpoint in <out>/checkpoints (start afresh if none)."""
     overwrite: bool = False
@@ -204,6 +214,8 @@ def _check_ranges(cfg: TrainConfig) -> None:
     for name in ("checkpoint_every", "spike_window", "max_rollbacks", "zero_shard"):
         if getattr(cfg, name) < 0:
             raise SpecError(name, getattr(cfg, name), "must be an integer >= 0")
+    if cfg.ep < 1:
+        raise SpecError("ep", cfg.ep, "must be a positive integer (1: no expert parallelism)")
     if cfg.keep < 2:
         raise SpecError(
             "keep", cfg.keep, "must be >= 2 (the newest valid checkpoint and one to fall back to)"
@@ -266,6 +278,20 @@ def _check_together(cfg: TrainConfig) -> None:
             "zero_shard",
             cfg.zero_shard,
             f"must be >= 1 with strategy hsdp and 0 otherwise (strategy {cfg.strategy})",
+        )
+    if cfg.ep > 1 and cfg.strategy in EP_REFUSED:
+        raise SpecError(
+            "ep",
+            cfg.ep,
+            f"runs with strategies ddp, zero2 and fsdp, not {cfg.strategy}: "
+            + EP_REFUSED[cfg.strategy],
+        )
+    if cfg.ep > 1 and cfg.precision == "amp-fp16":
+        raise SpecError(
+            "ep",
+            cfg.ep,
+            "does not run with amp-fp16: each rank holds other experts, so GradScaler's "
+            "per-rank overflow check could skip the step on one rank and not another",
         )
     # the loop evaluates only on logged steps (and the last): an eval_interval that is not a
     # multiple of log_interval would evaluate only every lcm of the two, silently

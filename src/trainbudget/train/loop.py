@@ -23,6 +23,7 @@ from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.model.optim import weight_dtype
 from trainbudget.model.transformer import build_model
 from trainbudget.profile.device import identify_device, resolve_device
+from trainbudget.train import expert_parallel
 from trainbudget.train.accounting import Budget, make_budget, run_plan
 from trainbudget.train.checkpointing.checkpoint import CHECKPOINTS_DIR, clean_partial
 from trainbudget.train.checkpointing.recovery import (
@@ -307,6 +308,7 @@ def _plan(cfg: TrainConfig, info: DistInfo) -> Plan:
         zero_shard=cfg.zero_shard,
         tp=cfg.tp,
         sequence_parallel=cfg.sequence_parallel,
+        ep=cfg.ep,
     )
 
 
@@ -413,7 +415,8 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
                     cfg,
                     run.device,
                     run.info,
-                    sharded=is_sharded(run.model),
+                    # each forward of an expert-parallel model is a collective, like FSDP2's
+                    sharded=is_sharded(run.model) or cfg.ep > 1,
                 )
                 if run.probes:
                     record["probes"] = probe_probabilities(
@@ -494,10 +497,13 @@ def _step(run: Run, logged: bool):
     arrive(run.info, f"the gradient-norm and loss all-reduces of step {run.state.step + 1}")
     if batch in run.faults.nan_grad_batches:
         next(p for p in run.model.parameters() if p.grad is not None).grad.fill_(math.nan)
+    expert_parallel.sync_expert_grads(run.model)  # EP: the experts' part of the gradient sync
     run.scaler.unscale_(run.optimizer)  # fp16: clip and judge the true gradient norm
     run.comm_counter.trainer(True)  # the norm's and the packet's all-reduces: the trainer's
     grad_norm = (
-        clip_grad_norm(run.model.parameters(), cfg.grad_clip)  # several meshes under tp
+        expert_parallel.grad_norm(run.model, cfg.grad_clip)
+        if cfg.ep > 1
+        else clip_grad_norm(run.model.parameters(), cfg.grad_clip)  # several meshes under tp
         if cfg.grad_clip > 0
         else total_grad_norm(run.model.parameters())  # distributed: the full norm under FSDP2
     )

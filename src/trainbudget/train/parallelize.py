@@ -12,6 +12,9 @@ mesh built here, in one place, from the strategy's `MeshShape`: PyTorch's engine
 - fsdp: FSDP2 `fully_shard` per block and on the root (ZeRO-3).
 - hsdp: the same on the 2-D ("dp_replicate", "dp_shard") mesh: shards within a group of
   zero_shard ranks, gradients all-reduced across the groups.
+- ep > 1 (ddp, zero2, fsdp): each MoE layer keeps its share of the experts, reached by
+  all-to-all, in groups of ep ranks of the "dp" axis (train.expert_parallel); DDP ignores the
+  experts, FSDP2 shards each over its replicas before the blocks are wrapped.
 
 With tensor parallelism (tp > 1; train.tensor_parallel) the mesh has a trailing "tp" axis: the
 model is first split over it (its parameters become DTensors), then the strategy runs on the
@@ -37,6 +40,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from trainbudget.model.optimizers import build_optimizer
+from trainbudget.train import expert_parallel
 from trainbudget.train.config import TrainConfig
 from trainbudget.train.distributed import DistInfo
 from trainbudget.train.setup import make_optimizer
@@ -102,7 +106,14 @@ def parallelize(
     strategy = get_strategy(cfg.strategy)
     if cfg.tp > 1:
         return _tensor_parallel(model, mesh, cfg)
+    if cfg.ep > 1:  # before DDP or FSDP2: they must not broadcast or reduce the experts
+        expert_parallel.shard_experts(model, expert_parallel.expert_groups(mesh, cfg.ep))
+        expert_parallel.ddp_ignored(model)
     if strategy.fsdp2:
+        if cfg.ep > 1:  # the experts sharded over their replicas first (torchtitan's way)
+            expert_parallel.fully_shard_experts(
+                model, mesh, reshard_after_forward=strategy.reshard_after_forward
+            )
         _fully_shard(model, mesh, reshard_after_forward=strategy.reshard_after_forward)
         return Parallel(strategy=cfg.strategy, mesh=mesh, net=model)
     from torch.nn.parallel import DistributedDataParallel

@@ -38,9 +38,10 @@ PLAN_DECIDES = (
     "recompute",
     "tp",
     "sequence_parallel",
+    "ep",
 )
 _PLAN_INTS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "micro_batch", "grad_accum")
-_TRAINER_AXES = ("pp", "vpp", "cp", "ep")  # the trainer runs each of these at 1
+_TRAINER_AXES = ("pp", "vpp", "cp")  # the trainer runs each of these at 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,6 +88,7 @@ def preflight(
     vocab_size = meta["vocab_size"] if meta else BYTE_VOCAB_SIZE
     spec = model_spec(cfg, vocab_size)
     check_tensor_parallel(spec, tp=cfg.tp)
+    _check_expert_parallel(cfg, spec, world // cfg.tp)
     if meta:
         _check_windows(meta, cfg.seq_len)
     probes = read_probes(cfg.probes) if cfg.probes else ()
@@ -160,6 +162,24 @@ def model_spec(cfg: TrainConfig, vocab_size: int) -> ModelSpec:
             f"exceeds the model's max_seq_len ({spec.max_seq_len}, learned positions)",
         )
     return spec
+
+
+def _check_expert_parallel(cfg: TrainConfig, spec: ModelSpec, world_size: int) -> None:
+    """ep > 1 needs experts to split and data-parallel ranks to split them over (the core's
+    rule, core/parallel/plan.py: ep divides n_experts and dp)."""
+    if cfg.ep == 1:
+        return
+    if not spec.is_moe:
+        raise SpecError("ep", cfg.ep, f"needs an MoE model; {spec.name} has no routed experts")
+    if spec.n_experts % cfg.ep:
+        raise SpecError("ep", cfg.ep, f"must divide n_experts ({spec.n_experts})")
+    if world_size % cfg.ep:
+        raise SpecError(
+            "ep",
+            cfg.ep,
+            f"must divide the data-parallel processes ({world_size}); run it with torchrun "
+            f"--nproc-per-node a multiple of {cfg.ep}",
+        )
 
 
 # ---- data -----------------------------------------------------------------------------------
@@ -321,6 +341,7 @@ def apply_plan(
         "recompute": plan.recompute,
         "tp": plan.tp,
         "sequence_parallel": plan.sp,
+        "ep": plan.ep,
     }
     defaults = config_fields()
     for name, value in decided.items():

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from trainbudget.profile.memory import measure_step_memory
+from trainbudget.train import expert_parallel
 from trainbudget.train.rank_memory import gather_records, rank_record
 from trainbudget.train.step_roofline import BUSY_CPU_SHARE
 from trainbudget.train.strategy import engine_name
@@ -51,6 +52,7 @@ def per_rank_memory(run: Run) -> dict:
             ),
         )
         mesh = dict(zip(run.mesh.mesh_dim_names, run.mesh.shape, strict=True))
+        engine, mesh = expert_parallel.described(run.model, engine, mesh)
     methods = {r["peak_method"] for r in records} - {None}
     return {
         "strategy": strategy,

@@ -31,6 +31,9 @@ CP_RING_PASSES = 3
 twice backward (Liu et al. 2023, arXiv 2310.01889)."""
 EP_ALL_TO_ALLS_PER_LAYER = 4
 """Token dispatch and combine, forward and backward, per MoE layer (GShard / Megatron-Core)."""
+EP_ALL_TO_ALLS_RECOMPUTED = 2
+"""Full recomputation repeats a layer's forward, its dispatch and combine with it (measured in
+the trainer: 6 all-to-alls per MoE layer and micro-batch, tests/train/test_expert_parallel.py)."""
 ZERO3_GATHERS_PER_MICRO_BATCH = 2
 """FSDP gathers each layer's weights for the forward and again for the backward."""
 
@@ -126,7 +129,10 @@ def communication(
         # buffers of the capacity are sent, filled or not
         a2a = tokens * spec.routed_slots_per_token * spec.d_model * e
         ep_pn = xp.minimum(L.ep, span["dp"])
-        n_a2a = m * stage_mix(spec, L, xp).moe * EP_ALL_TO_ALLS_PER_LAYER
+        moe_layers = stage_mix(spec, L, xp).moe
+        # ceil(moe / K) of every K-th layer recomputed: exact for K = 1
+        redone = xp.where(L.recompute == FULL, L.recomputed_layers(moe_layers), 0)
+        n_a2a = m * (moe_layers * EP_ALL_TO_ALLS_PER_LAYER + redone * EP_ALL_TO_ALLS_RECOMPUTED)
         t_ep = run("ep", "all_to_all", a2a, L.ep, ep_pn, n_a2a)
     t_dp = _data_parallel(
         spec, L, span, precision, framework, micro_batch, compute_seconds, stage, run, xp

@@ -25,6 +25,8 @@ import torch
 import torch.distributed as dist
 
 from trainbudget.core.errors import SpecError
+from trainbudget.train import expert_parallel
+from trainbudget.train.checkpointing import experts as expert_checkpoint
 from trainbudget.train.checkpointing.checkpoint import (
     latest_valid_checkpoint,
     load_file,
@@ -96,13 +98,26 @@ def save_run(run: Run) -> Path:
     """A collective: every rank calls it; returns the committed checkpoint folder."""
     files: dict[str, object] = {rank_file(run.info.rank): {"rng": capture_rng_state()}}
     writer = None
-    if is_sharded(run.model):
+    # an expert-parallel run writes the full format (the ranks hold different experts)
+    if is_sharded(run.model) and expert_parallel.of(run.model) is None:
         # distributed: each rank writes its FSDP2 shards into dcp/ (DCP's save, a collective)
         def writer(tmp: Path) -> None:
             save_sharded(tmp / DCP_DIR, run.model, run.optimizer)
 
         if run.info.is_main:
             files["state.json"] = run_state(run, "dcp")
+    elif expert_parallel.of(run.model) is not None:  # each rank's experts, gathered
+        model_state, optimizer_state = expert_checkpoint.full_states(
+            run.model, run.optimizer, run.info
+        )
+        if run.info.is_main:
+            files.update(
+                {
+                    "model.pt": model_state,
+                    "optimizer.pt": optimizer_state,
+                    "state.json": run_state(run, "full"),
+                }
+            )
     else:
         model_state = full_state(run.model.state_dict(), run.info)
         optimizer_state = full_state(run.optimizer.state_dict(), run.info)
@@ -149,7 +164,10 @@ def _fits(run: Run, path: Path) -> None:
     field, rather than falling back past it."""
     state = checked_state(path)
     if incompatibility(run, state, path) is None:
-        check_contents(path, state, run.model, run.optimizer)
+        model, optimizer = run.model, run.optimizer
+        if expert_parallel.of(model) is not None:  # a whole model's files, not this rank's
+            model, optimizer = expert_checkpoint.full_twin(run.spec, run.cfg)
+        check_contents(path, state, model, optimizer)
 
 
 def incompatibility(run: Run, state: dict, path: Path) -> SpecError | None:
@@ -222,6 +240,12 @@ def restore_run(run: Run, path: Path, *, rollback: bool = False) -> dict:
 def _load_full(run: Run, path: Path) -> None:
     """model.pt and optimizer.pt into the run: as they are, or cut into FSDP2's shards."""
     model_state = load_file(path, "model.pt", map_location="cpu")
+    if expert_parallel.of(run.model) is not None:  # each rank keeps its own experts
+        optimizer_state = load_file(path, "optimizer.pt", map_location=run.device)
+        expert_checkpoint.load_full(
+            run.model, run.optimizer, model_state, optimizer_state, sharded=is_sharded(run.model)
+        )
+        return
     if is_sharded(run.model):
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
