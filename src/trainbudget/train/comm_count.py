@@ -49,7 +49,6 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainbudget.train.comm_report import TRAINER_AXIS, RunFacts, comm_document
-from trainbudget.train.strategy import get_strategy
 
 if TYPE_CHECKING:
     from trainbudget.train.distributed import DistInfo
@@ -211,8 +210,11 @@ class CommCounter:
 def make_counter(parallel, *, compiled: bool) -> CommCounter:
     """The counter of a run wrapped by train.parallelize (`parallel`), DDP's buckets included;
     off under torch.compile (a dispatch mode around a compiled step would break its graph)."""
+    from torch.nn.parallel import DistributedDataParallel
+
     counter = CommCounter(None if compiled else parallel.mesh)
-    if counter.enabled and not get_strategy(parallel.strategy).fsdp2:
+    # DDP only: ddp under tensor parallelism runs as FSDP2's replicate, seen by the mode
+    if counter.enabled and isinstance(parallel.net, DistributedDataParallel):
         counter.watch_ddp(parallel.net)
     return counter
 
