@@ -25,6 +25,11 @@ class Framework:
     reduce_every_micro_batch: bool = False
     """Sharded gradients (ZeRO-2/3, FSDP) are reduce-scattered after every micro-batch's
     backward, not once per step; ZeRO 0-1 still reduce once."""
+    regathers_for_recompute: bool = False
+    """ZeRO-3 gathers each layer's weights a third time per micro-batch under full
+    recomputation: the recomputed forward fires the sharding hooks of every sub-module again.
+    FSDP does not: its unit wraps the checkpointed block, whose weights the backward has
+    gathered already when the recomputation runs."""
     bucket_bytes: float = 25 * MB
     """Gradient bucket of the overlapped data-parallel reduction."""
     runtime_overhead_bytes: float = 0.0
@@ -121,11 +126,12 @@ TORCHTITAN = Framework(
 DEEPSPEED = Framework(
     name="deepspeed",
     reduce_every_micro_batch=True,
+    regathers_for_recompute=True,
     bucket_bytes=DEEPSPEED_BUCKET_ELEMENTS * 2,
     description="DeepSpeed ZeRO (Megatron-DeepSpeed, GPT-NeoX on it): bf16 gradients "
     "accumulated and reduced in the model dtype by default; ZeRO-2/3 reduce every micro-batch, "
     "ZeRO 0-1 at the accumulation boundary; 5e8-element (1 GB in bf16) reduce buckets; runtime "
-    "overhead not sourced (0)",
+    "overhead not sourced (0); ZeRO-3 fetches a layer's weights again for its recomputed forward",
     sources=(
         "DeepSpeed 0.19.6 (edaa722) deepspeed/runtime/zero/config.py: reduce_bucket_size "
         "default 5e8 elements",
@@ -134,6 +140,10 @@ DEEPSPEED = Framework(
         "when bf16 is enabled",
         "deepspeed/runtime/engine.py allreduce_gradients: 'ZeRO stage >= 2 communicates during "
         "non gradient accumulation boundaries as well'; stages 0-1 only at the boundary",
+        "regathers_for_recompute: deepspeed/runtime/zero/parameter_offload.py registers "
+        "pre_sub_module_forward_function on every sub-module; the recomputed forward of an "
+        "activation checkpoint runs it again (under no_grad), which fetches the partitioned "
+        "parameters (DeepSpeed issue #4784 traces this path with ZeRO++)",
     ),
 )
 
