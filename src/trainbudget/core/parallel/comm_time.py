@@ -38,8 +38,8 @@ OVERLAP_COMPUTE_SLOWDOWN = 0.189
 HBM bandwidth from the GEMMs): 18.9 % on average, up to 40 %, over GPT and Llama training
 kernels on A100, H100, MI250 and MI210 (Lee et al. 2025, 'Characterizing Compute-Communication
 Overlap in GPU-Accelerated Distributed Deep Learning', arXiv 2507.03114, abstract). A measured
-figure, the same for every run; `overlap_cost` applies it to the data-parallel collectives
-that hide behind compute."""
+figure, the same for every run; `overlap_cost` applies it to the collectives that hide behind
+compute (data-parallel reductions and gathers, context parallelism's ring)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +127,7 @@ def communication(
     passes = m * layers * CP_RING_PASSES
     hop = run("cp", "send_recv", kv, L.cp, span["cp"], passes * (L.cp - 1))
     t_cp = xp.maximum(0.0, hop - passes * micro_batch.attention_seconds)
+    t_cp = t_cp + overlap_cost(hop - t_cp)  # the hidden part slows the attention beside it
     t_ep = 0.0
     if spec.is_moe:  # EP: dispatch and combine all-to-alls inside the dp * cp group, on the
         # stage's MoE layers only (the dense ones come first); with a capacity factor the

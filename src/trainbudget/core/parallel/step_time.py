@@ -16,7 +16,8 @@ Overlap model (what each collective can hide behind, as Megatron-LM and FSDP sch
   of each forward and the last reduce-scatter of each reducing backward exposed. One
   collective per layer, each paying NCCL's flat-ring latency (p - 1 steps).
 - A collective hidden behind compute still slows it (OVERLAP_COMPUTE_SLOWDOWN, measured:
-  Lee et al. 2025): data-parallel communication charges that share of its hidden time.
+  Lee et al. 2025): data-parallel and CP communication charge that share of their hidden
+  time.
 - HSDP (a ZeRO shard group of zero_shard dp ranks): reduce-scatter and all-gather inside the
   shard group (NVLink when it fits a node), the sharded gradients all-reduced across the
   replicas (the inter-node network), in the same window as the gradient reduction.
