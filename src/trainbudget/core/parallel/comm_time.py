@@ -10,7 +10,11 @@ from typing import Any
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.comm import CollectiveTotal, collective_total
-from trainbudget.core.parallel.compute_time import MicroBatchCompute, stage_mix
+from trainbudget.core.parallel.compute_time import (
+    DEFAULT_EFFICIENCY,
+    MicroBatchCompute,
+    stage_mix,
+)
 from trainbudget.core.parallel.layout import FULL, SELECTIVE_OP, PlanNumbers
 from trainbudget.core.parallel.parallel_memory import StageParams
 from trainbudget.core.parallel.plan import members_per_node
@@ -86,10 +90,15 @@ def communication(
     compute_seconds: Any,
     stage: StageParams,
     framework: Framework = GENERIC,
+    memory_bytes_per_second: Any = None,
     xp: Ops = SCALAR,
 ) -> Communication:
     """Every collective of one step of `L` and the part each axis leaves exposed. `stage`: the
-    parameters of the stage whose gradients are reduced (the last one)."""
+    parameters of the stage whose gradients are reduced (the last one).
+    `memory_bytes_per_second`: the HBM rate memory-bound kernels achieve (what times FSDP2's
+    copy-out); None: the hardware row's at the default efficiency."""
+    if memory_bytes_per_second is None:
+        memory_bytes_per_second = cluster.hardware.hbm_bytes_per_second * DEFAULT_EFFICIENCY.hbm
     out: list[tuple[str, CollectiveTotal]] = []
 
     def run(name: str, kind: str, n_bytes: Any, size: Any, per_node: Any, count: Any) -> Any:
@@ -139,6 +148,7 @@ def communication(
     t_dp = _data_parallel(
         spec, L, span, precision, framework, micro_batch, compute_seconds, stage, run, xp
     )
+    t_dp = t_dp + _gather_copy_out(L, precision, framework, stage, memory_bytes_per_second, xp)
     return Communication(
         tp_seconds=t_tp,
         pp_seconds=t_pp,
@@ -180,9 +190,7 @@ def _data_parallel(
     reductions = xp.where(every, m, 1)
     # the updated weights once per step (ZeRO-1/2), every micro-batch's forward and backward (3)
     # and its recomputed forward where the framework fetches them again for it
-    per_mb = ZERO3_GATHERS_PER_MICRO_BATCH + framework.regathers_for_recompute * (
-        L.recompute == FULL
-    )
+    per_mb = zero3_gathers_per_micro_batch(L, framework)
     gathers = xp.where(z == 3, per_mb * m, sharded * 1)
     layers = L.stage_layers(spec.n_layers, "last")  # the stage whose gradients these are
     units = xp.where(z == 3, layers, 1)  # collectives per pass: one per layer under ZeRO-3
@@ -209,6 +217,24 @@ def _data_parallel(
     exposed = xp.where(z == 3, layer, step)
     hidden = xp.maximum(0.0, t_grad + t_gather - exposed)
     return xp.where(dp_group > 1, exposed + overlap_cost(hidden), 0.0)
+
+
+def zero3_gathers_per_micro_batch(L: PlanNumbers, framework: Framework) -> Any:
+    """Gathers of each layer per micro-batch under ZeRO-3: forward and backward, and the
+    recomputed forward where the framework fetches the weights again for it."""
+    regather = framework.regathers_for_recompute * (L.recompute == FULL)
+    return ZERO3_GATHERS_PER_MICRO_BATCH + regather
+
+
+def _gather_copy_out(L, precision, framework, stage, memory_rate, xp) -> Any:
+    """FSDP2 copies every gathered layer out of the all-gather buffer on the compute stream:
+    the unsharded weights read once and written once per gather, in series with the compute
+    (`Framework.gather_copy_out`)."""
+    if not framework.gather_copy_out:
+        return 0.0
+    gathers = zero3_gathers_per_micro_batch(L, framework) * L.grad_accum
+    moved = gathers * (stage.dense + stage.experts) * 2 * precision.weight_bytes
+    return xp.where((L.zero == 3) & (L.dp * L.cp > 1), moved / memory_rate, 0.0)
 
 
 def _step_exposed(t_grad, t_gather, reductions, bucket_share, sharded, every, mb, compute, xp):

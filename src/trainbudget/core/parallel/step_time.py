@@ -196,6 +196,7 @@ def step_terms(
         compute_seconds=compute,
         stage=stage,
         framework=framework,
+        memory_bytes_per_second=hbm * eff.hbm,
         xp=xp,
     )
     # the update runs on this GPU's ZeRO shard (all of its parameters without ZeRO)
