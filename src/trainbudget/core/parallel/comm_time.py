@@ -194,36 +194,37 @@ def _data_parallel(
     gathers = xp.where(z == 3, per_mb * m, sharded * 1)
     layers = L.stage_layers(spec.n_layers, "last")  # the stage whose gradients these are
     units = xp.where(z == 3, layers, 1)  # collectives per pass: one per layer under ZeRO-3
+    rs_count = sharded * reductions * units
     t_grad = t_gather = 0.0
     for n, size, pn, s, s_pn, part in groups:
+        grads = n * gb
+        t_grad = t_grad + run("dp_grad_reduce", "all_reduce", grads, size, pn, xp.not_(sharded) * 1)
+        per_unit = grads / units
+        t_grad = t_grad + run("dp_grad_reduce", "reduce_scatter", per_unit, s, s_pn, rs_count)
         t_grad = t_grad + run(
-            "dp_grad_reduce", "all_reduce", n * gb, size, pn, xp.not_(sharded) * 1
-        )
-        rs_count = sharded * reductions * units
-        t_grad = t_grad + run("dp_grad_reduce", "reduce_scatter", n * gb / units, s, s_pn, rs_count)
-        n_shard = n * gb / part / units
-        t_grad = t_grad + run(
-            "dp_replica_all_reduce", "all_reduce", n_shard, replicas, span["replica"], rs_count
-        )
+            "dp_replica_all_reduce", "all_reduce", per_unit / part, replicas, span["replica"],
+            rs_count,
+        )  # fmt: skip
         t_gather = t_gather + run(
-            "dp_param_gather", "all_gather", n * wb / units, s, s_pn, gathers * units
+            "dp_param_gather", "all_gather", per_unit * (wb / gb), s, s_pn, gathers * units
         )
     params = stage.dense + stage.experts
     step = _step_exposed(t_grad, t_gather, reductions, framework.bucket_bytes / (params * gb),
                          sharded, every, micro_batch, compute_seconds, xp)  # fmt: skip
     layer = _layer_exposed(t_grad, t_gather, per_mb, reductions, m, layers, micro_batch, xp)
+    total = t_grad + t_gather
     # never less than what the whole step's compute cannot cover
-    layer = xp.maximum(layer, t_grad + t_gather - compute_seconds)
-    exposed = xp.where(z == 3, layer, step)
-    hidden = xp.maximum(0.0, t_grad + t_gather - exposed)
+    exposed = xp.where(z == 3, xp.maximum(layer, total - compute_seconds), step)
+    hidden = xp.maximum(0.0, total - exposed)
     return xp.where(dp_group > 1, exposed + overlap_cost(hidden), 0.0)
 
 
 def zero3_gathers_per_micro_batch(L: PlanNumbers, framework: Framework) -> Any:
     """Gathers of each layer per micro-batch under ZeRO-3: forward and backward, and the
     recomputed forward where the framework fetches the weights again for it."""
-    regather = framework.regathers_for_recompute * (L.recompute == FULL)
-    return ZERO3_GATHERS_PER_MICRO_BATCH + regather
+    if not framework.regathers_for_recompute:
+        return ZERO3_GATHERS_PER_MICRO_BATCH
+    return ZERO3_GATHERS_PER_MICRO_BATCH + (L.recompute == FULL)
 
 
 def _gather_copy_out(L, precision, framework, stage, memory_rate, xp) -> Any:
@@ -261,13 +262,13 @@ def _layer_exposed(t_grad, t_gather, per_mb, reductions, m, layers, mb, xp):
     g = t_gather / (per_mb * m * layers)  # one layer's gather
     r = t_grad / (reductions * layers)  # one layer's reduction, in a reducing micro-batch
     f, b = mb.forward_seconds / layers, mb.backward_seconds / layers
-    gb = (per_mb - 1) * g  # a layer's gathers in the backward
-    forward = g + (layers - 1) * xp.maximum(0.0, g - f)
+    gb, rest = (per_mb - 1) * g, layers - 1  # gb: a layer's gathers in the backward
+    forward = g + rest * xp.maximum(0.0, g - f)
     # behind each layer's backward: the next layer's gathers and the previous one's reduction;
     # the first layer's reduction after the last compute
-    reducing = (layers - 1) * xp.maximum(0.0, gb + r - b) + r
-    plain = (layers - 1) * xp.maximum(0.0, gb - b)
-    return m * forward + reductions * reducing + (m - reductions) * plain
+    reducing = rest * xp.maximum(0.0, gb + r - b) + r
+    plain = rest * xp.maximum(0.0, gb - b)
+    return m * (forward + plain) + reductions * (reducing - plain)
 
 
 def overlap_cost(hidden_seconds: Any) -> Any:
