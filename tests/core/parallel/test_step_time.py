@@ -236,6 +236,15 @@ def test_context_and_expert_parallel_communicate():
     assert t.comm_bytes["ep"] > 0 and "ep_comm" in t.breakdown_seconds
 
 
+def test_a_hidden_cp_ring_costs_its_overlap_slowdown():
+    """At 32K tokens on 4 CP ranks inside a node the K/V ring hides behind the attention
+    (exposed max(0, ring - attention) is 0), yet the attention beside it runs slower:
+    cp_comm is the ring's seconds x s / (1 + s), s = OVERLAP_COMPUTE_SLOWDOWN."""
+    t = st(Plan(dp=2, cp=4), seq_len=32768)
+    s = OVERLAP_COMPUTE_SLOWDOWN
+    assert t.breakdown_seconds["cp_comm"] == pytest.approx(t.comm_seconds["cp"] * s / (1 + s))
+
+
 def test_pp_comm_present_with_pipeline_only():
     t = st(Plan(pp=4, grad_accum=4))
     assert set(t.comm_bytes) == {"pp"}
