@@ -44,7 +44,7 @@ def test_every_run_is_a_consistent_layout():
 
 
 # Narayanan et al. 2021 Table 2, "ZeRO-3 without Model Parallelism": the model predicts them
-# 33-78 % fast (validation.OUTLIERS says why). Their step times are not misreads: the table's
+# 30-71 % fast (validation.OUTLIERS says why). Their step times are not misreads: the table's
 # own last column, "Training time for 300B tokens (days)", follows from them (test below).
 ZERO3_2021 = {
     f"narayanan-{size}-zero3-{n}gpu": days

@@ -447,15 +447,16 @@ HSDP_QUESTION = [
 
 def test_plan_searches_hsdp_and_names_the_shard_size():
     """ZeRO-3 with 8 micro-batches on 8 nodes: each micro-batch's first gather is exposed, and
-    gathering inside a node (HSDP, shard 8) beats gathering across all 64 ranks, by 0.07 %:
-    within the planner's tie tolerance, so the simpler full sharding is shown first."""
+    gathering inside a node (HSDP, shard 8) beats gathering across all 64 ranks: its rings are
+    8 ranks long, not 64 (NCCL's latency per step), on NVLink, and what they hide slows the
+    compute less. It is shown first, ahead of the larger shard groups and full sharding."""
     out = cli_json(*HSDP_QUESTION, "--top", "10")
-    shards = {p["plan"]["zero_shard"] for p in out["plans"]}
-    assert {8, 16, 32} <= shards
-    fastest = min(out["plans"], key=lambda p: p["seconds_per_token"])["plan"]
-    assert fastest["description"] == "dp64 tp1 pp1 zero3/shard8 mb1x8"
-    assert out["plans"][0]["plan"]["description"] == "dp64 tp1 pp1 zero3 mb1x8"
-    assert "fewer parallel axes" in out["why"]
+    shards = [p["plan"]["zero_shard"] for p in out["plans"]]
+    assert {0, 8, 16, 32} <= set(shards)
+    assert out["plans"][0]["plan"]["description"] == "dp64 tp1 pp1 zero3/shard8 mb1x8"
+    full = next(p for p in out["plans"] if p["plan"]["description"] == "dp64 tp1 pp1 zero3 mb1x8")
+    assert out["plans"][0]["seconds_per_token"] < full["seconds_per_token"]
+    assert "faster per token" in out["why"]
 
 
 def test_no_hsdp_searches_full_sharding_only():

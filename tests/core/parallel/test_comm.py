@@ -98,14 +98,18 @@ def test_ring_all_reduce_wire_bytes():
 # ---- identities and limits ----------------------------------------------------------------------
 @pytest.mark.parametrize(("p", "k"), [(2, 1), (8, 8), (16, 8), (64, 8), (64, 1), (12, 4)])
 def test_reduce_scatter_plus_all_gather_is_all_reduce(p, k):
-    # Ring all-reduce = reduce-scatter then all-gather (Thakur et al. 2005, sec. 4.4): equal bytes,
-    # steps and, the phases being the same, seconds.
+    # Ring all-reduce = reduce-scatter then all-gather (Thakur et al. 2005, sec. 4.4): equal bytes
+    # and bandwidth time. Their latencies differ across nodes: the gathers take NCCL's flat ring
+    # (p - 1 steps: NCCL has no tree for them), the all-reduce its two-level schedule.
     ar = collective_cost("all_reduce", N, p, k, CLUSTER, "ring")
     rs = collective_cost("reduce_scatter", N, p, k, CLUSTER)
     ag = collective_cost("all_gather", N, p, k, CLUSTER)
     assert rs.bytes_sent_per_rank + ag.bytes_sent_per_rank == pytest.approx(ar.bytes_sent_per_rank)
-    assert rs.steps + ag.steps == ar.steps
-    assert rs.seconds + ag.seconds == pytest.approx(ar.seconds)
+    assert rs.bandwidth_seconds + ag.bandwidth_seconds == pytest.approx(ar.bandwidth_seconds)
+    assert rs.steps == ag.steps == p - 1
+    if k in (1, p):  # one node, or one rank per node: the flat ring is the two-level one
+        assert rs.steps + ag.steps == ar.steps
+        assert rs.seconds + ag.seconds == pytest.approx(ar.seconds)
     # and the two-level schedule moves exactly as many bytes per rank as a flat ring
     assert ar.bytes_sent_per_rank == pytest.approx(2 * (p - 1) / p * N)
 
@@ -333,3 +337,13 @@ def test_byte_accounting_helpers_reject_bad_input():
         ring_all_reduce_wire_bytes(-1, 8)
     with pytest.raises(SpecError):
         ring_all_reduce_wire_bytes(N, 0)
+
+
+def test_gather_latency_is_nccls_flat_ring():
+    # NCCL times a ring all-gather / reduce-scatter as nRanks - 1 steps, nNodes - 1 of them
+    # through the NIC (src/graph/tuning.cc, ncclTopoTuneModel): 64 ranks on 8 nodes take
+    # 56 NVLink steps and 7 network ones, so the latency grows with the ranks, not the nodes
+    for kind in ("all_gather", "reduce_scatter"):
+        c = collective_cost(kind, N, 64, 8, CLUSTER)
+        assert c.steps == 63
+        assert c.latency_seconds == pytest.approx(56 * A_INTRA + 7 * A_INTER)

@@ -17,7 +17,8 @@ Conventions:
   drives its own NIC, so the per-GPU inter-node bandwidth applies), then intra-node all-gather.
   Phases are summed (no overlap between them): a slight over-estimate. "tree" on such a group
   is the double binary tree over the nodes, between the same intra-node ring phases.
-  All-gather / reduce-scatter use the same two ring phases (n / k across nodes, n inside);
+  All-gather / reduce-scatter use the same two ring phases (n / k across nodes, n inside),
+  and NCCL's flat-ring latency (p - 1 steps, m - 1 of them across nodes);
   all-to-all sends its (k-1)/p share inside the node and its (p-k)/p share across nodes;
   broadcast goes over the nodes, then inside each; send/recv takes the slowest hop.
 - `bytes_sent_per_rank` is the numerator of the beta term: what the busiest rank pushes into
@@ -88,11 +89,14 @@ def _all_reduce(n, k, m, ai, bi, ae, be, tree: bool, xp: Ops) -> _Phases:
 
 def _gather(n, k, m, ai, bi, ae, be, tree: bool, xp: Ops) -> _Phases:
     # Ring all-gather (reduce-scatter: the same phases reversed), q-1 chunks of 1/q (Thakur sec. 3):
-    # across the m nodes on each rank's node-slice n / k, inside the node on the full n.
+    # across the m nodes on each rank's node-slice n / k, inside the node on the full n. The
+    # latency is NCCL's: one ring through all p = k m ranks, p - 1 steps of which m - 1 cross a
+    # NIC and p - m stay on NVLink (NCCL src/graph/tuning.cc ncclTopoTuneModel: nsteps =
+    # nRanks - 1, nInterSteps = nNodes - 1), so it grows with the ranks, not the nodes.
     sent_intra = (k - 1) / k * n
     sent_inter = (m - 1) / m * n / k
-    latency = (k - 1) * ai + (m - 1) * ae
-    return latency, sent_intra / bi + sent_inter / be, sent_intra + sent_inter, k + m - 2
+    latency = (k * m - m) * ai + (m - 1) * ae
+    return latency, sent_intra / bi + sent_inter / be, sent_intra + sent_inter, k * m - 1
 
 
 def _all_to_all(n, k, m, ai, bi, ae, be, tree: bool, xp: Ops) -> _Phases:

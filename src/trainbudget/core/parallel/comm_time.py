@@ -10,7 +10,11 @@ from typing import Any
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.comm import CollectiveTotal, collective_total
-from trainbudget.core.parallel.compute_time import MicroBatchCompute, stage_mix
+from trainbudget.core.parallel.compute_time import (
+    DEFAULT_EFFICIENCY,
+    MicroBatchCompute,
+    stage_mix,
+)
 from trainbudget.core.parallel.layout import FULL, SELECTIVE_OP, PlanNumbers
 from trainbudget.core.parallel.parallel_memory import StageParams
 from trainbudget.core.parallel.plan import members_per_node
@@ -36,6 +40,13 @@ EP_ALL_TO_ALLS_RECOMPUTED = 2
 the trainer: 6 all-to-alls per MoE layer and micro-batch, tests/train/test_expert_parallel.py)."""
 ZERO3_GATHERS_PER_MICRO_BATCH = 2
 """FSDP gathers each layer's weights for the forward and again for the backward."""
+OVERLAP_COMPUTE_SLOWDOWN = 0.189
+"""How much slower compute runs while a collective runs beside it (NCCL's kernels take SMs and
+HBM bandwidth from the GEMMs): 18.9 % on average, up to 40 %, over GPT and Llama training
+kernels on A100, H100, MI250 and MI210 (Lee et al. 2025, 'Characterizing Compute-Communication
+Overlap in GPU-Accelerated Distributed Deep Learning', arXiv 2507.03114, abstract). A measured
+figure, the same for every run; `overlap_cost` applies it to the collectives that hide behind
+compute (data-parallel reductions and gathers, context parallelism's ring)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,10 +93,15 @@ def communication(
     compute_seconds: Any,
     stage: StageParams,
     framework: Framework = GENERIC,
+    memory_bytes_per_second: Any = None,
     xp: Ops = SCALAR,
 ) -> Communication:
     """Every collective of one step of `L` and the part each axis leaves exposed. `stage`: the
-    parameters of the stage whose gradients are reduced (the last one)."""
+    parameters of the stage whose gradients are reduced (the last one).
+    `memory_bytes_per_second`: the HBM rate memory-bound kernels achieve (what times FSDP2's
+    copy-out); None: the hardware row's at the default efficiency."""
+    if memory_bytes_per_second is None:
+        memory_bytes_per_second = cluster.hardware.hbm_bytes_per_second * DEFAULT_EFFICIENCY.hbm
     out: list[tuple[str, CollectiveTotal]] = []
 
     def run(name: str, kind: str, n_bytes: Any, size: Any, per_node: Any, count: Any) -> Any:
@@ -123,6 +139,7 @@ def communication(
     passes = m * layers * CP_RING_PASSES
     hop = run("cp", "send_recv", kv, L.cp, span["cp"], passes * (L.cp - 1))
     t_cp = xp.maximum(0.0, hop - passes * micro_batch.attention_seconds)
+    t_cp = t_cp + overlap_cost(hop - t_cp)  # the hidden part slows the attention beside it
     t_ep = 0.0
     if spec.is_moe:  # EP: dispatch and combine all-to-alls inside the dp * cp group, on the
         # stage's MoE layers only (the dense ones come first); with a capacity factor the
@@ -137,6 +154,7 @@ def communication(
     t_dp = _data_parallel(
         spec, L, span, precision, framework, micro_batch, compute_seconds, stage, run, xp
     )
+    t_dp = t_dp + _gather_copy_out(L, precision, framework, stage, memory_bytes_per_second, xp)
     return Communication(
         tp_seconds=t_tp,
         pp_seconds=t_pp,
@@ -157,7 +175,8 @@ def _data_parallel(
     shard group (all of dp * cp, or HSDP's shard_dp * cp), all-reduces the shards across the
     replicas, and all-gathers the updated weights in the shard group: once per step for
     stages 1-2 (ZeRO paper Sec. 7: the same bytes as one all-reduce), for the forward and the
-    backward of every micro-batch for stage 3."""
+    backward of every micro-batch for stage 3, one collective per layer (FSDP's unit: each
+    call pays the ring's latency)."""
     gb = framework.grad_reduce_bytes or precision.grad_bytes
     wb, z, m = precision.weight_bytes, L.zero, L.grad_accum
     dp_group, shard = L.dp * L.cp, L.shard_dp * L.cp
@@ -176,30 +195,89 @@ def _data_parallel(
     every = (z >= 2) & framework.reduce_every_micro_batch
     reductions = xp.where(every, m, 1)
     # the updated weights once per step (ZeRO-1/2), every micro-batch's forward and backward (3)
-    gathers = xp.where(z == 3, ZERO3_GATHERS_PER_MICRO_BATCH * m, sharded * 1)
+    # and its recomputed forward where the framework fetches them again for it
+    per_mb = zero3_gathers_per_micro_batch(L, framework)
+    gathers = xp.where(z == 3, per_mb * m, sharded * 1)
+    layers = L.stage_layers(spec.n_layers, "last")  # the stage whose gradients these are
+    units = xp.where(z == 3, layers, 1)  # collectives per pass: one per layer under ZeRO-3
+    rs_count = sharded * reductions * units
     t_grad = t_gather = 0.0
     for n, size, pn, s, s_pn, part in groups:
+        grads = n * gb
+        t_grad = t_grad + run("dp_grad_reduce", "all_reduce", grads, size, pn, xp.not_(sharded) * 1)
+        per_unit = grads / units
+        t_grad = t_grad + run("dp_grad_reduce", "reduce_scatter", per_unit, s, s_pn, rs_count)
         t_grad = t_grad + run(
-            "dp_grad_reduce", "all_reduce", n * gb, size, pn, xp.not_(sharded) * 1
+            "dp_replica_all_reduce", "all_reduce", per_unit / part, replicas, span["replica"],
+            rs_count,
+        )  # fmt: skip
+        t_gather = t_gather + run(
+            "dp_param_gather", "all_gather", per_unit * (wb / gb), s, s_pn, gathers * units
         )
-        rs_count = sharded * reductions
-        t_grad = t_grad + run("dp_grad_reduce", "reduce_scatter", n * gb, s, s_pn, rs_count)
-        n_shard = n * gb / part
-        t_grad = t_grad + run(
-            "dp_replica_all_reduce", "all_reduce", n_shard, replicas, span["replica"], rs_count
-        )
-        t_gather = t_gather + run("dp_param_gather", "all_gather", n * wb, s, s_pn, gathers)
-    # the last bucket (the first layers' gradients) is reduced after the backward ends
     params = stage.dense + stage.experts
-    floor = t_grad / reductions * xp.minimum(1.0, framework.bucket_bytes / (params * gb))
-    # gradients reduce during the last micro-batch's backward; ZeRO-1/2's gather of the
-    # updated weights overlaps the next step's first forward; ZeRO-3 prefetches each layer's
-    # gather behind the layer before it, but every micro-batch's forward starts with a gather
-    # nothing precedes (FSDP reshards after each backward and cannot prefetch across the
-    # micro-batch boundary): one layer's gather per micro-batch stays exposed
-    fwd, bwd = micro_batch.forward_seconds, micro_batch.backward_seconds
-    window = xp.where((z == 3) | every, compute_seconds, xp.where(sharded, bwd + fwd, bwd))
-    layers = L.stage_layers(spec.n_layers, "last")  # the stage whose gathers these are
-    first_gathers = t_gather / (ZERO3_GATHERS_PER_MICRO_BATCH * layers)  # m of one layer's
-    floor = floor + xp.where(z == 3, first_gathers, 0.0)
-    return xp.where(dp_group > 1, xp.maximum(floor, t_grad + t_gather - window), 0.0)
+    step = _step_exposed(t_grad, t_gather, reductions, framework.bucket_bytes / (params * gb),
+                         sharded, every, micro_batch, compute_seconds, xp)  # fmt: skip
+    layer = _layer_exposed(t_grad, t_gather, per_mb, reductions, m, layers, micro_batch, xp)
+    total = t_grad + t_gather
+    # never less than what the whole step's compute cannot cover
+    exposed = xp.where(z == 3, xp.maximum(layer, total - compute_seconds), step)
+    hidden = xp.maximum(0.0, total - exposed)
+    return xp.where(dp_group > 1, exposed + overlap_cost(hidden), 0.0)
+
+
+def zero3_gathers_per_micro_batch(L: PlanNumbers, framework: Framework) -> Any:
+    """Gathers of each layer per micro-batch under ZeRO-3: forward and backward, and the
+    recomputed forward where the framework fetches the weights again for it."""
+    if not framework.regathers_for_recompute:
+        return ZERO3_GATHERS_PER_MICRO_BATCH
+    return ZERO3_GATHERS_PER_MICRO_BATCH + (L.recompute == FULL)
+
+
+def _gather_copy_out(L, precision, framework, stage, memory_rate, xp) -> Any:
+    """FSDP2 copies every gathered layer out of the all-gather buffer on the compute stream:
+    the unsharded weights read once and written once per gather, in series with the compute
+    (`Framework.gather_copy_out`)."""
+    if not framework.gather_copy_out:
+        return 0.0
+    gathers = zero3_gathers_per_micro_batch(L, framework) * L.grad_accum
+    moved = gathers * (stage.dense + stage.experts) * 2 * precision.weight_bytes
+    return xp.where((L.zero == 3) & (L.dp * L.cp > 1), moved / memory_rate, 0.0)
+
+
+def _step_exposed(t_grad, t_gather, reductions, bucket_share, sharded, every, mb, compute, xp):
+    """ZeRO 0-2: gradients reduce in buckets during the last micro-batch's backward (during
+    every backward where each micro-batch reduces); the last bucket (the first layers'
+    gradients) after the backward ends; ZeRO-1/2's gather of the updated weights overlaps the
+    next step's first forward."""
+    floor = t_grad / reductions * xp.minimum(1.0, bucket_share)
+    fwd, bwd = mb.forward_seconds, mb.backward_seconds
+    window = xp.where(every, compute, xp.where(sharded, bwd + fwd, bwd))
+    return xp.maximum(floor, t_grad + t_gather - window)
+
+
+def _layer_exposed(t_grad, t_gather, per_mb, reductions, m, layers, mb, xp):
+    """ZeRO-3 / FSDP, layer by layer (Zhao et al. 2023, arXiv 2304.11277, Sec. 3.3.2-3.3.3):
+    each layer's gather is prefetched behind the compute of the layer before it, forward and
+    backward, and its reduce-scatter runs behind the backward of the layer after it; a layer
+    whose communication outlasts its compute exposes the difference (max(compute, comm) per
+    layer, not per step). Each forward starts with a gather nothing precedes (FSDP reshards
+    after the backward, so no prefetch crosses a micro-batch boundary); the backward's first
+    gather hides behind the head's backward. Each reducing backward waits for its last
+    reduce-scatter (FSDP's post-backward callback). `per_mb` gathers of a layer per
+    micro-batch: one forward, the rest (backward, a recomputation's) in the backward."""
+    g = t_gather / (per_mb * m * layers)  # one layer's gather
+    r = t_grad / (reductions * layers)  # one layer's reduction, in a reducing micro-batch
+    f, b = mb.forward_seconds / layers, mb.backward_seconds / layers
+    gb, rest = (per_mb - 1) * g, layers - 1  # gb: a layer's gathers in the backward
+    forward = g + rest * xp.maximum(0.0, g - f)
+    # behind each layer's backward: the next layer's gathers and the previous one's reduction;
+    # the first layer's reduction after the last compute
+    reducing = rest * xp.maximum(0.0, gb + r - b) + r
+    plain = rest * xp.maximum(0.0, gb - b)
+    return m * (forward + plain) + reductions * (reducing - plain)
+
+
+def overlap_cost(hidden_seconds: Any) -> Any:
+    """Seconds a collective hidden behind compute still costs: the compute beside it runs
+    OVERLAP_COMPUTE_SLOWDOWN slower, so in h seconds it does h / (1 + s) seconds of its work."""
+    return hidden_seconds * OVERLAP_COMPUTE_SLOWDOWN / (1 + OVERLAP_COMPUTE_SLOWDOWN)

@@ -10,8 +10,14 @@ Overlap model (what each collective can hide behind, as Megatron-LM and FSDP sch
   micro-batch only (earlier micro-batches accumulate locally); the ZeRO-1/2 parameter
   all-gather after the update overlaps the next step's first forward (Megatron's
   --overlap-param-gather), so it is hidden behind one micro-batch's forward.
-- ZeRO-3 gathers (forward and backward, every micro-batch) prefetch behind that micro-batch's
-  compute; its gradient reduce-scatter behaves like DP's.
+- ZeRO-3 / FSDP, layer by layer: each layer's gather (forward, backward, and the recomputed
+  forward where the framework gathers again for it) is prefetched behind the layer before it,
+  its reduce-scatter behind the layer after it; per layer max(compute, comm), the first gather
+  of each forward and the last reduce-scatter of each reducing backward exposed. One
+  collective per layer, each paying NCCL's flat-ring latency (p - 1 steps).
+- A collective hidden behind compute still slows it (OVERLAP_COMPUTE_SLOWDOWN, measured:
+  Lee et al. 2025): data-parallel and CP communication charge that share of their hidden
+  time.
 - HSDP (a ZeRO shard group of zero_shard dp ranks): reduce-scatter and all-gather inside the
   shard group (NVLink when it fits a node), the sharded gradients all-reduced across the
   replicas (the inter-node network), in the same window as the gradient reduction.
@@ -190,6 +196,7 @@ def step_terms(
         compute_seconds=compute,
         stage=stage,
         framework=framework,
+        memory_bytes_per_second=hbm * eff.hbm,
         xp=xp,
     )
     # the update runs on this GPU's ZeRO shard (all of its parameters without ZeRO)

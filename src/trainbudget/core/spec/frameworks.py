@@ -25,6 +25,15 @@ class Framework:
     reduce_every_micro_batch: bool = False
     """Sharded gradients (ZeRO-2/3, FSDP) are reduce-scattered after every micro-batch's
     backward, not once per step; ZeRO 0-1 still reduce once."""
+    regathers_for_recompute: bool = False
+    """ZeRO-3 gathers each layer's weights a third time per micro-batch under full
+    recomputation: the recomputed forward fires the sharding hooks of every sub-module again.
+    FSDP does not: its unit wraps the checkpointed block, whose weights the backward has
+    gathered already when the recomputation runs."""
+    gather_copy_out: bool = False
+    """ZeRO-3: each gathered layer is copied out of the all-gather buffer into its parameters
+    on the compute stream (FSDP2's split_with_sizes_copy: the unsharded bytes read and
+    written, in series with the compute). FSDP1 and DeepSpeed use views of the buffer."""
     bucket_bytes: float = 25 * MB
     """Gradient bucket of the overlapped data-parallel reduction."""
     runtime_overhead_bytes: float = 0.0
@@ -104,28 +113,35 @@ TORCHTITAN = Framework(
     name="torchtitan",
     grad_reduce_bytes=4,
     reduce_every_micro_batch=True,
+    gather_copy_out=True,
     description="torchtitan (FSDP2 fully_shard + DTensor): reduce-scatters in fp32 after every "
     "micro-batch's backward; gradients kept in the precision's bytes (FSDP2's fp32 sharded "
     "parameter and gradient total the same 2 + 2 + 4 bytes as bf16 weight, gradient and "
     "master); FSDP2 reduces per fully_shard unit, not in size-capped buckets, so the generic "
-    "25 MB bucket stays; runtime overhead not sourced (0)",
+    "25 MB bucket stays; each gathered layer copied out of the all-gather buffer on the compute "
+    "stream; runtime overhead not sourced (0)",
     sources=(
         "torchtitan 0.2.2 (b5bcd76) torchtitan/config/configs.py: mixed_precision_reduce "
         "defaults to (and only allows) 'float32'; mixed_precision_param 'bfloat16'",
         "torchtitan/trainer.py train_step: forward_backward_step per gradient-accumulation "
         "micro-batch with no set_requires_gradient_sync(False), so FSDP2 reduce-scatters each "
         "micro-batch (only the loss's lm_head chunking toggles it, components/loss.py)",
+        "gather_copy_out: torch 2.13 torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py "
+        "wait_for_unshard calls _fsdp_collectives.foreach_all_gather_copy_out, which waits for "
+        "the all-gather on the current stream and runs torch.ops.fsdp.split_with_sizes_copy "
+        "from the all-gather output into each parameter's unsharded tensor",
     ),
 )
 
 DEEPSPEED = Framework(
     name="deepspeed",
     reduce_every_micro_batch=True,
+    regathers_for_recompute=True,
     bucket_bytes=DEEPSPEED_BUCKET_ELEMENTS * 2,
     description="DeepSpeed ZeRO (Megatron-DeepSpeed, GPT-NeoX on it): bf16 gradients "
     "accumulated and reduced in the model dtype by default; ZeRO-2/3 reduce every micro-batch, "
     "ZeRO 0-1 at the accumulation boundary; 5e8-element (1 GB in bf16) reduce buckets; runtime "
-    "overhead not sourced (0)",
+    "overhead not sourced (0); ZeRO-3 fetches a layer's weights again for its recomputed forward",
     sources=(
         "DeepSpeed 0.19.6 (edaa722) deepspeed/runtime/zero/config.py: reduce_bucket_size "
         "default 5e8 elements",
@@ -134,6 +150,10 @@ DEEPSPEED = Framework(
         "when bf16 is enabled",
         "deepspeed/runtime/engine.py allreduce_gradients: 'ZeRO stage >= 2 communicates during "
         "non gradient accumulation boundaries as well'; stages 0-1 only at the boundary",
+        "regathers_for_recompute: deepspeed/runtime/zero/parameter_offload.py registers "
+        "pre_sub_module_forward_function on every sub-module; the recomputed forward of an "
+        "activation checkpoint runs it again (under no_grad), which fetches the partitioned "
+        "parameters (DeepSpeed issue #4784 traces this path with ZeRO++)",
     ),
 )
 
