@@ -142,6 +142,17 @@ def test_memory_is_compared_where_a_source_reports_it():
         memory_error(_fake("a1", "a", 0.0))
 
 
+def test_memory_where_reported_is_within_eight_percent():
+    """Issue "Numbers you can trust": memory within 8 % where a source reports it. Qi et al.
+    2024, Table 4 (1F1B rows: 30, 39, 32, 43 GB) against the core's heaviest stage, with
+    Megatron's default dropout masks (ModelSpec.dropout): without them the 1.5B model's
+    stage came out 35.7 % low (19.3 GB)."""
+    memory = with_memory(scored(compare_all()))
+    errors = {c.run_id: memory_error(c) for c in memory}
+    assert len(errors) == 12
+    assert max(abs(e) for e in errors.values()) < 0.08, errors
+
+
 # ---- breakdowns ------------------------------------------------------------------------------
 
 

@@ -6,6 +6,8 @@ and activations.py, so a failure means the code and the derivation disagree.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -57,7 +59,9 @@ seq_lens = st.integers(1, 256)
 act_bytes = st.sampled_from([2, 4])
 
 
-def memory(spec: ModelSpec, s: int, b: int, e: int, **kw: object) -> float:
+def memory(spec: ModelSpec, s: int, b: int, e: int, dropout: bool = False, **kw: object) -> float:
+    """Activation bytes of `spec` (with dropout when asked: the spec's own flag)."""
+    spec = replace(spec, dropout=dropout)
     return activation_memory(spec, seq_len=s, micro_batch=b, activation_bytes=e, **kw).total_bytes
 
 

@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 
+from trainbudget.core.errors import SpecError
 from trainbudget.core.single.params import count_params, matrix_shapes
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.presets import PRESETS
@@ -219,6 +220,13 @@ def test_alibi_is_refused_not_silently_rotated() -> None:
     implement ALiBi, so it must say so instead of building a RoPE model."""
     with pytest.raises(ValueError, match="position = 'alibi'"):
         build_model(GPT2_LIKE.replace(position="alibi"))
+
+
+def test_dropout_is_refused_not_silently_dropped() -> None:
+    """The core counts dropout's masks and traffic for a spec with dropout (Megatron-era
+    published runs); the reference model has no dropout, so it says so (one line, the field)."""
+    with pytest.raises(SpecError, match="dropout = True: the reference model"):
+        build_model(GPT2_LIKE.replace(dropout=True), device="meta")
 
 
 def _biased(model: nn.Module) -> set[str]:

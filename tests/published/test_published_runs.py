@@ -328,15 +328,17 @@ SOURCE_DIMS = {
 }
 # the fields where a run's source differs from the preset it reuses
 OVERRIDES = {
-    "korthikanti-175b-full": {"vocab_size"},
-    "korthikanti-175b-selective-sp": {"vocab_size"},
-    **{run_id: {"vocab_size"} for run_id in NARAYANAN_175B},
+    # Megatron's default attention and hidden dropout (megatron.py), minGPT's 0.1 in the FSDP
+    # benchmark's GPTConfig, OPT's "dropout of 0.1 throughout" (sharded_dp.py)
+    "korthikanti-175b-full": {"vocab_size", "dropout"},
+    "korthikanti-175b-selective-sp": {"vocab_size", "dropout"},
+    **{run_id: {"vocab_size", "dropout"} for run_id in NARAYANAN_175B},
     "dgxc-gpt3-175b-bf16-128gpu": {"vocab_size"},
     "dgxc-llama31-405b-bf16-576gpu": {"vocab_size", "n_kv_heads"},
-    "fsdp-gpt175b-b1-128gpu": {"vocab_size", "tied_embeddings"},
-    "fsdp-gpt175b-b1-512gpu": {"vocab_size", "tied_embeddings"},
-    "fsdp-gpt175b-b2-512gpu": {"vocab_size", "tied_embeddings"},
-    "opt-175b-992gpu": {"vocab_size"},
+    "fsdp-gpt175b-b1-128gpu": {"vocab_size", "tied_embeddings", "dropout"},
+    "fsdp-gpt175b-b1-512gpu": {"vocab_size", "tied_embeddings", "dropout"},
+    "fsdp-gpt175b-b2-512gpu": {"vocab_size", "tied_embeddings", "dropout"},
+    "opt-175b-992gpu": {"vocab_size", "dropout"},
     "flashattn2-gpt3-1.3b-2k": {"vocab_size"},
     "flashattn2-gpt3-1.3b-8k": {"vocab_size", "max_seq_len"},
     "flashattn2-gpt3-2.7b-2k": {"vocab_size"},

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
+from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.model.mlp import MLP
 from trainbudget.model.moe import MoE
@@ -209,6 +210,10 @@ class Transformer(nn.Module):
         factory = {"device": device, "dtype": dtype}
         if recompute not in ("none", "full"):
             raise ValueError(f"recompute = {recompute!r}: the reference model supports none, full")
+        if spec.dropout:  # the core's activations count masks this model would not keep
+            raise SpecError(
+                "dropout", True, "the reference model (train, profile) trains without dropout"
+            )
         if spec.position not in ("learned", "rope"):  # the core also estimates ALiBi models
             raise ValueError(
                 f"position = {spec.position!r}: the reference model supports learned, rope"

@@ -77,7 +77,7 @@ def _llama1(name: str, *, d_model: int, n_layers: int, n_heads: int, d_ff: int) 
         "code's rule",
         vocab_size=32000, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
         n_kv_heads=n_heads, d_ff=d_ff, max_seq_len=2048, mlp="swiglu", norm="rmsnorm",
-        position="rope", tied_embeddings=False, bias=False,
+        position="rope", tied_embeddings=False, bias=False, dropout=False,
     )  # fmt: skip
 
 
@@ -185,7 +185,7 @@ _LLAMA2_34B = architecture(
     "hidden, 64 heads, 8 KV heads (paper Table 1: GQA), 22016 FFN, vocab 32000",
     vocab_size=32000, d_model=8192, n_layers=48, n_heads=64, n_kv_heads=8, d_ff=22016,
     max_seq_len=4096, mlp="swiglu", norm="rmsnorm", position="rope",
-    tied_embeddings=False, bias=False,
+    tied_embeddings=False, bias=False, dropout=False,
 )  # fmt: skip
 
 

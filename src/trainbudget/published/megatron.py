@@ -12,7 +12,9 @@ from trainbudget.published.record import Layout, Measurement, PublishedRun, arch
 
 _MEGATRON_GPT_SRC = (
     "Megatron-LM GPT defaults (NVIDIA/Megatron-LM): learned absolute positions, LayerNorm, "
-    "4h GeLU MLP, biases, tied embedding; dims from the row's source"
+    "4h GeLU MLP, biases, tied embedding, attention and hidden dropout 0.1 (the "
+    "--attention-dropout and --hidden-dropout defaults of megatron/arguments.py); dims from the "
+    "row's source"
 )
 
 
@@ -32,11 +34,12 @@ def _megatron_gpt(name: str, n_layers: int, d_model: int, n_heads: int, vocab: i
         position="learned",
         tied_embeddings=True,
         bias=True,
+        dropout=True,
     )
 
 
 # GPT-3 175B's dimensions (the preset), with Megatron's padded vocabulary 51,200.
-_GPT_175B = preset("gpt3-175b", vocab_size=51200)
+_GPT_175B = preset("gpt3-175b", vocab_size=51200, dropout=True)
 _GPT_530B = _megatron_gpt("megatron-gpt-530b", 105, 20480, 128)
 _GPT_1T = _megatron_gpt("megatron-gpt-1t", 128, 25600, 160)
 
@@ -107,7 +110,7 @@ def _korthikanti(
                 flash_attention=False,
             ),
             measured=measured,
-            assumed=frozenset({"model.vocab_size", "layout.vpp", "framework"}),
+            assumed=frozenset({"model.vocab_size", "model.dropout", "layout.vpp", "framework"}),
             notes=_KORTHIKANTI_NOTES,
         )
 
@@ -199,7 +202,7 @@ def _mtnlg(
             tflops_per_second_per_gpu=tflops,
             flops_convention="megatron-96Bslh2",
         ),
-        assumed=frozenset({"layout.micro_batch", "layout.zero"}),
+        assumed=frozenset({"layout.micro_batch", "layout.zero", "model.dropout"}),
         notes=notes,
     )
 

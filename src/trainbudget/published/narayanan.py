@@ -31,7 +31,7 @@ _ZERO3_FRAMEWORK = (
 # Table 1 does not give the micro-batch, nor how many model chunks the interleaved schedule
 # put on each pipeline rank. Every Table 1 row takes micro-batch 1 (Table 2's PTD rows state
 # 1) and, where pp > 1, the smallest interleaving above 1 that divides the stage's layers.
-_TABLE1_ASSUMED = frozenset({"layout.micro_batch"})
+_TABLE1_ASSUMED = frozenset({"layout.micro_batch", "model.dropout"})
 _TABLE1_NOTES = (
     "Table 1 states heads, hidden size, layers, TP, PP, GPUs, batch and achieved TFLOP/s per "
     "GPU; dp = GPUs / (TP * PP). Micro-batch not stated: 1 assumed (Table 2's PTD rows use "
@@ -107,7 +107,7 @@ def _table1(
 # Table 2 gives 'model-parallel size' 96 (175B) and 280 (530B): split as TP = 8 (the GPUs of a
 # node, the paper's rule for TP) times PP = 12 and 35. Whether those rows used the interleaved
 # schedule is not stated: vpp = 1 assumed. Micro-batch and batch are stated.
-_PTD_ASSUMED = frozenset({"layout.tp", "layout.pp", "layout.vpp"})
+_PTD_ASSUMED = frozenset({"layout.tp", "layout.pp", "layout.vpp", "model.dropout"})
 _PTD_NOTES = (
     "Table 2, PTD Parallelism: model-parallel size split as TP=8 x PP (TP = GPUs per node); "
     "interleaving not stated, vpp=1 assumed; micro-batch 1 stated; full recomputation (eq. 3 "
@@ -116,7 +116,7 @@ _PTD_NOTES = (
 # ZeRO-3 rows: model-parallel size 1, so dp = GPUs; batch = GPUs x micro-batch (one
 # micro-batch per step). Recomputation is not stated for them; eq. 3, which counts it, is the
 # paper's one FLOP formula, so full recomputation is assumed.
-_ZERO3_ASSUMED = frozenset({"layout.recompute"})
+_ZERO3_ASSUMED = frozenset({"layout.recompute", "model.dropout"})
 _ZERO3_NOTES = (
     "Table 2, 'ZeRO-3 without Model Parallelism': model-parallel size 1, batch, GPUs and "
     "micro-batch stated (batch = GPUs x micro-batch: no gradient accumulation). Full "

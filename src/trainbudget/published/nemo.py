@@ -14,7 +14,7 @@ _NEMOTRON4_15B = architecture(
     f"nemotron_15b.yaml; {_NEMOTRON_NEMO} (NeMo nemotron configs)",
     vocab_size=256000, d_model=6144, n_layers=32, n_heads=48, n_kv_heads=8, d_ff=24576,
     max_seq_len=4096, mlp="gelu", norm="layernorm", position="rope",
-    tied_embeddings=False, bias=False,
+    tied_embeddings=False, bias=False, dropout=False,
 )  # fmt: skip
 _NEMOTRON4_340B = architecture(
     name="nemotron-4-340b",
@@ -22,7 +22,7 @@ _NEMOTRON4_340B = architecture(
     f"nemotron/nemotron4-340b-synth.yaml ({_NEMOTRON_NEMO})",
     vocab_size=256000, d_model=18432, n_layers=96, n_heads=96, n_kv_heads=8, d_ff=73728,
     max_seq_len=4096, mlp="gelu", norm="layernorm", position="rope",
-    tied_embeddings=False, bias=False,
+    tied_embeddings=False, bias=False, dropout=False,
 )  # fmt: skip
 
 

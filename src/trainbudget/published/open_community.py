@@ -39,7 +39,7 @@ TINYLLAMA = PublishedRun(
         "tokenizer as Llama 2': vocab 32000, RMSNorm, RoPE, untied head, no biases)",
         vocab_size=32000, d_model=2048, n_layers=22, n_heads=32, n_kv_heads=4, d_ff=5632,
         max_seq_len=2048, mlp="swiglu", norm="rmsnorm", position="rope",
-        tied_embeddings=False, bias=False,
+        tied_embeddings=False, bias=False, dropout=False,
     ),
     seq_len=2048, gpu="a100-40gb", n_gpus=16, gpus_per_node=8,
     layout=Layout(
@@ -88,7 +88,7 @@ PYTHIA_1B = PublishedRun(
         "50304 (the HF config's padded GPT-NeoX-20B tokenizer)",
         vocab_size=50304, d_model=2048, n_layers=16, n_heads=8, n_kv_heads=8, d_ff=8192,
         max_seq_len=2048, mlp="gelu", norm="layernorm", position="rope",
-        tied_embeddings=False, bias=True,
+        tied_embeddings=False, bias=True, dropout=False,
     ),
     seq_len=2048, gpu="a100-40gb", n_gpus=64, gpus_per_node=8,
     layout=Layout(
@@ -137,7 +137,7 @@ STARCODER = PublishedRun(
         "positions, LayerNorm, biases, tied head (transformers default)",
         vocab_size=49152, d_model=6144, n_layers=40, n_heads=48, n_kv_heads=1, d_ff=24576,
         max_seq_len=8192, mlp="gelu", norm="layernorm", position="learned",
-        tied_embeddings=True, bias=True,
+        tied_embeddings=True, bias=True, dropout=True,
     ),
     seq_len=8192, gpu="a100-80gb", n_gpus=512, gpus_per_node=8,
     layout=Layout(
@@ -146,6 +146,7 @@ STARCODER = PublishedRun(
     ),
     measured=Measurement(tokens_per_second_per_gpu=tokens_per_second_per_gpu(1e12, 320_256)),
     assumed=frozenset({
+        "model.dropout",
         "layout.sp", "layout.recompute", "layout.zero", "layout.flash_attention", "framework",
     }),
     notes=(

@@ -32,7 +32,7 @@ BLOOM: tuple[PublishedRun, ...] = (
             "70 layers, 112 heads, 14336 hidden, ALiBi, GeLU, vocab 250,880; Scao et al. 2022",
             vocab_size=250880, d_model=14336, n_layers=70, n_heads=112, n_kv_heads=112,
             d_ff=57344, max_seq_len=2048, mlp="gelu", norm="layernorm", position="alibi",
-            tied_embeddings=True, bias=True,
+            tied_embeddings=True, bias=True, dropout=False,
         ),
         seq_len=2048, gpu="a100-80gb", n_gpus=384, gpus_per_node=8,
         layout=Layout(

@@ -188,6 +188,7 @@ def architecture(
     position: str,
     tied_embeddings: bool,
     bias: bool,
+    dropout: bool,
 ) -> ModelSpec:
     """A model without a preset, every field stated (none left to ModelSpec's defaults)."""
     return ModelSpec(
@@ -204,6 +205,7 @@ def architecture(
         position=position,
         tied_embeddings=tied_embeddings,
         bias=bias,
+        dropout=dropout,
         sources=(source,),
     )
 

@@ -27,8 +27,9 @@ _FSDP_SRC = (
 )
 # minGPT as the authors' benchmark builds it (mrshenli/ptd_benchmark models.py, GPT175BConfig:
 # n_layer 96, n_head 96, n_embd 12288): learned positions, LayerNorm, 4h GeLU, biases, and an
-# output head apart from the token embedding (nn.Linear(..., bias=False)).
-_MINGPT_175B = preset("gpt3-175b", vocab_size=50000, tied_embeddings=False)
+# output head apart from the token embedding (nn.Linear(..., bias=False)); GPTConfig sets
+# embd_pdrop, resid_pdrop and attn_pdrop to 0.1 (dropout on the scores and the MLP output).
+_MINGPT_175B = preset("gpt3-175b", vocab_size=50000, tied_embeddings=False, dropout=True)
 _FSDP_NOTES = (
     "A100 80GB, 8 per node (assumed: the paper gives the GPU and the 2 Tb/s RoCE network, i.e. "
     "8 x 200 Gb/s per node). Full sharding (zero=3) over every GPU, full activation "
@@ -97,7 +98,7 @@ OPT: tuple[PublishedRun, ...] = (
         "FSDP in metaseq, with Megatron tensor parallelism inside each shard group",
         # GPT-3 175B's shape (Table 1); ReLU has GeLU's matmul shapes (mlp='gelu'); GPT-2 BPE
         # vocabulary padded to 50272 (metaseq's OPT configs); learned positions, tied, biases
-        model=preset("gpt3-175b", vocab_size=50272),
+        model=preset("gpt3-175b", vocab_size=50272, dropout=True),  # §2.2: "dropout of 0.1"
         seq_len=2048, gpu="a100-80gb", n_gpus=992, gpus_per_node=8,
         layout=Layout(
             tp=8, pp=1, dp=124, sp=False, recompute="full", zero=3,
@@ -153,7 +154,7 @@ BLOOMBERG: tuple[PublishedRun, ...] = (
             "ALiBi, tied embeddings)",
             vocab_size=131072, d_model=7680, n_layers=70, n_heads=40, n_kv_heads=40,
             d_ff=30720, max_seq_len=2048, mlp="gelu", norm="layernorm", position="alibi",
-            tied_embeddings=True, bias=True,
+            tied_embeddings=True, bias=True, dropout=False,
         ),
         seq_len=2048, gpu="other:a100-40gb-aws-p4d-efa", n_gpus=512, gpus_per_node=8,
         layout=Layout(

@@ -36,12 +36,14 @@ _ZB_NOTES = (
     "and one fewer on the first and last. Global batch = micro-batch size x number of "
     "micro-batches. Not stated, assumed: "
     "the Megatron GPT defaults (GPT-2 BPE padded to 50304 for tp = 1, learned positions, "
-    "tied embeddings, biases, 4h GeLU MLP), no activation recomputation, Megatron's unfused "
+    "tied embeddings, biases, 4h GeLU MLP, attention and hidden dropout 0.1), no activation "
+    "recomputation, Megatron's unfused "
     "attention (FlashAttention is opt-in in Megatron), bf16 with Adam. Memory is Table 4's "
     "'Memory (GB)' row, read as 1e9 bytes (the paper does not say GB or GiB) for the most "
     "loaded GPU."
 )
 _ZB_ASSUMED = frozenset({
+    "model.dropout",
     "model.vocab_size", "model.position", "model.tied_embeddings", "model.bias",
     "layout.recompute", "layout.flash_attention", "measured.memory_bytes_per_gpu",
 })  # fmt: skip
@@ -53,7 +55,7 @@ def _zb_model(size: str, n_layers: int, n_heads: int, d_model: int):
         source=f"{_ZB_SRC.split(',')[0]}, Table 3 ({size}); Megatron GPT defaults otherwise",
         vocab_size=50304, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
         n_kv_heads=n_heads, d_ff=4 * d_model, max_seq_len=1024, mlp="gelu", norm="layernorm",
-        position="learned", tied_embeddings=True, bias=True,
+        position="learned", tied_embeddings=True, bias=True, dropout=True,
     )  # fmt: skip
 
 

@@ -61,7 +61,8 @@ def plan_assumptions(q: PlanQuestion, best: RankedPlan) -> tuple[str, ...]:
         "(alpha-beta ring or tree, whichever is faster)",
         f"{p.name}: weights {p.weight_bytes} B, gradients {p.grad_bytes} B, fp32 master "
         f"{p.master_bytes} B per parameter; {q.optimizer.name} state {state:g} B per parameter; "
-        f"activations {p.activation_bytes} B per element, no dropout",
+        f"activations {p.activation_bytes} B per element, "
+        f"{'dropout masks kept' if q.model.dropout else 'no dropout'}",
         q.framework.assumption(),
         "memory per GPU is the sum of its parts on the most loaded pipeline stage; a plan fits "
         f"when that is at most {pol.memory_headroom:.0%} of the GPU's memory (the rest for the "

@@ -181,7 +181,6 @@ def measure_step_roofline(
         peak=1.0,
         hbm=1.0,
         eff=unit,
-        dropout=False,
         causal=True,
     )
     tried = []

@@ -49,7 +49,6 @@ def _layer(plan: Plan, seq_len: int, causal: bool):
         peak=H100.peak_flops_per_second("bf16"),
         hbm=H100.hbm_bytes_per_second,
         eff=DEFAULT_EFFICIENCY.resolved(H100),
-        dropout=False,
         causal=causal,
     )
 
@@ -101,7 +100,6 @@ def _layer_of(spec, plan: Plan, seq_len: int, causal: bool = False):
         peak=H100.peak_flops_per_second("bf16"),
         hbm=H100.hbm_bytes_per_second,
         eff=DEFAULT_EFFICIENCY.resolved(H100),
-        dropout=False,
         causal=causal,
     )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from trainbudget.core.errors import SpecError
@@ -29,9 +31,8 @@ SHAPES = [  # (s, b, h, a)
 @pytest.mark.parametrize(("s", "b", "h", "a"), SHAPES)
 def test_eq1_with_dropout(s: int, b: int, h: int, a: int) -> None:
     """Eq. 1: one layer stores s*b*h*(34 + 5*a*s/h) bytes = 34sbh + 5as^2b."""
-    layer = layer_activations(
-        paper_spec(h, a), seq_len=s, micro_batch=b, activation_bytes=E, dropout=True
-    )
+    spec = replace(paper_spec(h, a), dropout=True)
+    layer = layer_activations(spec, seq_len=s, micro_batch=b, activation_bytes=E)
     assert layer.total_bytes == 34 * s * b * h + 5 * a * s * s * b
     assert layer.total_bytes == pytest.approx(s * b * h * (34 + 5 * a * s / h))
 
@@ -45,7 +46,8 @@ def test_selective_drops_attention_matrix(s: int, b: int, h: int, a: int) -> Non
     plain = activation_memory(spec, **kw).layers_bytes
     sel = activation_memory(spec, recompute="selective", **kw).layers_bytes
     assert plain - sel == spec.n_layers * a * s * s * b * E
-    sel_drop = activation_memory(spec, recompute="selective", dropout=True, **kw).layers_bytes
+    with_dropout = replace(spec, dropout=True)
+    sel_drop = activation_memory(with_dropout, recompute="selective", **kw).layers_bytes
     assert sel_drop == spec.n_layers * 34 * s * b * h
 
 

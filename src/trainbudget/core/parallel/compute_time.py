@@ -253,7 +253,6 @@ def layer_compute(
     peak: float,
     hbm: float,
     eff: Efficiency,
-    dropout: bool,
     causal: bool = False,
     xp: Ops = SCALAR,
     sms: int = 0,
@@ -269,7 +268,7 @@ def layer_compute(
     matmuls = attention_projection_seconds(spec, rows, L.tp, r.gemm) + mlp_mm
 
     def core(window: int) -> Any:
-        return _attention_core_seconds(spec, L, seq_len, window, rows, r, causal, dropout)
+        return _attention_core_seconds(spec, L, seq_len, window, rows, r, causal)
 
     if not spec.sliding_window:
         attention = core(0)
@@ -278,7 +277,7 @@ def layer_compute(
     else:
         n_global = mix.layers - mix.sliding
         attention = _mean(core(0), n_global, core(spec.sliding_window), mix.sliding, xp)
-    memory_bound = _memory_bound_seconds(spec, L, rows, e, r.hbm_rate, dropout, xp) + mlp_act
+    memory_bound = _memory_bound_seconds(spec, L, rows, e, r.hbm_rate, xp) + mlp_act
     return LayerCompute(
         forward_seconds=matmuls + attention + memory_bound,
         attention_seconds=attention,
@@ -326,7 +325,6 @@ def _attention_core_seconds(
     rows: Any,
     r: _Roofline,
     causal: bool,
-    dropout: bool,
 ) -> Any:
     """The attention core of a layer whose queries see min(s, window) keys (all s without a
     window), FlashAttention or unfused."""
@@ -343,7 +341,7 @@ def _attention_core_seconds(
     heads = b * spec.n_heads / t  # the batch of per-head GEMMs
     scores = r.mm(2 * s * keys * spec.d_q * per_seq, q_rows, keys, spec.d_head, heads)
     values = r.mm(2 * s * keys * spec.d_attn_out * per_seq, q_rows, spec.d_v_head, keys, heads)
-    per_score = 2 * r.e + ((2 * r.e + MASK_BYTES) if dropout else 0)
+    per_score = 2 * r.e + ((2 * r.e + MASK_BYTES) if spec.dropout else 0)
     unfused = scores + values + rows * (spec.n_heads / t) * keys * per_score / r.hbm_rate
     return r.xp.where(L.flash, flash, unfused)
 
@@ -360,7 +358,7 @@ def _op_recomputed_share(spec: ModelSpec, seq_len: int) -> float:
 
 
 def _memory_bound_seconds(
-    spec: ModelSpec, L: PlanNumbers, rows: Any, e: int, hbm_rate: float, dropout: bool, xp: Ops
+    spec: ModelSpec, L: PlanNumbers, rows: Any, e: int, hbm_rate: float, xp: Ops
 ) -> Any:
     """One layer's memory-bound ops but the MLP's activation: norms and residual adds (run
     redundantly on each TP rank without SP), QK-norm or MLA's latent norms, RoPE, dropout."""
@@ -378,7 +376,7 @@ def _memory_bound_seconds(
         k_rope = spec.rope_head_dim if spec.is_mla else spec.n_kv_heads * spec.d_rope / t
         per_token = per_token + ROPE_TRAFFIC * (q_rope + k_rope)
     memory_bound = rows * per_token * e / hbm_rate
-    if dropout:  # two hidden dropouts: read, write and a mask
+    if spec.dropout:  # two hidden dropouts: read, write and a mask
         memory_bound = memory_bound + rows * 2 * d / rep * (2 * e + MASK_BYTES) / hbm_rate
     return memory_bound
 
@@ -410,7 +408,6 @@ def micro_batch_compute(
     peak: float,
     hbm: float,
     eff: Efficiency,
-    dropout: bool,
     causal: bool = False,
     xp: Ops = SCALAR,
     sms: int = 0,
@@ -424,7 +421,6 @@ def micro_batch_compute(
         peak=peak,
         hbm=hbm,
         eff=eff,
-        dropout=dropout,
         causal=causal,
         xp=xp,
         sms=sms,

@@ -160,7 +160,6 @@ def step_terms(
     precision: Precision,
     optimizer: Optimizer,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
-    dropout: bool = False,
     causal: bool = False,
     framework: Framework = GENERIC,
     xp: Ops = SCALAR,
@@ -178,7 +177,6 @@ def step_terms(
         peak=hw.peak_flops_per_second(precision.compute_dtype),
         hbm=hbm,
         eff=eff,
-        dropout=dropout,
         causal=causal,
         xp=xp,
         sms=hw.sm_count,
@@ -236,14 +234,13 @@ def step_time(
     precision: Precision,
     optimizer: Optimizer,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
-    dropout: bool = False,
     causal: bool = False,
     framework: Framework = GENERIC,
 ) -> StepTime:
-    """Predicted seconds of one optimizer step of `plan` on `cluster`. `dropout`: the model
-    trains with attention and hidden dropout (GPT-3-era Megatron), which adds memory traffic.
-    `causal`: attention under a causal mask -- FlashAttention skips the masked tiles, and the
-    model FLOPs (MFU) count only the unmasked query-key pairs (docs/conventions.md)."""
+    """Predicted seconds of one optimizer step of `plan` on `cluster` (with the model's
+    dropout, `ModelSpec.dropout`, its masks' memory traffic). `causal`: attention under a
+    causal mask -- FlashAttention skips the masked tiles, and the model FLOPs (MFU) count only
+    the unmasked query-key pairs (docs/conventions.md)."""
     t = step_terms(
         spec,
         plan,
@@ -252,7 +249,6 @@ def step_time(
         precision=precision,
         optimizer=optimizer,
         efficiency=efficiency,
-        dropout=dropout,
         causal=causal,
         framework=framework,
     )

@@ -10,7 +10,8 @@ activations and dropout), term by term, adapted to:
   n_layers times it is the stack's total;
 - MLA (its latents and assembled Q, K; see `_qkv_bytes`) and Gemma's post-norms (two more
   s*b*h norm inputs);
-- no dropout by default (modern LLM pre-training; `dropout=True` restores the paper's masks);
+- no dropout unless the spec says so (`ModelSpec.dropout`: modern LLM pre-training has none;
+  with it, the paper's masks);
 - FlashAttention (Dao et al. 2022, arXiv 2205.14135): no s*s matrix, an fp32 logsumexp instead.
 With dropout, MHA, GELU and d_ff = 4h the count equals the paper's 34*s*b*h + 5*a*s*s*b exactly
 (a test checks it). Norm statistics (mean/rstd, s*b fp32 each) are left out as in the paper.
@@ -71,7 +72,6 @@ def layer_activations(
     activation_bytes: int,
     flash_attention: Any = False,
     drop_attention_matrix: Any = False,
-    dropout: bool = False,
     tp: Any = 1,
     sp: Any = False,
     cp: Any = 1,
@@ -107,7 +107,7 @@ def layer_activations(
     # materialises the whole masked s x s matrix
     matrix_elements = _score_elements(spec, s, b, tp, cp)
     dropout_bytes = 0.0
-    if dropout:
+    if spec.dropout:
         # masks after attention and MLP (s*b*h each); on the attention matrix, its mask and its
         # dropped-out copy (the softmax output itself is kept above)
         dropout_bytes = 2 * tokens * h * MASK_BYTES / rep
@@ -270,7 +270,6 @@ def activation_memory(
     activation_bytes: int,
     recompute: str = "none",
     flash_attention: bool = False,
-    dropout: bool = False,
 ) -> ActivationMemory:
     """Peak activation bytes for one micro-batch under a recompute policy.
 
@@ -290,7 +289,6 @@ def activation_memory(
         activation_bytes=activation_bytes,
         flash_attention=flash_attention,
         drop_attention_matrix=recompute == "selective",
-        dropout=dropout,
     )
     tokens = seq_len * micro_batch
     if recompute == "full":

@@ -210,7 +210,8 @@ def _assumptions(req: EstimateRequest, seq_len: int, memory_note: str) -> list[s
     else:
         out.append(
             f"activations for micro-batch {req.micro_batch} x {seq_len} tokens, "
-            f"{prec.activation_bytes}-byte activations, no dropout, FlashAttention "
+            f"{prec.activation_bytes}-byte activations, "
+            f"{'dropout masks kept' if req.model.dropout else 'no dropout'}, FlashAttention "
             f"{'on' if req.flash_attention else 'off'} (Korthikanti et al. 2022, "
             "arXiv 2205.05198, adapted)"
         )

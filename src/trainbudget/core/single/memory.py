@@ -99,7 +99,6 @@ def training_memory(
     micro_batch: int = 1,
     recompute: str = "none",
     flash_attention: bool = False,
-    dropout: bool = False,
 ) -> MemoryBreakdown:
     """Per-GPU bytes of one training step without parallelism."""
     prec, opt = get_precision(precision), get_optimizer(optimizer)
@@ -113,7 +112,6 @@ def training_memory(
             activation_bytes=prec.activation_bytes,
             recompute=recompute,
             flash_attention=flash_attention,
-            dropout=dropout,
         )
     return MemoryBreakdown(
         params_bytes=n_params * prec.weight_bytes,

@@ -12,6 +12,9 @@ Keys that change no parameter and no matmul are not read: RoPE scaling, logit so
 Gemma's embedding scale and query scalar, DeepSeek's routing groups and scoring function.
 DeepSeek-V3's multi-token-prediction module (`num_nextn_predict_layers`) is not part of the
 spec: the count is the main model's (671B), as its weights documentation counts it.
+Dropout probabilities (`attention_dropout`, `resid_pdrop`, ...) are not read either: they are
+fine-tuning settings for most configs (GPT-2's 0.1), and the estimate assumes pre-training
+without dropout unless told (`--set dropout=true`, ModelSpec.dropout).
 """
 
 from __future__ import annotations

@@ -113,6 +113,12 @@ class ModelSpec:
     dispatch buffers hold that many token slots whether filled or not. 0 means dropless
     (Mixtral, DeepSeek-V3): every token reaches its experts, and estimates assume the
     routing is balanced."""
+    dropout: bool = False
+    """Attention and hidden dropout while training (GPT-3-era Megatron's defaults,
+    --attention-dropout 0.1 and --hidden-dropout 0.1): each keeps a one-byte mask and its
+    dropped copy for backward (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 4.1: the 5as^2b
+    term and 4 of the 34 sbh) and its kernels move those bytes. False for current open models,
+    which pre-train without dropout (Llama 2, arXiv:2307.09288, and most since)."""
     sources: tuple[str, ...] = field(default=(), compare=False)
     """Where the numbers come from (URLs); not used in arithmetic."""
 
@@ -299,7 +305,15 @@ _COUNTS = (
     "d_ff_expert",
     "n_dense_layers",
 )
-_FLAGS = ("tied_embeddings", "bias", "qkv_bias", "qk_norm", "post_norms", "router_bias")
+_FLAGS = (
+    "tied_embeddings",
+    "bias",
+    "qkv_bias",
+    "qk_norm",
+    "post_norms",
+    "router_bias",
+    "dropout",
+)
 
 
 def _validate_window(spec: ModelSpec) -> None:
