@@ -237,10 +237,10 @@ def step_time(
     causal: bool = False,
     framework: Framework = GENERIC,
 ) -> StepTime:
-    """Predicted seconds of one optimizer step of `plan` on `cluster` (with the model's
-    dropout, `ModelSpec.dropout`, its masks' memory traffic). `causal`: attention under a
-    causal mask -- FlashAttention skips the masked tiles, and the model FLOPs (MFU) count only
-    the unmasked query-key pairs (docs/conventions.md)."""
+    """Predicted seconds of one optimizer step of `plan` on `cluster` (dropout's own kernels
+    are inside the fitted in-training share: compute_time's `_memory_bound_seconds`). `causal`:
+    attention under a causal mask -- FlashAttention skips the masked tiles, and the model
+    FLOPs (MFU) count only the unmasked query-key pairs (docs/conventions.md)."""
     t = step_terms(
         spec,
         plan,
