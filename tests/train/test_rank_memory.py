@@ -62,20 +62,20 @@ def test_the_cpu_meter_measures_the_second_step_it_wraps():
     net = model()
     optimizer = build_optimizer("adamw", net.parameters(), lr=1e-2)
     meter = PeakMeter(torch.device("cpu"), tracked=True)
-    with meter.step(net, net, optimizer):  # the first step: its update creates the state
+    with meter.step(net, optimizer):  # the first step: its update creates the state
         step(net, optimizer)
     assert meter.peak() == (None, None)
-    with meter.step(net, net, optimizer):
-        step(net, optimizer, micro_batches=2)  # MemTracker alone refuses a second forward
+    with meter.step(net, optimizer):
+        step(net, optimizer, micro_batches=2)  # two forwards of the model in one tracked step
     peak, method = meter.peak()
     assert method == CPU_PEAK_METHOD
     # at least the weights, gradients and moments, all alive at the update
     assert peak >= N_PARAMS * 4 * 4
-    with meter.step(net, net, optimizer):  # later steps run untracked
+    with meter.step(net, optimizer):  # later steps run untracked
         step(net, optimizer)
     assert meter.peak() == (peak, method)
     untracked = PeakMeter(torch.device("cpu"), tracked=False)
-    with untracked.step(net, net, optimizer):
+    with untracked.step(net, optimizer):
         step(net, optimizer)
     assert untracked.peak() == (None, None)
     record = rank_record(DistInfo(0, 0, 1), optimizer, meter)

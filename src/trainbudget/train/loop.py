@@ -366,7 +366,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         batch_crc = run.batches.fingerprint()
         _sync(run.device)
         t_step, cpu_step = time.perf_counter(), time.process_time()
-        with run.peak_meter.step(run.net, run.model, run.optimizer):  # CPU: the 2nd step
+        with run.peak_meter.step(run.model, run.optimizer):  # CPU: the 2nd step
             loss, grad_norm, verdict, flags, phases, by_source = _step(run, logged)
         seconds, cpu_seconds = time.perf_counter() - t_step, time.process_time() - cpu_step
         run.guard.record(loss, verdict)

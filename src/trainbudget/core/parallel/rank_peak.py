@@ -1,0 +1,210 @@
+"""The peak of one training step on one rank of a data-parallel plan, phase by phase: the
+single-device phase model (`core.single.peak_memory.training_peak`, held to torch's MemTracker
+by the profile tests) with the model state sharded by the plan's ZeRO stage
+(`parallel_memory.zero_model_state`) and the buffers of the engine that runs it, each a named
+term of an `Engine` row with its source.
+
+A data-parallel rank runs the whole model on its own micro-batch, so the activations and the
+loss's temporaries are the single device's at that micro-batch; only the model state and the
+engine's buffers differ. Plans that split the model (tensor, pipeline, context or expert
+parallelism) are not covered (`covers`): their per-GPU figure is `parallel_memory`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+
+from trainbudget.core.errors import unknown_key
+from trainbudget.core.parallel.parallel_memory import zero_model_state
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.single.params import count_params, matrix_shapes
+from trainbudget.core.single.peak_memory import PeakMemory, training_peak
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import get_precision, get_trainable_optimizer
+
+
+@dataclass(frozen=True, kw_only=True)
+class Engine:
+    """What a data-parallel engine holds beside the sharded model state."""
+
+    name: str
+    gradient_buckets: bool
+    """A flat copy of every (unsharded) gradient in the all-reduce buckets, allocated once and
+    kept for the whole run."""
+    shards_parameters: bool
+    """Parameters sharded at rest whatever the ZeRO stage the engine stands in for (FSDP2
+    running ZeRO-2 keeps its shard beside the gathered copy: train.strategy)."""
+    whole_tensor_shards: bool
+    """The optimizer state is sharded by whole parameters, dealt largest first to the rank
+    that owns the fewest elements so far (`whole_tensor_shares`), not cut evenly."""
+    gathered_until_backward: bool
+    """Every parameter gathered (unsharded) from the start of forward to the end of backward:
+    at backward start a rank holds the whole model's weights beside its shard."""
+    gathers_root_in_backward: bool
+    """The parameters outside the blocks (embeddings, final norm, untied head) gathered again
+    for the last backward, with their unsharded gradients before the reduce-scatter."""
+    source: str
+
+
+DDP_SOURCE = (
+    "torch.nn.parallel.DistributedDataParallel with gradient_as_bucket_view=False (the "
+    "default): the Reducer's buckets hold a copy of the gradients for the whole run; torch's "
+    "documentation of that argument: as views 'the saved memory size will be equal to the "
+    "total gradients size'"
+)
+
+ENGINES = MappingProxyType(
+    {
+        e.name: e
+        for e in (
+            Engine(
+                name="single",
+                whole_tensor_shards=False,
+                shards_parameters=False,
+                gradient_buckets=False,
+                gathered_until_backward=False,
+                gathers_root_in_backward=False,
+                source="one process, no wrapper",
+            ),
+            Engine(
+                name="ddp",
+                shards_parameters=False,
+                gradient_buckets=True,
+                whole_tensor_shards=False,
+                gathered_until_backward=False,
+                gathers_root_in_backward=False,
+                source=DDP_SOURCE,
+            ),
+            Engine(
+                name="ddp+zero-redundancy",
+                shards_parameters=False,
+                gradient_buckets=True,
+                whole_tensor_shards=True,
+                gathered_until_backward=False,
+                gathers_root_in_backward=False,
+                source=f"{DDP_SOURCE}; torch.distributed.optim.ZeroRedundancyOptimizer "
+                "(torch 2.13 _partition_parameters): parameters sorted by size, largest first, "
+                "each to the rank with the fewest elements so far; the updated parameters "
+                "broadcast in place",
+            ),
+            Engine(
+                name="fsdp2",
+                whole_tensor_shards=False,
+                shards_parameters=True,
+                gradient_buckets=False,
+                gathered_until_backward=False,
+                gathers_root_in_backward=True,
+                source="torch FSDP2 fully_shard on every block and on the root, "
+                "reshard_after_forward=True: each unit's parameters gathered for its forward "
+                "and again for its backward, freed after each; its gradients reduce-scattered "
+                "at its post-backward (torch 2.13 fsdp/_fully_shard/_fsdp_param_group.py)",
+            ),
+            Engine(
+                name="fsdp2-no-reshard",
+                whole_tensor_shards=False,
+                shards_parameters=True,
+                gradient_buckets=False,
+                gathered_until_backward=True,
+                gathers_root_in_backward=True,
+                source="torch FSDP2 fully_shard(reshard_after_forward=False): parameters "
+                "gathered in forward stay gathered until each unit's post-backward reshards "
+                "them (torch 2.13 fsdp/_fully_shard/_fsdp_param_group.py: post_backward)",
+            ),
+        )
+    }
+)
+
+
+def get_engine(name: str) -> Engine:
+    if name not in ENGINES:
+        raise unknown_key("engine", name, list(ENGINES))
+    return ENGINES[name]
+
+
+def covers(plan: Plan) -> bool:
+    """Whether `rank_peak` models `plan`: data parallelism (and ZeRO) only, one micro-batch
+    per step (the phase model's step)."""
+    return (plan.tp, plan.pp, plan.cp, plan.ep, plan.grad_accum) == (1, 1, 1, 1, 1)
+
+
+def whole_tensor_shares(spec: ModelSpec, n_ranks: int) -> list[float]:
+    """Parameters each of `n_ranks` ranks owns when whole tensors are dealt out largest first,
+    each to the rank owning the fewest elements so far (`Engine.whole_tensor_shards`). The
+    weight matrices are dealt one by one (`params.matrix_shapes`); the vectors (norms,
+    biases), which the core counts in total only, then fill the least-loaded ranks evenly, as
+    dealing many small tensors does (off by less than the largest vector)."""
+    matrices = sorted(
+        (rows * cols for _, rows, cols, count in matrix_shapes(spec) for _ in range(count)),
+        reverse=True,
+    )
+    loads = [0.0] * n_ranks
+    for size in matrices:
+        loads[loads.index(min(loads))] += size
+    rest = count_params(spec).total - sum(loads)
+    # raise the lowest loads to one level until the vectors' elements are spent
+    order = sorted(range(n_ranks), key=lambda i: loads[i])
+    for k in range(1, n_ranks + 1):
+        level = (rest + sum(loads[i] for i in order[:k])) / k
+        if k == n_ranks or level <= loads[order[k]]:
+            break
+    return [max(load, level) if i in order[:k] else load for i, load in enumerate(loads)]
+
+
+def rank_peak(
+    spec: ModelSpec,
+    plan: Plan,
+    *,
+    engine: str,
+    precision: str,
+    optimizer: str,
+    seq_len: int,
+    fused_update: bool = False,
+    rank: int = 0,
+) -> PeakMemory:
+    """The phases of one step on one rank of `plan` (`covers(plan)`) under `engine`, the
+    largest being the peak. `fused_update`: the optimizer runs torch's fused kernel (no
+    per-tensor scratch at the update). `rank`: the rank's place in its shard group (what
+    whole-tensor shards depend on)."""
+    eng = get_engine(engine)
+    prec, opt = get_precision(precision), get_trainable_optimizer(optimizer)
+    p = count_params(spec)
+    n = p.total
+    shard = plan.zero_shard or plan.dp
+    zero = max(plan.zero, 3) if eng.shards_parameters else plan.zero
+    kw = dict(shard=shard, precision=prec, optimizer=opt)
+    state = zero_model_state(n, zero=plan.zero, **kw)
+    params = zero_model_state(n, zero=zero, **kw).params_bytes
+    single = training_peak(
+        spec,
+        precision=precision,
+        optimizer=optimizer,
+        seq_len=seq_len,
+        micro_batch=plan.micro_batch,
+        recompute=plan.recompute,
+        fused_update=fused_update,
+    )
+    optimizer_bytes = state.optimizer_bytes
+    if eng.whole_tensor_shards and plan.zero >= 1:
+        owned = whole_tensor_shares(spec, shard)[rank % shard]
+        optimizer_bytes = state.optimizer_bytes * owned / (n / shard)
+    full_grads = n * prec.grad_bytes
+    root = p.embedding_token + p.embedding_position + p.final_norm + p.head
+    phases = []
+    for phase in single.phases:
+        buffers = full_grads if eng.gradient_buckets else 0.0
+        if eng.gathered_until_backward and phase.phase == "backward start":
+            buffers += n * prec.weight_bytes
+        if eng.gathers_root_in_backward and phase.phase == "backward end":
+            buffers += root * (prec.weight_bytes + prec.grad_bytes)
+        phases.append(
+            replace(
+                phase,
+                params_bytes=params,
+                # the phase's gradients (none, some or all), sharded as the plan shards them
+                grads_bytes=phase.grads_bytes * state.grads_bytes / full_grads,
+                optimizer_bytes=optimizer_bytes,
+                buffers_bytes=buffers,
+            )
+        )
+    return PeakMemory(phases=tuple(phases))
