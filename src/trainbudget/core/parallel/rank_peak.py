@@ -18,10 +18,11 @@ from types import MappingProxyType
 from trainbudget.core.errors import unknown_key
 from trainbudget.core.parallel.parallel_memory import zero_model_state
 from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.single.activations import FP32_BYTES
 from trainbudget.core.single.params import count_params, matrix_shapes
-from trainbudget.core.single.peak_memory import PeakMemory, training_peak
+from trainbudget.core.single.peak_memory import PeakMemory, PhaseMemory, training_peak
 from trainbudget.core.spec.model_spec import ModelSpec
-from trainbudget.core.spec.precision import get_precision, get_trainable_optimizer
+from trainbudget.core.spec.precision import Precision, get_precision, get_trainable_optimizer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,9 +42,12 @@ class Engine:
     gathered_until_backward: bool
     """Every parameter gathered (unsharded) from the start of forward to the end of backward:
     at backward start a rank holds the whole model's weights beside its shard."""
-    gathers_root_in_backward: bool
-    """The parameters outside the blocks (embeddings, final norm, untied head) gathered again
-    for the last backward, with their unsharded gradients before the reduce-scatter."""
+    unit_backward: bool
+    """FSDP2's units (each block, and the root: embeddings, final norm, head) in backward: the
+    last block's backward holds its unsharded gradients before their reduce-scatter -- and,
+    resharded after forward, its parameters gathered again and the next block's prefetched --
+    while the root's gradients stay unsharded until the root's own post-backward at the end;
+    at backward end the root is gathered with its unsharded gradients (`_unit_phases`)."""
     source: str
 
 
@@ -64,7 +68,7 @@ ENGINES = MappingProxyType(
                 shards_parameters=False,
                 gradient_buckets=False,
                 gathered_until_backward=False,
-                gathers_root_in_backward=False,
+                unit_backward=False,
                 source="one process, no wrapper",
             ),
             Engine(
@@ -73,7 +77,7 @@ ENGINES = MappingProxyType(
                 gradient_buckets=True,
                 whole_tensor_shards=False,
                 gathered_until_backward=False,
-                gathers_root_in_backward=False,
+                unit_backward=False,
                 source=DDP_SOURCE,
             ),
             Engine(
@@ -82,7 +86,7 @@ ENGINES = MappingProxyType(
                 gradient_buckets=True,
                 whole_tensor_shards=True,
                 gathered_until_backward=False,
-                gathers_root_in_backward=False,
+                unit_backward=False,
                 source=f"{DDP_SOURCE}; torch.distributed.optim.ZeroRedundancyOptimizer "
                 "(torch 2.13 _partition_parameters): parameters sorted by size, largest first, "
                 "each to the rank with the fewest elements so far; the updated parameters "
@@ -94,7 +98,7 @@ ENGINES = MappingProxyType(
                 shards_parameters=True,
                 gradient_buckets=False,
                 gathered_until_backward=False,
-                gathers_root_in_backward=True,
+                unit_backward=True,
                 source="torch FSDP2 fully_shard on every block and on the root, "
                 "reshard_after_forward=True: each unit's parameters gathered for its forward "
                 "and again for its backward, freed after each; its gradients reduce-scattered "
@@ -106,7 +110,7 @@ ENGINES = MappingProxyType(
                 shards_parameters=True,
                 gradient_buckets=False,
                 gathered_until_backward=True,
-                gathers_root_in_backward=True,
+                unit_backward=True,
                 source="torch FSDP2 fully_shard(reshard_after_forward=False): parameters "
                 "gathered in forward stay gathered until each unit's post-backward reshards "
                 "them (torch 2.13 fsdp/_fully_shard/_fsdp_param_group.py: post_backward)",
@@ -168,13 +172,16 @@ def rank_peak(
     whole-tensor shards depend on)."""
     eng = get_engine(engine)
     prec, opt = get_precision(precision), get_trainable_optimizer(optimizer)
-    p = count_params(spec)
-    n = p.total
+    n = count_params(spec).total
     shard = plan.zero_shard or plan.dp
     zero = max(plan.zero, 3) if eng.shards_parameters else plan.zero
     kw = dict(shard=shard, precision=prec, optimizer=opt)
     state = zero_model_state(n, zero=plan.zero, **kw)
     params = zero_model_state(n, zero=zero, **kw).params_bytes
+    optimizer_bytes = state.optimizer_bytes
+    if eng.whole_tensor_shards and plan.zero >= 1:
+        owned = whole_tensor_shares(spec, shard)[rank % shard]
+        optimizer_bytes = state.optimizer_bytes * owned / (n / shard)
     single = training_peak(
         spec,
         precision=precision,
@@ -184,27 +191,60 @@ def rank_peak(
         recompute=plan.recompute,
         fused_update=fused_update,
     )
-    optimizer_bytes = state.optimizer_bytes
-    if eng.whole_tensor_shards and plan.zero >= 1:
-        owned = whole_tensor_shares(spec, shard)[rank % shard]
-        optimizer_bytes = state.optimizer_bytes * owned / (n / shard)
     full_grads = n * prec.grad_bytes
-    root = p.embedding_token + p.embedding_position + p.final_norm + p.head
-    phases = []
-    for phase in single.phases:
-        buffers = full_grads if eng.gradient_buckets else 0.0
-        if eng.gathered_until_backward and phase.phase == "backward start":
-            buffers += n * prec.weight_bytes
-        if eng.gathers_root_in_backward and phase.phase == "backward end":
-            buffers += root * (prec.weight_bytes + prec.grad_bytes)
-        phases.append(
+    phases = list(single.phases)
+    if eng.unit_backward:
+        phases = _unit_phases(spec, eng, phases, prec, tokens=seq_len * plan.micro_batch)
+    buckets = full_grads if eng.gradient_buckets else 0.0
+    gathered = n * prec.weight_bytes if eng.gathered_until_backward else 0.0
+    return PeakMemory(
+        phases=tuple(
             replace(
                 phase,
                 params_bytes=params,
                 # the phase's gradients (none, some or all), sharded as the plan shards them
                 grads_bytes=phase.grads_bytes * state.grads_bytes / full_grads,
                 optimizer_bytes=optimizer_bytes,
-                buffers_bytes=buffers,
+                buffers_bytes=phase.buffers_bytes
+                + buckets
+                + (gathered if phase.phase in UNTIL_BACKWARD else 0.0),
             )
+            for phase in phases
         )
-    return PeakMemory(phases=tuple(phases))
+    )
+
+
+UNTIL_BACKWARD = ("backward start", "last block backward")
+"""The phases before the blocks' post-backwards have resharded them."""
+
+
+def _unit_phases(
+    spec: ModelSpec, eng: Engine, phases: list[PhaseMemory], prec: Precision, *, tokens: int
+) -> list[PhaseMemory]:
+    """`phases` with FSDP2's units in backward (`Engine.unit_backward`): a "last block
+    backward" phase after backward start -- the loss's log-probabilities and gradients freed,
+    the root's gradients written, the last block's gradients (and, resharding, two blocks'
+    parameters) unsharded -- and the gathered root with its gradients at backward end."""
+    p = count_params(spec)
+    w, g = prec.weight_bytes, prec.grad_bytes
+    root = p.embedding_token + p.embedding_position + p.final_norm + p.head
+    block = (p.total - root) / spec.n_layers
+    out = []
+    for phase in phases:
+        if phase.phase == "backward end":
+            phase = replace(phase, buffers_bytes=phase.buffers_bytes + root * (w + g))
+        out.append(phase)
+        if phase.phase == "backward start":
+            gathered = 0.0 if eng.gathered_until_backward else 2 * block * w
+            out.append(
+                replace(
+                    phase,
+                    phase="last block backward",
+                    activations_bytes=phase.activations_bytes
+                    - tokens * spec.vocab_size * FP32_BYTES,
+                    # the head's (or tied embedding's) and final norm's unsharded gradients
+                    temporaries_bytes=(p.head or p.embedding_token) * g + p.final_norm * g,
+                    buffers_bytes=phase.buffers_bytes + gathered + block * g,
+                )
+            )
+    return out
