@@ -127,9 +127,8 @@ def get_engine(name: str) -> Engine:
 
 
 def covers(plan: Plan) -> bool:
-    """Whether `rank_peak` models `plan`: data parallelism (and ZeRO) only, one micro-batch
-    per step (the phase model's step)."""
-    return (plan.tp, plan.pp, plan.cp, plan.ep, plan.grad_accum) == (1, 1, 1, 1, 1)
+    """Whether `rank_peak` models `plan`: data parallelism (and ZeRO) only."""
+    return (plan.tp, plan.pp, plan.cp, plan.ep) == (1, 1, 1, 1)
 
 
 def whole_tensor_shares(spec: ModelSpec, n_ranks: int) -> list[float]:
@@ -167,9 +166,10 @@ def rank_peak(
     rank: int = 0,
 ) -> PeakMemory:
     """The phases of one step on one rank of `plan` (`covers(plan)`) under `engine`, the
-    largest being the peak. `fused_update`: the optimizer runs torch's fused kernel (no
-    per-tensor scratch at the update). `rank`: the rank's place in its shard group (what
-    whole-tensor shards depend on)."""
+    largest being the peak; with gradient accumulation, those of the step's last micro-batch.
+    `fused_update`: the optimizer runs torch's fused kernel (no per-tensor scratch at the
+    update). `rank`: the rank's place in its shard group (what whole-tensor shards depend
+    on)."""
     eng = get_engine(engine)
     prec, opt = get_precision(precision), get_trainable_optimizer(optimizer)
     n = count_params(spec).total
@@ -197,13 +197,17 @@ def rank_peak(
         phases = _unit_phases(spec, eng, phases, prec, tokens=seq_len * plan.micro_batch)
     buckets = full_grads if eng.gradient_buckets else 0.0
     gathered = n * prec.weight_bytes if eng.gathered_until_backward else 0.0
+    # accumulation: the last micro-batch's backward starts beside the earlier ones' gradients,
+    # unsynchronised and unsharded (DDP's no_sync, FSDP2 without gradient sync)
+    accumulated = full_grads if plan.grad_accum > 1 else 0.0
     return PeakMemory(
         phases=tuple(
             replace(
                 phase,
                 params_bytes=params,
                 # the phase's gradients (none, some or all), sharded as the plan shards them
-                grads_bytes=phase.grads_bytes * state.grads_bytes / full_grads,
+                grads_bytes=phase.grads_bytes * state.grads_bytes / full_grads
+                + (accumulated if phase.phase in UNTIL_BACKWARD else 0.0),
                 optimizer_bytes=optimizer_bytes,
                 buffers_bytes=phase.buffers_bytes
                 + buckets
@@ -229,13 +233,22 @@ def _unit_phases(
     w, g = prec.weight_bytes, prec.grad_bytes
     root = p.embedding_token + p.embedding_position + p.final_norm + p.head
     block = (p.total - root) / spec.n_layers
+    gathered = 0.0 if eng.gathered_until_backward else 2 * block * w
+    recomputing = any(phase.phase == "first recomputation" for phase in phases)
     out = []
     for phase in phases:
         if phase.phase == "backward end":
             phase = replace(phase, buffers_bytes=phase.buffers_bytes + root * (w + g))
+        if phase.phase == "first recomputation":
+            # the last block rebuilt for its backward, gathered; the head's gradient unsharded
+            phase = replace(
+                phase,
+                grads_bytes=0.0,
+                temporaries_bytes=phase.temporaries_bytes + phase.grads_bytes,
+                buffers_bytes=phase.buffers_bytes + gathered + block * g,
+            )
         out.append(phase)
-        if phase.phase == "backward start":
-            gathered = 0.0 if eng.gathered_until_backward else 2 * block * w
+        if phase.phase == "backward start" and not recomputing:
             out.append(
                 replace(
                     phase,
