@@ -110,10 +110,19 @@ def test_a_fused_update_has_no_scratch():
     assert step.temporaries_bytes == 0
 
 
-def test_only_data_parallel_plans_of_one_micro_batch_are_covered():
-    assert covers(Plan(dp=8, zero=3, zero_shard=2))
-    for plan in (Plan(tp=2), Plan(pp=2), Plan(dp=2, grad_accum=2)):
+def test_only_data_parallel_plans_are_covered():
+    assert covers(Plan(dp=8, zero=3, zero_shard=2, grad_accum=4))
+    for plan in (Plan(tp=2), Plan(pp=2), Plan(cp=2)):
         assert not covers(plan)
+
+
+def test_accumulation_adds_the_unsynchronised_gradients_before_backward():
+    one = {p.phase: p for p in peak(Plan(dp=2, zero=3, micro_batch=2), "fsdp2").phases}
+    two = {
+        p.phase: p for p in peak(Plan(dp=2, zero=3, micro_batch=2, grad_accum=2), "fsdp2").phases
+    }
+    assert two["backward start"].grads_bytes - one["backward start"].grads_bytes == N * 4
+    assert two["optimizer step"] == one["optimizer step"]
 
 
 def test_an_unknown_engine_names_the_known_ones():
