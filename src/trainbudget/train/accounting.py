@@ -23,12 +23,18 @@ What each prediction uses:
 - model state per rank (weights, gradients, fp32 masters, optimizer state): `plan_memory`'s, for
   any number of processes.
 
-zero2 runs on FSDP2 without resharding after forward (train.strategy), which holds more than
-the core's ZeRO-2 (parameters replicated, gradients and optimizer state sharded): its
-parameters are sharded at rest and all-gathered from the start of forward to the end of
-backward, so at the peak (backward) a rank holds the full parameters and its shard of them.
-The prediction made for it is the core's ZeRO-2 plus that shard (`zero2_extra_params_bytes`),
-added to the peak and to the model state; the optimizer state is ZeRO-2's as it is.
+Per rank: the ranks of a data-parallel plan differ only under zero1 (ZeroRedundancyOptimizer's
+whole-tensor shares, `rank_peak.whole_tensor_shares`); under a pipeline each rank gets its
+stage's figure (`parallel_memory.stage_memories`), its stage read from the rank as the run's
+one mesh lays ranks out, "pp" the outermost axis (train.parallelize.build_mesh).
+
+Outside `rank_peak` (a plan that splits the model), zero2, which runs on FSDP2 without
+resharding after forward (train.strategy), holds more than the core's ZeRO-2 (parameters
+replicated, gradients and optimizer state sharded): its parameters are sharded at rest and
+all-gathered from the start of forward to the end of backward, so at the peak (backward) a
+rank holds the full parameters and its shard of them. The prediction made for it there is the
+core's ZeRO-2 plus that shard (`zero2_extra_params_bytes`), added to the peak and to the model
+state; the optimizer state is ZeRO-2's as it is.
 """
 
 from __future__ import annotations
@@ -37,9 +43,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.parallel_memory import plan_memory
+from trainbudget.core.parallel.parallel_memory import plan_memory, stage_memories
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.rank_peak import covers, rank_peak
+from trainbudget.core.parallel.rank_peak import covers, pipeline_stage, rank_peak
 from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency, step_time
 from trainbudget.core.single.flops import training_flops
 from trainbudget.core.single.peak_memory import training_peak
@@ -273,6 +279,13 @@ def _memory(
         )
     else:
         peak = per_rank.total_bytes + extra
+        if plan.pp > 1:  # "pp" outermost: ranks [i * n / pp, (i + 1) * n / pp) are stage i
+            stages = stage_memories(spec, plan, **kw)
+            ranks_per_stage = plan.n_gpus // plan.pp
+            by_rank = tuple(
+                stages[pipeline_stage(rank // ranks_per_stage, plan.pp)].total_bytes + extra
+                for rank in range(plan.n_gpus)
+            )
         note = f"core.parallel_memory for {plan.describe()}, per rank"
         if extra:
             note += " (+ the parameters' shard FSDP2 keeps at rest under zero2)"

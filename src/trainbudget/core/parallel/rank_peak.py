@@ -131,6 +131,14 @@ def covers(plan: Plan) -> bool:
     return (plan.tp, plan.pp, plan.cp, plan.ep) == (1, 1, 1, 1)
 
 
+def pipeline_stage(index: int, pp: int) -> str:
+    """The `parallel_memory.stage_memories` key of pipeline stage `index` of `pp`: 'only',
+    'first', 'last', or 'middle' (whose figure is the most any middle stage holds)."""
+    if pp == 1:
+        return "only"
+    return "first" if index == 0 else "last" if index == pp - 1 else "middle"
+
+
 def whole_tensor_shares(spec: ModelSpec, n_ranks: int) -> list[float]:
     """Parameters each of `n_ranks` ranks owns when whole tensors are dealt out largest first,
     each to the rank owning the fewest elements so far (`Engine.whole_tensor_shards`). The
