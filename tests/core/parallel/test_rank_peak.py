@@ -69,12 +69,20 @@ def test_fsdp2_shards_the_state_and_gathers_as_it_runs():
     assert list(phases) == [
         "backward start",
         "last block backward",
+        "first block backward",
         "backward end",
         "optimizer step",
     ]
     assert phases["backward start"].params_bytes == N * 4 / 2
     assert phases["backward start"].optimizer_bytes == N * 8 / 2
     assert phases["backward start"].buffers_bytes == 0  # every unit resharded after forward
+    # the first block's backward: every other block's gradients in their shards already
+    root = 257 * 32 + 64 * 32 + 2 * 32  # tied embedding, positions, final norm
+    block = N - root
+    assert (
+        phases["first block backward"].grads_bytes == 0
+    )  # one block: no other block to have reduced
+    assert phases["first block backward"].buffers_bytes == (root + block) * 4 + block * 4
     # without resharding (zero2's engine): the whole model gathered beside the shard
     kept = {p.phase: p for p in peak(Plan(dp=2, zero=2, micro_batch=4), "fsdp2-no-reshard").phases}
     assert kept["backward start"].params_bytes == N * 4 / 2

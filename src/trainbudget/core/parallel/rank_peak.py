@@ -18,7 +18,7 @@ from types import MappingProxyType
 from trainbudget.core.errors import unknown_key
 from trainbudget.core.parallel.parallel_memory import zero_model_state
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.single.activations import FP32_BYTES
+from trainbudget.core.single.activations import FP32_BYTES, activation_memory
 from trainbudget.core.single.params import count_params, matrix_shapes
 from trainbudget.core.single.peak_memory import PeakMemory, PhaseMemory, training_peak
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -202,7 +202,15 @@ def rank_peak(
     full_grads = n * prec.grad_bytes
     phases = list(single.phases)
     if eng.unit_backward:
-        phases = _unit_phases(spec, eng, phases, prec, tokens=seq_len * plan.micro_batch)
+        layer = activation_memory(
+            spec,
+            seq_len=seq_len,
+            micro_batch=plan.micro_batch,
+            activation_bytes=prec.activation_bytes,
+            flash_attention=True,
+        ).per_layer.total_bytes
+        tokens = seq_len * plan.micro_batch
+        phases = _unit_phases(spec, eng, phases, prec, tokens=tokens, layer_bytes=layer)
     buckets = full_grads if eng.gradient_buckets else 0.0
     gathered = n * prec.weight_bytes if eng.gathered_until_backward else 0.0
     # accumulation: the last micro-batch's backward starts beside the earlier ones' gradients,
@@ -226,46 +234,74 @@ def rank_peak(
     )
 
 
-UNTIL_BACKWARD = ("backward start", "last block backward")
+UNTIL_BACKWARD = ("backward start", "last block backward", "first recomputation")
 """The phases before the blocks' post-backwards have resharded them."""
 
 
 def _unit_phases(
-    spec: ModelSpec, eng: Engine, phases: list[PhaseMemory], prec: Precision, *, tokens: int
+    spec: ModelSpec,
+    eng: Engine,
+    phases: list[PhaseMemory],
+    prec: Precision,
+    *,
+    tokens: int,
+    layer_bytes: float,
 ) -> list[PhaseMemory]:
-    """`phases` with FSDP2's units in backward (`Engine.unit_backward`): a "last block
-    backward" phase after backward start -- the loss's log-probabilities and gradients freed,
-    the root's gradients written, the last block's gradients (and, resharding, two blocks'
-    parameters) unsharded -- and the gathered root with its gradients at backward end."""
+    """`phases` with FSDP2's units in backward (`Engine.unit_backward`). The root (embeddings,
+    final norm, head) is gathered again for the head's backward and stays so, its gradients
+    unsharded, until its post-backward at the very end. Two moments compete with backward
+    start: the last block's backward (no recomputation: every activation but the loss's; or
+    the "first recomputation" phase, the last block rebuilt), with that block's unsharded
+    gradients and, resharding, it and the next block gathered; and the first block's backward,
+    every other block's gradients already reduce-scattered into their shards, one block's
+    activations (`layer_bytes`, rebuilt or kept) left beside the caller's logits. At backward
+    end the root's unsharded gradients are reduced."""
     p = count_params(spec)
-    w, g = prec.weight_bytes, prec.grad_bytes
+    w, g, e = prec.weight_bytes, prec.grad_bytes, prec.activation_bytes
     root = p.embedding_token + p.embedding_position + p.final_norm + p.head
     block = (p.total - root) / spec.n_layers
-    gathered = 0.0 if eng.gathered_until_backward else 2 * block * w
-    recomputing = any(phase.phase == "first recomputation" for phase in phases)
+    root_grads = (
+        (p.head or p.embedding_token) + p.final_norm
+    ) * g  # the head's (or tied) and norm's
+    # the block in backward and the next one prefetched (all gathered until backward without
+    # resharding: UNTIL_BACKWARD), its unsharded gradients
+    blocks = (0.0 if eng.gathered_until_backward else 2 * block * w) + block * g
     out = []
     for phase in phases:
         if phase.phase == "backward end":
             phase = replace(phase, buffers_bytes=phase.buffers_bytes + root * (w + g))
         if phase.phase == "first recomputation":
-            # the last block rebuilt for its backward, gathered; the head's gradient unsharded
             phase = replace(
                 phase,
                 grads_bytes=0.0,
-                temporaries_bytes=phase.temporaries_bytes + phase.grads_bytes,
-                buffers_bytes=phase.buffers_bytes + gathered + block * g,
+                temporaries_bytes=phase.temporaries_bytes + root_grads,
+                buffers_bytes=phase.buffers_bytes + root * w + blocks,
             )
         out.append(phase)
-        if phase.phase == "backward start" and not recomputing:
+        if phase.phase != "backward start":
+            continue
+        if not any(ph.phase == "first recomputation" for ph in phases):
             out.append(
                 replace(
                     phase,
                     phase="last block backward",
                     activations_bytes=phase.activations_bytes
                     - tokens * spec.vocab_size * FP32_BYTES,
-                    # the head's (or tied embedding's) and final norm's unsharded gradients
-                    temporaries_bytes=(p.head or p.embedding_token) * g + p.final_norm * g,
-                    buffers_bytes=phase.buffers_bytes + gathered + block * g,
+                    temporaries_bytes=root_grads,
+                    buffers_bytes=phase.buffers_bytes + blocks,
                 )
             )
+        out.append(
+            replace(
+                phase,
+                phase="first block backward",
+                grads_bytes=(p.total - root - block) * g,  # sharded by the caller
+                # the block's saved tensors and its input, the logits the caller holds
+                activations_bytes=layer_bytes
+                + tokens * spec.d_model * e
+                + tokens * spec.vocab_size * e,
+                temporaries_bytes=root_grads + tokens * spec.d_model * g,
+                buffers_bytes=phase.buffers_bytes + root * w + block * (w + g),
+            )
+        )
     return out
