@@ -35,7 +35,11 @@ from trainbudget.train.rank_memory import (  # noqa: E402
 pytestmark = pytest.mark.torch
 
 from trainbudget.data.prepare import prepare  # noqa: E402
-from trainbudget.train.summary import PEAK_TOLERANCE_PERCENT  # noqa: E402
+from trainbudget.train.summary import (  # noqa: E402
+    PEAK_TOLERANCE_PERCENT,
+    peak_notes,
+    rank_peak_row,
+)
 from trainrun import ok, train_cli  # noqa: E402
 
 TINY = (
@@ -137,3 +141,15 @@ def test_each_rank_peaks_within_3_percent_of_the_plan(tmp_path, data, name):
         assert r["error_percent"] == pytest.approx(100 * error)
         assert abs(r["error_percent"]) <= PEAK_TOLERANCE_PERCENT, r
     assert not [n for n in summary["notes"] if "measured peak memory" in n]
+
+
+def test_a_rank_beyond_3_percent_gets_a_note():
+    records = [
+        {"rank": 0, "peak": 1_040, "peak_method": CPU_PEAK_METHOD},
+        {"rank": 1, "peak": 1_020, "peak_method": CPU_PEAK_METHOD},
+        {"rank": 2, "peak": None, "peak_method": None},  # not measured: no error, no note
+    ]
+    rows = [rank_peak_row(r, 1_000.0) for r in records]
+    assert [r["error_percent"] for r in rows] == [pytest.approx(4.0), pytest.approx(2.0), None]
+    (note,) = peak_notes(rows)
+    assert note.startswith("rank 0: measured peak memory 1,040 bytes is +4.0% off")
