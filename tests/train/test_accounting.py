@@ -12,8 +12,9 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.parallel_memory import plan_memory
+from trainbudget.core.parallel.parallel_memory import plan_memory, stage_memories
 from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.parallel.rank_peak import rank_peak
 from trainbudget.core.parallel.step_time import step_time
 from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.hardware import get_hardware
@@ -106,16 +107,20 @@ def test_fsdp_shards_the_model_state_over_the_ranks():
     assert ddp.predicted_model_state_bytes == single.predicted_model_state_bytes
     assert fsdp.predicted_model_state_bytes == pytest.approx(ddp.predicted_model_state_bytes / 2)
     assert fsdp.predicted_peak_memory_bytes < ddp.predicted_peak_memory_bytes
-    # several ranks: the core's per-GPU model of that plan, called, not re-derived
-    for b in (ddp, fsdp):
-        want = plan_memory(
+    # several ranks: the core's phase model on one rank of that plan under the strategy's
+    # engine, with the trainer's fused AdamW, called, not re-derived
+    for b, engine in ((ddp, "ddp"), (fsdp, "fsdp2")):
+        want = rank_peak(
             SPEC,
             b.plan,
+            engine=engine,
             seq_len=128,
-            precision=get_precision("fp32"),
-            optimizer=get_optimizer("adamw"),
+            precision="fp32",
+            optimizer="adamw",
+            fused_update=True,
         )
         assert b.predicted_peak_memory_bytes == want.total_bytes
+        assert b.predicted_peak_memory_bytes_by_rank == (want.total_bytes,) * 2
         assert any(b.plan.describe() in note for note in b.notes)
 
 
@@ -152,14 +157,35 @@ def test_every_zero_strategy_shards_the_optimizer_state(strategy):
 
 
 def test_zero2_predicts_what_fsdp2_without_resharding_holds():
-    # the core's ZeRO-2 (parameters replicated) plus the shard of the parameters FSDP2 keeps at
-    # rest: the parameter bytes of the same plan at ZeRO-3
+    # the peak: the phase model with FSDP2's shard at rest and the whole model gathered until
+    # backward (core.parallel.rank_peak's fsdp2-no-reshard row)
     b = budget("zero2", 4)
     assert b.plan.zero == 2
+    kw = dict(seq_len=128, precision="fp32", optimizer="adamw", fused_update=True)
+    want = rank_peak(SPEC, b.plan, engine="fsdp2-no-reshard", **kw)
+    assert b.predicted_peak_memory_bytes == want.total_bytes
+    # the model state: the core's ZeRO-2 (parameters replicated) plus the shard of the
+    # parameters FSDP2 keeps at rest, the parameter bytes of the same plan at ZeRO-3
     zero2, zero3 = _core(b.plan), _core(dataclasses.replace(b.plan, zero=3))
-    assert b.predicted_peak_memory_bytes == zero2.total_bytes + zero3.state.params_bytes
     assert b.predicted_model_state_bytes == zero2.state.total_bytes + zero3.state.params_bytes
     assert any("zero2" in note for note in b.notes)
+
+
+def test_zero1_ranks_and_pipeline_stages_get_their_own_prediction():
+    # ZeroRedundancyOptimizer's whole-tensor shares: rank 0 owns the embedding's state
+    zero1 = budget("zero1", 4)
+    by_rank = zero1.predicted_peak_memory_bytes_by_rank
+    assert len(by_rank) == 4 and max(by_rank) == zero1.predicted_peak_memory_bytes
+    assert by_rank[0] > min(by_rank)
+    # a pipeline: each rank its stage's figure, "pp" the outermost mesh axis
+    plan = Plan(dp=2, pp=2, micro_batch=2, grad_accum=4)
+    b = make_budget(SPEC, plan, device=H100, precision="fp32", optimizer="adamw", seq_len=128)
+    stages = stage_memories(
+        SPEC, plan, seq_len=128, precision=get_precision("fp32"), optimizer=get_optimizer("adamw")
+    )
+    first, last = stages["first"].total_bytes, stages["last"].total_bytes
+    assert b.predicted_peak_memory_bytes_by_rank == (first, first, last, last)
+    assert b.predicted_peak_memory_bytes == max(first, last)
 
 
 def test_hsdp_shards_over_its_group_only():

@@ -177,15 +177,11 @@ def test_the_summary_names_what_ran_and_what_each_rank_held(runs, name):
         assert all(m == pytest.approx(predicted, rel=0.02) for m in measured)
     peak = summary["peak_memory_bytes_per_rank"]
     assert len(peak["measured"]) == nproc
-    if zero >= 2:  # FSDP2 on CPU: not measured (train.rank_memory says why)
-        assert peak["measured"] == [None] * nproc and peak["method"] is None
-        return
     assert peak["method"].startswith("MemTracker")
-    # the core's per-rank model against the real tensors of the second step: observed 8 % to
-    # 14 % under it (zero1, 4 ranks: 598,048 to 558,392 bytes against 652,416) on this
-    # 19k-parameter model; the band catches a unit or a layout mix-up
-    for value in peak["measured"]:
-        assert 0.5 < value / peak["predicted"] < 1.5
+    # each rank's measured peak against the plan's prediction for it (core.parallel.rank_peak;
+    # tests/train/test_rank_memory.py says what was observed): within the 3 %
+    for rank in peak["ranks"]:
+        assert abs(rank["error_percent"]) <= 3, rank
 
 
 @pytest.mark.parametrize(

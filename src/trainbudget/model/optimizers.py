@@ -289,12 +289,12 @@ def _rmsprop(params: list, s: Settings) -> torch.optim.Optimizer:
 
 
 def _adam(params: list, s: Settings) -> torch.optim.Optimizer:
-    kind = _torch_implementation(params, s, has_fused=True)
+    kind = _torch_implementation(params, s, has_fused=get_trainable_optimizer("adam").fused_kernel)
     return torch.optim.Adam(params, lr=s.lr, betas=s.betas, weight_decay=s.weight_decay, **kind)
 
 
 def _adamw(params: list, s: Settings) -> torch.optim.Optimizer:
-    kind = _torch_implementation(params, s, has_fused=True)
+    kind = _torch_implementation(params, s, has_fused=get_trainable_optimizer("adamw").fused_kernel)
     return torch.optim.AdamW(params, lr=s.lr, betas=s.betas, weight_decay=s.weight_decay, **kind)
 
 

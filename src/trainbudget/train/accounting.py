@@ -15,17 +15,27 @@ What each prediction uses:
   shapes and thread count: train.step_roofline);
 - peak memory per rank: for one process, `core.single.peak_memory.training_peak`, the phase
   model of the reference implementation (held to torch's MemTracker by the profile tests); for
-  several, `core.parallel.parallel_memory.plan_memory` of the plan, which shards the model state
-  by the ZeRO stage and adds DDP's gradient buckets or FSDP2's gathered layers;
+  several data-parallel ranks, `core.parallel.rank_peak.rank_peak`, the same phases with the
+  model state sharded by the ZeRO stage and the buffers of the strategy's engine (DDP's
+  gradient buckets, FSDP2's gathered parameters), for the trainer's update (torch's fused
+  kernel for Adam and AdamW); for a plan that splits the model (tensor, pipeline, context or
+  expert parallelism) or accumulates micro-batches, `core.parallel.parallel_memory.plan_memory`
+  (a sum of parts, not phase by phase);
 - model state per rank (weights, gradients, fp32 masters, optimizer state): `plan_memory`'s, for
   any number of processes.
 
-zero2 runs on FSDP2 without resharding after forward (train.strategy), which holds more than
-the core's ZeRO-2 (parameters replicated, gradients and optimizer state sharded): its
-parameters are sharded at rest and all-gathered from the start of forward to the end of
-backward, so at the peak (backward) a rank holds the full parameters and its shard of them.
-The prediction made for it is the core's ZeRO-2 plus that shard (`zero2_extra_params_bytes`),
-added to the peak and to the model state; the optimizer state is ZeRO-2's as it is.
+Per rank: the ranks of a data-parallel plan differ only under zero1 (ZeroRedundancyOptimizer's
+whole-tensor shares, `rank_peak.whole_tensor_shares`); under a pipeline each rank gets its
+stage's figure (`parallel_memory.stage_memories`), its stage read from the rank as the run's
+one mesh lays ranks out, "pp" the outermost axis (train.parallelize.build_mesh).
+
+Outside `rank_peak` (a plan that splits the model), zero2, which runs on FSDP2 without
+resharding after forward (train.strategy), holds more than the core's ZeRO-2 (parameters
+replicated, gradients and optimizer state sharded): its parameters are sharded at rest and
+all-gathered from the start of forward to the end of backward, so at the peak (backward) a
+rank holds the full parameters and its shard of them. The prediction made for it there is the
+core's ZeRO-2 plus that shard (`zero2_extra_params_bytes`), added to the peak and to the model
+state; the optimizer state is ZeRO-2's as it is.
 """
 
 from __future__ import annotations
@@ -35,8 +45,9 @@ from typing import TYPE_CHECKING
 
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.comm_volume import PlannedCollective, planned_collectives
-from trainbudget.core.parallel.parallel_memory import plan_memory
+from trainbudget.core.parallel.parallel_memory import plan_memory, stage_memories
 from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.parallel.rank_peak import covers, pipeline_stage, rank_peak
 from trainbudget.core.parallel.step_time import (
     DEFAULT_EFFICIENCY,
     Efficiency,
@@ -99,7 +110,10 @@ class Budget:
     """Dense peak of one device in the run's compute dtype; None for a device outside the
     catalog (every CPU): MFU is then not reported."""
     predicted_peak_memory_bytes: float
-    """Peak bytes on one rank (see the module docstring for the model used)."""
+    """Peak bytes on one rank, the most loaded (see the module docstring for the model used)."""
+    predicted_peak_memory_bytes_by_rank: tuple[float, ...] = ()
+    """Peak bytes on each rank, in rank order, where ranks differ (ZeroRedundancyOptimizer's
+    whole-tensor shards); empty: every rank `predicted_peak_memory_bytes`."""
     predicted_model_state_bytes: float
     """Weights, gradients, fp32 masters and optimizer state on one rank, as the plan shards them."""
     predicted_optimizer_state_bytes: float
@@ -213,6 +227,7 @@ def make_budget(
         hardware_flops_per_token=flops.hardware_flops_per_token,
         peak_flops_per_second=peak,
         predicted_peak_memory_bytes=memory.peak_bytes,
+        predicted_peak_memory_bytes_by_rank=memory.peak_bytes_by_rank,
         predicted_model_state_bytes=memory.model_state_bytes,
         predicted_optimizer_state_bytes=memory.optimizer_state_bytes,
         predicted_master_bytes=memory.master_bytes,
@@ -227,6 +242,7 @@ def make_budget(
 @dataclass(frozen=True, kw_only=True)
 class _Memory:
     peak_bytes: float
+    peak_bytes_by_rank: tuple[float, ...]
     model_state_bytes: float
     optimizer_state_bytes: float
     master_bytes: float
@@ -245,7 +261,7 @@ def _memory(
     """Per-rank memory predictions (see the module docstring for the model used)."""
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer)
     per_rank = plan_memory(spec, plan, **kw)
-    extra = 0.0
+    extra, by_rank = 0.0, ()
     if strategy == "zero2" and plan.n_gpus > 1:
         extra = zero2_extra_params_bytes(spec, plan, **kw)
     if plan.n_gpus == 1:
@@ -258,13 +274,42 @@ def _memory(
             recompute=plan.recompute,
         ).total_bytes
         note = "core.peak_memory's phase model of the reference implementation"
+    elif covers(plan):
+        engine = get_strategy(strategy).memory_engine
+        ranks = [
+            rank_peak(
+                spec,
+                plan,
+                engine=engine,
+                precision=precision.name,
+                optimizer=optimizer.name,
+                seq_len=seq_len,
+                fused_update=optimizer.fused_kernel,
+                rank=rank,
+            )
+            for rank in range(plan.n_gpus)
+        ]
+        by_rank = tuple(r.total_bytes for r in ranks)
+        peak = max(by_rank)
+        note = (
+            f"core.rank_peak's phase model on each rank of {plan.describe()} under {engine} "
+            f"(peak at {ranks[0].peak.phase})"
+        )
     else:
         peak = per_rank.total_bytes + extra
+        if plan.pp > 1:  # "pp" outermost: ranks [i * n / pp, (i + 1) * n / pp) are stage i
+            stages = stage_memories(spec, plan, **kw)
+            ranks_per_stage = plan.n_gpus // plan.pp
+            by_rank = tuple(
+                stages[pipeline_stage(rank // ranks_per_stage, plan.pp)].total_bytes + extra
+                for rank in range(plan.n_gpus)
+            )
         note = f"core.parallel_memory for {plan.describe()}, per rank"
         if extra:
             note += " (+ the parameters' shard FSDP2 keeps at rest under zero2)"
     return _Memory(
         peak_bytes=peak,
+        peak_bytes_by_rank=by_rank,
         model_state_bytes=per_rank.state.total_bytes + extra,
         optimizer_state_bytes=per_rank.state.optimizer_state_bytes,
         master_bytes=per_rank.state.master_bytes,

@@ -7,18 +7,22 @@
   (Adam's two moments) and not the scalar step counters, as the core does; fp32 master weights
   (bf16-mixed) apart.
 - peak: on CUDA the allocator's peak (torch.cuda.max_memory_allocated) over the run; on CPU,
-  which keeps no allocator statistics, torch's MemTracker (torch.distributed._tools) on the real
-  tensors of the second step of this process -- the tensors it sees created (through the
-  dispatcher) plus the model's parameters, gradients and optimizer state, at their largest sum.
-  The second, because the first creates the optimizer state only at its update, after the
-  backward peak (measured on the first step, zero1's 4 ranks all showed the same peak whatever
-  their share of the state); a run of one step has none. Not
-  measured on CPU (None in summary.json) under torch.compile (the tracker's dispatch mode would
-  break the graph), for one process (summary.json's fake-tensor measurement covers it), nor
-  under the FSDP2 strategies (zero2, fsdp, hsdp): there MemTracker's module tracker leaves
-  gloo's process group referenced past train.distributed.shutdown -- its threads outlive the
-  run (tests/train/test_distributed.py's thread test), the cause of the aborts at exit that
-  shutdown exists to prevent -- while a bare dispatch mode does not; not solved yet.
+  which keeps no allocator statistics, torch's MemTracker (torch.distributed._tools) over the
+  real tensors of the second step of this process (forward, backward and update of every
+  micro-batch): the tensors it sees created through the dispatcher, the model's parameters,
+  gradients and buffers, the optimizer's state, and the storages the engine resizes in place
+  (FSDP2's unsharded parameters: `_engine_storages`), at their largest sum. The second step,
+  because the first creates the optimizer state only at its update, after the backward peak;
+  it also sees DDP's gradient buckets, which DDP allocates anew at the start of its second
+  iteration (Reducer rebuilds them in the order gradients became ready). A run of one step
+  measures nothing, nor one under torch.compile (the tracker's dispatch mode would break the
+  graph) or in one process (summary.json's fake-tensor measurement covers it).
+  The tracker runs without its module tracker (`_NoModuleTracker`): that one hangs autograd
+  hooks on every module's inputs and outputs, and a hook left on FSDP2's
+  RegisterPostBackward node forms a cycle through C++ that Python's collector cannot break,
+  keeping the FSDP2 state -- and gloo's process group, with its threads -- alive past
+  train.distributed.shutdown (tests/train/test_distributed.py's thread test). Without it every
+  allocation is counted alike (no per-module or forward/backward split): the total is the same.
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ from torch.distributed.tensor import DTensor
 
 from trainbudget.train.config import TrainConfig
 from trainbudget.train.distributed import DistInfo
-from trainbudget.train.strategy import get_strategy
 
 CPU_PEAK_METHOD = "MemTracker on the real tensors of this process's second step"
 CUDA_PEAK_METHOD = "torch.cuda.max_memory_allocated over the run"
@@ -72,7 +75,41 @@ def master_weight_bytes(optimizer) -> int:
 
 def tracks_cpu_peak(cfg: TrainConfig, info: DistInfo) -> bool:
     """Whether a CPU run measures a step with MemTracker (see the module docstring)."""
-    return info.enabled and not cfg.compile and not get_strategy(cfg.strategy).fsdp2
+    return info.enabled and not cfg.compile
+
+
+def _engine_storages(model) -> list[torch.Tensor]:
+    """Tensors whose storage FSDP2 resizes in place rather than allocating through the
+    dispatcher: each parameter's all-gather output (the unsharded parameter's storage), created
+    at the first all-gather and resized to 0 and back at every reshard and unshard since
+    (torch 2.13, fsdp/_fully_shard/_fsdp_param.py: init_all_gather_outputs, alloc_storage). The
+    tracker follows a resize of a storage it knows only; empty for DDP or a plain model."""
+    tensors = []
+    for module in model.modules():
+        state = getattr(module, "_get_fsdp_state", None)
+        group = state()._fsdp_param_group if state is not None else None
+        for fsdp_param in getattr(group, "fsdp_params", ()):
+            tensors += [*fsdp_param.all_gather_outputs, *fsdp_param._unsharded_inner_tensors]
+    return tensors
+
+
+def _tracker():
+    """torch's MemTracker without its module tracker (see the module docstring)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.distributed._tools.mod_tracker import ModTracker
+
+    class _NoModuleTracker(ModTracker):
+        """Registers no module hooks: every allocation is counted as outside any module."""
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *args) -> None:
+            pass
+
+    tracker = MemTracker()
+    tracker._mod_tracker = _NoModuleTracker()
+    return tracker
 
 
 class PeakMeter:
@@ -86,35 +123,19 @@ class PeakMeter:
         self._steps = 0
 
     @contextlib.contextmanager
-    def step(self, net, model, optimizer) -> Iterator[None]:
-        """Around one training step (which calls `net`, wrapping `model`, once per micro-batch):
-        the second one measured on CPU, the others untouched."""
+    def step(self, model, optimizer) -> Iterator[None]:
+        """Around one training step of `model` (what the wrapper wraps): the second one
+        measured on CPU, the others untouched."""
         self._steps += 1
         if not self.tracked or self._steps != 2:
             yield
             return
-        from torch.distributed._tools.mem_tracker import MemTracker
-        from torch.nn.modules.module import register_module_forward_pre_hook
-
-        tracker = MemTracker()
+        tracker = _tracker()
         masters = getattr(optimizer, "masters", ())
-        tracker.track_external(model, *_inner_optimizers(optimizer), *masters)
-
-        def next_micro_batch(module, _inputs) -> None:
-            # MemTracker follows one forward of the outermost module per tracking and refuses a
-            # second ("multiple iterative calls"); accumulation makes one per micro-batch. Its
-            # per-module statistics (unused here) are cleared before each further one; the
-            # device peak, kept apart, runs on over the whole step
-            if module is net and module in tracker.memory_tracking:
-                tracker.reset_mod_stats()
-
-        # a global hook registered before the tracker's own (on entering it), so it runs first
-        handle = register_module_forward_pre_hook(next_micro_batch)
-        try:
-            with tracker:
-                yield
-        finally:
-            handle.remove()
+        external = (*_inner_optimizers(optimizer), *masters, *_engine_storages(model))
+        tracker.track_external(model, *external)
+        with tracker:
+            yield
         snapshot = tracker.get_tracker_snapshot("peak")
         self._cpu_peak = int(
             sum(v["Total"] for k, v in snapshot.items() if torch.device(k).type == "cpu")

@@ -45,6 +45,8 @@ class Strategy:
     """The model is wrapped by FSDP2's fully_shard (parameters become DTensors)."""
     reshard_after_forward: bool = True
     """FSDP2 only: free the gathered parameters after each block's forward."""
+    memory_engine: str = "ddp"
+    """The row of core.parallel.rank_peak.ENGINES whose buffers it holds on each rank."""
 
 
 STRATEGIES_TABLE = {
@@ -56,6 +58,7 @@ STRATEGIES_TABLE = {
             zero=1,
             engine="DistributedDataParallel + ZeroRedundancyOptimizer",
             fsdp2=False,
+            memory_engine="ddp+zero-redundancy",
         ),
         Strategy(
             name="zero2",
@@ -64,9 +67,18 @@ STRATEGIES_TABLE = {
             "equivalent of ZeRO-2 in PyTorch: parameters gathered from forward to backward",
             fsdp2=True,
             reshard_after_forward=False,
+            memory_engine="fsdp2-no-reshard",
         ),
-        Strategy(name="fsdp", zero=3, engine="FSDP2 fully_shard", fsdp2=True),
-        Strategy(name="hsdp", zero=3, engine="FSDP2 fully_shard on a 2-D mesh", fsdp2=True),
+        Strategy(
+            name="fsdp", zero=3, engine="FSDP2 fully_shard", fsdp2=True, memory_engine="fsdp2"
+        ),
+        Strategy(
+            name="hsdp",
+            zero=3,
+            engine="FSDP2 fully_shard on a 2-D mesh",
+            fsdp2=True,
+            memory_engine="fsdp2",
+        ),
     )
 }
 STRATEGIES = tuple(STRATEGIES_TABLE)

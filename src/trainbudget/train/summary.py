@@ -17,6 +17,10 @@ from trainbudget.train.rank_memory import gather_records, rank_record
 from trainbudget.train.step_roofline import BUSY_CPU_SHARE
 from trainbudget.train.strategy import engine_name
 
+PEAK_TOLERANCE_PERCENT = 3.0
+"""How far a rank's measured peak may be from the prediction before the run says so (issue 14:
+'per-rank peak memory within 3 % of the prediction')."""
+
 if TYPE_CHECKING:
     from trainbudget.train.accounting import Budget
     from trainbudget.train.run import Run
@@ -54,6 +58,7 @@ def per_rank_memory(run: Run) -> dict:
         mesh = dict(zip(run.mesh.mesh_dim_names, run.mesh.shape, strict=True))
         engine, mesh = expert_parallel.described(run.model, engine, mesh)
     methods = {r["peak_method"] for r in records} - {None}
+    predicted = budget.predicted_peak_memory_bytes
     return {
         "strategy": strategy,
         "strategy_engine": engine,
@@ -67,11 +72,44 @@ def per_rank_memory(run: Run) -> dict:
             "measured": [r["master_weights"] for r in records],
         },
         "peak_memory_bytes_per_rank": {
-            "predicted": budget.predicted_peak_memory_bytes,
+            "predicted": predicted,
             "measured": [r["peak"] for r in records],
             "method": methods.pop() if methods else None,
+            "ranks": [rank_peak_row(r, rank_prediction(budget, r["rank"])) for r in records],
         },
     }
+
+
+def rank_prediction(budget: Budget, rank: int) -> float:
+    """The plan's predicted peak for `rank` (train.accounting)."""
+    by_rank = budget.predicted_peak_memory_bytes_by_rank
+    return by_rank[rank] if by_rank else budget.predicted_peak_memory_bytes
+
+
+def rank_peak_row(record: dict, predicted: float) -> dict:
+    """One rank's measured peak against the plan's prediction for it (error None when not
+    measured)."""
+    measured = record["peak"]
+    error = 100 * (measured / predicted - 1) if measured is not None and predicted else None
+    return {
+        "rank": record["rank"],
+        "peak_bytes_measured": measured,
+        "peak_bytes_predicted": predicted,
+        "error_percent": error,
+        "instrument": record["peak_method"],
+    }
+
+
+def peak_notes(ranks: list[dict]) -> list[str]:
+    """A note for each rank whose measured peak is off the prediction by more than
+    PEAK_TOLERANCE_PERCENT."""
+    return [
+        f"rank {r['rank']}: measured peak memory {r['peak_bytes_measured']:,} bytes is "
+        f"{r['error_percent']:+.1f}% off the predicted {r['peak_bytes_predicted']:,.0f} "
+        f"(beyond {PEAK_TOLERANCE_PERCENT:g}%; {r['instrument']})"
+        for r in ranks
+        if r["error_percent"] is not None and abs(r["error_percent"]) > PEAK_TOLERANCE_PERCENT
+    ]
 
 
 def _cpu_share(state) -> float | None:
@@ -116,6 +154,7 @@ def summarize(run: Run) -> dict:
                 f"the run's steps got {100 * share:.0f}% of its {torch.get_num_threads()} "
                 "thread(s)' CPU time: other processes slowed the measured step time"
             )
+    out["notes"] += peak_notes(out["peak_memory_bytes_per_rank"]["ranks"])
     if out["step_seconds"]["predicted"] and measured:
         out["step_seconds"]["error"] = measured / out["step_seconds"]["predicted"] - 1
     mem = out["memory_bytes"]

@@ -38,6 +38,9 @@ class PhaseMemory:
     """fp32 master weights and optimizer state."""
     activations_bytes: float
     temporaries_bytes: float
+    buffers_bytes: float = 0.0
+    """A data-parallel engine's own buffers (gradient buckets, gathered parameters:
+    core.parallel.rank_peak); none on one device."""
 
     @property
     def total_bytes(self) -> float:
@@ -47,6 +50,7 @@ class PhaseMemory:
             + self.optimizer_bytes
             + self.activations_bytes
             + self.temporaries_bytes
+            + self.buffers_bytes
         )
 
 
@@ -101,11 +105,14 @@ def training_peak(
     micro_batch: int,
     recompute: str = "none",
     flash_attention: bool = True,
+    fused_update: bool = False,
 ) -> PeakMemory:
     """Peak bytes of a training step of the reference model (FlashAttention-style SDPA,
     no dropout, one micro-batch). flash_attention=False keeps each layer's s x s attention
     matrix as well (an eager attention, activations.py's term): the reference model always
-    runs SDPA, so only the default is held to MemTracker."""
+    runs SDPA, so only the default is held to MemTracker. fused_update=True: the update is
+    torch's fused kernel (the trainer's Adam and AdamW: model/optimizers.py), which allocates
+    no scratch; the default is the single-tensor update the profile tests measure."""
     # an estimate-only optimizer has no reference update whose scratch could be counted
     prec, opt = get_precision(precision), get_trainable_optimizer(optimizer)
     p = count_params(spec)
@@ -153,7 +160,8 @@ def training_peak(
         temporaries_bytes=tied_sum,
     )
     scratch_bytes = FP32_BYTES if prec.master_bytes else prec.state_bytes
-    scratch = opt.n_scratch * scratch_bytes  # the update's own temporaries (its table row)
+    # the update's own temporaries (its table row); a fused kernel has none
+    scratch = 0 if fused_update else opt.n_scratch * scratch_bytes
     if prec.master_bytes:
         scratch += FP32_BYTES  # the fp32 copy of the gradient being applied
     optimizer_step = PhaseMemory(

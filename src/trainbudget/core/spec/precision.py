@@ -166,6 +166,9 @@ class Optimizer:
     """Where `scratch_tensors` comes from: the line of the update that allocates them."""
     trainable: bool = True
     """The trainer has a torch factory for it (`model/optimizers.py: FACTORIES`)."""
+    fused_kernel: bool = False
+    """torch has a fused kernel for it, which the trainer runs (model/optimizers.py): an update
+    with no scratch (`peak_memory.training_peak`'s fused_update)."""
     estimate_only_reason: str = ""
     """Why the trainer cannot run it (required when `trainable` is False)."""
     source: str
@@ -232,6 +235,7 @@ OPTIMIZERS = MappingProxyType(
             Optimizer(
                 name="adam",
                 state_tensors=("exp_avg", "exp_avg_sq"),
+                fused_kernel=True,
                 scratch_tensors=("sqrt(v)", "sqrt(v) / sqrt(bias_correction2)"),
                 scratch_source=f"{SINGLE_TENSOR}: denom = (exp_avg_sq.sqrt() / "
                 "bias_correction2_sqrt).add_(eps) (torch.optim.Adam)",
@@ -240,6 +244,7 @@ OPTIMIZERS = MappingProxyType(
             Optimizer(
                 name="adamw",
                 state_tensors=("exp_avg", "exp_avg_sq"),
+                fused_kernel=True,
                 scratch_tensors=("sqrt(v)", "sqrt(v) / sqrt(bias_correction2)"),
                 scratch_source=f"{SINGLE_TENSOR}: denom = (exp_avg_sq.sqrt() / "
                 "bias_correction2_sqrt).add_(eps) (torch.optim.AdamW; the decay is in place)",

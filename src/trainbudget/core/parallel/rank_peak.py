@@ -1,0 +1,307 @@
+"""The peak of one training step on one rank of a data-parallel plan, phase by phase: the
+single-device phase model (`core.single.peak_memory.training_peak`, held to torch's MemTracker
+by the profile tests) with the model state sharded by the plan's ZeRO stage
+(`parallel_memory.zero_model_state`) and the buffers of the engine that runs it, each a named
+term of an `Engine` row with its source.
+
+A data-parallel rank runs the whole model on its own micro-batch, so the activations and the
+loss's temporaries are the single device's at that micro-batch; only the model state and the
+engine's buffers differ. Plans that split the model (tensor, pipeline, context or expert
+parallelism) are not covered (`covers`): their per-GPU figure is `parallel_memory`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+
+from trainbudget.core.errors import unknown_key
+from trainbudget.core.parallel.parallel_memory import zero_model_state
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.single.activations import FP32_BYTES, activation_memory
+from trainbudget.core.single.params import count_params, matrix_shapes
+from trainbudget.core.single.peak_memory import PeakMemory, PhaseMemory, training_peak
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import Precision, get_precision, get_trainable_optimizer
+
+
+@dataclass(frozen=True, kw_only=True)
+class Engine:
+    """What a data-parallel engine holds beside the sharded model state."""
+
+    name: str
+    gradient_buckets: bool
+    """A flat copy of every (unsharded) gradient in the all-reduce buckets, allocated once and
+    kept for the whole run."""
+    shards_parameters: bool
+    """Parameters sharded at rest whatever the ZeRO stage the engine stands in for (FSDP2
+    running ZeRO-2 keeps its shard beside the gathered copy: train.strategy)."""
+    whole_tensor_shards: bool
+    """The optimizer state is sharded by whole parameters, dealt largest first to the rank
+    that owns the fewest elements so far (`whole_tensor_shares`), not cut evenly."""
+    gathered_until_backward: bool
+    """Every parameter gathered (unsharded) from the start of forward to the end of backward:
+    at backward start a rank holds the whole model's weights beside its shard."""
+    unit_backward: bool
+    """FSDP2's units (each block, and the root: embeddings, final norm, head) in backward: the
+    last block's backward holds its unsharded gradients before their reduce-scatter -- and,
+    resharded after forward, its parameters gathered again and the next block's prefetched --
+    while the root's gradients stay unsharded until the root's own post-backward at the end;
+    at backward end the root is gathered with its unsharded gradients (`_unit_phases`)."""
+    source: str
+
+
+DDP_SOURCE = (
+    "torch.nn.parallel.DistributedDataParallel with gradient_as_bucket_view=False (the "
+    "default): the Reducer's buckets hold a copy of the gradients for the whole run; torch's "
+    "documentation of that argument: as views 'the saved memory size will be equal to the "
+    "total gradients size'"
+)
+
+ENGINES = MappingProxyType(
+    {
+        e.name: e
+        for e in (
+            Engine(
+                name="single",
+                whole_tensor_shards=False,
+                shards_parameters=False,
+                gradient_buckets=False,
+                gathered_until_backward=False,
+                unit_backward=False,
+                source="one process, no wrapper",
+            ),
+            Engine(
+                name="ddp",
+                shards_parameters=False,
+                gradient_buckets=True,
+                whole_tensor_shards=False,
+                gathered_until_backward=False,
+                unit_backward=False,
+                source=DDP_SOURCE,
+            ),
+            Engine(
+                name="ddp+zero-redundancy",
+                shards_parameters=False,
+                gradient_buckets=True,
+                whole_tensor_shards=True,
+                gathered_until_backward=False,
+                unit_backward=False,
+                source=f"{DDP_SOURCE}; torch.distributed.optim.ZeroRedundancyOptimizer "
+                "(torch 2.13 _partition_parameters): parameters sorted by size, largest first, "
+                "each to the rank with the fewest elements so far; the updated parameters "
+                "broadcast in place",
+            ),
+            Engine(
+                name="fsdp2",
+                whole_tensor_shards=False,
+                shards_parameters=True,
+                gradient_buckets=False,
+                gathered_until_backward=False,
+                unit_backward=True,
+                source="torch FSDP2 fully_shard on every block and on the root, "
+                "reshard_after_forward=True: each unit's parameters gathered for its forward "
+                "and again for its backward, freed after each; its gradients reduce-scattered "
+                "at its post-backward (torch 2.13 fsdp/_fully_shard/_fsdp_param_group.py)",
+            ),
+            Engine(
+                name="fsdp2-no-reshard",
+                whole_tensor_shards=False,
+                shards_parameters=True,
+                gradient_buckets=False,
+                gathered_until_backward=True,
+                unit_backward=True,
+                source="torch FSDP2 fully_shard(reshard_after_forward=False): parameters "
+                "gathered in forward stay gathered until each unit's post-backward reshards "
+                "them (torch 2.13 fsdp/_fully_shard/_fsdp_param_group.py: post_backward)",
+            ),
+        )
+    }
+)
+
+
+def get_engine(name: str) -> Engine:
+    if name not in ENGINES:
+        raise unknown_key("engine", name, list(ENGINES))
+    return ENGINES[name]
+
+
+def covers(plan: Plan) -> bool:
+    """Whether `rank_peak` models `plan`: data parallelism (and ZeRO) only."""
+    return (plan.tp, plan.pp, plan.cp, plan.ep) == (1, 1, 1, 1)
+
+
+def pipeline_stage(index: int, pp: int) -> str:
+    """The `parallel_memory.stage_memories` key of pipeline stage `index` of `pp`: 'only',
+    'first', 'last', or 'middle' (whose figure is the most any middle stage holds)."""
+    if pp == 1:
+        return "only"
+    return "first" if index == 0 else "last" if index == pp - 1 else "middle"
+
+
+def whole_tensor_shares(spec: ModelSpec, n_ranks: int) -> list[float]:
+    """Parameters each of `n_ranks` ranks owns when whole tensors are dealt out largest first,
+    each to the rank owning the fewest elements so far (`Engine.whole_tensor_shards`). The
+    weight matrices are dealt one by one (`params.matrix_shapes`); the vectors (norms,
+    biases), which the core counts in total only, then fill the least-loaded ranks evenly, as
+    dealing many small tensors does (off by less than the largest vector)."""
+    matrices = sorted(
+        (rows * cols for _, rows, cols, count in matrix_shapes(spec) for _ in range(count)),
+        reverse=True,
+    )
+    loads = [0.0] * n_ranks
+    for size in matrices:
+        loads[loads.index(min(loads))] += size
+    rest = count_params(spec).total - sum(loads)
+    # raise the lowest loads to one level until the vectors' elements are spent
+    order = sorted(range(n_ranks), key=lambda i: loads[i])
+    for k in range(1, n_ranks + 1):
+        level = (rest + sum(loads[i] for i in order[:k])) / k
+        if k == n_ranks or level <= loads[order[k]]:
+            break
+    return [max(load, level) if i in order[:k] else load for i, load in enumerate(loads)]
+
+
+def rank_peak(
+    spec: ModelSpec,
+    plan: Plan,
+    *,
+    engine: str,
+    precision: str,
+    optimizer: str,
+    seq_len: int,
+    fused_update: bool = False,
+    rank: int = 0,
+) -> PeakMemory:
+    """The phases of one step on one rank of `plan` (`covers(plan)`) under `engine`, the
+    largest being the peak; with gradient accumulation, those of the step's last micro-batch.
+    `fused_update`: the optimizer runs torch's fused kernel (no per-tensor scratch at the
+    update). `rank`: the rank's place in its shard group (what whole-tensor shards depend
+    on)."""
+    eng = get_engine(engine)
+    prec, opt = get_precision(precision), get_trainable_optimizer(optimizer)
+    n = count_params(spec).total
+    shard = plan.zero_shard or plan.dp
+    zero = max(plan.zero, 3) if eng.shards_parameters else plan.zero
+    kw = dict(shard=shard, precision=prec, optimizer=opt)
+    state = zero_model_state(n, zero=plan.zero, **kw)
+    params = zero_model_state(n, zero=zero, **kw).params_bytes
+    optimizer_bytes = state.optimizer_bytes
+    if eng.whole_tensor_shards and plan.zero >= 1:
+        owned = whole_tensor_shares(spec, shard)[rank % shard]
+        optimizer_bytes = state.optimizer_bytes * owned / (n / shard)
+    single = training_peak(
+        spec,
+        precision=precision,
+        optimizer=optimizer,
+        seq_len=seq_len,
+        micro_batch=plan.micro_batch,
+        recompute=plan.recompute,
+        fused_update=fused_update,
+    )
+    full_grads = n * prec.grad_bytes
+    phases = list(single.phases)
+    if eng.unit_backward:
+        layer = activation_memory(
+            spec,
+            seq_len=seq_len,
+            micro_batch=plan.micro_batch,
+            activation_bytes=prec.activation_bytes,
+            flash_attention=True,
+        ).per_layer.total_bytes
+        tokens = seq_len * plan.micro_batch
+        phases = _unit_phases(spec, eng, phases, prec, tokens=tokens, layer_bytes=layer)
+    buckets = full_grads if eng.gradient_buckets else 0.0
+    gathered = n * prec.weight_bytes if eng.gathered_until_backward else 0.0
+    # accumulation: the last micro-batch's backward starts beside the earlier ones' gradients,
+    # unsynchronised and unsharded (DDP's no_sync, FSDP2 without gradient sync)
+    accumulated = full_grads if plan.grad_accum > 1 else 0.0
+    return PeakMemory(
+        phases=tuple(
+            replace(
+                phase,
+                params_bytes=params,
+                # the phase's gradients (none, some or all), sharded as the plan shards them
+                grads_bytes=phase.grads_bytes * state.grads_bytes / full_grads
+                + (accumulated if phase.phase in UNTIL_BACKWARD else 0.0),
+                optimizer_bytes=optimizer_bytes,
+                buffers_bytes=phase.buffers_bytes
+                + buckets
+                + (gathered if phase.phase in UNTIL_BACKWARD else 0.0),
+            )
+            for phase in phases
+        )
+    )
+
+
+UNTIL_BACKWARD = ("backward start", "last block backward", "first recomputation")
+"""The phases before the blocks' post-backwards have resharded them."""
+
+
+def _unit_phases(
+    spec: ModelSpec,
+    eng: Engine,
+    phases: list[PhaseMemory],
+    prec: Precision,
+    *,
+    tokens: int,
+    layer_bytes: float,
+) -> list[PhaseMemory]:
+    """`phases` with FSDP2's units in backward (`Engine.unit_backward`). The root (embeddings,
+    final norm, head) is gathered again for the head's backward and stays so, its gradients
+    unsharded, until its post-backward at the very end. Two moments compete with backward
+    start: the last block's backward (no recomputation: every activation but the loss's; or
+    the "first recomputation" phase, the last block rebuilt), with that block's unsharded
+    gradients and, resharding, it and the next block gathered; and the first block's backward,
+    every other block's gradients already reduce-scattered into their shards, one block's
+    activations (`layer_bytes`, rebuilt or kept) left beside the caller's logits. At backward
+    end the root's unsharded gradients are reduced."""
+    p = count_params(spec)
+    w, g, e = prec.weight_bytes, prec.grad_bytes, prec.activation_bytes
+    root = p.embedding_token + p.embedding_position + p.final_norm + p.head
+    block = (p.total - root) / spec.n_layers
+    root_grads = (
+        (p.head or p.embedding_token) + p.final_norm
+    ) * g  # the head's (or tied) and norm's
+    # the block in backward and the next one prefetched (all gathered until backward without
+    # resharding: UNTIL_BACKWARD), its unsharded gradients
+    blocks = (0.0 if eng.gathered_until_backward else 2 * block * w) + block * g
+    out = []
+    for phase in phases:
+        if phase.phase == "backward end":
+            phase = replace(phase, buffers_bytes=phase.buffers_bytes + root * (w + g))
+        if phase.phase == "first recomputation":
+            phase = replace(
+                phase,
+                grads_bytes=0.0,
+                temporaries_bytes=phase.temporaries_bytes + root_grads,
+                buffers_bytes=phase.buffers_bytes + root * w + blocks,
+            )
+        out.append(phase)
+        if phase.phase != "backward start":
+            continue
+        if not any(ph.phase == "first recomputation" for ph in phases):
+            out.append(
+                replace(
+                    phase,
+                    phase="last block backward",
+                    activations_bytes=phase.activations_bytes
+                    - tokens * spec.vocab_size * FP32_BYTES,
+                    temporaries_bytes=root_grads,
+                    buffers_bytes=phase.buffers_bytes + blocks,
+                )
+            )
+        out.append(
+            replace(
+                phase,
+                phase="first block backward",
+                grads_bytes=(p.total - root - block) * g,  # sharded by the caller
+                # the block's saved tensors and its input, the logits the caller holds
+                activations_bytes=layer_bytes
+                + tokens * spec.d_model * e
+                + tokens * spec.vocab_size * e,
+                temporaries_bytes=root_grads + tokens * spec.d_model * g,
+                buffers_bytes=phase.buffers_bytes + root * w + block * (w + g),
+            )
+        )
+    return out

@@ -1,0 +1,139 @@
+"""The phase model on one data-parallel rank: the single-device phases with the state sharded by
+ZeRO and each engine's buffers; ZeroRedundancyOptimizer's whole-tensor shares. The measured
+side (MemTracker on each rank of a torchrun run) is tests/train/test_rank_memory.py."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from trainbudget.core.errors import SpecError
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.parallel.rank_peak import (
+    ENGINES,
+    covers,
+    rank_peak,
+    whole_tensor_shares,
+)
+from trainbudget.core.single.params import count_params
+from trainbudget.core.single.peak_memory import training_peak
+from trainbudget.core.spec.presets import get_preset
+
+# the trainer's distributed tests' model (tests/train/test_parallelize.py: MODEL): 18,880
+# parameters, the 257 x 32 tied embedding the largest tensor
+TINY = dataclasses.replace(
+    get_preset("gpt2"),
+    n_layers=1,
+    d_model=32,
+    n_heads=2,
+    n_kv_heads=2,
+    d_ff=64,
+    vocab_size=257,
+    max_seq_len=64,
+)
+N = 18_880
+KW = dict(precision="fp32", optimizer="adamw", seq_len=32)
+
+
+def peak(plan: Plan, engine: str, **kw):
+    return rank_peak(TINY, plan, engine=engine, **KW, **kw)
+
+
+def test_one_rank_without_an_engine_is_the_single_device_phase_model():
+    single = training_peak(TINY, micro_batch=4, **KW)
+    assert peak(Plan(dp=1, micro_batch=4), "single") == single
+
+
+def test_ddp_adds_a_copy_of_every_gradient_to_every_phase():
+    assert count_params(TINY).total == N
+    ddp = peak(Plan(dp=2, micro_batch=4), "ddp")
+    single = training_peak(TINY, micro_batch=4, **KW)
+    for got, want in zip(ddp.phases, single.phases, strict=True):
+        assert got.buffers_bytes == N * 4  # fp32 gradients
+        assert got.total_bytes == want.total_bytes + N * 4
+
+
+@pytest.mark.parametrize("engine", ["ddp", "fsdp2"])
+def test_memory_never_grows_with_the_zero_stage(engine):
+    totals = [
+        peak(Plan(dp=4, zero=zero, micro_batch=2), engine).total_bytes
+        for zero in ((0, 1, 2, 3) if engine == "ddp" else (3,))
+    ]
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_fsdp2_shards_the_state_and_gathers_as_it_runs():
+    plan = Plan(dp=2, zero=3, micro_batch=4)
+    phases = {p.phase: p for p in peak(plan, "fsdp2").phases}
+    assert list(phases) == [
+        "backward start",
+        "last block backward",
+        "first block backward",
+        "backward end",
+        "optimizer step",
+    ]
+    assert phases["backward start"].params_bytes == N * 4 / 2
+    assert phases["backward start"].optimizer_bytes == N * 8 / 2
+    assert phases["backward start"].buffers_bytes == 0  # every unit resharded after forward
+    # the first block's backward: every other block's gradients in their shards already
+    root = 257 * 32 + 64 * 32 + 2 * 32  # tied embedding, positions, final norm
+    block = N - root
+    assert (
+        phases["first block backward"].grads_bytes == 0
+    )  # one block: no other block to have reduced
+    assert phases["first block backward"].buffers_bytes == (root + block) * 4 + block * 4
+    # without resharding (zero2's engine): the whole model gathered beside the shard
+    kept = {p.phase: p for p in peak(Plan(dp=2, zero=2, micro_batch=4), "fsdp2-no-reshard").phases}
+    assert kept["backward start"].params_bytes == N * 4 / 2
+    assert kept["backward start"].buffers_bytes == N * 4
+    assert kept["optimizer step"].buffers_bytes == 0
+
+
+def test_whole_tensor_shares_deal_the_largest_first():
+    # the 257 x 32 embedding alone on rank 0; the other matrices (3 x 2048, 3072, 1024) dealt
+    # to the others; the 416 elements of vectors fill the least loaded
+    shares = whole_tensor_shares(TINY, 4)
+    assert sum(shares) == N
+    assert shares[0] == 257 * 32
+    assert shares[1] == shares[3] < shares[2]
+    assert whole_tensor_shares(TINY, 1) == [N]
+    # measured on 4 ranks of zero1 (MemTracker, tests/train/test_rank_memory.py's model):
+    # rank 0's peak 39,404 bytes above rank 1's, rank 2's 6,384 -- AdamW's 8 bytes a parameter
+    assert (shares[0] - shares[1]) * 8 == pytest.approx(39_404, rel=0.01)
+    assert (shares[2] - shares[1]) * 8 == pytest.approx(6_384, rel=0.03)
+
+
+def test_zero1_ranks_differ_by_their_whole_tensor_shares():
+    plan = Plan(dp=4, zero=1, micro_batch=2)
+    ranks = [peak(plan, "ddp+zero-redundancy", rank=r).total_bytes for r in range(4)]
+    even = peak(plan, "ddp").total_bytes
+    assert ranks[0] > even > ranks[1] == ranks[3]
+    assert sum(ranks) == pytest.approx(4 * even)
+
+
+def test_a_fused_update_has_no_scratch():
+    plan = Plan(dp=2, micro_batch=4)
+    step = {p.phase: p for p in peak(plan, "ddp", fused_update=True).phases}["optimizer step"]
+    assert step.temporaries_bytes == 0
+
+
+def test_only_data_parallel_plans_are_covered():
+    assert covers(Plan(dp=8, zero=3, zero_shard=2, grad_accum=4))
+    for plan in (Plan(tp=2), Plan(pp=2), Plan(cp=2)):
+        assert not covers(plan)
+
+
+def test_accumulation_adds_the_unsynchronised_gradients_before_backward():
+    one = {p.phase: p for p in peak(Plan(dp=2, zero=3, micro_batch=2), "fsdp2").phases}
+    two = {
+        p.phase: p for p in peak(Plan(dp=2, zero=3, micro_batch=2, grad_accum=2), "fsdp2").phases
+    }
+    assert two["backward start"].grads_bytes - one["backward start"].grads_bytes == N * 4
+    assert two["optimizer step"] == one["optimizer step"]
+
+
+def test_an_unknown_engine_names_the_known_ones():
+    with pytest.raises(SpecError, match="engine") as err:
+        peak(Plan(dp=2), "deepspeed")
+    assert all(name in str(err.value) for name in ENGINES)
