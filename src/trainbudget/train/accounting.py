@@ -2,11 +2,11 @@
 predicted peak memory and step time, all from the estimating core, computed once per run for
 the layout the trainer really runs.
 
-The layout (`run_plan`): data parallel over the run's processes (dp = world size; the trainer
-runs no tensor, pipeline, context or expert parallelism), the ZeRO stage of the strategy that
-runs (train.strategy: ddp 0, zero1 1, zero2 2, fsdp 3, hsdp 3 over shard groups of
-zero_shard ranks), the config's micro-batch, gradient accumulation and recomputation. A single
-process runs no wrapper: ZeRO 0 whatever the strategy.
+The layout (`run_plan`): data parallel over the run's processes (dp = world size / pp; the
+trainer runs no tensor, context or expert parallelism; pipeline stages: train.pipeline), the
+ZeRO stage of the strategy that runs (train.strategy: ddp 0, zero1 1, zero2 2, fsdp 3, hsdp 3
+over shard groups of zero_shard ranks), the config's micro-batch, gradient accumulation and
+recomputation. A single process runs no wrapper: ZeRO 0 whatever the strategy.
 
 What each prediction uses:
 - step time: `core.parallel.step_time.step_time` of that plan, on the catalog row of the device
@@ -43,6 +43,7 @@ from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision, get_optimizer, get_precision
 from trainbudget.core.units import MiB
 from trainbudget.profile.device import DeviceInfo
+from trainbudget.train.pipeline_split import CORE_SCHEDULES, parse_pp_layers
 from trainbudget.train.strategy import get_strategy
 
 if TYPE_CHECKING:  # the measurement imports torch: only off the catalog (make_budget)
@@ -57,13 +58,24 @@ def run_plan(
     grad_accum: int,
     recompute: str,
     zero_shard: int = 0,
+    pp: int = 1,
+    pp_schedule: str = "1f1b",
+    vpp: int = 1,
+    pp_layers: str = "",
 ) -> Plan:
     """The layout the trainer runs for `strategy` on `world_size` processes (see the module
-    docstring). The inverse of preflight.apply_plan's choice of strategy for a plan file."""
+    docstring). The inverse of preflight.apply_plan's choice of strategy for a plan file.
+    With pp > 1 (train.pipeline): dp = world_size / pp, and the schedule in the core's name."""
     zero = get_strategy(strategy).zero
-    alone = world_size == 1  # one process runs no wrapper
+    dp = world_size // pp
+    alone = dp == 1  # no data-parallel wrapper
+    core_schedule = {v: k for k, v in CORE_SCHEDULES.items()}[pp_schedule]
     return Plan(
-        dp=world_size,
+        dp=dp,
+        pp=pp,
+        vpp=vpp,
+        schedule=core_schedule,
+        pp_layers=parse_pp_layers(pp_layers),
         zero=0 if alone else zero,
         zero_shard=0 if alone else zero_shard,
         micro_batch=micro_batch,

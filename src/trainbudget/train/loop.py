@@ -60,7 +60,13 @@ from trainbudget.train.guard import StepGuard, Verdict
 from trainbudget.train.memory_check import Step, check_run
 from trainbudget.train.metrics import MetricsWriteError, MetricsWriter, Progress, resume_metrics
 from trainbudget.train.moe_tally import MoeTally, moe_record, moe_text
-from trainbudget.train.parallelize import parallel_optimizer, parallelize, reshard
+from trainbudget.train.parallelize import (
+    data_parallel_coordinate,
+    parallel_optimizer,
+    parallelize,
+    reshard,
+)
+from trainbudget.train.pipeline_step import evaluate_pipeline, forward_backward, whole_gradient
 from trainbudget.train.preflight import preflight
 from trainbudget.train.rank_memory import PeakMeter, tracks_cpu_peak
 from trainbudget.train.run import Run
@@ -159,10 +165,15 @@ def _start(
     arrive(info, "start-up: the data (rank 0 prepares it, the others wait)")
     data = open_data(cfg, main=info.is_main, barrier=lambda: barrier(info))
     say(f"building the model {spec.name} on {device}")
-    model, batches = _model_and_batches(cfg, spec, data, device, info)
+    model = _model(cfg, spec, device)
     arrive(info, "start-up: the model's wrapper (DDP broadcasts the parameters)")
     parallel = parallelize(model, info, cfg, device)
     net = parallel.net
+    if parallel.model is not None:  # pp > 1: this rank's stages (train.pipeline)
+        model = parallel.model
+    # the data-parallel coordinate: the ranks of one pipeline read the same rows
+    dp_rank, dp_size = data_parallel_coordinate(parallel.mesh)
+    batches = _batches(cfg, data, dp_rank, dp_size)
     # after parallelize: FSDP2's DTensor parameters; zero1's sharded state over the mesh
     optimizer = parallel_optimizer(model, cfg, parallel)
     autocast, scaler = mixed_precision(cfg.precision, device)
@@ -197,10 +208,10 @@ def _start(
         autocast=autocast,
         faults=faults,
         checkpoint_root=root,
-        tokens_per_step=cfg.micro_batch * cfg.grad_accum * cfg.seq_len * info.world_size,
+        tokens_per_step=cfg.micro_batch * cfg.grad_accum * cfg.seq_len * dp_size,
         probes=pre.probes,
         mesh=parallel.mesh,
-        peak_meter=PeakMeter(device, tracked=tracks_cpu_peak(cfg, info)),
+        peak_meter=PeakMeter(device, tracked=tracks_cpu_peak(cfg, info) and cfg.pp == 1),
     )
     if cfg.resume:
         say("resuming")
@@ -242,10 +253,8 @@ def _claim(
     barrier(info)
 
 
-def _model_and_batches(cfg: TrainConfig, spec: ModelSpec, data, device, info: DistInfo):
-    """The reference model in training mode, and this rank's batches: its rows of one global
-    batch per step, drawn alike by every rank and by a 1-process run with the same global
-    batch (see data.TrainBatches)."""
+def _model(cfg: TrainConfig, spec: ModelSpec, device):
+    """The reference model in training mode."""
     model = build_model(
         spec,
         device=device,
@@ -254,15 +263,20 @@ def _model_and_batches(cfg: TrainConfig, spec: ModelSpec, data, device, info: Di
         dtype=weight_dtype(cfg.precision),
     )
     model.train()
-    batches = data.train_batches(
+    return model
+
+
+def _batches(cfg: TrainConfig, data, dp_rank: int, dp_size: int):
+    """This data-parallel rank's batches: its rows of one global batch per step, drawn alike
+    by every rank and by a 1-process run with the same global batch (see data.TrainBatches)."""
+    return data.train_batches(
         cfg.micro_batch,
         cfg.seq_len,
         seed=cfg.seed,
         grad_accum=cfg.grad_accum,
-        rank=info.rank,
-        world_size=info.world_size,
+        rank=dp_rank,
+        world_size=dp_size,
     )
-    return model, batches
 
 
 def _run_folder(cfg: TrainConfig, info: DistInfo) -> Path:
@@ -288,6 +302,10 @@ def _plan(cfg: TrainConfig, info: DistInfo) -> Plan:
         grad_accum=cfg.grad_accum,
         recompute=cfg.recompute,
         zero_shard=cfg.zero_shard,
+        pp=cfg.pp,
+        pp_schedule=cfg.pp_schedule,
+        vpp=cfg.vpp,
+        pp_layers=cfg.pp_layers,
     )
 
 
@@ -385,14 +403,17 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
             record.update(by_source)
             if state.step % cfg.eval_interval == 0 or state.step == cfg.steps:
                 arrive(run.info, f"the evaluation at step {state.step}")
-                record["eval"] = evaluate(
-                    run.model,
-                    run.data,
-                    cfg,
-                    run.device,
-                    run.info,
-                    sharded=is_sharded(run.model),
-                )
+                if cfg.pp > 1:  # along the stages (train.pipeline_step)
+                    record["eval"] = evaluate_pipeline(run)
+                else:
+                    record["eval"] = evaluate(
+                        run.model,
+                        run.data,
+                        cfg,
+                        run.device,
+                        run.info,
+                        sharded=is_sharded(run.model),
+                    )
                 if run.probes:
                     record["probes"] = probe_probabilities(
                         run.model, run.data.tokenizer, run.probes, run.device
@@ -429,6 +450,8 @@ def _step(run: Run, logged: bool):
     gradient norm, and the update unless the guard says no. Returns (loss, grad_norm, verdict,
     flags agreed by all ranks -- and the MoE layers' figures, flags["moe"] --, phase seconds,
     per-source loss fields -- on logged steps only)."""
+    if run.cfg.pp > 1:
+        return _pipeline_step(run, logged)
     cfg = run.cfg
     phases = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
     batch = run.batches.step + 1  # 1-based, as faults count batches
@@ -485,6 +508,30 @@ def _step(run: Run, logged: bool):
     if verdict.ok:
         run.scaler.step(run.optimizer)
     run.scaler.update()
+    run.optimizer.zero_grad(set_to_none=True)
+    _sync(run.device)
+    phases["optimizer"] = time.perf_counter() - t
+    flags, by_source = _decode_packet(packet, moe, sources)
+    return loss_value, grad_norm_value, verdict, flags, phases, by_source
+
+
+def _pipeline_step(run: Run, logged: bool):
+    """`_step` with pp > 1: the schedule runs the micro-batches (train.pipeline_step); the loss,
+    flags and update as `_step` does them, the gradient norm over every stage."""
+    phases = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
+    batch = run.batches.step + 1  # 1-based, as faults count batches
+    arrive(run.info, f"the pipeline schedule of step {run.state.step + 1}")
+    moe = MoeTally(run.device)  # preflight refuses MoE models with pp > 1: zeros
+    sources = SourceLoss(run.batches.dataset.source_names, run.device) if logged else None
+    loss_sum = forward_backward(run, run.faults.loss_factor(batch), sources, phases)
+    t = time.perf_counter()
+    arrive(run.info, f"the gradient-norm and loss all-reduces of step {run.state.step + 1}")
+    grad_norm_value = whole_gradient(run, batch)
+    packet = _all_reduce_packet(run, loss_sum, moe, sources)
+    loss_value = packet[0] / run.info.world_size
+    verdict = run.guard.judge(loss_value, grad_norm_value)
+    if verdict.ok:
+        run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     _sync(run.device)
     phases["optimizer"] = time.perf_counter() - t

@@ -40,15 +40,35 @@ class Parallel:
     mesh: DeviceMesh | None
     """The run's one device mesh; None when running alone."""
     net: nn.Module
-    """What the steps call: DDP around the model, or the model FSDP2 sharded in place."""
+    """What the steps call: DDP around the model, or the model FSDP2 sharded in place; with
+    pp > 1, this rank's train.pipeline.Pipeline."""
+    model: nn.Module | None = None
+    """pp > 1: this rank's part of the model (its stages' parameters, under the model's own
+    names), what the run keeps as its model; None: the model given."""
 
 
 def build_mesh(info: DistInfo, cfg: TrainConfig, device: torch.device) -> DeviceMesh | None:
     """The device mesh of the run's strategy (train.strategy.mesh_shape), None alone."""
     if not info.enabled:
         return None
-    shape = mesh_shape(cfg.strategy, world_size=info.world_size, zero_shard=cfg.zero_shard)
+    shape = mesh_shape(
+        cfg.strategy, world_size=info.world_size, zero_shard=cfg.zero_shard, pp=cfg.pp
+    )
     return init_device_mesh(device.type, shape.sizes, mesh_dim_names=shape.axes)
+
+
+def data_parallel_coordinate(mesh: DeviceMesh | None) -> tuple[int, int]:
+    """(dp_rank, dp_size): this rank's place among the data-parallel replicas, the rank and
+    world the data loader is given. Ranks that differ only along "pp" (or "tp") hold the same
+    rows; hsdp's ("dp_replicate", "dp_shard") count as one axis, replicate outermost."""
+    if mesh is None:
+        return 0, 1
+    rank, size = 0, 1
+    for name in mesh.mesh_dim_names:
+        if name in ("dp", "dp_replicate", "dp_shard"):
+            rank = rank * mesh.size(mesh.mesh_dim_names.index(name)) + mesh.get_local_rank(name)
+            size *= mesh.size(mesh.mesh_dim_names.index(name))
+    return rank, size
 
 
 def parallelize(
@@ -61,6 +81,11 @@ def parallelize(
     mesh = build_mesh(info, cfg, device)
     if mesh is None:
         return Parallel(strategy=cfg.strategy, mesh=None, net=model)
+    if cfg.pp > 1:  # stages, each wrapped for the strategy (train.pipeline)
+        from trainbudget.train.pipeline import build_pipeline
+
+        part, pipeline = build_pipeline(model, cfg, mesh, device)
+        return Parallel(strategy=cfg.strategy, mesh=mesh, net=pipeline, model=part)
     strategy = get_strategy(cfg.strategy)
     if strategy.fsdp2:
         _fully_shard(model, mesh, reshard_after_forward=strategy.reshard_after_forward)
@@ -98,7 +123,12 @@ def reshard(model: nn.Module) -> None:
 
 def parallel_optimizer(model: nn.Module, cfg: TrainConfig, parallel: Parallel):
     """The run's optimizer (train.setup.make_optimizer); under zero1 sharded by
-    ZeroRedundancyOptimizer over the mesh's "dp" group."""
+    ZeroRedundancyOptimizer over the mesh's "dp" group; with pp > 1 over this rank's stages,
+    its state in the whole model's layout (train.pipeline.PipelineOptimizer)."""
+    if parallel.model is not None:
+        from trainbudget.train.pipeline import PipelineOptimizer
+
+        return PipelineOptimizer(model, model.whole, cfg)
     if parallel.strategy != "zero1" or parallel.mesh is None:
         return make_optimizer(model, cfg)
     return ShardedStateOptimizer(

@@ -23,12 +23,14 @@ from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.data.files import SPLITS, read_meta, split_file
 from trainbudget.data.tokenizers import BYTE_VOCAB_SIZE
 from trainbudget.train.config import TrainConfig, config_fields
+from trainbudget.train.pipeline_split import CORE_SCHEDULES, stage_layer_counts
 from trainbudget.train.strategy import check_strategy, strategy_for_plan
 
 TOKEN_BYTES = {"uint16": 2, "uint32": 4}  # the dtypes of data.files.token_dtype_name
 PLAN_DECIDES = ("strategy", "zero_shard", "micro_batch", "grad_accum", "recompute")
+PLAN_DECIDES_PP = ("pp", "pp_schedule", "vpp", "pp_layers")  # pp's, when the plan has pp > 1
 _PLAN_INTS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "micro_batch", "grad_accum")
-_TRAINER_AXES = ("tp", "pp", "vpp", "cp", "ep")  # the trainer runs each of these at 1
+_TRAINER_AXES = ("tp", "cp", "ep")  # the trainer runs each of these at 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,11 +67,17 @@ def preflight(
         plan = read_plan(cfg.plan, seq_len=cfg.seq_len)
         cfg = apply_plan(cfg, plan, world_size=world, explicit=explicit)
     check_strategy(
-        cfg.strategy, zero_shard=cfg.zero_shard, world_size=world, precision=cfg.precision
+        cfg.strategy,
+        zero_shard=cfg.zero_shard,
+        world_size=world,
+        precision=cfg.precision,
+        pp=cfg.pp,
     )
     meta = read_data_meta(cfg.data) if cfg.data else None
     vocab_size = meta["vocab_size"] if meta else BYTE_VOCAB_SIZE
     spec = model_spec(cfg, vocab_size)
+    if cfg.pp > 1:
+        _check_pipeline_model(cfg, spec)
     if meta:
         _check_windows(meta, cfg.seq_len)
     probes = read_probes(cfg.probes) if cfg.probes else ()
@@ -255,7 +263,7 @@ def apply_plan(
     cfg: TrainConfig, plan: Plan, *, world_size: int, explicit: Collection[str] | None = None
 ) -> TrainConfig:
     """`cfg` with the plan's micro-batching and strategy, after checking the trainer can run
-    it: data parallel only, one process per dp rank, no offload (train.strategy: which
+    it: data and pipeline parallel, one process per rank, no offload (train.strategy: which
     strategy runs which ZeRO stage)."""
     for axis in _TRAINER_AXES:
         degree = getattr(plan, axis)
@@ -272,12 +280,13 @@ def apply_plan(
                 cfg.plan,
                 f"the trainer does not offload; this plan has {name}={getattr(plan, name)}",
             )
-    if plan.dp != world_size:
+    if plan.n_gpus != world_size:
         raise SpecError(
             "plan",
             cfg.plan,
-            f"the plan is for dp={plan.dp} processes and this run has {world_size}; run it with "
-            f"torchrun --nproc-per-node {plan.dp}",
+            f"the plan is for {plan.n_gpus} processes (dp={plan.dp} x tp={plan.tp} x "
+            f"pp={plan.pp} x cp={plan.cp}) and this run has {world_size}; run it with "
+            f"torchrun --nproc-per-node {plan.n_gpus}",
         )
     if plan.recompute_every != 1:
         raise SpecError(
@@ -300,6 +309,13 @@ def apply_plan(
         "grad_accum": plan.grad_accum,
         "recompute": plan.recompute,
     }
+    if plan.pp > 1:
+        decided.update(
+            pp=plan.pp,
+            pp_schedule=CORE_SCHEDULES[plan.schedule],
+            vpp=plan.vpp,
+            pp_layers=",".join(map(str, plan.pp_layers)),
+        )
     defaults = config_fields()
     for name, value in decided.items():
         given = (
@@ -312,9 +328,22 @@ def apply_plan(
                 name,
                 getattr(cfg, name),
                 f"conflicts with the plan ({plan.describe()}: {name} {value}); the plan decides "
-                f"{', '.join(PLAN_DECIDES)}: leave {name} out or drop the plan",
+                f"{', '.join(PLAN_DECIDES + PLAN_DECIDES_PP)}: leave {name} out or drop the "
+                "plan",
             )
     return dataclasses.replace(cfg, **decided)
+
+
+def _check_pipeline_model(cfg: TrainConfig, spec: ModelSpec) -> None:
+    """pp > 1: the model splits into the stages asked for, and is one the stages can run."""
+    stage_layer_counts(spec.n_layers, pp=cfg.pp, vpp=cfg.vpp, pp_layers=cfg.pp_layers)
+    if spec.is_moe:
+        raise SpecError(
+            "pp",
+            cfg.pp,
+            f"the pipeline does not run MoE models yet ({spec.name}: its auxiliary losses are "
+            "added outside the stages); use pp 1",
+        )
 
 
 def _plan_strategy(cfg: TrainConfig, plan: Plan) -> str:

@@ -18,8 +18,9 @@ that backward all-gathers nothing). `zero2_extra_params_bytes` in train.accounti
 that holds beyond ZeRO-2.
 
 Naming (torchtitan's rule): an "axis" is a device-mesh axis, a "dim" a tensor dimension. The
-mesh has the data-parallel axes only; tensor, context, pipeline or expert axes would be added
-in `mesh_shape`, the one place the mesh is laid out.
+mesh has the data-parallel axes, after a "pp" axis when the model is split into pipeline
+stages (train.pipeline); tensor, context or expert axes would be added in `mesh_shape`, the
+one place the mesh is laid out.
 """
 
 from __future__ import annotations
@@ -97,10 +98,17 @@ def strategy_for_plan(zero: int, zero_shard: int) -> str:
     return "hsdp"
 
 
-def mesh_shape(strategy: str, *, world_size: int, zero_shard: int) -> MeshShape:
+def mesh_shape(strategy: str, *, world_size: int, zero_shard: int, pp: int = 1) -> MeshShape:
     """The device mesh of `strategy` on `world_size` processes: ("dp",) for every strategy but
     hsdp, whose ("dp_replicate", "dp_shard") axes hold world_size / zero_shard replicas of
-    zero_shard shards each (outer axis across the groups, as FSDP2's HSDP expects)."""
+    zero_shard shards each (outer axis across the groups, as FSDP2's HSDP expects). With
+    pp > 1 a "pp" axis comes first (outermost: the ranks of one stage are consecutive) and the
+    data-parallel axes hold world_size / pp ranks."""
+    if pp > 1:
+        if world_size % pp:
+            raise SpecError("pp", pp, f"must divide the processes ({world_size})")
+        inner = mesh_shape(strategy, world_size=world_size // pp, zero_shard=zero_shard)
+        return MeshShape(axes=("pp", *inner.axes), sizes=(pp, *inner.sizes))
     get_strategy(strategy)
     if strategy != "hsdp":
         if zero_shard:
@@ -118,10 +126,12 @@ def mesh_shape(strategy: str, *, world_size: int, zero_shard: int) -> MeshShape:
     return MeshShape(axes=("dp_replicate", "dp_shard"), sizes=(replicas, zero_shard))
 
 
-def check_strategy(strategy: str, *, zero_shard: int, world_size: int, precision: str) -> None:
+def check_strategy(
+    strategy: str, *, zero_shard: int, world_size: int, precision: str, pp: int = 1
+) -> None:
     """What the strategy needs of the run, before anything starts: a mesh that fits the
     processes, and a precision its optimizer wrapper supports."""
-    mesh_shape(strategy, world_size=world_size, zero_shard=zero_shard)
+    mesh_shape(strategy, world_size=world_size, zero_shard=zero_shard, pp=pp)
     if strategy == "zero1" and precision == "bf16-mixed" and world_size > 1:
         raise SpecError(
             "precision",

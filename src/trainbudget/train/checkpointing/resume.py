@@ -96,8 +96,9 @@ def save_run(run: Run) -> Path:
     """A collective: every rank calls it; returns the committed checkpoint folder."""
     files: dict[str, object] = {rank_file(run.info.rank): {"rng": capture_rng_state()}}
     writer = None
-    if is_sharded(run.model):
-        # distributed: each rank writes its FSDP2 shards into dcp/ (DCP's save, a collective)
+    if is_sharded(run.model) or run.cfg.pp > 1:
+        # distributed: each rank writes its FSDP2 shards, or its pipeline stages, into dcp/
+        # (DCP's save, a collective)
         def writer(tmp: Path) -> None:
             save_sharded(tmp / DCP_DIR, run.model, run.optimizer)
 
