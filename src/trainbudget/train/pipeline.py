@@ -51,15 +51,9 @@ from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 from trainbudget.model.transformer import Transformer, rope_tables
 from trainbudget.train.config import TrainConfig
-from trainbudget.train.pipeline_split import rank_stages, stage_layers
+from trainbudget.train.pipeline_split import SCHEDULE_CLASSES, rank_stages, stage_layers
 from trainbudget.train.setup import make_optimizer
 from trainbudget.train.strategy import get_strategy
-
-SCHEDULE_CLASSES = {
-    "gpipe": "ScheduleGPipe",
-    "1f1b": "Schedule1F1B",
-    "interleaved-1f1b": "ScheduleInterleaved1F1B",
-}
 
 
 class StageModule(nn.Module):
@@ -293,7 +287,13 @@ def _data_parallel(stage, cfg: TrainConfig, dp_mesh: DeviceMesh, device: torch.d
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(stage, device_ids=ids, process_group=dp_mesh.get_group())
+    # find_unused_parameters: DDP then never rebuilds its buckets from the order gradients
+    # arrived in during the first step, an order it would record once per micro-batch here
+    # (the schedule runs several backwards per step) and refuse ("rebuilt parameter indices
+    # size is not same as original model parameters size", torch 2.13)
+    return DistributedDataParallel(
+        stage, device_ids=ids, process_group=dp_mesh.get_group(), find_unused_parameters=True
+    )
 
 
 def _schedule(cfg: TrainConfig, pipe_stages: list, loss_fn):

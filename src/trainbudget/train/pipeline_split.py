@@ -17,6 +17,12 @@ from trainbudget.core.errors import SpecError
 
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 """The trainer's schedule names (TrainConfig.pp_schedule)."""
+SCHEDULE_CLASSES = {
+    "gpipe": "ScheduleGPipe",
+    "1f1b": "Schedule1F1B",
+    "interleaved-1f1b": "ScheduleInterleaved1F1B",
+}
+"""The trainer's schedule name -> its class in torch.distributed.pipelining."""
 CORE_SCHEDULES = {"gpipe": "gpipe", "1f1b": "1f1b", "interleaved": "interleaved-1f1b"}
 """The core's plan schedule name (core.parallel.plan.SCHEDULES) -> the trainer's."""
 
@@ -105,3 +111,11 @@ def check_schedule(schedule: str, *, pp: int, vpp: int, n_microbatches: int) -> 
             f"must be a multiple of max(1, grad_accum // pp) = {rounds} with pp_schedule "
             "interleaved-1f1b (torch's ScheduleInterleaved1F1B runs that many rounds)",
         )
+
+
+def pipeline_engine(schedule: str, *, pp: int, vpp: int, dp: int, dp_engine: str) -> str:
+    """What runs, in PyTorch's words (summary.json's `strategy_engine` with pp > 1)."""
+    name = SCHEDULE_CLASSES[schedule]
+    stages = f"{pp * vpp} stages" + (f" ({vpp} per rank)" if vpp > 1 else "")
+    wrapper = f"{dp_engine} per stage over dp={dp}" if dp > 1 else "no data-parallel wrapper"
+    return f"torch.distributed.pipelining {name}, {stages}; {wrapper}"

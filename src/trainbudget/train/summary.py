@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from trainbudget.profile.memory import measure_step_memory
+from trainbudget.train.pipeline_split import pipeline_engine
 from trainbudget.train.rank_memory import gather_records, rank_record
 from trainbudget.train.step_roofline import BUSY_CPU_SHARE
 from trainbudget.train.strategy import get_strategy
@@ -42,6 +43,14 @@ def per_rank_memory(run: Run) -> dict:
         strategy, engine, mesh = "single", "one process, no wrapper", {}
     else:
         strategy, engine = run.cfg.strategy, get_strategy(run.cfg.strategy).engine
+        if run.cfg.pp > 1:
+            engine = pipeline_engine(
+                run.cfg.pp_schedule,
+                pp=run.cfg.pp,
+                vpp=run.cfg.vpp,
+                dp=run.info.world_size // run.cfg.pp,
+                dp_engine=engine,
+            )
         mesh = dict(zip(run.mesh.mesh_dim_names, run.mesh.shape, strict=True))
     methods = {r["peak_method"] for r in records} - {None}
     return {
