@@ -3,8 +3,8 @@ split and the schedules' rules (pure), the stages chained in one process equal t
 the optimizer state in the whole model's layout, and real runs under torchrun (gloo, CPU) whose
 loss, gradient norm and held-out loss follow one process with the same global batch: pp2 under
 each schedule (1F1B; GPipe with an uneven split; interleaved 1F1B with 2 virtual stages per
-rank), dp2 x pp2 under DDP and FSDP2 on 4 ranks; resumes exact under pp2, under dp2 x pp2
-FSDP2, and in one process from a pp2 checkpoint.
+rank, from a plan file), dp2 x pp2 under DDP and FSDP2 on 4 ranks; resumes exact under pp2,
+under dp2 x pp2 FSDP2, and in one process from a pp2 checkpoint.
 
 Tolerance, fp32: relative 1e-4 (the bound of tests/train/test_distributed.py) on every logged
 loss, gradient norm and held-out loss. The pipeline computes the same sums in another order
@@ -242,7 +242,8 @@ RUNS = {
     "single": (1, SINGLE),
     "pp2-1f1b": (2, PP2),
     "pp2-gpipe-uneven": (2, (*PP2, "--pp-schedule", "gpipe", "--pp-layers", "1,3")),
-    "pp2-interleaved": (2, (*PP2, "--pp-schedule", "interleaved-1f1b", "--vpp", "2")),
+    # the layout from a plan file: `trainbudget plan --json`'s best, made dp1 pp2 vpp2
+    "plan-pp2-interleaved": (2, ("--plan", "{plan}")),
     "dp2-pp2-ddp": (4, (*DP2_PP2, "--strategy", "ddp")),
     "dp2-pp2-fsdp": (4, (*DP2_PP2, "--strategy", "fsdp")),
 }
@@ -279,11 +280,31 @@ def runs(tmp_path_factory):
     def get(name: str):
         if name not in done:
             nproc, args = RUNS[name]
+            args = [a.format(plan=_plan_file(root)) if a == "{plan}" else a for a in args]
             done[name] = (root / name, _train(root / name, data, args, nproc=nproc))
         return done[name]
 
     get.data, get.root = data, root
     return get
+
+
+def _plan_file(root: Path) -> Path:
+    """`trainbudget plan --json` for the tiny model on 2 GPUs (its best layout: dp2), the best
+    layout edited to 2 pipeline stages of 2 virtual stages each, interleaved 1F1B."""
+    from clirun import cli_json
+
+    model = [item for o in GPT2_TINY for item in ("--set", o)]
+    doc = cli_json(
+        "plan",
+        *("--model", "gpt2", *model, "--gpus", "2", "--gpu", "h100-sxm"),
+        *("--global-batch", "8", "--seq-len", "32", "--recompute-options", "none"),
+    )
+    layout = doc["plans"][0]["plan"]
+    layout.update(dp=1, pp=2, vpp=2, schedule="interleaved", zero=0, zero_shard=0)
+    layout.update(micro_batch=2, grad_accum=4, global_batch=8)
+    path = root / "plan.json"
+    path.write_text(json.dumps(doc))
+    return path
 
 
 def _assert_follows(got: list[dict], want: list[dict], first_step: int = 1) -> None:
@@ -305,6 +326,9 @@ def test_the_pipeline_follows_the_single_process_trajectory(runs, name):
     _assert_follows(got, want)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["strategy_engine"].startswith("torch.distributed.pipelining Schedule")
+    if name.startswith("plan-"):
+        assert "ScheduleInterleaved1F1B, 4 stages (2 per rank)" in summary["strategy_engine"]
+        assert summary["plan"] == "dp1 tp1 pp2 vpp2 zero0 mb2x4"
     assert summary["mesh"]["pp"] == 2
     assert summary["tokens_per_step"] == 8 * 32
 
