@@ -62,7 +62,7 @@ def test_an_uneven_split_is_taken_as_given():
     [
         (6, {"pp": 4}, "n_layers", "divisible by pp (4) * vpp (1) = 4"),
         (6, {"pp": 2, "pp_layers": "1,2,3"}, "pp_layers", "one entry per stage"),
-        (6, {"pp": 2, "pp_layers": "2,3"}, "pp_layers", "sum to 5, not the model's n_layers (6)"),
+        (6, {"pp": 2, "pp_layers": "2,3"}, "pp_layers", "sums to 5, not the model's n_layers (6)"),
         (6, {"pp": 2, "pp_layers": "3,x"}, "pp_layers", "positive integers"),
         (6, {"pp": 2, "pp_layers": "6,0"}, "pp_layers", "positive integers"),
     ],
@@ -121,6 +121,27 @@ def test_schedules_torch_accepts_pass():
 def test_the_config_refuses_what_the_pipeline_does_not_run(fields, field, words):
     with pytest.raises(SpecError) as err:
         TrainConfig(**fields)
+    assert err.value.field == field and words in err.value.rule
+
+
+MOE_TINY = ("n_layers=2", "d_model=32", "n_heads=2", "n_kv_heads=1", "d_ff=64", "vocab_size=257")
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "words"),
+    [
+        ({"pp_layers": "1,2"}, "pp_layers", "sums to 3, not the model's n_layers (4)"),
+        ({"overrides": ("n_layers=3",)}, "n_layers", "divisible by pp (2) * vpp (1) = 2"),
+        ({"model": "mixtral-8x7b", "overrides": MOE_TINY}, "pp", "does not run MoE models"),
+        ({"pp": 4, "grad_accum": 4}, "pp", "must divide the processes (2)"),
+    ],
+)
+def test_preflight_refuses_a_model_the_stages_cannot_hold(tmp_path, fields, field, words):
+    from trainbudget.train.preflight import preflight
+
+    base = {"pp": 2, "grad_accum": 2, "out": str(tmp_path / "run")}
+    with pytest.raises(SpecError) as err:
+        preflight(TrainConfig(**{**base, **fields}), world_size=2)
     assert err.value.field == field and words in err.value.rule
 
 

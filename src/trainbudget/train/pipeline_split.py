@@ -56,7 +56,7 @@ def stage_layer_counts(n_layers: int, *, pp: int, vpp: int = 1, pp_layers: str =
             raise SpecError(
                 "pp_layers",
                 pp_layers,
-                f"sum to {sum(counts)}, not the model's n_layers ({n_layers})",
+                f"sums to {sum(counts)}, not the model's n_layers ({n_layers})",
             )
         return counts
     if n_layers % n_stages:
