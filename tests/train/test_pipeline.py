@@ -4,7 +4,8 @@ the optimizer state in the whole model's layout, and real runs under torchrun (g
 loss, gradient norm and held-out loss follow one process with the same global batch: pp2 under
 each schedule (1F1B; GPipe with an uneven split; interleaved 1F1B with 2 virtual stages per
 rank, from a plan file), dp2 x pp2 under DDP and FSDP2 on 4 ranks; resumes exact under pp2,
-under dp2 x pp2 FSDP2, and in one process from a pp2 checkpoint.
+under dp2 x pp2 FSDP2, in one process from a pp2 checkpoint, and under dp2 x pp2 FSDP2 from one
+process's full checkpoint.
 
 Tolerance, fp32: relative 1e-4 (the bound of tests/train/test_distributed.py) on every logged
 loss, gradient norm and held-out loss. The pipeline computes the same sums in another order
@@ -374,6 +375,8 @@ def _resumed(runs, name: str, nproc: int, args) -> list[dict]:
         ("pp2-1f1b", 2, PP2),  # the same layout
         ("pp2-1f1b", 1, SINGLE),  # a pp2 checkpoint in one process (DCP: the model's names)
         ("dp2-pp2-fsdp", 4, (*DP2_PP2, "--strategy", "fsdp")),  # FSDP2 shards per stage
+        # one process's full checkpoint (model.pt, optimizer.pt) cut into stages and shards
+        ("single", 4, (*DP2_PP2, "--strategy", "fsdp")),
     ],
 )
 def test_a_resume_continues_exactly(runs, name, nproc, args):

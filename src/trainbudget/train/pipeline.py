@@ -32,7 +32,10 @@ Parameter names stay those of the single-process model (`StageModule` keeps the 
 attribute names, `blocks` as a ModuleDict keyed by the layer index), and the optimizer's
 state is saved under the single model's parameter indices (`PipelineOptimizer`): a PP
 checkpoint (DCP, every rank writing its stages) is a single-process checkpoint's layout, and
-loads in one process or under another layout.
+loads in one process or under another layout; a full checkpoint (one process, DDP) loads into
+the stages too, each rank taking its entries (`StageModule.load_state_dict`, the optimizer's),
+cut into FSDP2's shards where the stages are sharded (train.distributed.ShardingLoad).
+DDP wraps a stage with find_unused_parameters=True (see `_data_parallel`).
 
 Not run with pp > 1 (refused by config and preflight, one line each): zero1, bf16-mixed and
 amp-fp16, torch.compile, probes, MoE models.
