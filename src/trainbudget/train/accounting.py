@@ -2,12 +2,12 @@
 predicted peak memory and step time, all from the estimating core, computed once per run for
 the layout the trainer really runs.
 
-The layout (`run_plan`): data parallel over the run's processes (dp = world size / tp), tensor
-(and sequence) parallel over tp of them (the trainer runs no pipeline, context or expert
-parallelism here), the ZeRO stage of the strategy that
-runs (train.strategy: ddp 0, zero1 1, zero2 2, fsdp 3, hsdp 3 over shard groups of
-zero_shard ranks), the config's micro-batch, gradient accumulation and recomputation. A single
-process runs no wrapper: ZeRO 0 whatever the strategy.
+The layout (`run_plan`): data parallel over the run's processes (dp = world size / (tp x pp)),
+tensor (and sequence) parallel over tp of them, pipeline stages over pp (train.pipeline),
+experts split over ep of the data-parallel ranks (the trainer runs no context parallelism),
+the ZeRO stage of the strategy that runs (train.strategy: ddp 0, zero1 1, zero2 2, fsdp 3,
+hsdp 3 over shard groups of zero_shard ranks), the config's micro-batch, gradient accumulation
+and recomputation. A single data-parallel rank runs no wrapper: ZeRO 0 whatever the strategy.
 
 What each prediction uses:
 - step time: `core.parallel.step_time.step_time` of that plan, on the catalog row of the device
@@ -61,6 +61,7 @@ from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision, get_optimizer, get_precision
 from trainbudget.core.units import MiB
 from trainbudget.profile.device import DeviceInfo
+from trainbudget.train.pipeline_split import CORE_SCHEDULES, parse_pp_layers
 from trainbudget.train.strategy import get_strategy
 
 if TYPE_CHECKING:  # the measurement imports torch: only off the catalog (make_budget)
@@ -78,16 +79,26 @@ def run_plan(
     tp: int = 1,
     sequence_parallel: bool = False,
     ep: int = 1,
+    pp: int = 1,
+    pp_schedule: str = "1f1b",
+    vpp: int = 1,
+    pp_layers: str = "",
 ) -> Plan:
     """The layout the trainer runs for `strategy` on `world_size` processes (see the module
-    docstring), world_size / tp of them data parallel. The inverse of preflight.apply_plan's
-    choice of strategy for a plan file."""
+    docstring): world_size / (tp x pp) of them data parallel, the pipeline schedule in the
+    core's name. The inverse of preflight.apply_plan's choice of strategy for a plan file."""
     zero = get_strategy(strategy).zero
-    alone = world_size == tp  # no data-parallel wrapper
+    dp = world_size // (tp * pp)
+    alone = dp == 1  # no data-parallel wrapper
+    core_schedule = {v: k for k, v in CORE_SCHEDULES.items()}[pp_schedule]
     return Plan(
-        dp=world_size // tp,
+        dp=dp,
         tp=tp,
         sp=sequence_parallel,
+        pp=pp,
+        vpp=vpp,
+        schedule=core_schedule,
+        pp_layers=parse_pp_layers(pp_layers),
         zero=0 if alone else zero,
         zero_shard=0 if alone else zero_shard,
         micro_batch=micro_batch,

@@ -22,6 +22,7 @@ from trainbudget.core.spec.precision import (
     TRAINABLE_OPTIMIZERS,
     get_trainable_optimizer,
 )
+from trainbudget.train.pipeline_split import PP_SCHEDULES, check_schedule, parse_pp_layers
 from trainbudget.train.strategy import STRATEGIES
 
 SCHEDULES = ("cosine", "linear", "constant", "wsd")
@@ -35,6 +36,7 @@ CHOICES = {
     "strategy": STRATEGIES,
     "recompute": ("none", "full"),
     "on_nonfinite": ("skip", "halt"),
+    "pp_schedule": PP_SCHEDULES,
 }
 MOE_WEIGHTS = ("moe_capacity_factor", "moe_balance_loss_coef", "moe_z_loss_coef")
 EP_REFUSED = {
@@ -130,6 +132,17 @@ class TrainConfig:
     over groups of ep data-parallel ranks, tokens sent to their experts' ranks by all-to-all
     (train.expert_parallel); it must divide n_experts and the processes. Strategies ddp, zero2
     and fsdp."""
+    pp: int = 1
+    """Pipeline stages across ranks (torch.distributed.pipelining): it must divide the
+    processes; the data-parallel strategy runs over the processes / pp ranks of each stage."""
+    pp_schedule: str = "1f1b"
+    """pp > 1: the pipeline schedule, gpipe, 1f1b or interleaved-1f1b (vpp stages per rank);
+    its micro-batches are the grad_accum micro-batches of each step."""
+    vpp: int = 1
+    """pp > 1: virtual stages per pipeline rank (>= 2 for interleaved-1f1b, else 1)."""
+    pp_layers: str = ""
+    """pp > 1: layers of each stage, first to last, comma-separated (pp * vpp entries summing
+    to n_layers); empty: an even split."""
     collective_timeout_seconds: float = 600.0
     """Under torchrun: how long a rank waits for the others -- at rendezvous and in every
     collective -- before it exits with code 3, naming the ranks that did not arrive."""
@@ -209,6 +222,9 @@ def _check_ranges(cfg: TrainConfig) -> None:
         "eval_batches",
         "max_consecutive_skips",
     ):
+        if getattr(cfg, name) <= 0:
+            raise SpecError(name, getattr(cfg, name), "must be a positive integer")
+    for name in ("pp", "vpp"):
         if getattr(cfg, name) <= 0:
             raise SpecError(name, getattr(cfg, name), "must be a positive integer")
     for name in ("checkpoint_every", "spike_window", "max_rollbacks", "zero_shard"):
@@ -293,6 +309,7 @@ def _check_together(cfg: TrainConfig) -> None:
             "does not run with amp-fp16: each rank holds other experts, so GradScaler's "
             "per-rank overflow check could skip the step on one rank and not another",
         )
+    _check_pipeline(cfg)
     # the loop evaluates only on logged steps (and the last): an eval_interval that is not a
     # multiple of log_interval would evaluate only every lcm of the two, silently
     if cfg.eval_interval % cfg.log_interval and cfg.eval_interval < cfg.steps:
@@ -302,6 +319,31 @@ def _check_together(cfg: TrainConfig) -> None:
             f"must be a multiple of log_interval ({cfg.log_interval}): evaluation runs on "
             "logged steps only",
         )
+
+
+def _check_pipeline(cfg: TrainConfig) -> None:
+    """pp > 1: a schedule torch runs with grad_accum micro-batches, a well-formed split, and
+    none of what the pipeline does not run (train.pipeline's docstring says why)."""
+    check_schedule(cfg.pp_schedule, pp=cfg.pp, vpp=cfg.vpp, n_microbatches=cfg.grad_accum)
+    parse_pp_layers(cfg.pp_layers)
+    if cfg.pp == 1:
+        for name, idle in (("vpp", 1), ("pp_layers", "")):
+            if getattr(cfg, name) != idle:
+                raise SpecError(name, getattr(cfg, name), "needs pp > 1 (a pipeline to split)")
+        return
+    refused = {
+        "strategy": (cfg.strategy == "zero1", "zero1 with pp > 1 (use ddp, zero2, fsdp or hsdp)"),
+        "precision": (
+            cfg.precision in ("bf16-mixed", "amp-fp16"),
+            "bf16-mixed and amp-fp16 with pp > 1 (use fp32, bf16 or amp-bf16)",
+        ),
+        "compile": (cfg.compile, "with pp > 1 (the pipeline's stages run uncompiled)"),
+        "probes": (bool(cfg.probes), "with pp > 1 (no stage holds the whole model)"),
+        "tp": (cfg.tp > 1, "tp > 1 with pp > 1 yet (each stage is not split over tp)"),
+    }
+    for name, (bad, what) in refused.items():
+        if bad:
+            raise SpecError(name, getattr(cfg, name), f"is not supported: {what}")
 
 
 # ---- types ----------------------------------------------------------------------------------

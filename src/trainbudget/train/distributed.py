@@ -222,7 +222,10 @@ def _shard_optimizer_state(optimizer, state: dict) -> dict:
             "inner": _shard_optimizer_state(optimizer.inner, state["inner"]),
             "masters": masters,
         }
-    params = [p for group in optimizer.param_groups for p in group["params"]]
+    # a pipeline rank's optimizer (train.pipeline) is indexed by the whole model's parameters
+    params = getattr(optimizer, "params_by_index", None) or [
+        p for group in optimizer.param_groups for p in group["params"]
+    ]
     sharded = {
         index: {
             key: value if key == "step" else _shard_like(value, params[int(index)])

@@ -69,6 +69,7 @@ from trainbudget.train.parallelize import (
     parallelize,
     reshard,
 )
+from trainbudget.train.pipeline_step import evaluate_pipeline, forward_backward, whole_gradient
 from trainbudget.train.preflight import preflight
 from trainbudget.train.rank_memory import PeakMeter, tracks_cpu_peak
 from trainbudget.train.run import Run
@@ -172,10 +173,15 @@ def _start(
     data = open_data(cfg, main=info.is_main, barrier=lambda: barrier(info))
     say(f"building the model {spec.name} on {device}")
     mesh = build_mesh(info, cfg, device)
-    model, batches = _model_and_batches(cfg, spec, data, device, mesh)
+    model = _model(cfg, spec, device)
     arrive(info, "start-up: the model's wrapper (DDP broadcasts the parameters)")
     parallel = parallelize(model, info, cfg, device, mesh=mesh)
     net = parallel.net
+    if parallel.model is not None:  # pp > 1: this rank's stages (train.pipeline)
+        model = parallel.model
+    # the data-parallel coordinate: the ranks of one pipeline read the same rows
+    dp_rank, dp_size = data_parallel_coordinate(parallel.mesh)
+    batches = _batches(cfg, data, dp_rank, dp_size)
     # after parallelize: FSDP2's DTensor parameters; zero1's sharded state over the mesh
     optimizer = parallel_optimizer(model, cfg, parallel)
     autocast, scaler = mixed_precision(cfg.precision, device)
@@ -210,13 +216,10 @@ def _start(
         autocast=autocast,
         faults=faults,
         checkpoint_root=root,
-        tokens_per_step=cfg.micro_batch
-        * cfg.grad_accum
-        * cfg.seq_len
-        * data_parallel_coordinate(parallel.mesh)[1],
+        tokens_per_step=cfg.micro_batch * cfg.grad_accum * cfg.seq_len * dp_size,
         probes=pre.probes,
         mesh=parallel.mesh,
-        peak_meter=PeakMeter(device, tracked=tracks_cpu_peak(cfg, info)),
+        peak_meter=PeakMeter(device, tracked=tracks_cpu_peak(cfg, info) and cfg.pp == 1),
         comm_counter=make_counter(parallel, compiled=cfg.compile),
     )
     if cfg.resume:
@@ -259,11 +262,8 @@ def _claim(
     barrier(info)
 
 
-def _model_and_batches(cfg: TrainConfig, spec: ModelSpec, data, device, mesh):
-    """The reference model in training mode, and this rank's batches: its data-parallel rank's
-    rows of one global batch per step, drawn alike by every rank and by a 1-process run with the
-    same global batch (see data.TrainBatches); the ranks of a tp group read the same rows."""
-    dp_rank, dp_size = data_parallel_coordinate(mesh)
+def _model(cfg: TrainConfig, spec: ModelSpec, device):
+    """The reference model in training mode."""
     model = build_model(
         spec,
         device=device,
@@ -272,7 +272,13 @@ def _model_and_batches(cfg: TrainConfig, spec: ModelSpec, data, device, mesh):
         dtype=weight_dtype(cfg.precision),
     )
     model.train()
-    batches = data.train_batches(
+    return model
+
+
+def _batches(cfg: TrainConfig, data, dp_rank: int, dp_size: int):
+    """This data-parallel rank's batches: its rows of one global batch per step, drawn alike
+    by every rank and by a 1-process run with the same global batch (see data.TrainBatches)."""
+    return data.train_batches(
         cfg.micro_batch,
         cfg.seq_len,
         seed=cfg.seed,
@@ -280,7 +286,6 @@ def _model_and_batches(cfg: TrainConfig, spec: ModelSpec, data, device, mesh):
         rank=dp_rank,
         world_size=dp_size,
     )
-    return model, batches
 
 
 def _run_folder(cfg: TrainConfig, info: DistInfo) -> Path:
@@ -309,6 +314,10 @@ def _plan(cfg: TrainConfig, info: DistInfo) -> Plan:
         tp=cfg.tp,
         sequence_parallel=cfg.sequence_parallel,
         ep=cfg.ep,
+        pp=cfg.pp,
+        pp_schedule=cfg.pp_schedule,
+        vpp=cfg.vpp,
+        pp_layers=cfg.pp_layers,
     )
 
 
@@ -409,15 +418,18 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
             record.update(by_source)
             if state.step % cfg.eval_interval == 0 or state.step == cfg.steps:
                 arrive(run.info, f"the evaluation at step {state.step}")
-                record["eval"] = evaluate(
-                    run.model,
-                    run.data,
-                    cfg,
-                    run.device,
-                    run.info,
-                    # each forward of an expert-parallel model is a collective, like FSDP2's
-                    sharded=is_sharded(run.model) or cfg.ep > 1,
-                )
+                if cfg.pp > 1:  # along the stages (train.pipeline_step)
+                    record["eval"] = evaluate_pipeline(run)
+                else:
+                    record["eval"] = evaluate(
+                        run.model,
+                        run.data,
+                        cfg,
+                        run.device,
+                        run.info,
+                        # each forward of an expert-parallel model is a collective, like FSDP2's
+                        sharded=is_sharded(run.model) or cfg.ep > 1,
+                    )
                 if run.probes:
                     record["probes"] = probe_probabilities(
                         run.model, run.data.tokenizer, run.probes, run.device
@@ -454,6 +466,8 @@ def _step(run: Run, logged: bool):
     gradient norm, and the update unless the guard says no. Returns (loss, grad_norm, verdict,
     flags agreed by all ranks -- and the MoE layers' figures, flags["moe"] --, phase seconds,
     per-source loss fields -- on logged steps only)."""
+    if run.cfg.pp > 1:
+        return _pipeline_step(run, logged)
     cfg = run.cfg
     phases = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
     batch = run.batches.step + 1  # 1-based, as faults count batches
@@ -517,6 +531,30 @@ def _step(run: Run, logged: bool):
     if verdict.ok:
         run.scaler.step(run.optimizer)
     run.scaler.update()
+    run.optimizer.zero_grad(set_to_none=True)
+    _sync(run.device)
+    phases["optimizer"] = time.perf_counter() - t
+    flags, by_source = _decode_packet(packet, moe, sources)
+    return loss_value, grad_norm_value, verdict, flags, phases, by_source
+
+
+def _pipeline_step(run: Run, logged: bool):
+    """`_step` with pp > 1: the schedule runs the micro-batches (train.pipeline_step); the loss,
+    flags and update as `_step` does them, the gradient norm over every stage."""
+    phases = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
+    batch = run.batches.step + 1  # 1-based, as faults count batches
+    arrive(run.info, f"the pipeline schedule of step {run.state.step + 1}")
+    moe = MoeTally(run.device)  # preflight refuses MoE models with pp > 1: zeros
+    sources = SourceLoss(run.batches.dataset.source_names, run.device) if logged else None
+    loss_sum = forward_backward(run, run.faults.loss_factor(batch), sources, phases)
+    t = time.perf_counter()
+    arrive(run.info, f"the gradient-norm and loss all-reduces of step {run.state.step + 1}")
+    grad_norm_value = whole_gradient(run, batch)
+    packet = _all_reduce_packet(run, loss_sum, moe, sources)
+    loss_value = packet[0] / run.info.world_size
+    verdict = run.guard.judge(loss_value, grad_norm_value)
+    if verdict.ok:
+        run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     _sync(run.device)
     phases["optimizer"] = time.perf_counter() - t

@@ -55,7 +55,11 @@ class Parallel:
     mesh: DeviceMesh | None
     """The run's one device mesh; None when running alone."""
     net: nn.Module
-    """What the steps call: DDP around the model, or the model FSDP2 sharded in place."""
+    """What the steps call: DDP around the model, or the model FSDP2 sharded in place; with
+    pp > 1, this rank's train.pipeline.Pipeline."""
+    model: nn.Module | None = None
+    """pp > 1: this rank's part of the model (its stages' parameters, under the model's own
+    names), what the run keeps as its model; None: the model given."""
 
 
 def build_mesh(info: DistInfo, cfg: TrainConfig, device: torch.device) -> DeviceMesh | None:
@@ -63,7 +67,11 @@ def build_mesh(info: DistInfo, cfg: TrainConfig, device: torch.device) -> Device
     if not info.enabled:
         return None
     shape = mesh_shape(
-        cfg.strategy, world_size=info.world_size, zero_shard=cfg.zero_shard, tp=cfg.tp
+        cfg.strategy,
+        world_size=info.world_size,
+        zero_shard=cfg.zero_shard,
+        tp=cfg.tp,
+        pp=cfg.pp,
     )
     return init_device_mesh(device.type, shape.sizes, mesh_dim_names=shape.axes)
 
@@ -103,6 +111,11 @@ def parallelize(
     mesh = mesh if mesh is not None else build_mesh(info, cfg, device)
     if mesh is None:
         return Parallel(strategy=cfg.strategy, mesh=None, net=model)
+    if cfg.pp > 1:  # stages, each wrapped for the strategy (train.pipeline)
+        from trainbudget.train.pipeline import build_pipeline
+
+        part, pipeline = build_pipeline(model, cfg, mesh, device)
+        return Parallel(strategy=cfg.strategy, mesh=mesh, net=pipeline, model=part)
     strategy = get_strategy(cfg.strategy)
     if cfg.tp > 1:
         return _tensor_parallel(model, mesh, cfg)
@@ -168,7 +181,12 @@ def reshard(model: nn.Module) -> None:
 
 def parallel_optimizer(model: nn.Module, cfg: TrainConfig, parallel: Parallel):
     """The run's optimizer (train.setup.make_optimizer); under zero1 sharded by
-    ZeroRedundancyOptimizer over the mesh's "dp" group."""
+    ZeroRedundancyOptimizer over the mesh's "dp" group; with pp > 1 over this rank's stages,
+    its state in the whole model's layout (train.pipeline.PipelineOptimizer)."""
+    if parallel.model is not None:
+        from trainbudget.train.pipeline import PipelineOptimizer
+
+        return PipelineOptimizer(model, model.whole, cfg)
     if parallel.strategy != "zero1" or parallel.mesh is None:
         return make_optimizer(model, cfg)
     return ShardedStateOptimizer(

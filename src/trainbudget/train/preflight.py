@@ -23,6 +23,7 @@ from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.data.files import SPLITS, read_meta, split_file
 from trainbudget.data.tokenizers import BYTE_VOCAB_SIZE
 from trainbudget.train.config import TrainConfig, config_fields
+from trainbudget.train.pipeline_split import CORE_SCHEDULES, stage_layer_counts
 from trainbudget.train.strategy import (
     check_strategy,
     check_tensor_parallel,
@@ -40,8 +41,9 @@ PLAN_DECIDES = (
     "sequence_parallel",
     "ep",
 )
+PLAN_DECIDES_PP = ("pp", "pp_schedule", "vpp", "pp_layers")  # pp's, when the plan has pp > 1
 _PLAN_INTS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "micro_batch", "grad_accum")
-_TRAINER_AXES = ("pp", "vpp", "cp")  # the trainer runs each of these at 1
+_TRAINER_AXES = ("cp",)  # the trainer runs each of these at 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,12 +85,15 @@ def preflight(
         world_size=world,
         precision=cfg.precision,
         tp=cfg.tp,
+        pp=cfg.pp,
     )
     meta = read_data_meta(cfg.data) if cfg.data else None
     vocab_size = meta["vocab_size"] if meta else BYTE_VOCAB_SIZE
     spec = model_spec(cfg, vocab_size)
     check_tensor_parallel(spec, tp=cfg.tp)
-    _check_expert_parallel(cfg, spec, world // cfg.tp)
+    _check_expert_parallel(cfg, spec, world // (cfg.tp * cfg.pp))
+    if cfg.pp > 1:
+        _check_pipeline_model(cfg, spec)
     if meta:
         _check_windows(meta, cfg.seq_len)
     probes = read_probes(cfg.probes) if cfg.probes else ()
@@ -292,7 +297,7 @@ def apply_plan(
     cfg: TrainConfig, plan: Plan, *, world_size: int, explicit: Collection[str] | None = None
 ) -> TrainConfig:
     """`cfg` with the plan's micro-batching and strategy, after checking the trainer can run
-    it: data and tensor parallelism only (the plan's tp and sp become tp and
+    it: data, tensor, pipeline and expert parallel (the plan's tp and sp become tp and
     sequence_parallel), one process per GPU of the plan, no offload (train.strategy: which
     strategy runs which ZeRO stage)."""
     for axis in _TRAINER_AXES:
@@ -343,6 +348,13 @@ def apply_plan(
         "sequence_parallel": plan.sp,
         "ep": plan.ep,
     }
+    if plan.pp > 1:
+        decided.update(
+            pp=plan.pp,
+            pp_schedule=CORE_SCHEDULES[plan.schedule],
+            vpp=plan.vpp,
+            pp_layers=",".join(map(str, plan.pp_layers)),
+        )
     defaults = config_fields()
     for name, value in decided.items():
         given = (
@@ -355,9 +367,22 @@ def apply_plan(
                 name,
                 getattr(cfg, name),
                 f"conflicts with the plan ({plan.describe()}: {name} {value}); the plan decides "
-                f"{', '.join(PLAN_DECIDES)}: leave {name} out or drop the plan",
+                f"{', '.join(PLAN_DECIDES + PLAN_DECIDES_PP)}: leave {name} out or drop the "
+                "plan",
             )
     return dataclasses.replace(cfg, **decided)
+
+
+def _check_pipeline_model(cfg: TrainConfig, spec: ModelSpec) -> None:
+    """pp > 1: the model splits into the stages asked for, and is one the stages can run."""
+    stage_layer_counts(spec.n_layers, pp=cfg.pp, vpp=cfg.vpp, pp_layers=cfg.pp_layers)
+    if spec.is_moe:
+        raise SpecError(
+            "pp",
+            cfg.pp,
+            f"the pipeline does not run MoE models yet ({spec.name}: its auxiliary losses are "
+            "added outside the stages); use pp 1",
+        )
 
 
 def _plan_strategy(cfg: TrainConfig, plan: Plan) -> str:

@@ -18,9 +18,11 @@ that backward all-gathers nothing). `zero2_extra_params_bytes` in train.accounti
 that holds beyond ZeRO-2.
 
 Naming (torchtitan's rule): an "axis" is a device-mesh axis, a "dim" a tensor dimension. The
-mesh has the data-parallel axes and, with tensor parallelism, an innermost "tp" axis (the
-strategy then runs on the data-parallel sub-mesh: train.parallelize); context, pipeline or
-expert axes would be added in `mesh_shape`, the one place the mesh is laid out.
+mesh has the data-parallel axes, after a "pp" axis when the model is split into pipeline
+stages (train.pipeline) and, with tensor parallelism, before an innermost "tp" axis (the
+strategy then runs on the data-parallel sub-mesh: train.parallelize); expert groups are carved
+out of the "dp" axis (train.expert_parallel); a context axis would be added in `mesh_shape`, the
+one place the mesh is laid out.
 """
 
 from __future__ import annotations
@@ -114,14 +116,22 @@ def strategy_for_plan(zero: int, zero_shard: int) -> str:
     return "hsdp"
 
 
-def mesh_shape(strategy: str, *, world_size: int, zero_shard: int, tp: int = 1) -> MeshShape:
+def mesh_shape(
+    strategy: str, *, world_size: int, zero_shard: int, tp: int = 1, pp: int = 1
+) -> MeshShape:
     """The device mesh of `strategy` on `world_size` processes: ("dp",) for every strategy but
     hsdp, whose ("dp_replicate", "dp_shard") axes hold world_size / zero_shard replicas of
     zero_shard shards each (outer axis across the groups, as FSDP2's HSDP expects).
 
-    With tp > 1 a trailing (innermost) "tp" axis of tp ranks: a tensor-parallel group is tp
-    consecutive ranks (the core's tp-innermost rank order, core.parallel.plan), and the
-    data-parallel axes hold world_size / tp ranks."""
+    With pp > 1 a "pp" axis comes first (outermost: the ranks of one stage are consecutive);
+    with tp > 1 a trailing (innermost) "tp" axis of tp ranks: a tensor-parallel group is tp
+    consecutive ranks (the core's tp-innermost rank order, core.parallel.plan). The
+    data-parallel axes hold world_size / (pp x tp) ranks."""
+    if pp > 1:
+        if world_size % pp:
+            raise SpecError("pp", pp, f"must divide the processes ({world_size})")
+        inner = mesh_shape(strategy, world_size=world_size // pp, zero_shard=zero_shard, tp=tp)
+        return MeshShape(axes=("pp", *inner.axes), sizes=(pp, *inner.sizes))
     if tp < 1 or world_size % tp:
         raise SpecError("tp", tp, f"must be >= 1 and divide the processes ({world_size})")
     if tp > 1:
@@ -145,11 +155,17 @@ def mesh_shape(strategy: str, *, world_size: int, zero_shard: int, tp: int = 1) 
 
 
 def check_strategy(
-    strategy: str, *, zero_shard: int, world_size: int, precision: str, tp: int = 1
+    strategy: str,
+    *,
+    zero_shard: int,
+    world_size: int,
+    precision: str,
+    tp: int = 1,
+    pp: int = 1,
 ) -> None:
     """What the strategy needs of the run, before anything starts: a mesh that fits the
     processes, and a precision its optimizer wrapper supports."""
-    mesh_shape(strategy, world_size=world_size, zero_shard=zero_shard, tp=tp)
+    mesh_shape(strategy, world_size=world_size, zero_shard=zero_shard, tp=tp, pp=pp)
     if strategy == "zero1" and tp > 1 and world_size > tp:
         raise SpecError(
             "strategy",

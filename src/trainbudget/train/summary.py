@@ -13,6 +13,7 @@ import torch
 
 from trainbudget.profile.memory import measure_step_memory
 from trainbudget.train import expert_parallel
+from trainbudget.train.pipeline_split import pipeline_engine
 from trainbudget.train.rank_memory import gather_records, rank_record
 from trainbudget.train.step_roofline import BUSY_CPU_SHARE
 from trainbudget.train.strategy import engine_name
@@ -46,15 +47,25 @@ def per_rank_memory(run: Run) -> dict:
     if run.mesh is None:
         strategy, engine, mesh = "single", "one process, no wrapper", {}
     else:
+        cfg = run.cfg
+        stage_world = run.info.world_size // cfg.pp  # the ranks of one pipeline stage
         strategy, engine = (
-            run.cfg.strategy,
+            cfg.strategy,
             engine_name(
-                run.cfg.strategy,
-                world_size=run.info.world_size,
-                tp=run.cfg.tp,
-                sequence_parallel=run.cfg.sequence_parallel,
+                cfg.strategy,
+                world_size=stage_world,
+                tp=cfg.tp,
+                sequence_parallel=cfg.sequence_parallel,
             ),
         )
+        if cfg.pp > 1:
+            engine = pipeline_engine(
+                cfg.pp_schedule,
+                pp=cfg.pp,
+                vpp=cfg.vpp,
+                dp=stage_world // cfg.tp,
+                dp_engine=engine,
+            )
         mesh = dict(zip(run.mesh.mesh_dim_names, run.mesh.shape, strict=True))
         engine, mesh = expert_parallel.described(run.model, engine, mesh)
     methods = {r["peak_method"] for r in records} - {None}

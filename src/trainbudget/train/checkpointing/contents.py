@@ -75,6 +75,7 @@ def check_contents(path: Path, state: dict, model: torch.nn.Module, optimizer) -
 
 
 def _check_model(file: Path, saved: dict, model: torch.nn.Module) -> None:
+    model = getattr(model, "whole", model)  # a pipeline rank's part: the whole model's names
     mine = {(name,): _described(t) for name, t in model.state_dict().items()}
     saved = {key if isinstance(key, tuple) else (key,): value for key, value in saved.items()}
     missing, unexpected = sorted(mine.keys() - saved.keys()), sorted(saved.keys() - mine.keys())
@@ -130,6 +131,8 @@ def _check_groups(file: Path, saved: object, optimizer) -> None:
         raise CheckpointError(file, "is not an optimizer's state dict (state, param_groups)")
     sizes = [len(g.get("params", ())) if isinstance(g, dict) else None for g in groups]
     mine = [len(g["params"]) for g in optimizer.param_groups]
+    if hasattr(optimizer, "params_by_index"):  # a pipeline rank's: the whole model's one group
+        mine = [len(optimizer.params_by_index)]
     if sizes != mine:
         raise CheckpointError(
             file, f"has parameter groups of {sizes} parameters; this run's optimizer has {mine}"

@@ -99,8 +99,9 @@ def save_run(run: Run) -> Path:
     files: dict[str, object] = {rank_file(run.info.rank): {"rng": capture_rng_state()}}
     writer = None
     # an expert-parallel run writes the full format (the ranks hold different experts)
-    if is_sharded(run.model) and expert_parallel.of(run.model) is None:
-        # distributed: each rank writes its FSDP2 shards into dcp/ (DCP's save, a collective)
+    if (is_sharded(run.model) or run.cfg.pp > 1) and expert_parallel.of(run.model) is None:
+        # distributed: each rank writes its FSDP2 shards, or its pipeline stages, into dcp/
+        # (DCP's save, a collective)
         def writer(tmp: Path) -> None:
             save_sharded(tmp / DCP_DIR, run.model, run.optimizer)
 

@@ -103,7 +103,8 @@ def load_sharded(
     metadata = reader.read_metadata()
     paths = _key_paths(metadata, folder)
     model_state = model.state_dict()
-    _check_model_keys(paths, model_state, folder)
+    # a pipeline rank's part (train.pipeline) loads its own keys of the whole model's
+    _check_model_keys(paths, getattr(model, "whole", model).state_dict(), folder)
     template: dict = {"model": model_state}
     if optimizer is not None:
         template["optimizer"] = _optimizer_template(paths, metadata, optimizer)
@@ -195,7 +196,10 @@ def _optimizer_template(paths, metadata: Metadata, optimizer) -> dict:
     for key, path in paths.items():
         if path[0] == "optimizer":
             meta = metadata.state_dict_metadata[key]
-            _put(tree, path[1:], _leaf(meta, param_at(optimizer, path[1:])))
+            param = param_at(optimizer, path[1:])
+            if param is not None and param.is_meta:
+                continue  # another pipeline rank's parameter: its state is not loaded here
+            _put(tree, path[1:], _leaf(meta, param))
     return tree
 
 
@@ -212,13 +216,17 @@ def _leaf(meta, param: torch.Tensor | None):
 def param_at(optimizer, path: tuple) -> torch.Tensor | None:
     """The parameter an optimizer-state path belongs to: ("state", "3", "exp_avg") -> the 4th
     parameter; MasterWeightOptimizer's ("masters", 3) and ("inner", "state", "3", ...) -> its
-    3rd fp32 master. None for anything else (param groups, unknown paths)."""
+    3rd fp32 master. None for anything else (param groups, unknown paths). A pipeline rank's
+    optimizer answers for every parameter of the whole model: the others' on the meta device."""
     if isinstance(optimizer, MasterWeightOptimizer):
         if path[0] == "masters" and len(path) == 2:
             return _item(optimizer.masters, path[1])
         return param_at(optimizer.inner, path[1:]) if path[0] == "inner" else None
     if path[0] == "state" and len(path) == 3 and isinstance(path[1], str) and path[1].isdigit():
-        params = [p for group in optimizer.param_groups for p in group["params"]]
+        # a pipeline rank's optimizer (train.pipeline) indexes the whole model's parameters
+        params = getattr(optimizer, "params_by_index", None) or [
+            p for group in optimizer.param_groups for p in group["params"]
+        ]
         return _item(params, int(path[1]))
     return None
 
