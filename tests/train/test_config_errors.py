@@ -170,7 +170,7 @@ CASES = {
     "plan-context-parallel": (
         ["--plan", "{d}/plan_cp.json"],
         {"WORLD_SIZE": "1"},
-        ["plan", "data and tensor parallelism only", "cp=2"],
+        ["plan", "this plan needs cp=2", "context parallelism", "--no-cp"],
     ),
     "plan-wrong-process-count": (
         ["--plan", "{d}/plan.json"],

@@ -167,18 +167,21 @@ def test_plan_conflicts_with_values_the_user_gave(tmp_path, plan_doc, given, exp
     assert "conflicts with the plan" in err.rule and "dp2" in err.rule
 
 
-def test_plan_with_model_parallelism_is_refused(tmp_path):
+def test_plan_with_context_parallelism_is_refused_with_the_reason(tmp_path):
+    """Every axis but cp runs (test_tensor_parallel, test_pipeline, test_expert_parallel); cp
+    is refused naming why: PyTorch's context parallelism rings CUDA attention kernels only."""
     doc = cli_json(
         "plan",
         *("--model", "llama-2-70b", "--gpus", "16", "--gpu", "h100-sxm"),
         *("--global-batch", "64", "--seq-len", "4096"),
     )
-    layout = doc["plans"][0]["plan"]
-    assert layout["tp"] > 1 and layout["pp"] > 1
+    # the same 16 GPUs as dp8 cp2 (cp's ranks count in ZeRO's shard group: no HSDP group)
+    doc = edited(doc, dp=8, tp=1, sp=False, pp=1, vpp=1, schedule="1f1b", cp=2, zero_shard=0)
+    doc = edited(doc, micro_batch=1, grad_accum=8, pp_layers=None)  # global batch 64
     err = refused(config(tmp_path, plan=write_json(tmp_path / "p.json", doc)), world_size=16)
     assert err.field == "plan"
-    # tensor parallelism runs (tests/train/test_tensor_parallel.py); pipeline parallelism not
-    assert f"data and tensor parallelism only; this plan needs pp={layout['pp']}" in err.rule
+    assert "this plan needs cp=2" in err.rule and "CUDA attention kernels" in err.rule
+    assert "--no-cp" in err.rule
 
 
 def edited(doc: dict, **changes) -> dict:

@@ -44,6 +44,12 @@ PLAN_DECIDES = (
 PLAN_DECIDES_PP = ("pp", "pp_schedule", "vpp", "pp_layers")  # pp's, when the plan has pp > 1
 _PLAN_INTS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "micro_batch", "grad_accum")
 _TRAINER_AXES = ("cp",)  # the trainer runs each of these at 1
+CP_REFUSED = (
+    "the trainer does not run context parallelism. PyTorch's (torch.distributed.tensor."
+    "experimental.context_parallel) rings only the CUDA attention kernels -- SDPA's flash, "
+    "efficient and cuDNN ops (its _context_parallel/_attention.py) -- so it cannot run on a "
+    "CPU, and the trainer has no CUDA path for it yet; plan again with --no-cp"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -303,12 +309,7 @@ def apply_plan(
     for axis in _TRAINER_AXES:
         degree = getattr(plan, axis)
         if degree != 1:
-            raise SpecError(
-                "plan",
-                cfg.plan,
-                f"the trainer runs data and tensor parallelism only; this plan needs "
-                f"{axis}={degree}",
-            )
+            raise SpecError("plan", cfg.plan, f"this plan needs {axis}={degree}: {CP_REFUSED}")
     for name in ("offload_optimizer", "offload_params"):
         if getattr(plan, name) != "none":
             raise SpecError(
