@@ -72,6 +72,20 @@ class RunFacts:
     grad_accum: int
     param_shapes: tuple[tuple[tuple[int, ...], int], ...]
     """(shape, bytes per element) of each distinct parameter of the model."""
+    tokens_per_micro_batch: int = 0
+    """micro_batch x seq_len: loss parallel's statistics are one fp32 number per token."""
+    sequence_parallel: bool = False
+    norm_grad_bytes: int = 0
+    """SP: the norms' parameters (replicated, gradient Partial), summed over tp once a step."""
+    local_param_bytes: int = 0
+    """tp > 1: this rank's parameters as DTensor split them (what DDP reduces)."""
+    tied_grad_bytes: int = 0
+    """pp > 1, tied embeddings: the embedding's gradient, summed over first and last stage."""
+    interleaved: bool = False
+    """pp > 1: rank 0 holds several stages (interleaved 1F1B) and sends both ways."""
+    n_experts: int = 0
+    moe_layers: int = 0
+    """MoE under ep > 1: the layers whose tokens are dispatched (every one, count exchange)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,11 +166,67 @@ ZERO2_REGATHER = (
 TRAINER = "the trainer's own (loss-and-flags packet, gradient norm): not in the core's step"
 
 
+TP_ENDS = (
+    "the vocabulary-parallel embedding's forward and the head's backward: one activation-sized "
+    "collective each per micro-batch beyond the core's per-layer ones"
+)
+LOSS_PARALLEL = "loss parallel: 3 all-reduces of one fp32 number per token, per micro-batch"
+SP_NORMS = "sequence parallel: the norms' Partial gradients summed over tp once a step"
+TP_SPLIT = "tp: DDP reduces this rank's parameters as DTensor splits them (replicated norms, pos)"
+PP_FIRST = (
+    "rank 0 is the first stage: it sends activations forward, no gradients back (the core "
+    "charges an inner stage, both ways)"
+)
+PP_TIE = "tied embeddings: the first and last stage sum the embedding's gradient once a step"
+EP_COUNTS = (
+    "ep: each MoE layer's forward first exchanges the (n_experts,) int64 token counts per "
+    "micro-batch"
+)
+
+
+def _tp_differences(predicted, facts: RunFacts) -> list[Adjustment]:
+    """DTensor's collectives beyond the core's Megatron layer ones (embedding, head, loss)."""
+    per_call = [b / c for (axis, _), (b, c) in predicted.items() if axis == "tp" and c]
+    if facts.mesh.get("tp", 1) < 2 or not per_call:
+        return []
+    a, m = per_call[0], facts.grad_accum
+    ends = {"all_reduce": 2 * m * a}  # embedding all-reduce forward, head all-reduce backward
+    if facts.sequence_parallel:  # head: all-gather forward, reduce-scatter backward
+        ends = {"all_reduce": m * a, "all_gather": 2 * m * a, "reduce_scatter": m * a}
+    out = [Adjustment(axis="tp", op=op, n_bytes=b, reason=TP_ENDS) for op, b in ends.items()]
+    loss = 3 * m * facts.tokens_per_micro_batch * 4
+    out.append(Adjustment(axis="tp", op="all_reduce", n_bytes=loss, reason=LOSS_PARALLEL))
+    if facts.sequence_parallel and facts.norm_grad_bytes:
+        norms = facts.norm_grad_bytes
+        out.append(Adjustment(axis="tp", op="all_reduce", n_bytes=norms, reason=SP_NORMS))
+    grads = predicted.get(("dp", "all_reduce"))
+    if facts.strategy == "ddp" and grads and facts.local_param_bytes != grads[0]:
+        extra = facts.local_param_bytes - grads[0]
+        out.append(Adjustment(axis="dp", op="all_reduce", n_bytes=extra, reason=TP_SPLIT))
+    return out
+
+
+def _pp_ep_differences(predicted, facts: RunFacts) -> list[Adjustment]:
+    """Pipeline: the first stage's one-way sends and the tied gradient; experts: the counts."""
+    out = []
+    sends = predicted.get(("pp", "send_recv"))
+    if sends and not facts.interleaved:
+        out.append(Adjustment(axis="pp", op="send_recv", n_bytes=-sends[0] / 2, reason=PP_FIRST))
+    if facts.tied_grad_bytes:
+        tie = facts.tied_grad_bytes
+        out.append(Adjustment(axis="pp_tie", op="all_reduce", n_bytes=tie, reason=PP_TIE))
+    if facts.n_experts and ("ep", "all_to_all") in predicted:
+        counts = facts.grad_accum * facts.moe_layers * facts.n_experts * 8
+        out.append(Adjustment(axis="ep", op="all_to_all", n_bytes=counts, reason=EP_COUNTS))
+    return out
+
+
 def _differences(
     predicted: dict[tuple[str, str], tuple[float, float]], facts: RunFacts
 ) -> list[Adjustment]:
     """The named differences of the run's engine (the module docstring), in bytes."""
-    out: list[Adjustment] = []
+    out: list[Adjustment] = [*_tp_differences(predicted, facts)]
+    out += _pp_ep_differences(predicted, facts)
     if facts.strategy == "zero1":
         for (axis, op), (n_bytes, _) in predicted.items():
             to = {"reduce_scatter": "all_reduce", "all_gather": "broadcast"}.get(op)
