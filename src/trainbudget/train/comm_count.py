@@ -291,6 +291,7 @@ def _model_facts(run: Run) -> dict:
         "interleaved": cfg.pp_schedule == "interleaved-1f1b",
         "n_experts": 0 if layout is None else spec.n_experts,
         "moe_layers": 0 if layout is None else spec.n_moe_layers,
+        "capacity_factor": 0.0 if layout is None else spec.capacity_factor,
     }
 
 

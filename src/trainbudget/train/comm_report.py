@@ -84,6 +84,7 @@ class RunFacts:
     interleaved: bool = False
     """pp > 1: rank 0 holds several stages (interleaved 1F1B) and sends both ways."""
     n_experts: int = 0
+    capacity_factor: float = 0.0
     moe_layers: int = 0
     """MoE under ep > 1: the layers whose tokens are dispatched (every one, count exchange)."""
 
@@ -183,6 +184,12 @@ EP_COUNTS = (
     "micro-batch"
 )
 
+EP_CAPACITY = (
+    "capacity: the core charges buffers of capacity_factor ({cf:g}) x the even share, filled or "
+    "not; the trainer sends the kept assignments only (routing-dependent; dropless, "
+    "capacity_factor=0, they agree)"
+)
+
 
 def _tp_differences(predicted, facts: RunFacts) -> list[Adjustment]:
     """DTensor's collectives beyond the core's Megatron layer ones (embedding, head, loss)."""
@@ -218,6 +225,9 @@ def _pp_ep_differences(predicted, facts: RunFacts) -> list[Adjustment]:
     if facts.n_experts and ("ep", "all_to_all") in predicted:
         counts = facts.grad_accum * facts.moe_layers * facts.n_experts * 8
         out.append(Adjustment(axis="ep", op="all_to_all", n_bytes=counts, reason=EP_COUNTS))
+        if facts.capacity_factor:
+            why = EP_CAPACITY.format(cf=facts.capacity_factor)
+            out.append(Adjustment(axis="ep", op="all_to_all", n_bytes=0.0, reason=why))
     return out
 
 
