@@ -44,7 +44,20 @@ RUNS = {
     "zero2": (2, ("--strategy", "zero2")),
     "fsdp": (2, ("--strategy", "fsdp")),
     "hsdp": (4, ("--strategy", "hsdp", "--zero-shard", "2")),
+    # tp needs a vocabulary tp divides, pp two layers for its two stages, ep a dropless MoE
+    "dp2-tp2-sp": (4, ("--set", "vocab_size=258", "--tp", "2", "--sequence-parallel")),
+    "tp2": (2, ("--set", "vocab_size=258", "--tp", "2")),
+    "pp2": (2, ("--set", "n_layers=2", "--pp", "2", "--no-memory-check")),
+    "ep2": (
+        2,
+        (
+            *("--set", "n_experts=4", "--set", "experts_per_token=2", "--ep", "2"),
+            *("--moe-capacity-factor", "0"),
+        ),
+    ),
 }
+ACT_BYTES = 32 * 32 * 4  # one micro-batch's hidden state: 1 x seq 32 x d_model 32, fp32
+LOSS_BYTES = 3 * 32 * 4  # loss parallel's 3 all-reduces of one fp32 per token
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +85,9 @@ def rows(doc: dict) -> dict[tuple[str, str], dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["ddp", "zero1", "zero2", "fsdp", "hsdp"])
+@pytest.mark.parametrize(
+    "name", ["ddp", "zero1", "zero2", "fsdp", "hsdp", "dp2-tp2-sp", "tp2", "pp2", "ep2"]
+)
 def test_every_model_row_is_the_cores_or_a_named_difference(comm, name):
     doc, summary = comm(name)
     assert doc["same_on_every_rank"] and doc["counted"] and not doc["notes"]
@@ -126,6 +141,43 @@ def test_hsdp_reduces_in_the_shard_group_and_all_reduces_the_shard_across_replic
     assert r[("dp_replicate", "all_reduce")]["measured_bytes"] * 2 == rs["measured_bytes"]
     assert r[("dp_shard", "all_gather")]["measured_bytes"] == 4 * rs["measured_bytes"]
     assert {a for a, _ in r} == {"dp_shard", "dp_replicate", "trainer"}
+
+
+@pytest.mark.slow
+def test_tp_adds_the_embedding_head_and_loss_parallel_collectives(comm):
+    # 2 micro-batches; per micro-batch the embedding's all-reduce forward, the head's backward
+    r = rows(comm("tp2")[0])[("tp", "all_reduce")]
+    assert r["measured_bytes"] - r["predicted_bytes"] == 2 * (2 * ACT_BYTES + LOSS_BYTES)
+
+
+@pytest.mark.slow
+def test_sp_gathers_and_scatters_at_the_head_and_sums_the_norms_gradients(comm):
+    r = rows(comm("dp2-tp2-sp")[0])
+    # head: all-gather forward, reduce-scatter backward; embedding: all-gather backward
+    assert (
+        r[("tp", "all_gather")]["measured_bytes"] - r[("tp", "all_gather")]["predicted_bytes"]
+        == 2 * 2 * ACT_BYTES
+    )
+    rs = r[("tp", "reduce_scatter")]
+    assert rs["measured_bytes"] - rs["predicted_bytes"] == 2 * ACT_BYTES
+    norms = 3 * 2 * 32 * 4  # 3 layer norms (2 in the block, the final), weight and bias
+    ar = r[("tp", "all_reduce")]
+    assert ar["measured_bytes"] == 2 * (ACT_BYTES + LOSS_BYTES) + norms
+
+
+@pytest.mark.slow
+def test_pp_first_stage_sends_forward_and_the_tied_gradient_is_summed(comm):
+    r = rows(comm("pp2")[0])
+    sends = r[("pp", "send_recv")]
+    assert sends["measured_bytes"] * 2 == sends["predicted_bytes"] == 2 * 2 * ACT_BYTES
+    assert r[("pp_tie", "all_reduce")]["measured_bytes"] == 257 * 32 * 4  # the embedding
+
+
+@pytest.mark.slow
+def test_ep_dropless_sends_the_cores_tokens_plus_the_counts(comm):
+    r = rows(comm("ep2")[0])[("ep", "all_to_all")]
+    counts = 2 * 1 * 4 * 8  # 2 micro-batches x 1 MoE layer x 4 experts' int64 counts
+    assert r["measured_bytes"] - r["predicted_bytes"] == counts
 
 
 @pytest.mark.slow
