@@ -163,6 +163,10 @@ def test_sp_gathers_and_scatters_at_the_head_and_sums_the_norms_gradients(comm):
     norms = 3 * 2 * 32 * 4  # 3 layer norms (2 in the block, the final), weight and bias
     ar = r[("tp", "all_reduce")]
     assert ar["measured_bytes"] == 2 * (ACT_BYTES + LOSS_BYTES) + norms
+    # DDP reduces the row-parallel biases whole (attention out, MLP down: 32 fp32 each), the
+    # core half of them on each of the 2 tp ranks
+    dp = r[("dp", "all_reduce")]
+    assert dp["measured_bytes"] - dp["predicted_bytes"] == 2 * 32 * 4 / 2
 
 
 @pytest.mark.slow

@@ -269,6 +269,10 @@ def gather_tallies(counter: CommCounter, info: DistInfo) -> tuple[dict | None, b
     return everyone[0], all(t == everyone[0] for t in everyone)
 
 
+ROW_BIAS = ("attn.proj.bias", "mlp.down.bias")
+"""train.tensor_parallel's RowwiseParallel linears' biases (model.transformer's names)."""
+
+
 def _local_bytes(p) -> int:
     local = p.to_local() if isinstance(p, DTensor) else p
     return local.numel() * local.element_size()
@@ -286,7 +290,7 @@ def _model_facts(run: Run) -> dict:
         "tokens_per_micro_batch": cfg.micro_batch * cfg.seq_len,
         "sequence_parallel": bool(cfg.sequence_parallel),
         "norm_grad_bytes": sum(_local_bytes(p) for n, p in params.items() if "norm" in n),
-        "local_param_bytes": sum(_local_bytes(p) for p in run.model.parameters()),
+        "row_bias_bytes": sum(_local_bytes(p) for n, p in params.items() if n.endswith(ROW_BIAS)),
         "tied_grad_bytes": _local_bytes(params[tied]) if tied else 0,
         "interleaved": cfg.pp_schedule == "interleaved-1f1b",
         "n_experts": 0 if layout is None else spec.n_experts,

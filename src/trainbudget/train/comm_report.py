@@ -77,8 +77,8 @@ class RunFacts:
     sequence_parallel: bool = False
     norm_grad_bytes: int = 0
     """SP: the norms' parameters (replicated, gradient Partial), summed over tp once a step."""
-    local_param_bytes: int = 0
-    """tp > 1: this rank's parameters as DTensor split them (what DDP reduces)."""
+    row_bias_bytes: int = 0
+    """tp > 1: the row-parallel linears' biases (attention out, MLP down), whole on each rank."""
     tied_grad_bytes: int = 0
     """pp > 1, tied embeddings: the embedding's gradient, summed over first and last stage."""
     interleaved: bool = False
@@ -173,7 +173,10 @@ TP_ENDS = (
 )
 LOSS_PARALLEL = "loss parallel: 3 all-reduces of one fp32 number per token, per micro-batch"
 SP_NORMS = "sequence parallel: the norms' Partial gradients summed over tp once a step"
-TP_SPLIT = "tp: DDP reduces this rank's parameters as DTensor splits them (replicated norms, pos)"
+TP_ROW_BIAS = (
+    "tp: the row-parallel linears' biases are whole on every tp rank (Megatron's "
+    "RowParallelLinear); the core's per-rank share divides them by tp"
+)
 PP_FIRST = (
     "rank 0 is the first stage: it sends activations forward, no gradients back (the core "
     "charges an inner stage, both ways)"
@@ -206,10 +209,9 @@ def _tp_differences(predicted, facts: RunFacts) -> list[Adjustment]:
     if facts.sequence_parallel and facts.norm_grad_bytes:
         norms = facts.norm_grad_bytes
         out.append(Adjustment(axis="tp", op="all_reduce", n_bytes=norms, reason=SP_NORMS))
-    grads = predicted.get(("dp", "all_reduce"))
-    if facts.strategy == "ddp" and grads and facts.local_param_bytes != grads[0]:
-        extra = facts.local_param_bytes - grads[0]
-        out.append(Adjustment(axis="dp", op="all_reduce", n_bytes=extra, reason=TP_SPLIT))
+    if facts.strategy == "ddp" and ("dp", "all_reduce") in predicted and facts.row_bias_bytes:
+        extra = facts.row_bias_bytes * (1 - 1 / facts.mesh["tp"])
+        out.append(Adjustment(axis="dp", op="all_reduce", n_bytes=extra, reason=TP_ROW_BIAS))
     return out
 
 
