@@ -81,8 +81,12 @@ class RunFacts:
     """tp > 1: the row-parallel linears' biases (attention out, MLP down), whole on each rank."""
     tied_grad_bytes: int = 0
     """pp > 1, tied embeddings: the embedding's gradient, summed over first and last stage."""
-    interleaved: bool = False
-    """pp > 1: rank 0 holds several stages (interleaved 1F1B) and sends both ways."""
+    stage_grad_bytes: int = 0
+    """pp > 1: rank 0's stages' gradients (the first stage: the embedding and positions)."""
+    n_stage_params: int = 0
+    """pp > 1: rank 0's parameter tensors (DDP's used map: one int32 each)."""
+    stages_per_rank: int = 1
+    """pp > 1: the stages rank 0 holds (vpp under interleaved 1F1B)."""
     n_experts: int = 0
     capacity_factor: float = 0.0
     moe_layers: int = 0
@@ -178,8 +182,16 @@ TP_ROW_BIAS = (
     "RowParallelLinear); the core's per-rank share divides them by tp"
 )
 PP_FIRST = (
-    "rank 0 is the first stage: it sends activations forward, no gradients back (the core "
-    "charges an inner stage, both ways)"
+    "rank 0 holds the first stage: it sends activations forward, no gradients back (the core "
+    "charges inner stages, both ways)"
+)
+PP_STAGE = (
+    "rank 0 holds the first stage, its gradients {b} bytes (the embedding, the positions); "
+    "the core's dp bytes are those of the stage it charges the step with"
+)
+PP_USED_MAP = (
+    "DDP per stage runs with find_unused_parameters: each step it all-reduces the stage's "
+    "used-parameter map, one int32 per parameter"
 )
 PP_TIE = "tied embeddings: the first and last stage sum the embedding's gradient once a step"
 EP_COUNTS = (
@@ -219,8 +231,15 @@ def _pp_ep_differences(predicted, facts: RunFacts) -> list[Adjustment]:
     """Pipeline: the first stage's one-way sends and the tied gradient; experts: the counts."""
     out = []
     sends = predicted.get(("pp", "send_recv"))
-    if sends and not facts.interleaved:
-        out.append(Adjustment(axis="pp", op="send_recv", n_bytes=-sends[0] / 2, reason=PP_FIRST))
+    if sends:  # of the 2 x stages_per_rank directions the core charges, one is not sent
+        first = -sends[0] / (2 * facts.stages_per_rank)
+        out.append(Adjustment(axis="pp", op="send_recv", n_bytes=first, reason=PP_FIRST))
+    grads = predicted.get(("dp", "all_reduce"))
+    if grads and facts.stage_grad_bytes and facts.strategy == "ddp":
+        stage, why = facts.stage_grad_bytes - grads[0], PP_STAGE.format(b=facts.stage_grad_bytes)
+        out.append(Adjustment(axis="dp", op="all_reduce", n_bytes=stage, reason=why))
+        used = facts.n_stage_params * 4
+        out.append(Adjustment(axis="dp", op="all_reduce", n_bytes=used, reason=PP_USED_MAP))
     if facts.tied_grad_bytes:
         tie = facts.tied_grad_bytes
         out.append(Adjustment(axis="pp_tie", op="all_reduce", n_bytes=tie, reason=PP_TIE))
