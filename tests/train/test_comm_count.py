@@ -48,6 +48,7 @@ RUNS = {
     "dp2-tp2-sp": (4, ("--set", "vocab_size=258", "--tp", "2", "--sequence-parallel")),
     "tp2": (2, ("--set", "vocab_size=258", "--tp", "2")),
     "pp2": (2, ("--set", "n_layers=2", "--pp", "2", "--no-memory-check")),
+    "dp2-pp2": (4, ("--set", "n_layers=2", "--pp", "2", "--strategy", "ddp", "--no-memory-check")),
     "ep2": (
         2,
         (
@@ -175,6 +176,20 @@ def test_pp_first_stage_sends_forward_and_the_tied_gradient_is_summed(comm):
     sends = r[("pp", "send_recv")]
     assert sends["measured_bytes"] * 2 == sends["predicted_bytes"] == 2 * 2 * ACT_BYTES
     assert r[("pp_tie", "all_reduce")]["measured_bytes"] == 257 * 32 * 4  # the embedding
+
+
+@pytest.mark.slow
+def test_dp_pp_reduces_rank_0s_stage_and_its_used_map(comm):
+    doc, summary = comm("dp2-pp2")
+    # the stages hold different parameters: rank 0's tally is the one written (a note says so)
+    assert doc["notes"] == ["the ranks counted different collectives: rank 0's are shown"]
+    assert summary["comm"]["all_explained"] is True
+    # rank 0's first stage: embedding 257 x 32, positions 64 x 32, one block of d_model 32,
+    # d_ff 64 with biases (GPT-2): 3 x 32 x 32 + 96 + 32 x 32 + 32 + 2 x 32 x 64 + 64 + 32
+    # + 2 norms x 64; 14 parameter tensors, DDP's used map one int32 each
+    block = 3 * 32 * 32 + 96 + 32 * 32 + 32 + 2 * 32 * 64 + 64 + 32 + 2 * 64
+    stage = (257 * 32 + 64 * 32 + block) * 4
+    assert rows(doc)[("dp", "all_reduce")]["measured_bytes"] == stage + 14 * 4
 
 
 @pytest.mark.slow
