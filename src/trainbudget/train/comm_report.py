@@ -20,12 +20,28 @@ from the plan and the model, never from the measurement):
 - calls: DDP reduces in buckets, ZeroRedundancyOptimizer broadcasts parameter by parameter,
   FSDP2 communicates per fully_shard unit (each block, then the root): the same bytes in more
   calls than the core's one per buffer;
-- the "trainer" row (the loss-and-flags all-reduce, the gradient norm of FSDP2's shards) is not
-  in the core's step.
+- the "trainer" row (the loss-and-flags all-reduce, the gradient norm of FSDP2's shards, the
+  pipeline's norm over its stages) is not in the core's step;
+- tp (DTensor, train.tensor_parallel): beyond the core's Megatron per-layer collectives, per
+  micro-batch the vocabulary-parallel embedding's forward and the head's backward (an
+  all-reduce each; under SP the head's all-gather forward and reduce-scatter backward and the
+  embedding's all-gather backward), loss parallel's 3 all-reduces of one fp32 per token, and
+  under SP the norms' Partial gradients summed once a step; DDP reduces the row-parallel
+  linears' biases whole where the core's per-rank share divides them by tp. Not in the core's
+  step time: 2 activation-sized collectives per micro-batch beside its 4 per layer;
+- pp (rank 0's rows): rank 0 holds the first stage, which sends no gradients back: one of the
+  2 x stages-per-rank directions the core charges an inner stage; the tied embedding's gradient
+  all-reduced between the first and last stage ("pp_tie", not in the core); under dp x pp,
+  rank 0's dp row is its stage's gradients (the core's: the stage it charges the step with)
+  plus DDP's used-parameter map (find_unused_parameters: one int32 per parameter);
+- ep (the mean over the ranks, train.comm_count): each MoE layer's forward first exchanges the
+  (n_experts,) int64 token counts; with a capacity factor the core charges buffers of the
+  capacity and the trainer sends the kept assignments (named, not equal: routing decides how
+  many are dropped); dropless, equal.
 
-To add an axis (tp, pp, ep): map the core's category to the mesh axis in `_AXES` (tp, pp and
-ep are there already, under those names), and, where its engine moves other bytes or calls
-than the core charges, add the rule to `_differences` / `_CALLS` with its reason. One category
+To add an axis: map the core's category to the mesh axis in `_AXES` (tp, pp and ep are there
+already, under those names), and, where its engine moves other bytes or calls than the core
+charges, add the rule to `_differences` / `_CALLS` with its reason. One category
 on two groups -- MoE's expert gradients, "dp_grad_reduce" on the dp / ep expert-data-parallel
 group beside the dense weights' dp group -- is told apart by `PlannedCollective.group_size` in
 `predicted_rows`.
@@ -207,24 +223,27 @@ EP_CAPACITY = (
 
 
 def _tp_differences(predicted, facts: RunFacts) -> list[Adjustment]:
-    """DTensor's collectives beyond the core's Megatron layer ones (embedding, head, loss)."""
+    """DTensor's collectives beyond the core's Megatron layer ones (embedding, head, loss) and
+    DDP's whole row-parallel biases."""
+    tp = facts.mesh.get("tp", 1)
+    out = []
+    if tp > 1 and facts.strategy == "ddp" and ("dp", "all_reduce") in predicted:
+        extra = facts.row_bias_bytes * (1 - 1 / tp)
+        out.append(Adjustment(axis="dp", op="all_reduce", n_bytes=extra, reason=TP_ROW_BIAS))
     per_call = [b / c for (axis, _), (b, c) in predicted.items() if axis == "tp" and c]
-    if facts.mesh.get("tp", 1) < 2 or not per_call:
-        return []
+    if tp < 2 or not per_call:
+        return [a for a in out if a.n_bytes]
     a, m = per_call[0], facts.grad_accum
     ends = {"all_reduce": 2 * m * a}  # embedding all-reduce forward, head all-reduce backward
     if facts.sequence_parallel:  # head: all-gather forward, reduce-scatter backward
         ends = {"all_reduce": m * a, "all_gather": 2 * m * a, "reduce_scatter": m * a}
-    out = [Adjustment(axis="tp", op=op, n_bytes=b, reason=TP_ENDS) for op, b in ends.items()]
+    out += [Adjustment(axis="tp", op=op, n_bytes=b, reason=TP_ENDS) for op, b in ends.items()]
     loss = 3 * m * facts.tokens_per_micro_batch * 4
     out.append(Adjustment(axis="tp", op="all_reduce", n_bytes=loss, reason=LOSS_PARALLEL))
-    if facts.sequence_parallel and facts.norm_grad_bytes:
+    if facts.sequence_parallel:
         norms = facts.norm_grad_bytes
         out.append(Adjustment(axis="tp", op="all_reduce", n_bytes=norms, reason=SP_NORMS))
-    if facts.strategy == "ddp" and ("dp", "all_reduce") in predicted and facts.row_bias_bytes:
-        extra = facts.row_bias_bytes * (1 - 1 / facts.mesh["tp"])
-        out.append(Adjustment(axis="dp", op="all_reduce", n_bytes=extra, reason=TP_ROW_BIAS))
-    return out
+    return [a for a in out if a.n_bytes]
 
 
 def _pp_ep_differences(predicted, facts: RunFacts) -> list[Adjustment]:
