@@ -1,7 +1,7 @@
 """Collectives counted on real runs (train.comm_count) against the core's for the same plan,
-in RUN_DIR/comm.json: 2-rank ddp, zero1, zero2 and fsdp runs and a 4-rank hsdp run (gloo on
-CPU, launched by torchrun), 3 steps each -- the third is the counted one -- with 2 micro-batches
-per step; and the counter's byte conventions on a process group of one, in-process.
+in RUN_DIR/comm.json: 2-rank ddp, zero1, zero2, fsdp, tp2, pp2 and dropless ep2 runs and
+4-rank hsdp, dp2 tp2+sp, dp2 pp2 and dp4 ep2 runs (gloo on CPU, launched by torchrun), 3 steps
+each -- the third is the counted one -- with 2 micro-batches per step; and the counter's byte conventions on a process group of one, in-process.
 
 What must hold: every model row's measured bytes equal the core's, or the core's plus the named
 differences of train.comm_report, to the byte. The padding figure is this model's own: its
@@ -56,6 +56,13 @@ RUNS = {
             *("--moe-capacity-factor", "0"),
         ),
     ),
+    "dp4-ep2": (
+        4,
+        (
+            *("--set", "n_experts=4", "--set", "experts_per_token=2", "--ep", "2"),
+            *("--moe-capacity-factor", "0"),
+        ),
+    ),
 }
 ACT_BYTES = 32 * 32 * 4  # one micro-batch's hidden state: 1 x seq 32 x d_model 32, fp32
 LOSS_BYTES = 3 * 32 * 4  # loss parallel's 3 all-reduces of one fp32 per token
@@ -87,7 +94,8 @@ def rows(doc: dict) -> dict[tuple[str, str], dict]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "name", ["ddp", "zero1", "zero2", "fsdp", "hsdp", "dp2-tp2-sp", "tp2", "pp2", "ep2"]
+    "name",
+    ["ddp", "zero1", "zero2", "fsdp", "hsdp", "dp2-tp2-sp", "tp2", "pp2", "ep2", "dp4-ep2"],
 )
 def test_every_model_row_is_the_cores_or_a_named_difference(comm, name):
     doc, summary = comm(name)
@@ -197,6 +205,13 @@ def test_ep_dropless_sends_the_cores_tokens_plus_the_counts(comm):
     r = rows(comm("ep2")[0])[("ep", "all_to_all")]
     counts = 2 * 1 * 4 * 8  # 2 micro-batches x 1 MoE layer x 4 experts' int64 counts
     assert r["measured_bytes"] - r["predicted_bytes"] == counts
+
+
+@pytest.mark.slow
+def test_ep_experts_gradients_are_all_reduced_over_their_replicas(comm):
+    # dp4 ep2: each expert on 2 ranks; its gradient reduced over those, the dense ones over 4
+    r = rows(comm("dp4-ep2")[0])
+    assert r[("ep_replicas", "all_reduce")]["equal"] and r[("dp", "all_reduce")]["equal"]
 
 
 @pytest.mark.slow

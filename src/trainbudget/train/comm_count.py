@@ -54,7 +54,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trainbudget.train.comm_report import TRAINER_AXIS, RunFacts, comm_document
+from trainbudget.train.comm_report import EP_REPLICAS, TRAINER_AXIS, RunFacts, comm_document
 
 if TYPE_CHECKING:
     from trainbudget.train.distributed import DistInfo
@@ -239,7 +239,7 @@ def _extra_groups(parallel) -> dict:
     if layout is not None:
         out["ep"] = layout.groups.group
         if layout.groups.replicas is not None:
-            out["ep_replicas"] = layout.groups.replicas
+            out[EP_REPLICAS] = layout.groups.replicas
     return out
 
 

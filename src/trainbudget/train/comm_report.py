@@ -37,7 +37,9 @@ from the plan and the model, never from the measurement):
 - ep (the mean over the ranks, train.comm_count): each MoE layer's forward first exchanges the
   (n_experts,) int64 token counts; with a capacity factor the core charges buffers of the
   capacity and the trainer sends the kept assignments (named, not equal: routing decides how
-  many are dropped); dropless, equal.
+  many are dropped); dropless, equal. The experts' gradients: the core's dp_grad_reduce on
+  the dp / ep replica group, told apart from the dense weights' by its group size
+  (`predicted_rows`), row "ep_replicas".
 
 To add an axis: map the core's category to the mesh axis in `_AXES` (tp, pp and ep are there
 already, under those names), and, where its engine moves other bytes or calls than the core
@@ -56,6 +58,7 @@ from trainbudget.core.parallel.comm_volume import PlannedCollective
 from trainbudget.train.strategy import get_strategy
 
 TRAINER_AXIS = "trainer"  # train.comm_count's name for the trainer's own collectives
+EP_REPLICAS = "ep_replicas"  # train.comm_count's name for the expert weights' replica group
 BYTE = 0.5
 """Measured bytes are whole; the core's per-rank shares (bytes / group) may not be: equal means
 within half a byte."""
@@ -169,7 +172,10 @@ def predicted_rows(
     """(axis, op) -> (bytes, calls) the core charges per step."""
     out: dict[tuple[str, str], tuple[float, float]] = {}
     for c in planned:
-        key = (mesh_axis(c.category, mesh), c.kind)
+        axis = mesh_axis(c.category, mesh)
+        if axis == "dp" and c.group_size < mesh.get("dp", 1):  # experts: dp / ep replicas
+            axis = EP_REPLICAS
+        key = (axis, c.kind)
         n_bytes, count = out.get(key, (0.0, 0.0))
         out[key] = (n_bytes + c.total_bytes, count + c.count)
     return out
