@@ -1,7 +1,8 @@
 """Collectives counted on real runs (train.comm_count) against the core's for the same plan,
 in RUN_DIR/comm.json: 2-rank ddp, zero1, zero2, fsdp, tp2, pp2 and dropless ep2 runs and
 4-rank hsdp, dp2 tp2+sp, dp2 pp2 and dp4 ep2 runs (gloo on CPU, launched by torchrun), 3 steps
-each -- the third is the counted one -- with 2 micro-batches per step; and the counter's byte conventions on a process group of one, in-process.
+each -- the third is the counted one -- with 2 micro-batches per step; and the counter's byte
+conventions on a process group of one, in-process.
 
 What must hold: every model row's measured bytes equal the core's, or the core's plus the named
 differences of train.comm_report, to the byte. The padding figure is this model's own: its
