@@ -1,7 +1,8 @@
 """Collectives counted on real runs (train.comm_count) against the core's for the same plan,
-in RUN_DIR/comm.json: 2-rank ddp, zero1, zero2 and fsdp runs and a 4-rank hsdp run (gloo on
-CPU, launched by torchrun), 3 steps each -- the third is the counted one -- with 2 micro-batches
-per step; and the counter's byte conventions on a process group of one, in-process.
+in RUN_DIR/comm.json: 2-rank ddp, zero1, zero2, fsdp, tp2, pp2 and dropless ep2 runs and
+4-rank hsdp, dp2 tp2+sp, dp2 pp2 and dp4 ep2 runs (gloo on CPU, launched by torchrun), 3 steps
+each -- the third is the counted one -- with 2 micro-batches per step; and the counter's byte
+conventions on a process group of one, in-process.
 
 What must hold: every model row's measured bytes equal the core's, or the core's plus the named
 differences of train.comm_report, to the byte. The padding figure is this model's own: its
@@ -44,7 +45,28 @@ RUNS = {
     "zero2": (2, ("--strategy", "zero2")),
     "fsdp": (2, ("--strategy", "fsdp")),
     "hsdp": (4, ("--strategy", "hsdp", "--zero-shard", "2")),
+    # tp needs a vocabulary tp divides, pp two layers for its two stages, ep a dropless MoE
+    "dp2-tp2-sp": (4, ("--set", "vocab_size=258", "--tp", "2", "--sequence-parallel")),
+    "tp2": (2, ("--set", "vocab_size=258", "--tp", "2")),
+    "pp2": (2, ("--set", "n_layers=2", "--pp", "2", "--no-memory-check")),
+    "dp2-pp2": (4, ("--set", "n_layers=2", "--pp", "2", "--strategy", "ddp", "--no-memory-check")),
+    "ep2": (
+        2,
+        (
+            *("--set", "n_experts=4", "--set", "experts_per_token=2", "--ep", "2"),
+            *("--moe-capacity-factor", "0"),
+        ),
+    ),
+    "dp4-ep2": (
+        4,
+        (
+            *("--set", "n_experts=4", "--set", "experts_per_token=2", "--ep", "2"),
+            *("--moe-capacity-factor", "0"),
+        ),
+    ),
 }
+ACT_BYTES = 32 * 32 * 4  # one micro-batch's hidden state: 1 x seq 32 x d_model 32, fp32
+LOSS_BYTES = 3 * 32 * 4  # loss parallel's 3 all-reduces of one fp32 per token
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +94,10 @@ def rows(doc: dict) -> dict[tuple[str, str], dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["ddp", "zero1", "zero2", "fsdp", "hsdp"])
+@pytest.mark.parametrize(
+    "name",
+    ["ddp", "zero1", "zero2", "fsdp", "hsdp", "dp2-tp2-sp", "tp2", "pp2", "ep2", "dp4-ep2"],
+)
 def test_every_model_row_is_the_cores_or_a_named_difference(comm, name):
     doc, summary = comm(name)
     assert doc["same_on_every_rank"] and doc["counted"] and not doc["notes"]
@@ -126,6 +151,68 @@ def test_hsdp_reduces_in_the_shard_group_and_all_reduces_the_shard_across_replic
     assert r[("dp_replicate", "all_reduce")]["measured_bytes"] * 2 == rs["measured_bytes"]
     assert r[("dp_shard", "all_gather")]["measured_bytes"] == 4 * rs["measured_bytes"]
     assert {a for a, _ in r} == {"dp_shard", "dp_replicate", "trainer"}
+
+
+@pytest.mark.slow
+def test_tp_adds_the_embedding_head_and_loss_parallel_collectives(comm):
+    # 2 micro-batches; per micro-batch the embedding's all-reduce forward, the head's backward
+    r = rows(comm("tp2")[0])[("tp", "all_reduce")]
+    assert r["measured_bytes"] - r["predicted_bytes"] == 2 * (2 * ACT_BYTES + LOSS_BYTES)
+
+
+@pytest.mark.slow
+def test_sp_gathers_and_scatters_at_the_head_and_sums_the_norms_gradients(comm):
+    r = rows(comm("dp2-tp2-sp")[0])
+    # head: all-gather forward, reduce-scatter backward; embedding: all-gather backward
+    assert (
+        r[("tp", "all_gather")]["measured_bytes"] - r[("tp", "all_gather")]["predicted_bytes"]
+        == 2 * 2 * ACT_BYTES
+    )
+    rs = r[("tp", "reduce_scatter")]
+    assert rs["measured_bytes"] - rs["predicted_bytes"] == 2 * ACT_BYTES
+    norms = 3 * 2 * 32 * 4  # 3 layer norms (2 in the block, the final), weight and bias
+    ar = r[("tp", "all_reduce")]
+    assert ar["measured_bytes"] == 2 * (ACT_BYTES + LOSS_BYTES) + norms
+    # DDP reduces the row-parallel biases whole (attention out, MLP down: 32 fp32 each), the
+    # core half of them on each of the 2 tp ranks
+    dp = r[("dp", "all_reduce")]
+    assert dp["measured_bytes"] - dp["predicted_bytes"] == 2 * 32 * 4 / 2
+
+
+@pytest.mark.slow
+def test_pp_first_stage_sends_forward_and_the_tied_gradient_is_summed(comm):
+    r = rows(comm("pp2")[0])
+    sends = r[("pp", "send_recv")]
+    assert sends["measured_bytes"] * 2 == sends["predicted_bytes"] == 2 * 2 * ACT_BYTES
+    assert r[("pp_tie", "all_reduce")]["measured_bytes"] == 257 * 32 * 4  # the embedding
+
+
+@pytest.mark.slow
+def test_dp_pp_reduces_rank_0s_stage_and_its_used_map(comm):
+    doc, summary = comm("dp2-pp2")
+    # the stages hold different parameters: rank 0's tally is the one written (a note says so)
+    assert doc["notes"] == ["the ranks counted different collectives: rank 0's are shown"]
+    assert summary["comm"]["all_explained"] is True
+    # rank 0's first stage: embedding 257 x 32, positions 64 x 32, one block of d_model 32,
+    # d_ff 64 with biases (GPT-2): 3 x 32 x 32 + 96 + 32 x 32 + 32 + 2 x 32 x 64 + 64 + 32
+    # + 2 norms x 64; 14 parameter tensors, DDP's used map one int32 each
+    block = 3 * 32 * 32 + 96 + 32 * 32 + 32 + 2 * 32 * 64 + 64 + 32 + 2 * 64
+    stage = (257 * 32 + 64 * 32 + block) * 4
+    assert rows(doc)[("dp", "all_reduce")]["measured_bytes"] == stage + 14 * 4
+
+
+@pytest.mark.slow
+def test_ep_dropless_sends_the_cores_tokens_plus_the_counts(comm):
+    r = rows(comm("ep2")[0])[("ep", "all_to_all")]
+    counts = 2 * 1 * 4 * 8  # 2 micro-batches x 1 MoE layer x 4 experts' int64 counts
+    assert r["measured_bytes"] - r["predicted_bytes"] == counts
+
+
+@pytest.mark.slow
+def test_ep_experts_gradients_are_all_reduced_over_their_replicas(comm):
+    # dp4 ep2: each expert on 2 ranks; its gradient reduced over those, the dense ones over 4
+    r = rows(comm("dp4-ep2")[0])
+    assert r[("ep_replicas", "all_reduce")]["equal"] and r[("dp", "all_reduce")]["equal"]
 
 
 @pytest.mark.slow

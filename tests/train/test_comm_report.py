@@ -132,3 +132,55 @@ def test_no_counted_step_and_one_process():
         None, (), facts("ddp", {}), plan="dp1", counted_step=None, same_on_every_rank=True
     )
     assert alone["rows"] == [] and alone["summary"]["all_equal"] is None
+
+
+# -- tp, pp, ep: the layouts' named differences (measured on real runs in test_comm_count.py) --
+
+A = 32 * 32 * 4  # one micro-batch's hidden state: 32 tokens x d_model 32, fp32 (illustrative)
+T = 32  # tokens per micro-batch
+
+
+def layout_facts(mesh, **extra) -> RunFacts:
+    base = facts("ddp", mesh, grad_accum=2)
+    return RunFacts(**{**vars(base), "tokens_per_micro_batch": T, **extra})
+
+
+def test_tp_adds_the_embedding_head_and_loss_collectives():
+    planned = (pc("tp", "all_reduce", A, count=16),)
+    r = rows_by_key(compare(None, planned, layout_facts({"dp": 1, "tp": 2})))
+    # per micro-batch (2): embedding forward + head backward, 3 fp32 statistics per token
+    assert r[("tp", "all_reduce")].explained_bytes == 16 * A + 2 * (2 * A + 3 * T * 4)
+
+
+def test_sp_moves_the_head_to_gather_and_scatter_and_sums_the_norms():
+    planned = (pc("tp", "all_gather", A, count=16), pc("tp", "reduce_scatter", A, count=16))
+    f = layout_facts({"dp": 1, "tp": 2}, sequence_parallel=True, norm_grad_bytes=768)
+    r = rows_by_key(compare(None, planned, f))
+    assert r[("tp", "all_gather")].explained_bytes == 16 * A + 2 * 2 * A
+    assert r[("tp", "reduce_scatter")].explained_bytes == 16 * A + 2 * A
+    assert r[("tp", "all_reduce")].explained_bytes == 2 * (A + 3 * T * 4) + 768
+
+
+def test_tp_ddp_reduces_the_row_parallel_biases_whole():
+    planned = (pc("dp", "all_reduce", N),)
+    r = rows_by_key(compare(None, planned, layout_facts({"dp": 2, "tp": 2}, row_bias_bytes=256)))
+    assert r[("dp", "all_reduce")].explained_bytes == N + 128
+
+
+@pytest.mark.parametrize(("stages", "sent"), [(1, 2), (2, 6)])
+def test_pp_rank_0_sends_no_gradients_from_the_first_stage(stages, sent):
+    # the core: 2 micro-batches x 2 directions x stages per rank
+    planned = (pc("pp", "send_recv", A, count=4 * stages),)
+    f = layout_facts({"pp": 2, "dp": 1}, stages_per_rank=stages, tied_grad_bytes=999)
+    r = rows_by_key(compare(None, planned, f))
+    assert r[("pp", "send_recv")].explained_bytes == sent * A
+    assert r[("pp_tie", "all_reduce")].explained_bytes == 999
+
+
+def test_ep_counts_and_capacity():
+    planned = (pc("ep", "all_to_all", A, count=4),)
+    f = layout_facts({"dp": 2}, n_experts=4, moe_layers=1)
+    r = rows_by_key(compare(None, planned, f))[("ep", "all_to_all")]
+    assert r.explained_bytes == 4 * A + 2 * 1 * 4 * 8  # int64 counts per micro-batch and layer
+    capped = rows_by_key(compare(None, planned, RunFacts(**{**vars(f), "capacity_factor": 1.25})))
+    assert "capacity" in capped[("ep", "all_to_all")].difference

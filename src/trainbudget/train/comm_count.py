@@ -30,10 +30,16 @@ Axes: each collective's process group is named by the mesh axis whose group it i
 collectives (the gradient norm, the step's loss-and-flags packet) are counted under the axis
 "trainer" (`CommCounter.trainer`), apart from the model's rows.
 
-To add an axis (tensor, pipeline, expert parallelism): nothing here -- a collective on the
-group of a new mesh axis is counted under that axis's name; an expert group carved out of "dp"
-that is not a mesh axis is named through `CommCounter(extra_groups={name: group})`. The
-prediction side is train.comm_report's.
+Groups that are no mesh axis are named by `make_counter` (`CommCounter(extra_groups=...)`):
+the expert group carved out of "dp" is "ep", its replicas "ep_replicas", and the tied
+embedding's group of a pipeline's first and last stage "pp_tie". A collective on the group of a
+new mesh axis needs nothing here: it is counted under that axis's name. The prediction side is
+train.comm_report's.
+
+Rank 0's tally is the one written, except the "ep" all-to-alls: how many tokens a rank sends
+depends on where its tokens were routed, so their bytes are the mean over the ranks (every
+routed assignment is sent once, by the rank that holds its token: the mean is the run's total
+over the ranks, whatever the routing). Their calls are the same on every rank.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trainbudget.train.comm_report import TRAINER_AXIS, RunFacts, comm_document
+from trainbudget.train.comm_report import EP_REPLICAS, TRAINER_AXIS, RunFacts, comm_document
 
 if TYPE_CHECKING:
     from trainbudget.train.distributed import DistInfo
@@ -212,11 +218,29 @@ def make_counter(parallel, *, compiled: bool) -> CommCounter:
     off under torch.compile (a dispatch mode around a compiled step would break its graph)."""
     from torch.nn.parallel import DistributedDataParallel
 
-    counter = CommCounter(None if compiled else parallel.mesh)
+    counter = CommCounter(None if compiled else parallel.mesh, extra_groups=_extra_groups(parallel))
     # DDP only: ddp under tensor parallelism runs as FSDP2's replicate, seen by the mode
     if counter.enabled and isinstance(parallel.net, DistributedDataParallel):
         counter.watch_ddp(parallel.net)
     return counter
+
+
+def _extra_groups(parallel) -> dict:
+    """The run's process groups that are no mesh axis, by the name their rows carry."""
+    from trainbudget.train import expert_parallel
+
+    out = {}
+    tie = getattr(parallel.net, "tie_group", None)  # pp > 1, tied embeddings, first or last
+    if tie is not None:
+        out["pp_tie"] = tie
+    layout = expert_parallel.of(parallel.model if parallel.model is not None else parallel.net)
+    if layout is None and hasattr(parallel.net, "module"):  # DDP around the model
+        layout = expert_parallel.of(parallel.net.module)
+    if layout is not None:
+        out["ep"] = layout.groups.group
+        if layout.groups.replicas is not None:
+            out[EP_REPLICAS] = layout.groups.replicas
+    return out
 
 
 def tally(calls: list[Call]) -> dict[tuple[str, str], tuple[int, int]]:
@@ -236,7 +260,45 @@ def gather_tallies(counter: CommCounter, info: DistInfo) -> tuple[dict | None, b
         return mine, True
     everyone: list = [None] * info.world_size
     dist.all_gather_object(everyone, mine)
+    if everyone[0] is None:
+        return None, all(t is None for t in everyone)
+    routed = [k for k in everyone[0] if k == ("ep", "all_to_all")]
+    for key in routed:  # routing-dependent: the mean over the ranks (the module docstring)
+        total = sum(t[key][0] for t in everyone)
+        everyone = [{**t, key: (total / len(everyone), t[key][1])} for t in everyone]
     return everyone[0], all(t == everyone[0] for t in everyone)
+
+
+ROW_BIAS = ("attn.proj.bias", "mlp.down.bias")
+"""train.tensor_parallel's RowwiseParallel linears' biases (model.transformer's names)."""
+
+
+def _local_bytes(p) -> int:
+    local = p.to_local() if isinstance(p, DTensor) else p
+    return local.numel() * local.element_size()
+
+
+def _model_facts(run: Run) -> dict:
+    """RunFacts' fields read off the model and the config (train.comm_report's differences)."""
+    from trainbudget.train import expert_parallel
+
+    cfg, params = run.cfg, dict(run.model.named_parameters())
+    spec = run.spec
+    tied = getattr(run.net, "tied_name", "") if getattr(run.net, "tie_group", None) else ""
+    layout = expert_parallel.of(run.model)
+    return {
+        "tokens_per_micro_batch": cfg.micro_batch * cfg.seq_len,
+        "sequence_parallel": bool(cfg.sequence_parallel),
+        "norm_grad_bytes": sum(_local_bytes(p) for n, p in params.items() if "norm" in n),
+        "row_bias_bytes": sum(_local_bytes(p) for n, p in params.items() if n.endswith(ROW_BIAS)),
+        "tied_grad_bytes": _local_bytes(params[tied]) if tied else 0,
+        "stage_grad_bytes": sum(_local_bytes(p) for p in params.values()) if cfg.pp > 1 else 0,
+        "n_stage_params": len(params) if cfg.pp > 1 else 0,
+        "stages_per_rank": cfg.vpp if cfg.pp_schedule == "interleaved-1f1b" else 1,
+        "n_experts": 0 if layout is None else spec.n_experts,
+        "moe_layers": 0 if layout is None else spec.n_moe_layers,
+        "capacity_factor": 0.0 if layout is None else spec.capacity_factor,
+    }
 
 
 def run_comm(run: Run) -> dict:
@@ -250,6 +312,7 @@ def run_comm(run: Run) -> dict:
         mesh=mesh,
         grad_accum=run.cfg.grad_accum,
         param_shapes=tuple((tuple(p.shape), p.dtype.itemsize) for p in run.model.parameters()),
+        **_model_facts(run),
     )
     return comm_document(
         measured,

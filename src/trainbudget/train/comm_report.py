@@ -20,12 +20,30 @@ from the plan and the model, never from the measurement):
 - calls: DDP reduces in buckets, ZeroRedundancyOptimizer broadcasts parameter by parameter,
   FSDP2 communicates per fully_shard unit (each block, then the root): the same bytes in more
   calls than the core's one per buffer;
-- the "trainer" row (the loss-and-flags all-reduce, the gradient norm of FSDP2's shards) is not
-  in the core's step.
+- the "trainer" row (the loss-and-flags all-reduce, the gradient norm of FSDP2's shards, the
+  pipeline's norm over its stages) is not in the core's step;
+- tp (DTensor, train.tensor_parallel): beyond the core's Megatron per-layer collectives, per
+  micro-batch the vocabulary-parallel embedding's forward and the head's backward (an
+  all-reduce each; under SP the head's all-gather forward and reduce-scatter backward and the
+  embedding's all-gather backward), loss parallel's 3 all-reduces of one fp32 per token, and
+  under SP the norms' Partial gradients summed once a step; DDP reduces the row-parallel
+  linears' biases whole where the core's per-rank share divides them by tp. Not in the core's
+  step time: 2 activation-sized collectives per micro-batch beside its 4 per layer;
+- pp (rank 0's rows): rank 0 holds the first stage, which sends no gradients back: one of the
+  2 x stages-per-rank directions the core charges an inner stage; the tied embedding's gradient
+  all-reduced between the first and last stage ("pp_tie", not in the core); under dp x pp,
+  rank 0's dp row is its stage's gradients (the core's: the stage it charges the step with)
+  plus DDP's used-parameter map (find_unused_parameters: one int32 per parameter);
+- ep (the mean over the ranks, train.comm_count): each MoE layer's forward first exchanges the
+  (n_experts,) int64 token counts; with a capacity factor the core charges buffers of the
+  capacity and the trainer sends the kept assignments (named, not equal: routing decides how
+  many are dropped); dropless, equal. The experts' gradients: the core's dp_grad_reduce on
+  the dp / ep replica group, told apart from the dense weights' by its group size
+  (`predicted_rows`), row "ep_replicas".
 
-To add an axis (tp, pp, ep): map the core's category to the mesh axis in `_AXES` (tp, pp and
-ep are there already, under those names), and, where its engine moves other bytes or calls
-than the core charges, add the rule to `_differences` / `_CALLS` with its reason. One category
+To add an axis: map the core's category to the mesh axis in `_AXES` (tp, pp and ep are there
+already, under those names), and, where its engine moves other bytes or calls than the core
+charges, add the rule to `_differences` / `_CALLS` with its reason. One category
 on two groups -- MoE's expert gradients, "dp_grad_reduce" on the dp / ep expert-data-parallel
 group beside the dense weights' dp group -- is told apart by `PlannedCollective.group_size` in
 `predicted_rows`.
@@ -40,6 +58,7 @@ from trainbudget.core.parallel.comm_volume import PlannedCollective
 from trainbudget.train.strategy import get_strategy
 
 TRAINER_AXIS = "trainer"  # train.comm_count's name for the trainer's own collectives
+EP_REPLICAS = "ep_replicas"  # train.comm_count's name for the expert weights' replica group
 BYTE = 0.5
 """Measured bytes are whole; the core's per-rank shares (bytes / group) may not be: equal means
 within half a byte."""
@@ -72,6 +91,25 @@ class RunFacts:
     grad_accum: int
     param_shapes: tuple[tuple[tuple[int, ...], int], ...]
     """(shape, bytes per element) of each distinct parameter of the model."""
+    tokens_per_micro_batch: int = 0
+    """micro_batch x seq_len: loss parallel's statistics are one fp32 number per token."""
+    sequence_parallel: bool = False
+    norm_grad_bytes: int = 0
+    """SP: the norms' parameters (replicated, gradient Partial), summed over tp once a step."""
+    row_bias_bytes: int = 0
+    """tp > 1: the row-parallel linears' biases (attention out, MLP down), whole on each rank."""
+    tied_grad_bytes: int = 0
+    """pp > 1, tied embeddings: the embedding's gradient, summed over first and last stage."""
+    stage_grad_bytes: int = 0
+    """pp > 1: rank 0's stages' gradients (the first stage: the embedding and positions)."""
+    n_stage_params: int = 0
+    """pp > 1: rank 0's parameter tensors (DDP's used map: one int32 each)."""
+    stages_per_rank: int = 1
+    """pp > 1: the stages rank 0 holds (vpp under interleaved 1F1B)."""
+    n_experts: int = 0
+    capacity_factor: float = 0.0
+    moe_layers: int = 0
+    """MoE under ep > 1: the layers whose tokens are dispatched (every one, count exchange)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,7 +172,10 @@ def predicted_rows(
     """(axis, op) -> (bytes, calls) the core charges per step."""
     out: dict[tuple[str, str], tuple[float, float]] = {}
     for c in planned:
-        key = (mesh_axis(c.category, mesh), c.kind)
+        axis = mesh_axis(c.category, mesh)
+        if axis == "dp" and c.group_size < mesh.get("dp", 1):  # experts: dp / ep replicas
+            axis = EP_REPLICAS
+        key = (axis, c.kind)
         n_bytes, count = out.get(key, (0.0, 0.0))
         out[key] = (n_bytes + c.total_bytes, count + c.count)
     return out
@@ -152,11 +193,96 @@ ZERO2_REGATHER = (
 TRAINER = "the trainer's own (loss-and-flags packet, gradient norm): not in the core's step"
 
 
+TP_ENDS = (
+    "the vocabulary-parallel embedding's forward and the head's backward: one activation-sized "
+    "collective each per micro-batch beyond the core's per-layer ones"
+)
+LOSS_PARALLEL = "loss parallel: 3 all-reduces of one fp32 number per token, per micro-batch"
+SP_NORMS = "sequence parallel: the norms' Partial gradients summed over tp once a step"
+TP_ROW_BIAS = (
+    "tp: the row-parallel linears' biases are whole on every tp rank (Megatron's "
+    "RowParallelLinear); the core's per-rank share divides them by tp"
+)
+PP_FIRST = (
+    "rank 0 holds the first stage: it sends activations forward, no gradients back (the core "
+    "charges inner stages, both ways)"
+)
+PP_STAGE = (
+    "rank 0 holds the first stage, its gradients {b} bytes (the embedding, the positions); "
+    "the core's dp bytes are those of the stage it charges the step with"
+)
+PP_USED_MAP = (
+    "DDP per stage runs with find_unused_parameters: each step it all-reduces the stage's "
+    "used-parameter map, one int32 per parameter"
+)
+PP_TIE = "tied embeddings: the first and last stage sum the embedding's gradient once a step"
+EP_COUNTS = (
+    "ep: each MoE layer's forward first exchanges the (n_experts,) int64 token counts per "
+    "micro-batch"
+)
+
+EP_CAPACITY = (
+    "capacity: the core charges buffers of capacity_factor ({cf:g}) x the even share, filled or "
+    "not; the trainer sends the kept assignments only (routing-dependent; dropless, "
+    "capacity_factor=0, they agree)"
+)
+
+
+def _tp_differences(predicted, facts: RunFacts) -> list[Adjustment]:
+    """DTensor's collectives beyond the core's Megatron layer ones (embedding, head, loss) and
+    DDP's whole row-parallel biases."""
+    tp = facts.mesh.get("tp", 1)
+    out = []
+    if tp > 1 and facts.strategy == "ddp" and ("dp", "all_reduce") in predicted:
+        extra = facts.row_bias_bytes * (1 - 1 / tp)
+        out.append(Adjustment(axis="dp", op="all_reduce", n_bytes=extra, reason=TP_ROW_BIAS))
+    per_call = [b / c for (axis, _), (b, c) in predicted.items() if axis == "tp" and c]
+    if tp < 2 or not per_call:
+        return [a for a in out if a.n_bytes]
+    a, m = per_call[0], facts.grad_accum
+    ends = {"all_reduce": 2 * m * a}  # embedding all-reduce forward, head all-reduce backward
+    if facts.sequence_parallel:  # head: all-gather forward, reduce-scatter backward
+        ends = {"all_reduce": m * a, "all_gather": 2 * m * a, "reduce_scatter": m * a}
+    out += [Adjustment(axis="tp", op=op, n_bytes=b, reason=TP_ENDS) for op, b in ends.items()]
+    loss = 3 * m * facts.tokens_per_micro_batch * 4
+    out.append(Adjustment(axis="tp", op="all_reduce", n_bytes=loss, reason=LOSS_PARALLEL))
+    if facts.sequence_parallel:
+        norms = facts.norm_grad_bytes
+        out.append(Adjustment(axis="tp", op="all_reduce", n_bytes=norms, reason=SP_NORMS))
+    return [a for a in out if a.n_bytes]
+
+
+def _pp_ep_differences(predicted, facts: RunFacts) -> list[Adjustment]:
+    """Pipeline: the first stage's one-way sends and the tied gradient; experts: the counts."""
+    out = []
+    sends = predicted.get(("pp", "send_recv"))
+    if sends:  # of the 2 x stages_per_rank directions the core charges, one is not sent
+        first = -sends[0] / (2 * facts.stages_per_rank)
+        out.append(Adjustment(axis="pp", op="send_recv", n_bytes=first, reason=PP_FIRST))
+    grads = predicted.get(("dp", "all_reduce"))
+    if grads and facts.stage_grad_bytes and facts.strategy == "ddp":
+        stage, why = facts.stage_grad_bytes - grads[0], PP_STAGE.format(b=facts.stage_grad_bytes)
+        out.append(Adjustment(axis="dp", op="all_reduce", n_bytes=stage, reason=why))
+        used = facts.n_stage_params * 4
+        out.append(Adjustment(axis="dp", op="all_reduce", n_bytes=used, reason=PP_USED_MAP))
+    if facts.tied_grad_bytes:
+        tie = facts.tied_grad_bytes
+        out.append(Adjustment(axis="pp_tie", op="all_reduce", n_bytes=tie, reason=PP_TIE))
+    if facts.n_experts and ("ep", "all_to_all") in predicted:
+        counts = facts.grad_accum * facts.moe_layers * facts.n_experts * 8
+        out.append(Adjustment(axis="ep", op="all_to_all", n_bytes=counts, reason=EP_COUNTS))
+        if facts.capacity_factor:
+            why = EP_CAPACITY.format(cf=facts.capacity_factor)
+            out.append(Adjustment(axis="ep", op="all_to_all", n_bytes=0.0, reason=why))
+    return out
+
+
 def _differences(
     predicted: dict[tuple[str, str], tuple[float, float]], facts: RunFacts
 ) -> list[Adjustment]:
     """The named differences of the run's engine (the module docstring), in bytes."""
-    out: list[Adjustment] = []
+    out: list[Adjustment] = [*_tp_differences(predicted, facts)]
+    out += _pp_ep_differences(predicted, facts)
     if facts.strategy == "zero1":
         for (axis, op), (n_bytes, _) in predicted.items():
             to = {"reduce_scatter": "all_reduce", "all_gather": "broadcast"}.get(op)

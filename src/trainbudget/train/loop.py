@@ -551,6 +551,7 @@ def _pipeline_step(run: Run, logged: bool):
     arrive(run.info, f"the gradient-norm and loss all-reduces of step {run.state.step + 1}")
     grad_norm_value = whole_gradient(run, batch)
     packet = _all_reduce_packet(run, loss_sum, moe, sources)
+    run.comm_counter.trainer(False)
     loss_value = packet[0] / run.info.world_size
     verdict = run.guard.judge(loss_value, grad_norm_value)
     if verdict.ok:

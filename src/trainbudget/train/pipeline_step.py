@@ -60,6 +60,7 @@ def whole_gradient(run: Run, batch: int) -> float:
     sync_tied_grads(part, pipe)
     if batch in run.faults.nan_grad_batches:
         next(p for p in part.parameters() if p.grad is not None).grad.fill_(math.nan)
+    run.comm_counter.trainer(True)  # the norm's all-reduce over the stages: the trainer's
     norm = grad_norm(part, pipe)
     if run.cfg.grad_clip > 0:
         clip_(part, norm, run.cfg.grad_clip)
