@@ -49,6 +49,9 @@ TINY = (
     *("--device", "cpu", "--seed", "7", "--optimizer", "adamw", "--lr", "1e-3"),
     *("--steps", "2", "--checkpoint-every", "100"),
 )
+TP_VOCAB = ("--set", "vocab_size=258")  # tp must divide the vocabulary
+SP_DDP = ("--sequence-parallel", "--strategy", "ddp", "--precision", "fp32")
+SP_FSDP = ("--sequence-parallel", "--strategy", "fsdp", "--precision", "fp32")
 # name: (processes, arguments)
 LAYOUTS = {
     "ddp": (2, ("--strategy", "ddp", "--micro-batch", "4", "--precision", "fp32")),
@@ -56,6 +59,9 @@ LAYOUTS = {
     "zero2": (2, ("--strategy", "zero2", "--micro-batch", "4", "--precision", "bf16-mixed")),
     "fsdp": (2, ("--strategy", "fsdp", "--micro-batch", "2", "--grad-accum", "2")),
     "hsdp": (4, ("--strategy", "hsdp", "--zero-shard", "2", "--recompute", "full")),
+    "tp2": (2, (*TP_VOCAB, "--micro-batch", "4", "--tp", "2", "--precision", "fp32")),
+    "dp2-tp2-sp-ddp": (4, (*TP_VOCAB, "--micro-batch", "4", "--tp", "2", *SP_DDP)),
+    "dp2-tp2-sp-fsdp": (4, (*TP_VOCAB, "--micro-batch", "4", "--tp", "2", *SP_FSDP)),
 }
 
 N_PARAMS = 4 * 3 + 3 + 3 * 2 + 2  # two Linear layers' weights and biases: 23

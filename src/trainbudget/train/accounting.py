@@ -18,9 +18,10 @@ What each prediction uses:
   several data-parallel ranks, `core.parallel.rank_peak.rank_peak`, the same phases with the
   model state sharded by the ZeRO stage and the buffers of the strategy's engine (DDP's
   gradient buckets, FSDP2's gathered parameters), for the trainer's update (torch's fused
-  kernel for Adam and AdamW); for a plan that splits the model (tensor, pipeline, context or
-  expert parallelism) or accumulates micro-batches, `core.parallel.parallel_memory.plan_memory`
-  (a sum of parts, not phase by phase);
+  kernel for Adam and AdamW), with or without tensor (and sequence) parallelism (each rank
+  its shard of the model: `rank_peak.tensor_shard`; tp alone runs no wrapper); for a plan
+  that splits the model otherwise (pipeline, context or expert parallelism),
+  `core.parallel.parallel_memory.plan_memory` (a sum of parts, not phase by phase);
 - model state per rank (weights, gradients, fp32 masters, optimizer state): `plan_memory`'s, for
   any number of processes.
 
@@ -286,7 +287,8 @@ def _memory(
         ).total_bytes
         note = "core.peak_memory's phase model of the reference implementation"
     elif covers(plan):
-        engine = get_strategy(strategy).memory_engine
+        # tensor parallel alone (dp 1) runs no data-parallel wrapper
+        engine = get_strategy(strategy).memory_engine if plan.dp > 1 else "single"
         ranks = [
             rank_peak(
                 spec,
