@@ -29,8 +29,9 @@ What each prediction uses:
 
 Per rank: the ranks of a data-parallel plan differ only under zero1 (ZeroRedundancyOptimizer's
 whole-tensor shares, `rank_peak.whole_tensor_shares`); under a pipeline each rank gets its
-stage's figure (`parallel_memory.stage_memories`), its stage read from the rank as the run's
-one mesh lays ranks out, "pp" the outermost axis (train.parallelize.build_mesh).
+stage's figure (`stage_peak.stage_peak` for a pipeline alone, else
+`parallel_memory.stage_memories`), its stage read from the rank as the run's one mesh lays
+ranks out, "pp" the outermost axis (train.parallelize.build_mesh).
 
 Outside `rank_peak` (a plan that splits the model), zero2, which runs on FSDP2 without
 resharding after forward (train.strategy), holds more than the core's ZeRO-2 (parameters
