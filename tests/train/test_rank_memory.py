@@ -10,7 +10,11 @@ the plan's prediction for that rank (core.parallel.rank_peak), and summary.json 
 Observed on the 18,880-parameter model below: +0.3 % to +0.5 % on every rank of every
 strategy, fp32 and bf16-mixed, with and without accumulation or full recomputation (the
 tensors the trainer's step holds beyond the reference step: its token ids and per-token
-losses). 15 to 25 s a run on the shared 2-core CPU."""
+losses). Tensor parallel (core.parallel.rank_peak.tensor_shard): tp2 +1.0 %, dp2 tp2+sp
+under ddp +1.6 % and fsdp +2.0 % (the last unexplained 1-2 % under SP: not traced). Pipeline
+stages (core.parallel.stage_peak, MemTracker around the schedule's step): pp2 1F1B over 4
+micro-batches +1.6 % / +1.1 % (first / last stage), GPipe over 2 -0.7 % / -1.4 % (runs of
+these shapes with a 258-token vocabulary). 10 to 25 s a run on the shared 2-core CPU."""
 
 from __future__ import annotations
 
@@ -49,6 +53,10 @@ TINY = (
     *("--device", "cpu", "--seed", "7", "--optimizer", "adamw", "--lr", "1e-3"),
     *("--steps", "2", "--checkpoint-every", "100"),
 )
+TP_VOCAB = ("--set", "vocab_size=258")  # tp must divide the vocabulary
+SP_DDP = ("--sequence-parallel", "--strategy", "ddp", "--precision", "fp32")
+SP_FSDP = ("--sequence-parallel", "--strategy", "fsdp", "--precision", "fp32")
+PP2 = ("--set", "n_layers=2", "--pp", "2", "--precision", "fp32")  # a layer per stage
 # name: (processes, arguments)
 LAYOUTS = {
     "ddp": (2, ("--strategy", "ddp", "--micro-batch", "4", "--precision", "fp32")),
@@ -56,6 +64,11 @@ LAYOUTS = {
     "zero2": (2, ("--strategy", "zero2", "--micro-batch", "4", "--precision", "bf16-mixed")),
     "fsdp": (2, ("--strategy", "fsdp", "--micro-batch", "2", "--grad-accum", "2")),
     "hsdp": (4, ("--strategy", "hsdp", "--zero-shard", "2", "--recompute", "full")),
+    "tp2": (2, (*TP_VOCAB, "--micro-batch", "4", "--tp", "2", "--precision", "fp32")),
+    "dp2-tp2-sp-ddp": (4, (*TP_VOCAB, "--micro-batch", "4", "--tp", "2", *SP_DDP)),
+    "dp2-tp2-sp-fsdp": (4, (*TP_VOCAB, "--micro-batch", "4", "--tp", "2", *SP_FSDP)),
+    "pp2-1f1b": (2, (*PP2, "--micro-batch", "2", "--grad-accum", "4")),
+    "pp2-gpipe": (2, (*PP2, "--micro-batch", "2", "--grad-accum", "2", "--pp-schedule", "gpipe")),
 }
 
 N_PARAMS = 4 * 3 + 3 + 3 * 2 + 2  # two Linear layers' weights and biases: 23

@@ -18,16 +18,20 @@ What each prediction uses:
   several data-parallel ranks, `core.parallel.rank_peak.rank_peak`, the same phases with the
   model state sharded by the ZeRO stage and the buffers of the strategy's engine (DDP's
   gradient buckets, FSDP2's gathered parameters), for the trainer's update (torch's fused
-  kernel for Adam and AdamW); for a plan that splits the model (tensor, pipeline, context or
-  expert parallelism) or accumulates micro-batches, `core.parallel.parallel_memory.plan_memory`
-  (a sum of parts, not phase by phase);
+  kernel for Adam and AdamW), with or without tensor (and sequence) parallelism (each rank
+  its shard of the model: `rank_peak.tensor_shard`; tp alone runs no wrapper); for a
+  pipeline alone (GPipe or 1F1B, no recomputation), `core.parallel.stage_peak` on each stage;
+  for a plan that splits the model otherwise (pipeline with data or tensor parallelism,
+  context or expert parallelism),
+  `core.parallel.parallel_memory.plan_memory` (a sum of parts, not phase by phase);
 - model state per rank (weights, gradients, fp32 masters, optimizer state): `plan_memory`'s, for
   any number of processes.
 
 Per rank: the ranks of a data-parallel plan differ only under zero1 (ZeroRedundancyOptimizer's
 whole-tensor shares, `rank_peak.whole_tensor_shares`); under a pipeline each rank gets its
-stage's figure (`parallel_memory.stage_memories`), its stage read from the rank as the run's
-one mesh lays ranks out, "pp" the outermost axis (train.parallelize.build_mesh).
+stage's figure (`stage_peak.stage_peak` for a pipeline alone, else
+`parallel_memory.stage_memories`), its stage read from the rank as the run's one mesh lays
+ranks out, "pp" the outermost axis (train.parallelize.build_mesh).
 
 Outside `rank_peak` (a plan that splits the model), zero2, which runs on FSDP2 without
 resharding after forward (train.strategy), holds more than the core's ZeRO-2 (parameters
@@ -48,6 +52,7 @@ from trainbudget.core.parallel.comm_volume import PlannedCollective, planned_col
 from trainbudget.core.parallel.parallel_memory import plan_memory, stage_memories
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.rank_peak import covers, pipeline_stage, rank_peak
+from trainbudget.core.parallel.stage_peak import covers_stage, stage_peak
 from trainbudget.core.parallel.step_time import (
     DEFAULT_EFFICIENCY,
     Efficiency,
@@ -286,7 +291,8 @@ def _memory(
         ).total_bytes
         note = "core.peak_memory's phase model of the reference implementation"
     elif covers(plan):
-        engine = get_strategy(strategy).memory_engine
+        # tensor parallel alone (dp 1) runs no data-parallel wrapper
+        engine = get_strategy(strategy).memory_engine if plan.dp > 1 else "single"
         ranks = [
             rank_peak(
                 spec,
@@ -306,6 +312,21 @@ def _memory(
             f"core.rank_peak's phase model on each rank of {plan.describe()} under {engine} "
             f"(peak at {ranks[0].peak.phase})"
         )
+    elif covers_stage(plan):  # one rank per stage: rank i runs stage i
+        ranks = [
+            stage_peak(
+                spec,
+                plan,
+                stage_index=rank,
+                precision=precision.name,
+                optimizer=optimizer.name,
+                seq_len=seq_len,
+            )
+            for rank in range(plan.n_gpus)
+        ]
+        by_rank = tuple(r.total_bytes for r in ranks)
+        peak = max(by_rank)
+        note = f"core.stage_peak's phase model on each stage of {plan.describe()}"
     else:
         peak = per_rank.total_bytes + extra
         if plan.pp > 1:  # "pp" outermost: ranks [i * n / pp, (i + 1) * n / pp) are stage i

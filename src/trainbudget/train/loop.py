@@ -219,7 +219,7 @@ def _start(
         tokens_per_step=cfg.micro_batch * cfg.grad_accum * cfg.seq_len * dp_size,
         probes=pre.probes,
         mesh=parallel.mesh,
-        peak_meter=PeakMeter(device, tracked=tracks_cpu_peak(cfg, info) and cfg.pp == 1),
+        peak_meter=PeakMeter(device, tracked=tracks_cpu_peak(cfg, info)),
         comm_counter=make_counter(parallel, compiled=cfg.compile),
     )
     if cfg.resume:

@@ -14,7 +14,9 @@
   (FSDP2's unsharded parameters: `_engine_storages`), at their largest sum. The second step,
   because the first creates the optimizer state only at its update, after the backward peak;
   it also sees DDP's gradient buckets, which DDP allocates anew at the start of its second
-  iteration (Reducer rebuilds them in the order gradients became ready). A run of one step
+  iteration (Reducer rebuilds them in the order gradients became ready). Under a pipeline the
+  step is the schedule's (every micro-batch's forward and backward on this rank's stage, its
+  sends and receives), seen whole: the tracker needs no module hooks. A run of one step
   measures nothing, nor one under torch.compile (the tracker's dispatch mode would break the
   graph) or in one process (summary.json's fake-tensor measurement covers it).
   The tracker runs without its module tracker (`_NoModuleTracker`): that one hangs autograd

@@ -14,6 +14,7 @@ from trainbudget.core.parallel.rank_peak import (
     ENGINES,
     covers,
     rank_peak,
+    tensor_shard,
     whole_tensor_shares,
 )
 from trainbudget.core.single.params import count_params
@@ -118,10 +119,45 @@ def test_a_fused_update_has_no_scratch():
     assert step.temporaries_bytes == 0
 
 
-def test_only_data_parallel_plans_are_covered():
+def test_data_and_tensor_parallel_plans_are_covered():
     assert covers(Plan(dp=8, zero=3, zero_shard=2, grad_accum=4))
-    for plan in (Plan(tp=2), Plan(pp=2), Plan(cp=2)):
+    assert covers(Plan(dp=2, tp=2, sp=True, zero=3))
+    for plan in (Plan(pp=2), Plan(cp=2), Plan(ep=2)):
         assert not covers(plan)
+
+
+# TINY with a vocabulary tp=2 divides (the trainer's tp tests use 258)
+TP_TINY = dataclasses.replace(TINY, vocab_size=258)
+
+
+def test_a_tensor_parallel_rank_holds_its_shard_and_the_replicated_rest():
+    # per layer, on one of 2 ranks (d 32, d_ff 64, V 258, 64 learned positions, tied head):
+    # tok 129x32, pos 64x32 whole, ln1/ln2/final 2x32 each whole, qkv 32x48 + 48,
+    # proj 16x32 + 32 (row parallel: bias whole), up 32x32 + 32, down 32x32 + 32
+    shard = tensor_shard(TP_TINY, 2)
+    assert count_params(TP_TINY).total == 18_912
+    assert count_params(shard).total == 4128 + 2048 + 3 * 64 + 1584 + 544 + 1056 + 1056
+    assert tensor_shard(TP_TINY, 1) is TP_TINY
+
+
+def test_loss_parallel_adds_one_vocabulary_sized_fp32_tensor_at_backward_start():
+    plan = Plan(tp=2, micro_batch=4)
+    got = rank_peak(TP_TINY, plan, engine="single", **KW).phases
+    want = training_peak(tensor_shard(TP_TINY, 2), micro_batch=4, **KW).phases
+    start = [g.temporaries_bytes - w.temporaries_bytes for g, w in zip(got, want, strict=True)]
+    assert start == [32 * 4 * 129 * 4, 0, 0]  # tokens x V/tp, fp32; then nothing
+
+
+def test_memory_never_grows_with_tensor_or_sequence_parallelism():
+    totals = [
+        rank_peak(TP_TINY, plan, engine="fsdp2", **KW).total_bytes
+        for plan in (
+            Plan(dp=2, zero=3, micro_batch=4),
+            Plan(dp=2, tp=2, zero=3, micro_batch=4),
+            Plan(dp=2, tp=2, sp=True, zero=3, micro_batch=4),
+        )
+    ]
+    assert totals == sorted(totals, reverse=True) and totals[0] > totals[2]
 
 
 def test_accumulation_adds_the_unsynchronised_gradients_before_backward():

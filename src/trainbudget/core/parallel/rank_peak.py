@@ -6,8 +6,11 @@ term of an `Engine` row with its source.
 
 A data-parallel rank runs the whole model on its own micro-batch, so the activations and the
 loss's temporaries are the single device's at that micro-batch; only the model state and the
-engine's buffers differ. Plans that split the model (tensor, pipeline, context or expert
-parallelism) are not covered (`covers`): their per-GPU figure is `parallel_memory`'s.
+engine's buffers differ. A tensor-parallel rank runs its shard of the model (`tensor_shard`) as
+a model of its own, with loss parallel's extra temporary and, under sequence parallelism, the
+layers' replicated activations split (`sequence_split_bytes`). Plans that split the model
+otherwise (pipeline, context or expert parallelism) are not covered (`covers`): their per-GPU
+figure is `parallel_memory`'s.
 """
 
 from __future__ import annotations
@@ -18,7 +21,11 @@ from types import MappingProxyType
 from trainbudget.core.errors import unknown_key
 from trainbudget.core.parallel.parallel_memory import zero_model_state
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.single.activations import FP32_BYTES, activation_memory
+from trainbudget.core.single.activations import (
+    FP32_BYTES,
+    activation_memory,
+    layer_activations,
+)
 from trainbudget.core.single.params import count_params, matrix_shapes
 from trainbudget.core.single.peak_memory import PeakMemory, PhaseMemory, training_peak
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -127,8 +134,29 @@ def get_engine(name: str) -> Engine:
 
 
 def covers(plan: Plan) -> bool:
-    """Whether `rank_peak` models `plan`: data parallelism (and ZeRO) only."""
-    return (plan.tp, plan.pp, plan.cp, plan.ep) == (1, 1, 1, 1)
+    """Whether `rank_peak` models `plan`: data parallelism (and ZeRO), with or without tensor
+    (and sequence) parallelism."""
+    return (plan.pp, plan.cp, plan.ep) == (1, 1, 1)
+
+
+def tensor_shard(spec: ModelSpec, tp: int) -> ModelSpec:
+    """What one of `tp` tensor-parallel ranks holds and computes, as a model of its own
+    (Megatron-LM, Shoeybi et al. 2019, arXiv:1909.08053, Sec. 3): n_heads/tp whole heads (and
+    n_kv_heads/tp kv groups) at the same head width, d_ff/tp hidden units, V/tp vocabulary rows
+    of the embedding and of the head (logits kept split: loss parallel); the norms, the learned
+    positions and the row-parallel layers' biases whole (replicated). Its weights, gradients,
+    optimizer state and activations are the rank's (without sequence parallelism, the layer
+    inputs the norms and the residual stream keep are whole on every rank: Korthikanti et al.
+    2022, arXiv:2205.05198, Sec. 4.2.1, the 10sbh term left unsplit)."""
+    if tp == 1:
+        return spec
+    return spec.replace(
+        n_heads=spec.n_heads // tp,
+        n_kv_heads=(spec.n_kv_heads or spec.n_heads) // tp,
+        head_dim=spec.d_head,
+        d_ff=spec.d_ff // tp,
+        vocab_size=spec.vocab_size // tp,
+    )
 
 
 def pipeline_stage(index: int, pp: int) -> str:
@@ -177,8 +205,11 @@ def rank_peak(
     largest being the peak; with gradient accumulation, those of the step's last micro-batch.
     `fused_update`: the optimizer runs torch's fused kernel (no per-tensor scratch at the
     update). `rank`: the rank's place in its shard group (what whole-tensor shards depend
-    on)."""
+    on). Under tensor parallelism the rank runs its shard of the model (`tensor_shard`), and
+    loss parallel's backward holds one more fp32 V/tp tensor than the single device's loss
+    (`LOSS_PARALLEL_TEMPORARIES`)."""
     eng = get_engine(engine)
+    whole, spec = spec, tensor_shard(spec, plan.tp)
     prec, opt = get_precision(precision), get_trainable_optimizer(optimizer)
     n = count_params(spec).total
     shard = plan.zero_shard or plan.dp
@@ -216,6 +247,13 @@ def rank_peak(
     # accumulation: the last micro-batch's backward starts beside the earlier ones' gradients,
     # unsynchronised and unsharded (DDP's no_sync, FSDP2 without gradient sync)
     accumulated = full_grads if plan.grad_accum > 1 else 0.0
+    tokens = seq_len * plan.micro_batch
+    # the rank's share of the logits is tokens x V/tp (`tensor_shard`)
+    loss_parallel = LOSS_PARALLEL_TEMPORARIES * tokens * spec.vocab_size * FP32_BYTES
+    loss_parallel = loss_parallel if plan.tp > 1 else 0.0
+    split = sequence_split_bytes(
+        whole, plan, seq_len=seq_len, activation_bytes=prec.activation_bytes
+    )
     return PeakMemory(
         phases=tuple(
             replace(
@@ -225,6 +263,10 @@ def rank_peak(
                 grads_bytes=phase.grads_bytes * state.grads_bytes / full_grads
                 + (accumulated if phase.phase in UNTIL_BACKWARD else 0.0),
                 optimizer_bytes=optimizer_bytes,
+                activations_bytes=phase.activations_bytes
+                - (split if phase.phase in SEQUENCE_SPLIT else 0.0),
+                temporaries_bytes=phase.temporaries_bytes
+                + (loss_parallel if phase.phase == "backward start" else 0.0),
                 buffers_bytes=phase.buffers_bytes
                 + buckets
                 + (gathered if phase.phase in UNTIL_BACKWARD else 0.0),
@@ -233,6 +275,44 @@ def rank_peak(
         )
     )
 
+
+SEQUENCE_SPLIT = ("backward start", "last block backward")
+"""The phases that hold every layer's saved tensors (no recomputation)."""
+
+
+def sequence_split_bytes(
+    spec: ModelSpec, plan: Plan, *, seq_len: int, activation_bytes: int
+) -> float:
+    """Bytes sequence parallelism saves on one rank beside tensor parallelism alone, over the
+    layers: the tensors TP leaves whole (the norms' inputs, the first linears' inputs),
+    split by tp (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 4.2.2, eq. 2 against eq. 3:
+    `activations.layer_activations`), less the head's input, which the final norm leaves split
+    and the column-parallel head all-gathers and keeps whole for its backward. None without SP
+    or recomputing every layer."""
+    if not plan.sp or plan.tp == 1 or plan.recompute != "none":
+        return 0.0
+    kw = dict(
+        seq_len=seq_len,
+        micro_batch=plan.micro_batch,
+        activation_bytes=activation_bytes,
+        flash_attention=True,
+        tp=plan.tp,
+    )
+    saved = (
+        layer_activations(spec, **kw).total_bytes
+        - layer_activations(spec, sp=True, **kw).total_bytes
+    )
+    tokens = seq_len * plan.micro_batch
+    return spec.n_layers * saved - tokens * spec.d_model * activation_bytes
+
+
+LOSS_PARALLEL_TEMPORARIES = 1
+"""fp32 tensors of the rank's logits' size (tokens x V/tp) beyond the single device's two
+gradients that loss parallel's backward holds at its start: its log-softmax backward handler
+(torch.distributed.tensor.parallel.loss_parallel, torch 2.13 _loss_ops) forms exp(log-probs)
+beside the gradients rather than in place (an attribution, not traced: the one term that
+closes the gap). Measured on tests/train/test_rank_memory.py's tp2 run: +1.0 % with it, +10 %
+without."""
 
 UNTIL_BACKWARD = ("backward start", "last block backward", "first recomputation")
 """The phases before the blocks' post-backwards have resharded them."""
