@@ -290,43 +290,9 @@ def _memory(
             recompute=plan.recompute,
         ).total_bytes
         note = "core.peak_memory's phase model of the reference implementation"
-    elif covers(plan):
-        # tensor parallel alone (dp 1) runs no data-parallel wrapper
-        engine = get_strategy(strategy).memory_engine if plan.dp > 1 else "single"
-        ranks = [
-            rank_peak(
-                spec,
-                plan,
-                engine=engine,
-                precision=precision.name,
-                optimizer=optimizer.name,
-                seq_len=seq_len,
-                fused_update=optimizer.fused_kernel,
-                rank=rank,
-            )
-            for rank in range(plan.n_gpus)
-        ]
-        by_rank = tuple(r.total_bytes for r in ranks)
+    elif covers(plan) or covers_stage(plan):
+        by_rank, note = _phase_peaks(spec, plan, strategy, seq_len, precision, optimizer)
         peak = max(by_rank)
-        note = (
-            f"core.rank_peak's phase model on each rank of {plan.describe()} under {engine} "
-            f"(peak at {ranks[0].peak.phase})"
-        )
-    elif covers_stage(plan):  # one rank per stage: rank i runs stage i
-        ranks = [
-            stage_peak(
-                spec,
-                plan,
-                stage_index=rank,
-                precision=precision.name,
-                optimizer=optimizer.name,
-                seq_len=seq_len,
-            )
-            for rank in range(plan.n_gpus)
-        ]
-        by_rank = tuple(r.total_bytes for r in ranks)
-        peak = max(by_rank)
-        note = f"core.stage_peak's phase model on each stage of {plan.describe()}"
     else:
         peak = per_rank.total_bytes + extra
         if plan.pp > 1:  # "pp" outermost: ranks [i * n / pp, (i + 1) * n / pp) are stage i
@@ -347,6 +313,35 @@ def _memory(
         master_bytes=per_rank.state.master_bytes,
         note=note,
     )
+
+
+def _phase_peaks(
+    spec: ModelSpec,
+    plan: Plan,
+    strategy: str,
+    seq_len: int,
+    precision: Precision,
+    optimizer: Optimizer,
+) -> tuple[tuple[float, ...], str]:
+    """Each rank's peak by a phase model, and what was used: `rank_peak` for data and tensor
+    parallel plans, `stage_peak` for a pipeline alone (one rank per stage: rank i, stage i)."""
+    kw = dict(precision=precision.name, optimizer=optimizer.name, seq_len=seq_len)
+    if covers(plan):
+        # tensor parallel alone (dp 1) runs no data-parallel wrapper
+        engine = get_strategy(strategy).memory_engine if plan.dp > 1 else "single"
+        fused = optimizer.fused_kernel
+        ranks = [
+            rank_peak(spec, plan, engine=engine, fused_update=fused, rank=rank, **kw)
+            for rank in range(plan.n_gpus)
+        ]
+        note = (
+            f"core.rank_peak's phase model on each rank of {plan.describe()} under {engine} "
+            f"(peak at {ranks[0].peak.phase})"
+        )
+    else:
+        ranks = [stage_peak(spec, plan, stage_index=rank, **kw) for rank in range(plan.n_gpus)]
+        note = f"core.stage_peak's phase model on each stage of {plan.describe()}"
+    return tuple(r.total_bytes for r in ranks), note
 
 
 def zero2_extra_params_bytes(

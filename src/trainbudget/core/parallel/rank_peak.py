@@ -231,24 +231,14 @@ def rank_peak(
         fused_update=fused_update,
     )
     full_grads = n * prec.grad_bytes
-    phases = list(single.phases)
-    if eng.unit_backward:
-        layer = activation_memory(
-            spec,
-            seq_len=seq_len,
-            micro_batch=plan.micro_batch,
-            activation_bytes=prec.activation_bytes,
-            flash_attention=True,
-        ).per_layer.total_bytes
-        tokens = seq_len * plan.micro_batch
-        phases = _unit_phases(spec, eng, phases, prec, tokens=tokens, layer_bytes=layer)
+    phases = _engine_phases(spec, eng, single, prec, seq_len=seq_len, micro_batch=plan.micro_batch)
     buckets = full_grads if eng.gradient_buckets else 0.0
     gathered = n * prec.weight_bytes if eng.gathered_until_backward else 0.0
     # accumulation: the last micro-batch's backward starts beside the earlier ones' gradients,
     # unsynchronised and unsharded (DDP's no_sync, FSDP2 without gradient sync)
     accumulated = full_grads if plan.grad_accum > 1 else 0.0
-    tokens = seq_len * plan.micro_batch
     # the rank's share of the logits is tokens x V/tp (`tensor_shard`)
+    tokens = seq_len * plan.micro_batch
     loss_parallel = LOSS_PARALLEL_TEMPORARIES * tokens * spec.vocab_size * FP32_BYTES
     loss_parallel = loss_parallel if plan.tp > 1 else 0.0
     split = sequence_split_bytes(
@@ -274,6 +264,25 @@ def rank_peak(
             for phase in phases
         )
     )
+
+
+def _engine_phases(
+    spec: ModelSpec, eng, single: PeakMemory, prec, *, seq_len: int, micro_batch: int
+) -> list:
+    """The reference step's phases, and the engine's extra moments when it backs up unit by
+    unit (FSDP2: `_unit_phases`)."""
+    phases = list(single.phases)
+    if not eng.unit_backward:
+        return phases
+    layer = activation_memory(
+        spec,
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        activation_bytes=prec.activation_bytes,
+        flash_attention=True,
+    ).per_layer.total_bytes
+    tokens = seq_len * micro_batch
+    return _unit_phases(spec, eng, phases, prec, tokens=tokens, layer_bytes=layer)
 
 
 SEQUENCE_SPLIT = ("backward start", "last block backward")
