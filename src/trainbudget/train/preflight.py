@@ -306,8 +306,8 @@ def apply_plan(
             raise SpecError(
                 "plan",
                 cfg.plan,
-                f"the trainer runs data and tensor parallelism only; this plan needs "
-                f"{axis}={degree}",
+                "the trainer runs data, tensor, pipeline and expert parallelism only; this plan "
+                f"needs {axis}={degree}",
             )
     for name in ("offload_optimizer", "offload_params"):
         if getattr(plan, name) != "none":
