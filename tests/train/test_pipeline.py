@@ -173,6 +173,13 @@ def test_the_engine_says_what_runs():
     assert text == (
         "torch.distributed.pipelining Schedule1F1B, 2 stages; FSDP2 fully_shard per stage over dp=2"
     )
+    text = pipeline_engine("gpipe", pp=2, vpp=1, dp=2, tp=2, dp_engine="FSDP2 + DTensor TP")
+    assert text.endswith("; FSDP2 + DTensor TP per stage over dp=2 x tp=2")
+
+
+def test_tp_inside_the_stages_is_accepted():
+    cfg = TrainConfig(pp=2, grad_accum=2, tp=2, sequence_parallel=True)
+    assert (cfg.pp, cfg.tp, cfg.sequence_parallel) == (2, 2, True)
 
 
 # -- in one process: the stages are the model ------------------------------------------------
@@ -268,6 +275,10 @@ RUNS = {
     "plan-pp2-interleaved": (2, ("--plan", "{plan}")),
     "dp2-pp2-ddp": (4, (*DP2_PP2, "--strategy", "ddp")),
     "dp2-pp2-fsdp": (4, (*DP2_PP2, "--strategy", "fsdp")),
+    # tensor parallelism inside the stages: the vocabulary split in 2 (260, not 257)
+    "single-v260": (1, (*SINGLE, "--set", "vocab_size=260")),
+    # `trainbudget plan --json` for 4 GPUs, made dp1 tp2+sp pp2 1F1B
+    "plan-tp2-pp2": (4, ("--set", "vocab_size=260", "--plan", "{plan-tp}")),
 }
 
 
@@ -302,7 +313,8 @@ def runs(tmp_path_factory):
     def get(name: str):
         if name not in done:
             nproc, args = RUNS[name]
-            args = [a.format(plan=_plan_file(root)) if a == "{plan}" else a for a in args]
+            plans = {"{plan}": _plan_file, "{plan-tp}": _tp_plan_file}
+            args = [str(plans[a](root)) if a in plans else a for a in args]
             done[name] = (root / name, _train(root / name, data, args, nproc=nproc))
         return done[name]
 
@@ -329,6 +341,25 @@ def _plan_file(root: Path) -> Path:
     return path
 
 
+def _tp_plan_file(root: Path) -> Path:
+    """`trainbudget plan --json` for the tiny model (vocabulary 260) on 4 GPUs, its best layout
+    edited to tensor parallelism with sequence parallelism inside 2 pipeline stages, 1F1B."""
+    from clirun import cli_json
+
+    model = [item for o in (*GPT2_TINY, "vocab_size=260") for item in ("--set", o)]
+    doc = cli_json(
+        "plan",
+        *("--model", "gpt2", *model, "--gpus", "4", "--gpu", "h100-sxm"),
+        *("--global-batch", "8", "--seq-len", "32", "--recompute-options", "none"),
+    )
+    layout = doc["plans"][0]["plan"]
+    layout.update(dp=1, tp=2, sp=True, pp=2, vpp=1, schedule="1f1b", zero=0, zero_shard=0)
+    layout.update(pp_layers=[], micro_batch=2, grad_accum=4, global_batch=8)
+    path = root / "plan-tp.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def _assert_follows(got: list[dict], want: list[dict], first_step: int = 1) -> None:
     assert [r["step"] for r in got] == list(range(first_step, STEPS + 1))
     want = [w for w in want if w["step"] >= first_step]
@@ -341,14 +372,20 @@ def _assert_follows(got: list[dict], want: list[dict], first_step: int = 1) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in RUNS if n != "single"])
+@pytest.mark.parametrize("name", [n for n in RUNS if not n.startswith("single")])
 def test_the_pipeline_follows_the_single_process_trajectory(runs, name):
-    _, want = runs("single")
+    _, want = runs("single-v260" if "tp2" in name else "single")
     out, got = runs(name)
     _assert_follows(got, want)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["strategy_engine"].startswith("torch.distributed.pipelining Schedule")
-    if name.startswith("plan-"):
+    if name == "plan-tp2-pp2":
+        assert summary["strategy_engine"] == (
+            "torch.distributed.pipelining Schedule1F1B, 2 stages; DTensor tensor parallel "
+            "(colwise/rowwise, sequence parallel, loss parallel) per stage over tp=2"
+        )
+        assert summary["mesh"] == {"pp": 2, "dp": 1, "tp": 2}
+    elif name.startswith("plan-"):
         assert "ScheduleInterleaved1F1B, 4 stages (2 per rank)" in summary["strategy_engine"]
         assert summary["plan"] == "dp1 tp1 pp2 vpp2 zero0 mb2x4"
     assert summary["mesh"]["pp"] == 2
@@ -382,3 +419,14 @@ def _resumed(runs, name: str, nproc: int, args) -> list[dict]:
 def test_a_resume_continues_exactly(runs, name, nproc, args):
     _, want = runs("single")
     _assert_follows(_resumed(runs, name, nproc, args), want, first_step=3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [4, 1])
+def test_a_tp2_pp2_resume_continues_exactly(runs, nproc):
+    # 4: the same layout from its DCP checkpoint (DTensor shards of the stages); 1: that
+    # checkpoint in one process (the whole model's names)
+    _, want = runs("single-v260")
+    plan = ("--plan", str(runs.root / "plan-tp.json")) if nproc == 4 else SINGLE
+    args = ("--set", "vocab_size=260", *plan)
+    _assert_follows(_resumed(runs, "plan-tp2-pp2", nproc, args), want, first_step=3)
