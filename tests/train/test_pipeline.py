@@ -3,9 +3,10 @@ split and the schedules' rules (pure), the stages chained in one process equal t
 the optimizer state in the whole model's layout, and real runs under torchrun (gloo, CPU) whose
 loss, gradient norm and held-out loss follow one process with the same global batch: pp2 under
 each schedule (1F1B; GPipe with an uneven split; interleaved 1F1B with 2 virtual stages per
-rank, from a plan file), dp2 x pp2 under DDP and FSDP2 on 4 ranks; resumes exact under pp2,
-under dp2 x pp2 FSDP2, in one process from a pp2 checkpoint, and under dp2 x pp2 FSDP2 from one
-process's full checkpoint.
+rank, from a plan file), dp2 x pp2 under DDP and FSDP2 on 4 ranks, tp2 (sequence parallel)
+x pp2 1F1B on 4 ranks from a plan file (vocabulary 260, split in 2); resumes exact under pp2,
+under dp2 x pp2 FSDP2, in one process from a pp2 checkpoint, under dp2 x pp2 FSDP2 from one
+process's full checkpoint, and from a tp2 x pp2 checkpoint under tp2 x pp2 and in one process.
 
 Tolerance, fp32: relative 1e-4 (the bound of tests/train/test_distributed.py) on every logged
 loss, gradient norm and held-out loss. The pipeline computes the same sums in another order

@@ -3,10 +3,19 @@
 ScheduleInterleaved1F1B, with the data-parallel strategy (ddp, zero2, fsdp, hsdp) applied to
 each stage over the ranks that hold the same stage.
 
-What runs, in torchtitan's order: split into stages -> tensor parallel on each stage (the one
-place: `_tensor_parallel`, a no-op until train.tensor_parallel exists) -> DDP or FSDP2 on each
-stage (`_data_parallel`) -> a `PipelineStage` per stage on the mesh's "pp" group -> the
+What runs, in torchtitan's order: split into stages -> tensor parallel on each stage over the
+mesh's "tp" axis (`_tensor_parallel`: train.tensor_parallel's split of whichever parts a stage
+holds) -> DDP or FSDP2 on each stage (`_data_parallel`; with tp, FSDP2 or FSDP2's `replicate`,
+as train.parallelize does) -> a `PipelineStage` per stage on the mesh's "pp" group -> the
 schedule with n_microbatches = grad_accum.
+
+With tensor parallelism the activation sent from stage to stage is what flows between two
+blocks of the split model, a plain local tensor: (B, T, D), or with sequence parallelism this
+rank's (B, T/tp, D) -- kept sequence-split on both sides, never gathered at the boundary (a
+stage's first block reads it as Shard(1), as the next block would). The last stage's logits
+stay vocabulary-sharded DTensors, and the schedule runs inside loss_parallel
+(train.tensor_parallel.loss_context). The tied embedding and head are split by vocabulary rows
+the same way, so each tp rank sums its own rows over the first and last stage.
 
 Why the step equals one process's step on the same global batch:
 - the rows: every rank of one pipeline reads the same rows (the loader is given the
@@ -23,7 +32,8 @@ Why the step equals one process's step on the same global batch:
   all-reduce in a group of the first and last stage of each pipeline), so both take the same
   update -- the single model's gradient is the sum of its two uses;
 - the gradient norm: each rank's squared norm of its own gradients (the tied head left out:
-  the embedding counts it once), summed over the pipeline (`grad_norm`), then every rank clips
+  the embedding counts it once; DTensor norms reduced over tp), summed over the pipeline
+  (`grad_norm`), then every rank clips
   by the same coefficient;
 - the logged loss: only the last stage has it; it enters the loop's all-reduce packet times pp,
   so that the packet's sum over all ranks divided by the world size is the global mean.
