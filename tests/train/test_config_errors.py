@@ -170,7 +170,7 @@ CASES = {
     "plan-context-parallel": (
         ["--plan", "{d}/plan_cp.json"],
         {"WORLD_SIZE": "1"},
-        ["plan", "data and tensor parallelism only", "cp=2"],
+        ["plan", "pipeline and expert parallelism only", "cp=2"],
     ),
     "plan-wrong-process-count": (
         ["--plan", "{d}/plan.json"],
