@@ -166,7 +166,7 @@ def test_a_plan_with_pp_decides_the_pipeline():
     assert (cfg.pp, cfg.pp_schedule, cfg.vpp) == (2, "interleaved-1f1b", 2)
     with pytest.raises(SpecError) as err:
         apply_plan(TrainConfig(plan="p.json"), plan, world_size=4)
-    assert "for 2 processes (dp=1 x tp=1 x pp=2 x cp=1)" in err.value.rule
+    assert "dp(1) * tp(1) * pp(2) * cp(1) = 2 processes and this run has 4" in err.value.rule
 
 
 def test_the_engine_says_what_runs():
