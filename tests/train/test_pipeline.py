@@ -3,9 +3,10 @@ split and the schedules' rules (pure), the stages chained in one process equal t
 the optimizer state in the whole model's layout, and real runs under torchrun (gloo, CPU) whose
 loss, gradient norm and held-out loss follow one process with the same global batch: pp2 under
 each schedule (1F1B; GPipe with an uneven split; interleaved 1F1B with 2 virtual stages per
-rank, from a plan file), dp2 x pp2 under DDP and FSDP2 on 4 ranks; resumes exact under pp2,
-under dp2 x pp2 FSDP2, in one process from a pp2 checkpoint, and under dp2 x pp2 FSDP2 from one
-process's full checkpoint.
+rank, from a plan file), dp2 x pp2 under DDP and FSDP2 on 4 ranks, tp2 (sequence parallel)
+x pp2 1F1B on 4 ranks from a plan file (vocabulary 260, split in 2); resumes exact under pp2,
+under dp2 x pp2 FSDP2, in one process from a pp2 checkpoint, under dp2 x pp2 FSDP2 from one
+process's full checkpoint, and from a tp2 x pp2 checkpoint under tp2 x pp2 and in one process.
 
 Tolerance, fp32: relative 1e-4 (the bound of tests/train/test_distributed.py) on every logged
 loss, gradient norm and held-out loss. The pipeline computes the same sums in another order
@@ -173,6 +174,13 @@ def test_the_engine_says_what_runs():
     assert text == (
         "torch.distributed.pipelining Schedule1F1B, 2 stages; FSDP2 fully_shard per stage over dp=2"
     )
+    text = pipeline_engine("gpipe", pp=2, vpp=1, dp=2, tp=2, dp_engine="FSDP2 + DTensor TP")
+    assert text.endswith("; FSDP2 + DTensor TP per stage over dp=2 x tp=2")
+
+
+def test_tp_inside_the_stages_is_accepted():
+    cfg = TrainConfig(pp=2, grad_accum=2, tp=2, sequence_parallel=True)
+    assert (cfg.pp, cfg.tp, cfg.sequence_parallel) == (2, 2, True)
 
 
 # -- in one process: the stages are the model ------------------------------------------------
@@ -268,6 +276,10 @@ RUNS = {
     "plan-pp2-interleaved": (2, ("--plan", "{plan}")),
     "dp2-pp2-ddp": (4, (*DP2_PP2, "--strategy", "ddp")),
     "dp2-pp2-fsdp": (4, (*DP2_PP2, "--strategy", "fsdp")),
+    # tensor parallelism inside the stages: the vocabulary split in 2 (260, not 257)
+    "single-v260": (1, (*SINGLE, "--set", "vocab_size=260")),
+    # `trainbudget plan --json` for 4 GPUs, made dp1 tp2+sp pp2 1F1B
+    "plan-tp2-pp2": (4, ("--set", "vocab_size=260", "--plan", "{plan-tp}")),
 }
 
 
@@ -302,7 +314,8 @@ def runs(tmp_path_factory):
     def get(name: str):
         if name not in done:
             nproc, args = RUNS[name]
-            args = [a.format(plan=_plan_file(root)) if a == "{plan}" else a for a in args]
+            plans = {"{plan}": _plan_file, "{plan-tp}": _tp_plan_file}
+            args = [str(plans[a](root)) if a in plans else a for a in args]
             done[name] = (root / name, _train(root / name, data, args, nproc=nproc))
         return done[name]
 
@@ -329,6 +342,25 @@ def _plan_file(root: Path) -> Path:
     return path
 
 
+def _tp_plan_file(root: Path) -> Path:
+    """`trainbudget plan --json` for the tiny model (vocabulary 260) on 4 GPUs, its best layout
+    edited to tensor parallelism with sequence parallelism inside 2 pipeline stages, 1F1B."""
+    from clirun import cli_json
+
+    model = [item for o in (*GPT2_TINY, "vocab_size=260") for item in ("--set", o)]
+    doc = cli_json(
+        "plan",
+        *("--model", "gpt2", *model, "--gpus", "4", "--gpu", "h100-sxm"),
+        *("--global-batch", "8", "--seq-len", "32", "--recompute-options", "none"),
+    )
+    layout = doc["plans"][0]["plan"]
+    layout.update(dp=1, tp=2, sp=True, pp=2, vpp=1, schedule="1f1b", zero=0, zero_shard=0)
+    layout.update(pp_layers=[], micro_batch=2, grad_accum=4, global_batch=8)
+    path = root / "plan-tp.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def _assert_follows(got: list[dict], want: list[dict], first_step: int = 1) -> None:
     assert [r["step"] for r in got] == list(range(first_step, STEPS + 1))
     want = [w for w in want if w["step"] >= first_step]
@@ -341,14 +373,20 @@ def _assert_follows(got: list[dict], want: list[dict], first_step: int = 1) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in RUNS if n != "single"])
+@pytest.mark.parametrize("name", [n for n in RUNS if not n.startswith("single")])
 def test_the_pipeline_follows_the_single_process_trajectory(runs, name):
-    _, want = runs("single")
+    _, want = runs("single-v260" if "tp2" in name else "single")
     out, got = runs(name)
     _assert_follows(got, want)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["strategy_engine"].startswith("torch.distributed.pipelining Schedule")
-    if name.startswith("plan-"):
+    if name == "plan-tp2-pp2":
+        assert summary["strategy_engine"] == (
+            "torch.distributed.pipelining Schedule1F1B, 2 stages; DTensor tensor parallel "
+            "(colwise/rowwise, sequence parallel, loss parallel) per stage over tp=2"
+        )
+        assert summary["mesh"] == {"pp": 2, "dp": 1, "tp": 2}
+    elif name.startswith("plan-"):
         assert "ScheduleInterleaved1F1B, 4 stages (2 per rank)" in summary["strategy_engine"]
         assert summary["plan"] == "dp1 tp1 pp2 vpp2 zero0 mb2x4"
     assert summary["mesh"]["pp"] == 2
@@ -382,3 +420,14 @@ def _resumed(runs, name: str, nproc: int, args) -> list[dict]:
 def test_a_resume_continues_exactly(runs, name, nproc, args):
     _, want = runs("single")
     _assert_follows(_resumed(runs, name, nproc, args), want, first_step=3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [4, 1])
+def test_a_tp2_pp2_resume_continues_exactly(runs, nproc):
+    # 4: the same layout from its DCP checkpoint (DTensor shards of the stages); 1: that
+    # checkpoint in one process (the whole model's names)
+    _, want = runs("single-v260")
+    plan = ("--plan", str(runs.root / "plan-tp.json")) if nproc == 4 else SINGLE
+    args = ("--set", "vocab_size=260", *plan)
+    _assert_follows(_resumed(runs, "plan-tp2-pp2", nproc, args), want, first_step=3)

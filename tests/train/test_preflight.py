@@ -184,6 +184,20 @@ def test_plan_with_context_parallelism_is_refused_with_the_reason(tmp_path):
     assert "--no-cp" in err.rule
 
 
+def test_a_plan_with_tensor_parallel_pipeline_stages_is_taken(tmp_path):
+    """tp inside pipeline stages runs (tests/train/test_pipeline.py): the planner's first plan
+    for Llama 2 70B on 16 GPUs has both, and the plan check takes it; what stops this run is
+    the tiny data's vocabulary, after the plan is taken."""
+    doc = cli_json(
+        "plan",
+        *("--model", "llama-2-70b", "--gpus", "16", "--gpu", "h100-sxm"),
+        *("--global-batch", "64", "--seq-len", "4096"),
+    )
+    layout = doc["plans"][0]["plan"]
+    assert layout["tp"] > 1 and layout["pp"] > 1 and layout["cp"] == 1
+    err = refused(config(tmp_path, plan=write_json(tmp_path / "p.json", doc)), world_size=16)
+    assert err.field != "plan"
+
 def edited(doc: dict, **changes) -> dict:
     doc = json.loads(json.dumps(doc))
     for key, value in changes.items():

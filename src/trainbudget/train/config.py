@@ -339,7 +339,6 @@ def _check_pipeline(cfg: TrainConfig) -> None:
         ),
         "compile": (cfg.compile, "with pp > 1 (the pipeline's stages run uncompiled)"),
         "probes": (bool(cfg.probes), "with pp > 1 (no stage holds the whole model)"),
-        "tp": (cfg.tp > 1, "tp > 1 with pp > 1 yet (each stage is not split over tp)"),
     }
     for name, (bad, what) in refused.items():
         if bad:

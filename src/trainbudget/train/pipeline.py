@@ -3,10 +3,19 @@
 ScheduleInterleaved1F1B, with the data-parallel strategy (ddp, zero2, fsdp, hsdp) applied to
 each stage over the ranks that hold the same stage.
 
-What runs, in torchtitan's order: split into stages -> tensor parallel on each stage (the one
-place: `_tensor_parallel`, a no-op until train.tensor_parallel exists) -> DDP or FSDP2 on each
-stage (`_data_parallel`) -> a `PipelineStage` per stage on the mesh's "pp" group -> the
+What runs, in torchtitan's order: split into stages -> tensor parallel on each stage over the
+mesh's "tp" axis (`_tensor_parallel`: train.tensor_parallel's split of whichever parts a stage
+holds) -> DDP or FSDP2 on each stage (`_data_parallel`; with tp, FSDP2 or FSDP2's `replicate`,
+as train.parallelize does) -> a `PipelineStage` per stage on the mesh's "pp" group -> the
 schedule with n_microbatches = grad_accum.
+
+With tensor parallelism the activation sent from stage to stage is what flows between two
+blocks of the split model, a plain local tensor: (B, T, D), or with sequence parallelism this
+rank's (B, T/tp, D) -- kept sequence-split on both sides, never gathered at the boundary (a
+stage's first block reads it as Shard(1), as the next block would). The last stage's logits
+stay vocabulary-sharded DTensors, and the schedule runs inside loss_parallel
+(train.tensor_parallel.loss_context). The tied embedding and head are split by vocabulary rows
+the same way, so each tp rank sums its own rows over the first and last stage.
 
 Why the step equals one process's step on the same global batch:
 - the rows: every rank of one pipeline reads the same rows (the loader is given the
@@ -23,7 +32,8 @@ Why the step equals one process's step on the same global batch:
   all-reduce in a group of the first and last stage of each pipeline), so both take the same
   update -- the single model's gradient is the sum of its two uses;
 - the gradient norm: each rank's squared norm of its own gradients (the tied head left out:
-  the embedding counts it once), summed over the pipeline (`grad_norm`), then every rank clips
+  the embedding counts it once; DTensor norms reduced over tp), summed over the pipeline
+  (`grad_norm`), then every rank clips
   by the same coefficient;
 - the logged loss: only the last stage has it; it enters the loop's all-reduce packet times pp,
   so that the packet's sum over all ranks divided by the world size is the global mean.
@@ -47,7 +57,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
@@ -57,6 +66,7 @@ from trainbudget.train.config import TrainConfig
 from trainbudget.train.pipeline_split import SCHEDULE_CLASSES, rank_stages, stage_layers
 from trainbudget.train.setup import make_optimizer
 from trainbudget.train.strategy import get_strategy
+from trainbudget.train.tensor_parallel import apply_tensor_parallel, per_token_loss
 
 
 class StageModule(nn.Module):
@@ -75,9 +85,12 @@ class StageModule(nn.Module):
         self.blocks = nn.ModuleDict({str(i): model.blocks[i] for i in layers})
         self.norm = model.norm if last else None
         self.head = model.head if last else None
+        self.seq_shards = 1
+        """Sequence parallelism (train.tensor_parallel): the tp ranks an activation's positions
+        are split over, each stage receiving (B, T / seq_shards, D)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        t = x.shape[1]
+        t = x.shape[1] if self.tok is not None else x.shape[1] * self.seq_shards
         if self.tok is not None:
             ids = x
             x = self.tok(ids)  # (B, T, D)
@@ -226,7 +239,7 @@ def build_pipeline(
     part = stages[0] if len(stages) == 1 else _union(model, layers, mine, n_stages)
     object.__setattr__(part, "whole", whole)  # not a submodule: no state, no parameters
     dp_mesh = _dp_mesh(mesh)
-    wrapped = [_data_parallel(_tensor_parallel(s, mesh), cfg, dp_mesh, device) for s in stages]
+    wrapped = [_data_parallel(_tensor_parallel(s, cfg, mesh), cfg, dp_mesh, device) for s in stages]
     pp_group = mesh.get_group("pp")
     pipe_stages = [
         PipelineStage(w, s, n_stages, device, group=pp_group)
@@ -264,13 +277,17 @@ def _dp_mesh(mesh: DeviceMesh) -> DeviceMesh:
     return mesh[names] if len(names) > 1 else mesh[names[0]]
 
 
-def _tensor_parallel(stage: StageModule, mesh: DeviceMesh) -> StageModule:
-    """Tensor parallelism of one stage, before its data-parallel wrapping (torchtitan's order):
-    the one place train.tensor_parallel is to be called from, on the mesh's "tp" axis. A no-op
-    while the mesh has none."""
+def _tensor_parallel(stage: StageModule, cfg: TrainConfig, mesh: DeviceMesh) -> StageModule:
+    """Tensor parallelism of one stage over the mesh's "tp" axis, before its data-parallel
+    wrapping (torchtitan's order); a no-op while the mesh has none. What travels between two
+    stages stays what flows between two blocks of the split model: a plain local tensor,
+    (B, T/tp, D) with sequence parallelism (this rank's positions: both sides keep it
+    sequence-split, no gather at the boundary), (B, T, D) without."""
     if "tp" not in mesh.mesh_dim_names:
         return stage
-    raise NotImplementedError("tensor parallelism inside pipeline stages: train.tensor_parallel")
+    apply_tensor_parallel(stage, mesh["tp"], sequence_parallel=cfg.sequence_parallel)
+    stage.seq_shards = cfg.tp if cfg.sequence_parallel else 1
+    return stage
 
 
 def _data_parallel(stage, cfg: TrainConfig, dp_mesh: DeviceMesh, device: torch.device):
@@ -287,6 +304,10 @@ def _data_parallel(stage, cfg: TrainConfig, dp_mesh: DeviceMesh, device: torch.d
             fully_shard(block, mesh=dp_mesh, reshard_after_forward=strategy.reshard_after_forward)
         fully_shard(stage, mesh=dp_mesh, reshard_after_forward=strategy.reshard_after_forward)
         return stage
+    if cfg.tp > 1:  # DDP takes no DTensor parameters: FSDP2's engine unsharded, as without pp
+        from torch.distributed._composable.replicate_with_fsdp import replicate
+
+        return replicate(stage, mesh=dp_mesh)
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index] if device.type == "cuda" else None
@@ -321,11 +342,17 @@ def _tie(pipeline: Pipeline, mesh: DeviceMesh) -> None:
 
 
 def sync_tied_grads(part: nn.Module, pipeline: Pipeline) -> None:
-    """Sum the tied weight's gradient over its first- and last-stage copies (Megatron)."""
+    """Sum the tied weight's gradient over its first- and last-stage copies (Megatron). Under
+    FSDP2 and tensor parallelism each rank sums its shard: both copies are split the same way
+    (by vocabulary rows under tp), once the gradient is laid out as its parameter is."""
     if pipeline.tie_group is None:
         return
-    grad = dict(part.named_parameters())[pipeline.tied_name].grad
-    local = grad.to_local() if hasattr(grad, "to_local") else grad  # FSDP2: this rank's shard
+    param = dict(part.named_parameters())[pipeline.tied_name]
+    grad = param.grad
+    if hasattr(grad, "placements") and grad.placements != param.placements:
+        # tensor parallel: the vocab-split embedding's gradient comes out replicated (torch 2.13)
+        grad = param.grad = grad.redistribute(placements=param.placements)
+    local = grad.to_local() if hasattr(grad, "to_local") else grad  # this rank's shard
     dist.all_reduce(local, group=pipeline.tie_group)
 
 
@@ -357,9 +384,8 @@ def _loss_fn(losses: list, factor_ref: list):
     logged loss and the per-source figures."""
 
     def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        token_losses = F.cross_entropy(
-            logits.float().flatten(0, 1), targets.flatten(), reduction="none"
-        ).view_as(targets)  # (B, T)
+        # (B, T); vocabulary-sharded DTensor logits under tensor parallelism (loss_parallel)
+        token_losses = per_token_loss(logits, targets)
         factor = factor_ref[0]
         if factor is not None:
             token_losses = token_losses * factor

@@ -113,9 +113,13 @@ def check_schedule(schedule: str, *, pp: int, vpp: int, n_microbatches: int) -> 
         )
 
 
-def pipeline_engine(schedule: str, *, pp: int, vpp: int, dp: int, dp_engine: str) -> str:
-    """What runs, in PyTorch's words (summary.json's `strategy_engine` with pp > 1)."""
+def pipeline_engine(
+    schedule: str, *, pp: int, vpp: int, dp: int, dp_engine: str, tp: int = 1
+) -> str:
+    """What runs, in PyTorch's words (summary.json's `strategy_engine` with pp > 1); dp_engine
+    is train.strategy.engine_name's, tensor parallelism included."""
     name = SCHEDULE_CLASSES[schedule]
     stages = f"{pp * vpp} stages" + (f" ({vpp} per rank)" if vpp > 1 else "")
-    wrapper = f"{dp_engine} per stage over dp={dp}" if dp > 1 else "no data-parallel wrapper"
+    axes = " x ".join(f"{axis}={n}" for axis, n in (("dp", dp), ("tp", tp)) if n > 1)
+    wrapper = f"{dp_engine} per stage over {axes}" if axes else "no data-parallel wrapper"
     return f"torch.distributed.pipelining {name}, {stages}; {wrapper}"

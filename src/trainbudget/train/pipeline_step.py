@@ -14,9 +14,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from trainbudget.train.distributed import is_sharded
-from trainbudget.train.evaluate import EVAL_WINDOWS_PER_BATCH
+from trainbudget.train.evaluate import EVAL_WINDOWS_PER_BATCH, full_logits
 from trainbudget.train.parallelize import data_parallel_coordinate, reshard
 from trainbudget.train.pipeline import clip_, grad_norm, sync_tied_grads
+from trainbudget.train.tensor_parallel import loss_context
 
 if TYPE_CHECKING:
     from trainbudget.train.run import Run
@@ -38,7 +39,8 @@ def forward_backward(run: Run, factor, sources, phases: dict) -> torch.Tensor:
     t = time.perf_counter()
     args = (x,) if pipe.is_first else ()
     target = {"target": y} if pipe.is_last else {}
-    with run.autocast:
+    # tensor parallel: the last stage's loss (and its backward) of vocabulary-sharded logits
+    with run.autocast, loss_context(cfg.tp):
         pipe.schedule.step(*args, **target)
     phases["forward"] += time.perf_counter() - t
     if not pipe.is_last:
@@ -77,12 +79,15 @@ def _chain(run: Run, x: torch.Tensor) -> torch.Tensor | None:
         if s == 0:
             inp = x
         else:
-            inp = torch.empty((*x.shape, run.spec.d_model), dtype=dtype, device=run.device)
+            # sequence parallel: this rank's T / tp positions (train.pipeline._tensor_parallel)
+            b, t = x.shape
+            shape = (b, t // pipe.stages[k].seq_shards, run.spec.d_model)
+            inp = torch.empty(shape, dtype=dtype, device=run.device)
             dist.recv(inp, src=pipe.owner(s - 1))
         out = pipe.stages[k](inp)
         if s < pipe.n_stages - 1:
             dist.send(out.contiguous(), dst=pipe.owner(s + 1))
-    return out if pipe.is_last else None
+    return full_logits(out) if pipe.is_last else None
 
 
 @torch.no_grad()

@@ -65,6 +65,7 @@ def per_rank_memory(run: Run) -> dict:
                 vpp=cfg.vpp,
                 dp=stage_world // cfg.tp,
                 dp_engine=engine,
+                tp=cfg.tp,
             )
         mesh = dict(zip(run.mesh.mesh_dim_names, run.mesh.shape, strict=True))
         engine, mesh = expert_parallel.described(run.model, engine, mesh)

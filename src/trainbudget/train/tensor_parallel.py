@@ -61,25 +61,32 @@ from torch.distributed.tensor.parallel import (
 
 def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh, *, sequence_parallel: bool):
     """Split `model` (model.transformer.Transformer, built whole on every rank from the same
-    seed) over `tp_mesh` in place: its parameters become DTensors (see the module docstring)."""
-    tied = model.head.weight is model.tok.weight
+    seed, or a pipeline stage of it, train.pipeline.StageModule: whichever of tok, pos, norm
+    and head it holds) over `tp_mesh` in place: its parameters become DTensors (see the module
+    docstring)."""
+    tok, head = getattr(model, "tok", None), getattr(model, "head", None)
+    tied = tok is not None and head is not None and head.weight is tok.weight
     seq = Shard(1) if sequence_parallel else Replicate()  # the residual stream between blocks
-    parallelize_module(
-        model,
-        tp_mesh,
-        {
-            # the whole embedding on every rank, summed: positions are added before the split
-            "tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
-            "head": ColwiseParallel(
-                input_layouts=seq, output_layouts=Shard(-1), use_local_output=False
-            ),
-            **({"norm": SequenceParallel()} if sequence_parallel else {}),
-        },
-    )
+    plan = {
+        # the whole embedding on every rank, summed: positions are added before the split
+        "tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+        "head": ColwiseParallel(
+            input_layouts=seq, output_layouts=Shard(-1), use_local_output=False
+        ),
+        **({"norm": SequenceParallel()} if sequence_parallel else {}),
+    }
+    present = {
+        name: style for name, style in plan.items() if getattr(model, name, None) is not None
+    }
+    if present:
+        parallelize_module(model, tp_mesh, present)
     if tied:  # each style registered its own Parameter over the same shards: one again
         model.head.weight = model.tok.weight
-    for index, block in enumerate(model.blocks):
-        parallelize_module(block, tp_mesh, _block_plan(block, sequence_parallel, first=index == 0))
+    blocks = model.blocks.values() if isinstance(model.blocks, nn.ModuleDict) else model.blocks
+    for index, block in enumerate(blocks):
+        # a stage without the embedding gets its first block's input sequence-split already
+        first = index == 0 and tok is not None
+        parallelize_module(block, tp_mesh, _block_plan(block, sequence_parallel, first=first))
     for module in model.modules():
         if any(not isinstance(p, DTensor) for p in module.parameters(recurse=False)):
             # what the plan leaves whole (norms without sequence parallel, learned positions):
