@@ -25,6 +25,8 @@
   keeping the FSDP2 state -- and gloo's process group, with its threads -- alive past
   train.distributed.shutdown (tests/train/test_distributed.py's thread test). Without it every
   allocation is counted alike (no per-module or forward/backward split): the total is the same.
+  Its collectives settle (train.collective_settle): a tensor a collective used dies when the
+  program drops it, not when gloo's worker thread lets go of the finished work, later.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+from trainbudget.train.collective_settle import settled_collectives
 from trainbudget.train.config import TrainConfig
 from trainbudget.train.distributed import DistInfo
 
@@ -136,7 +139,7 @@ class PeakMeter:
         masters = getattr(optimizer, "masters", ())
         external = (*_inner_optimizers(optimizer), *masters, *_engine_storages(model))
         tracker.track_external(model, *external)
-        with tracker:
+        with tracker, settled_collectives():
             yield
         snapshot = tracker.get_tracker_snapshot("peak")
         self._cpu_peak = int(
