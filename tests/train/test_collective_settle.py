@@ -47,7 +47,9 @@ def test_a_settled_collective_returns_done_and_lets_go_of_its_tensors(gloo, asyn
         # no other holder left: gloo's worker has dropped the finished work
         assert data._use_count() == before
         gathered = torch.empty(6)
-        assert dist.all_gather_into_tensor(gathered, data, async_op=async_op) is None
+        # FSDP2's all-gather: all_gather_single where torch has it (2.13), else the older name
+        all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        assert all_gather(gathered, data, async_op=async_op) is None
         assert gathered._use_count() == 1 and data._use_count() == before
     assert torch.equal(data, torch.arange(6, dtype=torch.float32))  # a sum over one rank
     assert torch.equal(gathered, data)
