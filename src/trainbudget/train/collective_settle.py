@@ -16,8 +16,9 @@ Inside `settled_collectives()`, torch.distributed's all-gather, reduce-scatter a
 holder of their tensors (gloo's worker) has let go -- `Tensor._use_count()` back to what it was
 before the call -- so each tensor dies on the program's own thread, when the program drops it,
 as on CUDA, where the caching allocator frees a block at the program's `del`. A caller that
-asked for `async_op=True` gets None, which FSDP2 reads as "already done". No tensor is copied
-and the order of operations is unchanged: what the step allocates, and when, is the same.
+asked for `async_op=True` gets a work already done, whose future holds the collective's output
+as gloo's does (`[tensor]`: DDP's all-reduce hook reads it, FSDP2 waits on it). No tensor is
+copied and the order of operations is unchanged: what the step allocates, and when, is the same.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
 
 NAMES = (
     "all_gather_single",
@@ -61,6 +63,7 @@ def _settling(collective: Callable) -> Callable:
     def call(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
+        asked_async = bool(bound.arguments["async_op"])
         bound.arguments["async_op"] = True  # a handle to wait on, dropped before the wait below
         tensors = [v for v in bound.arguments.values() if isinstance(v, torch.Tensor)]
         counts = [t._use_count() for t in tensors]
@@ -69,8 +72,16 @@ def _settling(collective: Callable) -> Callable:
             work.wait()
             del work
         _await_release(tensors, counts)
+        return _done(tensors[0]) if asked_async and tensors else None
 
     return call
+
+
+def _done(output: torch.Tensor):
+    """A c10d work already done, its future's value `[output]` as gloo's work gives it."""
+    future = torch.futures.Future()
+    future.set_result([output])
+    return _create_work_from_future(future)
 
 
 @contextlib.contextmanager
