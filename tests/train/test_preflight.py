@@ -198,6 +198,7 @@ def test_a_plan_with_tensor_parallel_pipeline_stages_is_taken(tmp_path):
     err = refused(config(tmp_path, plan=write_json(tmp_path / "p.json", doc)), world_size=16)
     assert err.field != "plan"
 
+
 def edited(doc: dict, **changes) -> dict:
     doc = json.loads(json.dumps(doc))
     for key, value in changes.items():
