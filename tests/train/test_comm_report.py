@@ -152,13 +152,34 @@ def test_tp_adds_the_embedding_head_and_loss_collectives():
     assert r[("tp", "all_reduce")].explained_bytes == 16 * A + 2 * (2 * A + 3 * T * 4)
 
 
-def test_sp_moves_the_head_to_gather_and_scatter_and_sums_the_norms():
+@pytest.mark.parametrize(("dp", "norm_sums"), [(1, 2), (2, 1)])
+def test_sp_moves_the_head_to_gather_and_scatter_and_sums_the_norms(dp, norm_sums):
+    """The norms' Partial gradients: summed by their hook at each of the 2 micro-batches'
+    backward without a data-parallel wrapper (measured: tp2+sp on 2 gloo ranks, 1 layer,
+    d_model 32, grad-accum 2 -- 10,496 all-reduced bytes, 2 x 768 of them the norms), once a
+    step under one (dp2 tp2+sp: tests/train/test_comm_count.py)."""
     planned = (pc("tp", "all_gather", A, count=16), pc("tp", "reduce_scatter", A, count=16))
-    f = layout_facts({"dp": 1, "tp": 2}, sequence_parallel=True, norm_grad_bytes=768)
+    f = layout_facts({"dp": dp, "tp": 2}, sequence_parallel=True, norm_grad_bytes=768)
     r = rows_by_key(compare(None, planned, f))
     assert r[("tp", "all_gather")].explained_bytes == 16 * A + 2 * 2 * A
     assert r[("tp", "reduce_scatter")].explained_bytes == 16 * A + 2 * A
-    assert r[("tp", "all_reduce")].explained_bytes == 2 * (A + 3 * T * 4) + 768
+    assert r[("tp", "all_reduce")].explained_bytes == 2 * (A + 3 * T * 4) + norm_sums * 768
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_under_pp_rank_0_has_the_embeddings_collectives_only(sp):
+    """Rank 0 holds the first stage: the embedding's forward all-reduce (SP: and backward
+    all-gather) per micro-batch; the head's collectives and loss parallel are the last stage's
+    (measured: tp2+sp pp2 on 4 gloo ranks, tests/train/test_comm_count.py)."""
+    planned = (pc("tp", "all_gather", A, count=16), pc("tp", "reduce_scatter", A, count=16))
+    planned += (pc("tp", "all_reduce", A, count=16),)
+    mesh = {"pp": 2, "dp": 1, "tp": 2}
+    f = layout_facts(mesh, sequence_parallel=sp, norm_grad_bytes=512)
+    r = rows_by_key(compare(None, planned, f))
+    norms = 2 * 512 if sp else 0  # no wrapper: summed at each micro-batch's backward
+    assert r[("tp", "all_reduce")].explained_bytes == 16 * A + 2 * A + norms
+    assert r[("tp", "all_gather")].explained_bytes == 16 * A + (2 * A if sp else 0)
+    assert r[("tp", "reduce_scatter")].explained_bytes == 16 * A
 
 
 def test_tp_ddp_reduces_the_row_parallel_biases_whole():

@@ -26,7 +26,9 @@ from the plan and the model, never from the measurement):
   micro-batch the vocabulary-parallel embedding's forward and the head's backward (an
   all-reduce each; under SP the head's all-gather forward and reduce-scatter backward and the
   embedding's all-gather backward), loss parallel's 3 all-reduces of one fp32 per token, and
-  under SP the norms' Partial gradients summed once a step; DDP reduces the row-parallel
+  under SP the norms' Partial gradients summed once a step (at every micro-batch's backward
+  when no data-parallel wrapper replaces the hooked parameters); with pp > 1 rank 0 holds the
+  first stage: the embedding's collectives only, no head, no loss; DDP reduces the row-parallel
   linears' biases whole where the core's per-rank share divides them by tp. Not in the core's
   step time: 2 activation-sized collectives per micro-batch beside its 4 per layer;
 - pp (rank 0's rows): rank 0 holds the first stage, which sends no gradients back: one of the
@@ -197,8 +199,19 @@ TP_ENDS = (
     "the vocabulary-parallel embedding's forward and the head's backward: one activation-sized "
     "collective each per micro-batch beyond the core's per-layer ones"
 )
+TP_FIRST_STAGE = (
+    "rank 0 holds the first stage: of the vocabulary-parallel ends only the embedding, whose "
+    "forward all-reduces (under SP: and whose backward all-gathers) one activation-sized "
+    "collective per micro-batch beyond the core's per-layer ones; the head and loss parallel "
+    "are on the last stage"
+)
 LOSS_PARALLEL = "loss parallel: 3 all-reduces of one fp32 number per token, per micro-batch"
 SP_NORMS = "sequence parallel: the norms' Partial gradients summed over tp once a step"
+SP_NORMS_PER_PASS = (
+    "sequence parallel without a data-parallel wrapper: the norms' Partial gradients summed "
+    "over tp by their gradient hook at every micro-batch's backward (a wrapper's parameters, "
+    "which replace the hooked ones, are summed once a step)"
+)
 TP_ROW_BIAS = (
     "tp: the row-parallel linears' biases are whole on every tp rank (Megatron's "
     "RowParallelLinear); the core's per-rank share divides them by tp"
@@ -240,15 +253,24 @@ def _tp_differences(predicted, facts: RunFacts) -> list[Adjustment]:
     if tp < 2 or not per_call:
         return [a for a in out if a.n_bytes]
     a, m = per_call[0], facts.grad_accum
-    ends = {"all_reduce": 2 * m * a}  # embedding all-reduce forward, head all-reduce backward
-    if facts.sequence_parallel:  # head: all-gather forward, reduce-scatter backward
-        ends = {"all_reduce": m * a, "all_gather": 2 * m * a, "reduce_scatter": m * a}
-    out += [Adjustment(axis="tp", op=op, n_bytes=b, reason=TP_ENDS) for op, b in ends.items()]
-    loss = 3 * m * facts.tokens_per_micro_batch * 4
-    out.append(Adjustment(axis="tp", op="all_reduce", n_bytes=loss, reason=LOSS_PARALLEL))
+    first_stage = facts.mesh.get("pp", 1) > 1  # rank 0's rows: the embedding, no head, no loss
+    # the embedding: all-reduce forward (SP: and all-gather backward); the head: all-reduce
+    # backward (SP: all-gather forward, reduce-scatter backward)
+    ends = {"all_reduce": m * a} if first_stage else {"all_reduce": 2 * m * a}
     if facts.sequence_parallel:
-        norms = facts.norm_grad_bytes
-        out.append(Adjustment(axis="tp", op="all_reduce", n_bytes=norms, reason=SP_NORMS))
+        ends = {"all_reduce": m * a, "all_gather": m * a}
+        if not first_stage:
+            ends = {"all_reduce": m * a, "all_gather": 2 * m * a, "reduce_scatter": m * a}
+    reason = TP_FIRST_STAGE if first_stage else TP_ENDS
+    out += [Adjustment(axis="tp", op=op, n_bytes=b, reason=reason) for op, b in ends.items()]
+    if not first_stage:
+        loss = 3 * m * facts.tokens_per_micro_batch * 4
+        out.append(Adjustment(axis="tp", op="all_reduce", n_bytes=loss, reason=LOSS_PARALLEL))
+    if facts.sequence_parallel:
+        wrapped = any(size > 1 for axis, size in facts.mesh.items() if axis not in ("pp", "tp"))
+        norms, why = (1, SP_NORMS) if wrapped else (m, SP_NORMS_PER_PASS)
+        norms *= facts.norm_grad_bytes
+        out.append(Adjustment(axis="tp", op="all_reduce", n_bytes=norms, reason=why))
     return [a for a in out if a.n_bytes]
 
 
