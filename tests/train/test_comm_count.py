@@ -1,6 +1,8 @@
 """Collectives counted on real runs (train.comm_count) against the core's for the same plan,
 in RUN_DIR/comm.json: 2-rank ddp, zero1, zero2, fsdp, tp2, pp2 and dropless ep2 runs and
-4-rank hsdp, dp2 tp2+sp, dp2 pp2 and dp4 ep2 runs (gloo on CPU, launched by torchrun), 3 steps
+4-rank hsdp, dp2 tp2+sp, dp2 pp2, tp2+sp pp2 (rank 0's rows: the first stage; the last
+stage's ranks also run the head's and the loss's collectives) and dp4 ep2 runs (gloo on CPU,
+launched by torchrun), 3 steps
 each -- the third is the counted one -- with 2 micro-batches per step; and the counter's byte
 conventions on a process group of one, in-process.
 
