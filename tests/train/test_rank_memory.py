@@ -10,11 +10,14 @@ the plan's prediction for that rank (core.parallel.rank_peak), and summary.json 
 Observed on the 18,880-parameter model below: +0.3 % to +0.5 % on every rank of every
 strategy, fp32 and bf16-mixed, with and without accumulation or full recomputation (the
 tensors the trainer's step holds beyond the reference step: its token ids and per-token
-losses). Tensor parallel (core.parallel.rank_peak.tensor_shard): tp2 +1.0 %, dp2 tp2+sp
-under ddp +1.6 % and fsdp +2.0 % (the last unexplained 1-2 % under SP: not traced). Pipeline
-stages (core.parallel.stage_peak, MemTracker around the schedule's step): pp2 1F1B over 4
-micro-batches +1.6 % / +1.1 % (first / last stage), GPipe over 2 -0.7 % / -1.4 % (runs of
-these shapes with a 258-token vocabulary). 10 to 25 s a run on the shared 2-core CPU."""
+losses). Tensor parallel (core.parallel.rank_peak.tensor_shard): tp2 +0.7 %, dp2 tp2+sp under
+ddp +1.0 % and fsdp +1.2 % (SP as DTensor runs it: the column-parallel linears' inputs saved
+whole).
+Pipeline stages (core.parallel.stage_peak, MemTracker around the schedule's step, the
+schedule's receive buffers tracked): pp2 1F1B over 4 micro-batches -1.2 % / -0.8 % (first /
+last stage), GPipe over 2 -0.7 % / +0.6 %; tp2 pp2 +0.3 % / -0.8 %, tp2+sp pp2 +1.4 % /
++0.8 % (runs of these shapes with a 258-token vocabulary, measured 2026-11-27).
+10 to 25 s a run on the shared 2-core CPU."""
 
 from __future__ import annotations
 
@@ -57,6 +60,7 @@ TP_VOCAB = ("--set", "vocab_size=258")  # tp must divide the vocabulary
 SP_DDP = ("--sequence-parallel", "--strategy", "ddp", "--precision", "fp32")
 SP_FSDP = ("--sequence-parallel", "--strategy", "fsdp", "--precision", "fp32")
 PP2 = ("--set", "n_layers=2", "--pp", "2", "--precision", "fp32")  # a layer per stage
+SP_PP = ("--sequence-parallel", "--micro-batch", "2")
 # name: (processes, arguments)
 LAYOUTS = {
     "ddp": (2, ("--strategy", "ddp", "--micro-batch", "4", "--precision", "fp32")),
@@ -69,6 +73,8 @@ LAYOUTS = {
     "dp2-tp2-sp-fsdp": (4, (*TP_VOCAB, "--micro-batch", "4", "--tp", "2", *SP_FSDP)),
     "pp2-1f1b": (2, (*PP2, "--micro-batch", "2", "--grad-accum", "4")),
     "pp2-gpipe": (2, (*PP2, "--micro-batch", "2", "--grad-accum", "2", "--pp-schedule", "gpipe")),
+    "tp2-pp2": (4, (*PP2, *TP_VOCAB, "--tp", "2", "--micro-batch", "2", "--grad-accum", "4")),
+    "tp2-sp-pp2": (4, (*PP2, *TP_VOCAB, "--tp", "2", *SP_PP, "--grad-accum", "4")),
 }
 
 N_PARAMS = 4 * 3 + 3 + 3 * 2 + 2  # two Linear layers' weights and biases: 23

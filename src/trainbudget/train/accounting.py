@@ -20,16 +20,17 @@ What each prediction uses:
   gradient buckets, FSDP2's gathered parameters), for the trainer's update (torch's fused
   kernel for Adam and AdamW), with or without tensor (and sequence) parallelism (each rank
   its shard of the model: `rank_peak.tensor_shard`; tp alone runs no wrapper); for a
-  pipeline alone (GPipe or 1F1B, no recomputation), `core.parallel.stage_peak` on each stage;
-  for a plan that splits the model otherwise (pipeline with data or tensor parallelism,
-  context or expert parallelism),
+  pipeline without data parallelism (GPipe or 1F1B, tensor and sequence parallelism inside
+  the stages or not, no recomputation), `core.parallel.stage_peak` on each stage; for a plan
+  that splits the model otherwise (pipeline with data parallelism, context or expert
+  parallelism),
   `core.parallel.parallel_memory.plan_memory` (a sum of parts, not phase by phase);
 - model state per rank (weights, gradients, fp32 masters, optimizer state): `plan_memory`'s, for
   any number of processes.
 
 Per rank: the ranks of a data-parallel plan differ only under zero1 (ZeroRedundancyOptimizer's
 whole-tensor shares, `rank_peak.whole_tensor_shares`); under a pipeline each rank gets its
-stage's figure (`stage_peak.stage_peak` for a pipeline alone, else
+stage's figure (`stage_peak.stage_peak` without data parallelism, else
 `parallel_memory.stage_memories`), its stage read from the rank as the run's one mesh lays
 ranks out, "pp" the outermost axis (train.parallelize.build_mesh).
 
@@ -324,7 +325,8 @@ def _phase_peaks(
     optimizer: Optimizer,
 ) -> tuple[tuple[float, ...], str]:
     """Each rank's peak by a phase model, and what was used: `rank_peak` for data and tensor
-    parallel plans, `stage_peak` for a pipeline alone (one rank per stage: rank i, stage i)."""
+    parallel plans, `stage_peak` for a pipeline without data parallelism (tensor parallel
+    inside the stages or not)."""
     kw = dict(precision=precision.name, optimizer=optimizer.name, seq_len=seq_len)
     if covers(plan):
         # tensor parallel alone (dp 1) runs no data-parallel wrapper
@@ -339,7 +341,10 @@ def _phase_peaks(
             f"(peak at {ranks[0].peak.phase})"
         )
     else:
-        ranks = [stage_peak(spec, plan, stage_index=rank, **kw) for rank in range(plan.n_gpus)]
+        # "pp" outermost: ranks [i * n / pp, (i + 1) * n / pp) are stage i
+        per_stage = plan.n_gpus // plan.pp
+        stages = [stage_peak(spec, plan, stage_index=i, **kw) for i in range(plan.pp)]
+        ranks = [stages[rank // per_stage] for rank in range(plan.n_gpus)]
         note = f"core.stage_peak's phase model on each stage of {plan.describe()}"
     return tuple(r.total_bytes for r in ranks), note
 

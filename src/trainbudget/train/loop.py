@@ -397,7 +397,7 @@ def _loop(run: Run, writer: MetricsWriter, progress: Progress) -> None:
         _sync(run.device)
         t_step, cpu_step = time.perf_counter(), time.process_time()
         with (
-            run.peak_meter.step(run.model, run.optimizer),  # CPU: the 2nd step
+            run.peak_meter.step(run.model, run.optimizer, run.net),  # CPU: the 2nd step
             run.comm_counter.step(),  # the 3rd step of this process: its collectives
         ):
             loss, grad_norm, verdict, flags, phases, by_source = _step(run, logged)

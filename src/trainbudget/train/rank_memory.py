@@ -98,6 +98,25 @@ def _engine_storages(model) -> list[torch.Tensor]:
     return tensors
 
 
+def pipeline_buffers(net) -> list[torch.Tensor]:
+    """The receive buffers of this rank's pipeline stages (`net`: a train.pipeline.Pipeline;
+    nothing for any other model): torch.distributed.pipelining allocates, once, a buffer per
+    micro-batch for each input a stage receives from the previous one and for each gradient it
+    receives from the next (torch 2.13 pipelining/stage.py: _RecvInfo.buffer, made by
+    _make_tensor_from_meta), and keeps them for the run. The tracker sees a buffer only when an
+    op it dispatches touches it (DTensor.from_local under tensor parallelism does, a plain
+    pipeline never): tracked always, they count alike whatever the layout."""
+    schedule = getattr(net, "schedule", None)
+    if schedule is None:
+        return []
+    stages = getattr(schedule, "_stages", None) or [getattr(schedule, "_stage", None)]
+    tensors = []
+    for stage in filter(None, stages):
+        for infos in (*stage.args_recv_info.values(), *stage.grad_recv_info.values()):
+            tensors += [i.buffer for i in infos if getattr(i, "buffer", None) is not None]
+    return tensors
+
+
 def _tracker():
     """torch's MemTracker without its module tracker (see the module docstring)."""
     from torch.distributed._tools.mem_tracker import MemTracker
@@ -128,16 +147,22 @@ class PeakMeter:
         self._steps = 0
 
     @contextlib.contextmanager
-    def step(self, model, optimizer) -> Iterator[None]:
-        """Around one training step of `model` (what the wrapper wraps): the second one
-        measured on CPU, the others untouched."""
+    def step(self, model, optimizer, net=None) -> Iterator[None]:
+        """Around one training step of `model` (what the wrapper wraps; `net`: what runs it,
+        a pipeline's receive buffers counted, `pipeline_buffers`): the second one measured on
+        CPU, the others untouched."""
         self._steps += 1
         if not self.tracked or self._steps != 2:
             yield
             return
         tracker = _tracker()
         masters = getattr(optimizer, "masters", ())
-        external = (*_inner_optimizers(optimizer), *masters, *_engine_storages(model))
+        external = (
+            *_inner_optimizers(optimizer),
+            *masters,
+            *_engine_storages(model),
+            *pipeline_buffers(net),
+        )
         tracker.track_external(model, *external)
         with tracker, settled_collectives():
             yield

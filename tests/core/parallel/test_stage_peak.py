@@ -28,13 +28,14 @@ def peaks(plan: Plan) -> list:
     return [stage_peak(SPEC, plan, stage_index=i, **KW) for i in range(plan.pp)]
 
 
-def test_pipelines_alone_are_covered():
+def test_pipelines_without_data_parallelism_are_covered():
     assert covers_stage(Plan(pp=2, grad_accum=4))
     assert covers_stage(Plan(pp=2, schedule="gpipe"))
+    assert covers_stage(Plan(pp=2, tp=2))
+    assert covers_stage(Plan(pp=2, tp=2, sp=True))
     for plan in (
         Plan(),
         Plan(pp=2, dp=2),
-        Plan(pp=2, tp=2),
         Plan(pp=2, vpp=2, schedule="interleaved"),
         Plan(pp=2, recompute="full"),
     ):
@@ -54,8 +55,49 @@ def test_gradients_exist_from_the_second_backward_on():
     (first, last) = peaks(Plan(pp=2, micro_batch=2, grad_accum=2))
     for stage in (first, last):
         names = [p.phase for p in stage.phases]
-        assert names == ["first backward", "backward 2 of 2", "optimizer step"]
+        assert names == ["first backward", "backward 2 of 2", "optimizer step"]  # no tp
         assert stage.phases[0].grads_bytes == 0 < stage.phases[1].grads_bytes
     # the embedding's copy on each end: the first adds the learned positions, the last the
     # final norm (64 x 32 and 2 x 32 parameters, fp32)
     assert first.phases[0].params_bytes - last.phases[0].params_bytes == (2048 - 64) * 4
+
+
+def test_the_receive_buffers_are_one_per_micro_batch_and_kept():
+    # torch.distributed.pipelining allocates a buffer per micro-batch for the input a stage
+    # receives and for the gradient it is sent (stage_peak.RECEIVE_BUFFERS); the last stage
+    # also keeps each received input's gradient until the next step: k of them at backward k
+    m, tokens = 4, 2 * 32
+    (first, last) = peaks(Plan(pp=2, micro_batch=2, grad_accum=m))
+    boundary = tokens * 32 * 4  # (B, T, d) fp32
+    assert all(p.buffers_bytes == m * boundary for p in first.phases)
+    assert [p.buffers_bytes for p in last.phases] == [
+        m * boundary + k * boundary for k in range(m + 1)
+    ]
+
+
+SPEC_TP = dataclasses.replace(SPEC, vocab_size=258)  # tp must divide the vocabulary
+
+
+def test_tensor_parallel_stages_hold_their_shard_and_the_whole_embedding_gradient():
+    kw = dict(micro_batch=2, grad_accum=4)
+    alone = [stage_peak(SPEC_TP, Plan(pp=2, **kw), stage_index=i, **KW) for i in (0, 1)]
+    tp = [stage_peak(SPEC_TP, Plan(pp=2, tp=2, **kw), stage_index=i, **KW) for i in (0, 1)]
+    # weights: the split matrices and vocabulary rows halve, the norms and positions do not
+    assert tp[0].peak.params_bytes < alone[0].peak.params_bytes
+    assert tp[0].peak.params_bytes > alone[0].peak.params_bytes / 2
+    # the first stage's embedding gradient covers the whole vocabulary (measured, torch 2.13)
+    step = tp[0].phases[-1]
+    assert step.grads_bytes - step.params_bytes == 129 * 32 * 4  # the other half's rows, fp32
+    # the last stage's loss parallel: three fp32 (tokens x V/tp) tensors at its backward
+    assert tp[1].phases[0].temporaries_bytes == 3 * 64 * 129 * 4
+
+
+def test_sequence_parallel_splits_the_boundary_and_a_forward_can_be_the_peak():
+    kw = dict(micro_batch=2, grad_accum=4)
+    tp = stage_peak(SPEC_TP, Plan(pp=2, tp=2, **kw), stage_index=0, **KW)
+    sp = stage_peak(SPEC_TP, Plan(pp=2, tp=2, sp=True, **kw), stage_index=0, **KW)
+    assert sp.phases[0].buffers_bytes == tp.phases[0].buffers_bytes / 2  # (B, T/tp, d)
+    assert sp.total_bytes < tp.total_bytes
+    # measured on the first stage of tests/train/test_rank_memory.py's tp2+sp pp2 run: the
+    # peak at a row-parallel reduce-scatter in the forward after a backward (1F1B)
+    assert sp.peak.phase.startswith("forward after backward")

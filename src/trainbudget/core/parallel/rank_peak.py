@@ -293,12 +293,31 @@ def sequence_split_bytes(
     spec: ModelSpec, plan: Plan, *, seq_len: int, activation_bytes: int
 ) -> float:
     """Bytes sequence parallelism saves on one rank beside tensor parallelism alone, over the
-    layers: the tensors TP leaves whole (the norms' inputs, the first linears' inputs),
-    split by tp (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 4.2.2, eq. 2 against eq. 3:
-    `activations.layer_activations`), less the head's input, which the final norm leaves split
-    and the column-parallel head all-gathers and keeps whole for its backward. None without SP
-    or recomputing every layer."""
+    layers (`layer_sequence_split_bytes` each), and the final norm's input, split (the head's
+    input, which the column-parallel head all-gathers, is kept whole for its backward). None
+    without SP or recomputing every layer."""
     if not plan.sp or plan.tp == 1 or plan.recompute != "none":
+        return 0.0
+    saved = layer_sequence_split_bytes(
+        spec, plan, seq_len=seq_len, activation_bytes=activation_bytes
+    )
+    final_norm_input = seq_len * plan.micro_batch * spec.d_model * activation_bytes
+    return spec.n_layers * saved + final_norm_input * (1 - 1 / plan.tp)
+
+
+def layer_sequence_split_bytes(
+    spec: ModelSpec, plan: Plan, *, seq_len: int, activation_bytes: int
+) -> float:
+    """Bytes sequence parallelism saves in one layer's saved tensors beside tensor parallelism
+    alone, as PyTorch's DTensor runs it: the norms' inputs (and dropout masks) split by tp
+    (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 4.2.2, eq. 2 against eq. 3:
+    `activations.layer_activations`), but not the column-parallel linears' inputs: the norm's
+    sequence shard is all-gathered (PrepareModuleInput, torch.distributed.tensor.parallel) and
+    the matmul saves that whole tensor for its backward, where Megatron-LM saves the shard and
+    gathers it again. Measured with MemTracker on the first stage of
+    tests/train/test_rank_memory.py's tp2+sp pp2 run: each micro-batch's forward adds 62,464 B,
+    this model 62,208 B (the Korthikanti split: 54,016 B). None without SP."""
+    if not plan.sp or plan.tp == 1:
         return 0.0
     kw = dict(
         seq_len=seq_len,
@@ -307,12 +326,13 @@ def sequence_split_bytes(
         flash_attention=True,
         tp=plan.tp,
     )
-    saved = (
-        layer_activations(spec, **kw).total_bytes
-        - layer_activations(spec, sp=True, **kw).total_bytes
+    tp_alone, split = layer_activations(spec, **kw), layer_activations(spec, sp=True, **kw)
+    return (
+        tp_alone.norm_inputs_bytes
+        - split.norm_inputs_bytes
+        + tp_alone.dropout_bytes
+        - split.dropout_bytes
     )
-    tokens = seq_len * plan.micro_batch
-    return spec.n_layers * saved - tokens * spec.d_model * activation_bytes
 
 
 LOSS_PARALLEL_TEMPORARIES = 1
