@@ -6,6 +6,9 @@ docs/validation.md shows the same table (scripts/profile_matrix.py)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -67,3 +70,33 @@ def test_profile_command_json():
             "flops_per_step",
         }
     assert abs(j["error"]["peak"]) < 0.03
+
+
+# a dropless MoE (its kept rows are N x k whatever the routing), measured on real tensors: the
+# routing reads values, which fake tensors do not have
+MOE = ["n_layers=2", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=258", "max_seq_len=64"]
+MOE += ["n_experts=4", "experts_per_token=2", "capacity_factor=0"]
+
+
+@pytest.mark.parametrize(("precision", "mlp"), [("fp32", "gelu"), ("fp32", "swiglu")])
+def test_a_moe_step_on_cpu_matches_the_reference_moe_layer(precision, mlp):
+    from trainbudget.core.spec.model_arg import resolve_model
+
+    spec = resolve_model("gpt2", [*MOE, f"mlp={mlp}"])
+    r = profile_step(
+        spec, micro_batch=4, seq_len=32, precision=precision, optimizer="adamw", device="cpu"
+    )
+    # measured (2026-11-27): peak +0.18 % (gelu), +0.13 % (swiglu at micro-batch 2)
+    assert abs(r["error"]["peak"]) < 0.01, r
+    assert abs(r["error"]["activations"]) < 0.02, r
+    assert r["error"]["flops_per_step"] == pytest.approx(0, abs=0.01)
+
+
+def test_a_moe_model_is_refused_on_fake_tensors():
+    args = ["profile", "--model", "gpt2", *(f"--set={s}" for s in MOE)]
+    out = subprocess.run(
+        [sys.executable, "-m", "trainbudget", *args], capture_output=True, text=True
+    )
+    assert out.returncode == 2
+    assert "--device = 'fake-cpu': a MoE model needs real tensors" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -16,7 +16,10 @@ whole).
 Pipeline stages (core.parallel.stage_peak, MemTracker around the schedule's step, the
 schedule's receive buffers tracked): pp2 1F1B over 4 micro-batches -1.2 % / -0.8 % (first /
 last stage), GPipe over 2 -0.7 % / +0.6 %; tp2 pp2 +0.3 % / -0.8 %, tp2+sp pp2 +1.4 % /
-+0.8 % (runs of these shapes with a 258-token vocabulary, measured 2026-11-27).
++0.8 % (runs of these shapes with a 258-token vocabulary, measured 2026-11-27). Expert
+parallel (2 MoE layers; each rank predicted at the routing its measured step had, the rows
+its experts received): ep2 top-2 of 4 experts under ddp -0.15 % / -0.15 %, top-1 of 8 at one
+sequence under fsdp +0.7 % / -0.4 %.
 10 to 25 s a run on the shared 2-core CPU."""
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ SP_DDP = ("--sequence-parallel", "--strategy", "ddp", "--precision", "fp32")
 SP_FSDP = ("--sequence-parallel", "--strategy", "fsdp", "--precision", "fp32")
 PP2 = ("--set", "n_layers=2", "--pp", "2", "--precision", "fp32")  # a layer per stage
 SP_PP = ("--sequence-parallel", "--micro-batch", "2")
+EP2 = ("--set", "n_layers=2", "--ep", "2", "--precision", "fp32")
+TOP1_OF_8 = ("--set", "n_experts=8", "--set", "experts_per_token=1", "--micro-batch", "1")
 # name: (processes, arguments)
 LAYOUTS = {
     "ddp": (2, ("--strategy", "ddp", "--micro-batch", "4", "--precision", "fp32")),
@@ -75,6 +80,12 @@ LAYOUTS = {
     "pp2-gpipe": (2, (*PP2, "--micro-batch", "2", "--grad-accum", "2", "--pp-schedule", "gpipe")),
     "tp2-pp2": (4, (*PP2, *TP_VOCAB, "--tp", "2", "--micro-batch", "2", "--grad-accum", "4")),
     "tp2-sp-pp2": (4, (*PP2, *TP_VOCAB, "--tp", "2", *SP_PP, "--grad-accum", "4")),
+    # top-2 of 4 experts, the capacity factor's default 1.25; top-1 of 8 at one sequence
+    "ep2-ddp": (
+        2,
+        (*EP2, "--set", "n_experts=4", "--set", "experts_per_token=2", "--micro-batch", "4"),
+    ),
+    "ep2-fsdp": (2, (*EP2, *TOP1_OF_8, "--strategy", "fsdp", "--moe-capacity-factor", "0")),
 }
 
 N_PARAMS = 4 * 3 + 3 + 3 * 2 + 2  # two Linear layers' weights and biases: 23
@@ -156,6 +167,8 @@ def test_each_rank_peaks_within_3_percent_of_the_plan(tmp_path, data, name):
     assert [r["rank"] for r in ranks] == list(range(nproc))
     for r in ranks:
         assert r["instrument"] == CPU_PEAK_METHOD
+        # expert parallel: predicted at the routing the rank's measured step had
+        assert ("expert_rows_received" in r) == name.startswith("ep2")
         error = r["peak_bytes_measured"] / r["peak_bytes_predicted"] - 1
         assert r["error_percent"] == pytest.approx(100 * error)
         assert abs(r["error_percent"]) <= PEAK_TOLERANCE_PERCENT, r

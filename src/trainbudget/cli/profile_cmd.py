@@ -54,6 +54,13 @@ def run(args: argparse.Namespace) -> int:
     )
     micro_batch = positive_int("micro_batch", args.micro_batch)
     check_device_name(args.device)  # a name it does not know: refused before torch loads
+    if model.is_moe and args.device not in REAL_DEVICES:
+        raise SpecError(
+            "--device",
+            args.device,
+            "a MoE model needs real tensors (its routing reads values: torch.nonzero has no "
+            "fake shape); use --device cpu at a small size, or cuda",
+        )
     # real steps take minutes on a CPU: say each phase as it starts (on a terminal, always)
     say = Say(command="profile", enabled=args.device in REAL_DEVICES or sys.stderr.isatty())
     if importlib.util.find_spec("torch") is not None:  # else: one line, the install hint

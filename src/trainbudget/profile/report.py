@@ -46,8 +46,14 @@ def profile_step(
     fake = "fake tensors, no compute" if device in FAKE_DEVICES else "real tensors"
     progress(f"measuring memory: two training steps under MemTracker on {device} ({fake})")
     measured_memory = measure_step_memory(spec, **step, device=device)
-    progress("counting FLOPs: one training step under FlopCounterMode on the meta device")
-    flops = compare_flops(spec, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute)
+    # MoE routing needs real values (torch.nonzero has no meta shape): counted where it ran
+    flops_device = device if spec.is_moe else "meta"
+    progress(
+        f"counting FLOPs: one training step under FlopCounterMode on the {flops_device} device"
+    )
+    flops = compare_flops(
+        spec, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute, device=flops_device
+    )
     grads = peak.phases[-1].grads_bytes  # every gradient exists by the optimizer step
     predicted = {
         "params": p.params_bytes,

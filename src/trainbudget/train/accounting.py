@@ -19,11 +19,12 @@ What each prediction uses:
   model state sharded by the ZeRO stage and the buffers of the strategy's engine (DDP's
   gradient buckets, FSDP2's gathered parameters), for the trainer's update (torch's fused
   kernel for Adam and AdamW), with or without tensor (and sequence) parallelism (each rank
-  its shard of the model: `rank_peak.tensor_shard`; tp alone runs no wrapper); for a
+  its shard of the model: `rank_peak.tensor_shard`; tp alone runs no wrapper) or expert
+  parallelism (each rank its experts, at balanced routing: summary.json adds, per rank, the
+  prediction at the routing its measured step had, `rank_peak.expert_rows_bytes`); for a
   pipeline without data parallelism (GPipe or 1F1B, tensor and sequence parallelism inside
   the stages or not, no recomputation), `core.parallel.stage_peak` on each stage; for a plan
-  that splits the model otherwise (pipeline with data parallelism, context or expert
-  parallelism),
+  that splits the model otherwise (pipeline with data parallelism, context parallelism),
   `core.parallel.parallel_memory.plan_memory` (a sum of parts, not phase by phase);
 - model state per rank (weights, gradients, fp32 masters, optimizer state): `plan_memory`'s, for
   any number of processes.
@@ -331,7 +332,9 @@ def _phase_peaks(
     if covers(plan):
         # tensor parallel alone (dp 1) runs no data-parallel wrapper
         engine = get_strategy(strategy).memory_engine if plan.dp > 1 else "single"
-        fused = optimizer.fused_kernel
+        # bf16-mixed updates through fp32 masters one tensor at a time, with torch's
+        # single-tensor optimizer (model.optim.MasterWeightOptimizer): its per-tensor scratch
+        fused = optimizer.fused_kernel and not precision.master_bytes
         ranks = [
             rank_peak(spec, plan, engine=engine, fused_update=fused, rank=rank, **kw)
             for rank in range(plan.n_gpus)

@@ -116,6 +116,9 @@ class AllToAllTally:
     token_bytes: int = 0
     calls: int = 0
     count_bytes: int = 0
+    received_rows: list[int] = field(default_factory=list)
+    """Rows this rank's experts received in each training forward of an MoE layer (not in a
+    recomputation during backward), in order: what its expert activations scale with."""
 
     def add(self, t: torch.Tensor) -> None:
         self.token_bytes += t.numel() * t.element_size()
@@ -142,6 +145,8 @@ class ExpertRunner:
         send_splits = send_counts.view(ep, n_local).sum(1).tolist()  # rows to each member
         recv = recv_counts.view(ep, n_local).tolist()  # recv[s][l]: rows from s for expert l
         recv_splits = [sum(row) for row in recv]
+        if torch.is_grad_enabled() and torch._C._current_graph_task_id() == -1:
+            self.tally.received_rows.append(sum(recv_splits))  # a forward, not a recompute
         received = self._exchange(x, recv_splits, send_splits)  # (n_recv, D)
         pieces = torch.split(received, [c for row in recv for c in row])
         outputs = []  # (rows of local expert j from every source, D), by j
@@ -319,6 +324,13 @@ def take_all_to_all_bytes(model: nn.Module) -> AllToAllTally:
     taken = AllToAllTally(**vars(layout.tally))
     layout.tally.token_bytes = layout.tally.calls = layout.tally.count_bytes = 0
     return taken
+
+
+def received_rows(model: nn.Module) -> list[int] | None:
+    """The rows this rank's experts received, per MoE layer forward so far
+    (`AllToAllTally.received_rows`); None without expert parallelism."""
+    layout = of(model)
+    return None if layout is None else layout.tally.received_rows
 
 
 def described(model: nn.Module, engine: str, mesh: dict) -> tuple[str, dict]:

@@ -38,6 +38,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+from trainbudget.model.moe import MoE
+from trainbudget.train import expert_parallel
 from trainbudget.train.collective_settle import settled_collectives
 from trainbudget.train.config import TrainConfig
 from trainbudget.train.distributed import DistInfo
@@ -144,6 +146,7 @@ class PeakMeter:
         self.tracked = tracked and device.type == "cpu"
         """Measure a CPU step with MemTracker (False: nothing on CPU)."""
         self._cpu_peak: int | None = None
+        self._expert_rows: int | None = None
         self._steps = 0
 
     @contextlib.contextmanager
@@ -164,12 +167,24 @@ class PeakMeter:
             *pipeline_buffers(net),
         )
         tracker.track_external(model, *external)
+        rows = expert_parallel.received_rows(model)
+        before = len(rows) if rows is not None else 0
         with tracker, settled_collectives():
             yield
+        if rows is not None:
+            # the step's last micro-batch, whose backward start is the expert-parallel peak
+            layers = sum(isinstance(m, MoE) for m in model.modules())
+            self._expert_rows = sum(rows[before:][-layers:])
         snapshot = tracker.get_tracker_snapshot("peak")
         self._cpu_peak = int(
             sum(v["Total"] for k, v in snapshot.items() if torch.device(k).type == "cpu")
         )
+
+    @property
+    def expert_rows(self) -> int | None:
+        """Rows this rank's experts received in the measured step's last micro-batch, over
+        its MoE layers (expert parallelism only; None otherwise)."""
+        return self._expert_rows
 
     def peak(self) -> tuple[int | None, str | None]:
         """(peak bytes, how measured); (None, None) when nothing was measured."""
@@ -188,6 +203,7 @@ def rank_record(info: DistInfo, optimizer, meter: PeakMeter) -> dict:
         "master_weights": master_weight_bytes(optimizer),
         "peak": peak,
         "peak_method": method,
+        "expert_rows_received": meter.expert_rows,
     }
 
 

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from trainbudget.core.parallel.rank_peak import expert_rows_bytes
+from trainbudget.core.spec.precision import get_precision
 from trainbudget.profile.memory import measure_step_memory
 from trainbudget.train import expert_parallel
 from trainbudget.train.pipeline_split import pipeline_engine
@@ -87,9 +89,39 @@ def per_rank_memory(run: Run) -> dict:
             "predicted": predicted,
             "measured": [r["peak"] for r in records],
             "method": methods.pop() if methods else None,
-            "ranks": [rank_peak_row(r, rank_prediction(budget, r["rank"])) for r in records],
+            "ranks": [_rank_row(run, r) for r in records],
         },
     }
+
+
+def _rank_row(run: Run, record: dict) -> dict:
+    """`rank_peak_row` against the plan's prediction for the rank; under expert parallelism
+    at the routing the rank's measured step had (`routed_prediction`), the balanced figure
+    kept beside it."""
+    balanced = rank_prediction(run.budget, record["rank"])
+    rows = record.get("expert_rows_received")
+    if rows is None:
+        return rank_peak_row(record, balanced)
+    routed = routed_prediction(run, balanced, rows)
+    return {
+        **rank_peak_row(record, routed),
+        "peak_bytes_predicted_balanced": balanced,
+        "expert_rows_received": rows,
+    }
+
+
+def routed_prediction(run: Run, balanced: float, rows: int) -> float:
+    """An expert-parallel rank's predicted peak at the routing its measured step had: the
+    balanced prediction plus what the rows its experts received beyond (or short of) their
+    balanced share hold (`core.parallel.rank_peak.expert_rows_bytes`)."""
+    extra = expert_rows_bytes(
+        run.spec,
+        run.budget.plan,
+        rows_received=rows,
+        seq_len=run.cfg.seq_len,
+        activation_bytes=get_precision(run.cfg.precision).activation_bytes,
+    )
+    return balanced + extra
 
 
 def rank_prediction(budget: Budget, rank: int) -> float:

@@ -13,6 +13,8 @@ from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.rank_peak import (
     ENGINES,
     covers,
+    expert_parallel_params,
+    expert_rows_bytes,
     rank_peak,
     tensor_shard,
     whole_tensor_shares,
@@ -119,11 +121,44 @@ def test_a_fused_update_has_no_scratch():
     assert step.temporaries_bytes == 0
 
 
-def test_data_and_tensor_parallel_plans_are_covered():
+def test_data_tensor_and_expert_parallel_plans_are_covered():
     assert covers(Plan(dp=8, zero=3, zero_shard=2, grad_accum=4))
     assert covers(Plan(dp=2, tp=2, sp=True, zero=3))
-    for plan in (Plan(pp=2), Plan(cp=2), Plan(ep=2)):
+    assert covers(Plan(dp=2, ep=2))
+    for plan in (Plan(pp=2), Plan(cp=2), Plan(dp=2, tp=2, ep=2)):
         assert not covers(plan)
+
+
+# tests/train/test_rank_memory.py's ep2 model: 2 MoE layers of 4 experts, top-2
+MOE_TINY = dataclasses.replace(
+    TINY, n_layers=2, vocab_size=257, n_experts=4, experts_per_token=2, d_ff_expert=64
+)
+
+
+def test_an_expert_parallel_rank_holds_its_experts_and_ddp_buckets_the_rest():
+    p = count_params(MOE_TINY)
+    local, bucketed = expert_parallel_params(MOE_TINY, 2)
+    assert local == p.total - p.moe_experts / 2
+    assert bucketed == p.total - p.moe_experts  # DDP ignores the experts
+    kw = dict(precision="fp32", optimizer="adamw", seq_len=32, fused_update=True)
+    plan = Plan(dp=2, ep=2, micro_batch=4)
+    ep = rank_peak(MOE_TINY, plan, engine="ddp", **kw).peak
+    dp = rank_peak(MOE_TINY, dataclasses.replace(plan, ep=1), engine="ddp", **kw).peak
+    # weights, gradients and both Adam moments of half the experts fewer; buckets without any
+    assert dp.params_bytes - ep.params_bytes == p.moe_experts / 2 * 4
+    assert dp.optimizer_bytes - ep.optimizer_bytes == p.moe_experts / 2 * 8
+    assert dp.buffers_bytes - ep.buffers_bytes == p.moe_experts * 4
+    # balanced routing: the same activations as one device
+    assert ep.activations_bytes == dp.activations_bytes
+
+
+def test_received_rows_beyond_the_balanced_share_add_their_expert_tensors():
+    plan = Plan(dp=2, ep=2, micro_batch=4)
+    balanced = 2 * 4 * 32 * 2  # layers x micro-batch x tokens x top-2
+    kw = dict(seq_len=32, activation_bytes=4)
+    assert expert_rows_bytes(MOE_TINY, plan, rows_received=balanced, **kw) == 0
+    # a row: its expert's input (d 32) and hidden tensors (2 x 64), fp32
+    assert expert_rows_bytes(MOE_TINY, plan, rows_received=balanced + 10, **kw) == 10 * 160 * 4
 
 
 # TINY with a vocabulary tp=2 divides (the trainer's tp tests use 258)

@@ -84,8 +84,10 @@ def test_flash_replaces_matrix_with_fp32_stats() -> None:
 
 
 def test_swiglu_gqa_moe_terms() -> None:
-    """SwiGLU keeps 4 d_ff-wide tensors, GQA shrinks K/V, MoE keeps one copy per visited expert
-    plus fp32 router scores."""
+    """SwiGLU keeps 4 d_ff-wide tensors, GQA shrinks K/V; an MoE layer (model.moe) keeps its
+    normalised input once, per kept routed slot three d-wide rows, the expert's hidden tensors
+    and the routing's indices and gates, per shared expert its hidden tensors, and two fp32
+    router tensors (measured with MemTracker: activations.MOE_ROW_COPIES)."""
     s, b, h = 16, 2, 64
     base = ModelSpec(
         vocab_size=100,
@@ -102,13 +104,17 @@ def test_swiglu_gqa_moe_terms() -> None:
     assert layer.mlp_bytes == s * b * (h + 4 * 256) * E
     moe = base.replace(n_experts=4, experts_per_token=2, n_shared_experts=1, d_ff_expert=128)
     layer = layer_activations(moe, seq_len=s, micro_batch=b, activation_bytes=E)
-    assert layer.mlp_bytes == 3 * s * b * (h + 4 * 128) * E + s * b * 4 * 4
-    # a capacity factor C: each routed expert's buffer holds C x its share of the tokens
-    # (filled or not), the shared expert every token once: (2 x 1.5 + 1) copies
-    capped = layer_activations(
-        moe.replace(capacity_factor=1.5), seq_len=s, micro_batch=b, activation_bytes=E
-    )
-    assert capped.mlp_bytes == 4 * s * b * (h + 4 * 128) * E + s * b * 4 * 4
+    tokens, routing, router = s * b, 3 * 8 + 2 * 4, 2 * 4 * 4
+    slot = (3 * h + 4 * 128) * E + routing
+    want = tokens * (h * E + 2 * slot + 4 * 128 * E + router)
+    assert layer.mlp_bytes == want
+    # the reference layer does not pad to the capacity: C >= 1 keeps every slot (balanced
+    # routing), C = 0.5 half of them
+    for c, slots in ((1.5, 2), (0.5, 1)):
+        capped = layer_activations(
+            moe.replace(capacity_factor=c), seq_len=s, micro_batch=b, activation_bytes=E
+        )
+        assert capped.mlp_bytes == tokens * (h * E + slots * slot + 4 * 128 * E + router)
 
 
 def test_head_and_logits() -> None:

@@ -8,9 +8,12 @@ A data-parallel rank runs the whole model on its own micro-batch, so the activat
 loss's temporaries are the single device's at that micro-batch; only the model state and the
 engine's buffers differ. A tensor-parallel rank runs its shard of the model (`tensor_shard`) as
 a model of its own, with loss parallel's extra temporary and, under sequence parallelism, the
-layers' replicated activations split (`sequence_split_bytes`). Plans that split the model
-otherwise (pipeline, context or expert parallelism) are not covered (`covers`): their per-GPU
-figure is `parallel_memory`'s.
+layers' replicated activations split (`sequence_split_bytes`). An expert-parallel rank holds
+n_experts / ep of each layer's routed experts (`expert_parallel_params`), at balanced routing
+the single device's activations, and `expert_rows_bytes` more (or fewer) for the rows its
+experts received beyond (short of) their balanced share. Plans that split the model otherwise
+(pipeline or context parallelism) are not covered (`covers`): their per-GPU figure is
+`stage_peak`'s or `parallel_memory`'s.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single.activations import (
     FP32_BYTES,
     activation_memory,
+    kept_slots_per_token,
     layer_activations,
 )
 from trainbudget.core.single.params import count_params, matrix_shapes
@@ -134,9 +138,9 @@ def get_engine(name: str) -> Engine:
 
 
 def covers(plan: Plan) -> bool:
-    """Whether `rank_peak` models `plan`: data parallelism (and ZeRO), with or without tensor
-    (and sequence) parallelism."""
-    return (plan.pp, plan.cp, plan.ep) == (1, 1, 1)
+    """Whether `rank_peak` models `plan`: data parallelism (and ZeRO), with tensor (and
+    sequence) parallelism or with expert parallelism (not both)."""
+    return (plan.pp, plan.cp) == (1, 1) and (plan.ep == 1 or plan.tp == 1)
 
 
 def tensor_shard(spec: ModelSpec, tp: int) -> ModelSpec:
@@ -215,6 +219,11 @@ def rank_peak(
     shard = plan.zero_shard or plan.dp
     zero = max(plan.zero, 3) if eng.shards_parameters else plan.zero
     kw = dict(shard=shard, precision=prec, optimizer=opt)
+    # expert parallelism: the rank holds n_experts / ep of each layer's routed experts, which
+    # FSDP2 shards over their dp / ep replicas (the same share of the rank's elements as the
+    # rest over dp) and DDP leaves out of its buckets (`expert_parallel_params`)
+    local, bucketed = expert_parallel_params(spec, plan.ep)
+    n = n if eng.shards_parameters else local
     state = zero_model_state(n, zero=plan.zero, **kw)
     params = zero_model_state(n, zero=zero, **kw).params_bytes
     optimizer_bytes = state.optimizer_bytes
@@ -230,10 +239,12 @@ def rank_peak(
         recompute=plan.recompute,
         fused_update=fused_update,
     )
-    full_grads = n * prec.grad_bytes
-    phases = _engine_phases(spec, eng, single, prec, seq_len=seq_len, micro_batch=plan.micro_batch)
-    buckets = full_grads if eng.gradient_buckets else 0.0
-    gathered = n * prec.weight_bytes if eng.gathered_until_backward else 0.0
+    full_grads = local * prec.grad_bytes
+    phases = _engine_phases(
+        spec, eng, single, prec, seq_len=seq_len, micro_batch=plan.micro_batch, ep=plan.ep
+    )
+    buckets = bucketed * prec.grad_bytes if eng.gradient_buckets else 0.0
+    gathered = local * prec.weight_bytes if eng.gathered_until_backward else 0.0
     # accumulation: the last micro-batch's backward starts beside the earlier ones' gradients,
     # unsynchronised and unsharded (DDP's no_sync, FSDP2 without gradient sync)
     accumulated = full_grads if plan.grad_accum > 1 else 0.0
@@ -266,12 +277,40 @@ def rank_peak(
     )
 
 
+def expert_parallel_params(spec: ModelSpec, ep: int) -> tuple[float, float]:
+    """(parameters one rank of `ep` expert-parallel ranks holds -- everything but the routed
+    experts, and n_experts / ep of those --, of them the ones DDP's buckets hold: all but the
+    experts, which train.expert_parallel has DDP ignore and synchronises itself)."""
+    p = count_params(spec)
+    return p.total - p.moe_experts * (1 - 1 / ep), p.total - (p.moe_experts if ep > 1 else 0)
+
+
+def expert_rows_bytes(
+    spec: ModelSpec, plan: Plan, *, rows_received: float, seq_len: int, activation_bytes: int
+) -> float:
+    """Bytes an expert-parallel rank holds beyond `rank_peak`'s balanced routing when its
+    experts received `rows_received` rows in a micro-batch, over the MoE layers: each received
+    row is its expert's input and hidden tensors (train.expert_parallel: the rows a rank's own
+    tokens send out and get back are the same number whatever the routing, dropless; the
+    rows it receives are not). Negative when it received fewer than the balanced share,
+    micro_batch x seq_len x the kept slots per token a layer (`kept_slots_per_token`)."""
+    n_hidden = 4 if spec.mlp == "swiglu" else 2
+    balanced = spec.n_moe_layers * plan.micro_batch * seq_len * kept_slots_per_token(spec)
+    per_row = (spec.d_model + n_hidden * spec.d_ff_expert) * activation_bytes
+    return (rows_received - balanced) * per_row
+
+
 def _engine_phases(
-    spec: ModelSpec, eng, single: PeakMemory, prec, *, seq_len: int, micro_batch: int
+    spec: ModelSpec, eng, single: PeakMemory, prec, *, seq_len: int, micro_batch: int, ep: int
 ) -> list:
-    """The reference step's phases, and the engine's extra moments when it backs up unit by
-    unit (FSDP2: `_unit_phases`)."""
-    phases = list(single.phases)
+    """The reference step's phases (their gradients: the rank's, `expert_parallel_params`),
+    and the engine's extra moments when it backs up unit by unit (FSDP2: `_unit_phases`)."""
+    local = expert_parallel_params(spec, ep)[0]
+    ratio = local / count_params(spec).total
+    phases = [
+        replace(ph, grads_bytes=ph.grads_bytes * ratio, temporaries_bytes=ph.temporaries_bytes)
+        for ph in single.phases
+    ]
     if not eng.unit_backward:
         return phases
     layer = activation_memory(
@@ -282,7 +321,7 @@ def _engine_phases(
         flash_attention=True,
     ).per_layer.total_bytes
     tokens = seq_len * micro_batch
-    return _unit_phases(spec, eng, phases, prec, tokens=tokens, layer_bytes=layer)
+    return _unit_phases(spec, eng, phases, prec, tokens=tokens, layer_bytes=layer, ep=ep)
 
 
 SEQUENCE_SPLIT = ("backward start", "last block backward")
@@ -355,6 +394,7 @@ def _unit_phases(
     *,
     tokens: int,
     layer_bytes: float,
+    ep: int = 1,
 ) -> list[PhaseMemory]:
     """`phases` with FSDP2's units in backward (`Engine.unit_backward`). The root (embeddings,
     final norm, head) is gathered again for the head's backward and stays so, its gradients
@@ -368,13 +408,20 @@ def _unit_phases(
     p = count_params(spec)
     w, g, e = prec.weight_bytes, prec.grad_bytes, prec.activation_bytes
     root = p.embedding_token + p.embedding_position + p.final_norm + p.head
-    block = (p.total - root) / spec.n_layers
+    # a block as the rank gathers it; under expert parallelism each local expert is a unit of
+    # its own (train.expert_parallel.fully_shard_experts), gathered when it runs (and the
+    # next one prefetched), the block's unit its dense part
+    local = expert_parallel_params(spec, ep)[0]
+    experts = p.moe_experts / ep if ep > 1 else 0.0
+    block = (local - experts - root) / spec.n_layers
+    expert = experts / max(1, spec.n_moe_layers * spec.n_experts / ep)
     root_grads = (
         (p.head or p.embedding_token) + p.final_norm
     ) * g  # the head's (or tied) and norm's
-    # the block in backward and the next one prefetched (all gathered until backward without
-    # resharding: UNTIL_BACKWARD), its unsharded gradients
-    blocks = (0.0 if eng.gathered_until_backward else 2 * block * w) + block * g
+    # the block (and an expert) in backward and the next one prefetched (all gathered until
+    # backward without resharding: UNTIL_BACKWARD), its unsharded gradients
+    gathered = 0.0 if eng.gathered_until_backward else 2 * (block + expert) * w
+    blocks = gathered + (block + expert) * g
     out = []
     for phase in phases:
         if phase.phase == "backward end":
@@ -404,13 +451,13 @@ def _unit_phases(
             replace(
                 phase,
                 phase="first block backward",
-                grads_bytes=(p.total - root - block) * g,  # sharded by the caller
+                grads_bytes=(local - root - block - expert) * g,  # sharded by the caller
                 # the block's saved tensors and its input, the logits the caller holds
                 activations_bytes=layer_bytes
                 + tokens * spec.d_model * e
                 + tokens * spec.vocab_size * e,
                 temporaries_bytes=root_grads + tokens * spec.d_model * g,
-                buffers_bytes=phase.buffers_bytes + root * w + block * (w + g),
+                buffers_bytes=phase.buffers_bytes + root * w + (block + expert) * (w + g),
             )
         )
     return out

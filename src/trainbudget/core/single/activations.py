@@ -170,16 +170,54 @@ def _mlp_bytes(spec: ModelSpec, tokens: Any, rep: Any, tp: Any, e: int) -> Any:
     dense = tokens * (h / rep + n_hidden * spec.d_ff / tp) * e
     if not spec.is_moe:
         return dense
-    k = spec.routed_slots_per_token + spec.n_shared_experts
-    # each visited expert keeps its own copy of the token's input and hidden tensors (with a
-    # capacity factor, each slot of the experts' capacity-sized buffers);
-    # the router's softmax scores (fp32) are kept for the gate gradient
-    moe = k * tokens * (h / rep + n_hidden * spec.d_ff_expert / tp) * e
-    moe = moe + tokens * spec.n_experts * FP32_BYTES / rep
+    moe = moe_layer_bytes(spec, tokens, rep, tp, e)
     n_moe = spec.n_moe_layers
     if n_moe == spec.n_layers:
         return moe
     return (n_moe * moe + (spec.n_layers - n_moe) * dense) / spec.n_layers
+
+
+MOE_ROW_COPIES = 3
+"""(token, expert) rows of width d_model a routed assignment keeps in the reference MoE layer
+(model.moe._dispatch): its expert's input (the gathered token), the expert's output (which the
+gate multiplies) and the gated output (index_add_'s source, saved for its backward's shape)
+-- measured with MemTracker (`trainbudget profile --device cpu` on a 4-expert top-2 model:
+three (N k, d) tensors a layer)."""
+
+ROUTER_FP32_COPIES = 2
+"""fp32 (tokens x n_experts) tensors the router keeps: its logits (the z-loss's logsumexp saves
+them) and the softmax probabilities (saved for the gates' gradient)."""
+
+ROUTING_BYTES_PER_SLOT = 3 * 8 + 2 * 4
+"""Bytes per (token, expert) assignment of the routing's saved bookkeeping: three int64
+indices (the chosen experts the gates' gather saves, the queue positions and the token rows
+index_add_ and the row gather save) and two fp32 gates (as gathered, and per dispatched row).
+Measured: about 10 KB a layer beyond the tensors above at 128 tokens, top-2 (8 KB here)."""
+
+
+def moe_layer_bytes(spec: ModelSpec, tokens: Any, rep: Any, tp: Any, e: int) -> Any:
+    """What one MoE layer of the reference implementation (model.moe) keeps for backward: the
+    normalised input the router and the shared experts read (tokens x d, once), each kept
+    routed slot's (`kept_slots_per_token`) `MOE_ROW_COPIES` rows, its expert's hidden tensors
+    and its routing bookkeeping (`ROUTING_BYTES_PER_SLOT`), each shared expert's hidden
+    tensors, the router's `ROUTER_FP32_COPIES`."""
+    n_hidden = 4 if spec.mlp == "swiglu" else 2  # saved hidden tensors of width d_ff per MLP
+    h, hidden = spec.d_model, n_hidden * spec.d_ff_expert / tp
+    slots = kept_slots_per_token(spec) * tokens
+    routed = slots * ((MOE_ROW_COPIES * h / rep + hidden) * e + ROUTING_BYTES_PER_SLOT / rep)
+    shared = spec.n_shared_experts * tokens * hidden * e
+    router = ROUTER_FP32_COPIES * tokens * spec.n_experts * FP32_BYTES / rep
+    return tokens * h * e / rep + routed + shared + router
+
+
+def kept_slots_per_token(spec: ModelSpec) -> float:
+    """Assignments per token the reference MoE layer keeps, with balanced routing: every one of
+    the experts_per_token, or a capacity factor C < 1's share of them (model.moe: each expert
+    takes ceil(C N k / E) of the N k assignments, its queue is not padded). Frameworks that
+    pad the experts' buffers to the capacity (GShard) fill C k slots:
+    `ModelSpec.routed_slots_per_token`, which the all-to-all bytes use."""
+    c = spec.capacity_factor
+    return spec.experts_per_token * (min(c, 1.0) if c else 1.0)
 
 
 @dataclass(frozen=True, kw_only=True)
