@@ -11,7 +11,7 @@ from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.hardware import HARDWARE
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_precision
-from trainbudget.profile.flops import compare_flops
+from trainbudget.profile.flops import FlopComparison, compare_flops
 from trainbudget.profile.memory import FAKE_DEVICES, measure_step_memory, time_steps
 from trainbudget.profile.phases import time_phases
 
@@ -46,14 +46,7 @@ def profile_step(
     fake = "fake tensors, no compute" if device in FAKE_DEVICES else "real tensors"
     progress(f"measuring memory: two training steps under MemTracker on {device} ({fake})")
     measured_memory = measure_step_memory(spec, **step, device=device)
-    # MoE routing needs real values (torch.nonzero has no meta shape): counted where it ran
-    flops_device = device if spec.is_moe else "meta"
-    progress(
-        f"counting FLOPs: one training step under FlopCounterMode on the {flops_device} device"
-    )
-    flops = compare_flops(
-        spec, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute, device=flops_device
-    )
+    flops = _count_flops(spec, step, device=device, progress=progress)
     grads = peak.phases[-1].grads_bytes  # every gradient exists by the optimizer step
     predicted = {
         "params": p.params_bytes,
@@ -103,6 +96,15 @@ def profile_step(
             out["max_memory_allocated"] = max_allocated
         out.update(_timing_extras(spec, **step, device=device, step_seconds=seconds))
     return out
+
+
+def _count_flops(spec: ModelSpec, step: dict, *, device: str, progress) -> FlopComparison:
+    """`compare_flops` of `step` on the meta device, or, for a MoE model, on `device`: its
+    routing needs real values (torch.nonzero has no meta shape)."""
+    on = device if spec.is_moe else "meta"
+    progress(f"counting FLOPs: one training step under FlopCounterMode on {on}")
+    keys = ("micro_batch", "seq_len", "recompute")
+    return compare_flops(spec, **{k: step[k] for k in keys}, device=on)
 
 
 def _timing_extras(

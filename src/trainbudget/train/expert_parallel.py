@@ -41,6 +41,8 @@ the kept assignments only (variable splits), at most N x k rows. Dropless (C = 0
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -116,9 +118,10 @@ class AllToAllTally:
     token_bytes: int = 0
     calls: int = 0
     count_bytes: int = 0
-    received_rows: list[int] = field(default_factory=list)
-    """Rows this rank's experts received in each training forward of an MoE layer (not in a
-    recomputation during backward), in order: what its expert activations scale with."""
+    received_rows: list[int] | None = None
+    """While a list (`recorded_rows`): the rows this rank's experts received in each training
+    forward of an MoE layer (not in a recomputation during backward), in order -- what its
+    expert activations scale with; None: not recorded."""
 
     def add(self, t: torch.Tensor) -> None:
         self.token_bytes += t.numel() * t.element_size()
@@ -145,8 +148,9 @@ class ExpertRunner:
         send_splits = send_counts.view(ep, n_local).sum(1).tolist()  # rows to each member
         recv = recv_counts.view(ep, n_local).tolist()  # recv[s][l]: rows from s for expert l
         recv_splits = [sum(row) for row in recv]
-        if torch.is_grad_enabled() and torch._C._current_graph_task_id() == -1:
-            self.tally.received_rows.append(sum(recv_splits))  # a forward, not a recompute
+        rows = self.tally.received_rows
+        if rows is not None and torch.is_grad_enabled() and torch._C._current_graph_task_id() < 0:
+            rows.append(sum(recv_splits))  # a training forward, not a recomputation
         received = self._exchange(x, recv_splits, send_splits)  # (n_recv, D)
         pieces = torch.split(received, [c for row in recv for c in row])
         outputs = []  # (rows of local expert j from every source, D), by j
@@ -326,11 +330,19 @@ def take_all_to_all_bytes(model: nn.Module) -> AllToAllTally:
     return taken
 
 
-def received_rows(model: nn.Module) -> list[int] | None:
-    """The rows this rank's experts received, per MoE layer forward so far
-    (`AllToAllTally.received_rows`); None without expert parallelism."""
+@contextlib.contextmanager
+def recorded_rows(model: nn.Module) -> Iterator[list[int] | None]:
+    """Within: the rows this rank's experts receive, one entry per MoE layer forward
+    (`AllToAllTally.received_rows`), in the list it yields; None without expert parallelism."""
     layout = of(model)
-    return None if layout is None else layout.tally.received_rows
+    if layout is None:
+        yield None
+        return
+    layout.tally.received_rows = rows = []
+    try:
+        yield rows
+    finally:
+        layout.tally.received_rows = None
 
 
 def described(model: nn.Module, engine: str, mesh: dict) -> tuple[str, dict]:

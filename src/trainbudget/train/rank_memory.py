@@ -167,14 +167,12 @@ class PeakMeter:
             *pipeline_buffers(net),
         )
         tracker.track_external(model, *external)
-        rows = expert_parallel.received_rows(model)
-        before = len(rows) if rows is not None else 0
-        with tracker, settled_collectives():
+        with tracker, settled_collectives(), expert_parallel.recorded_rows(model) as rows:
             yield
         if rows is not None:
             # the step's last micro-batch, whose backward start is the expert-parallel peak
             layers = sum(isinstance(m, MoE) for m in model.modules())
-            self._expert_rows = sum(rows[before:][-layers:])
+            self._expert_rows = sum(rows[-layers:])
         snapshot = tracker.get_tracker_snapshot("peak")
         self._cpu_peak = int(
             sum(v["Total"] for k, v in snapshot.items() if torch.device(k).type == "cpu")

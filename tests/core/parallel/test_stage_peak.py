@@ -64,7 +64,7 @@ def test_gradients_exist_from_the_second_backward_on():
 
 def test_the_receive_buffers_are_one_per_micro_batch_and_kept():
     # torch.distributed.pipelining allocates a buffer per micro-batch for the input a stage
-    # receives and for the gradient it is sent (stage_peak.RECEIVE_BUFFERS); the last stage
+    # receives and for the gradient it is sent (stage_peak's docstring); the last stage
     # also keeps each received input's gradient until the next step: k of them at backward k
     m, tokens = 4, 2 * 32
     (first, last) = peaks(Plan(pp=2, micro_batch=2, grad_accum=m))
@@ -101,3 +101,18 @@ def test_sequence_parallel_splits_the_boundary_and_a_forward_can_be_the_peak():
     # measured on the first stage of tests/train/test_rank_memory.py's tp2+sp pp2 run: the
     # peak at a row-parallel reduce-scatter in the forward after a backward (1F1B)
     assert sp.peak.phase.startswith("forward after backward")
+
+
+def test_each_stage_keeps_the_saved_tensors_of_its_own_layers():
+    # four stages, the third (a middle one) with 1, 2 or 3 of 8 layers: its one micro-batch in
+    # flight keeps as many layers' saved tensors, whatever the second stage holds
+    spec = dataclasses.replace(SPEC, n_layers=8)
+
+    def third(layers: int) -> float:
+        split = (1, 6 - layers, layers, 1)
+        plan = Plan(pp=4, pp_layers=split, micro_batch=2, grad_accum=1)
+        return stage_peak(spec, plan, stage_index=2, **KW).phases[0].activations_bytes
+
+    one_layer = third(2) - third(1)
+    assert one_layer > 0
+    assert third(3) - third(1) == 2 * one_layer

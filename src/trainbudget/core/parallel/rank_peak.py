@@ -27,6 +27,7 @@ from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single.activations import (
     FP32_BYTES,
     activation_memory,
+    expert_row_bytes,
     kept_slots_per_token,
     layer_activations,
 )
@@ -294,10 +295,8 @@ def expert_rows_bytes(
     tokens send out and get back are the same number whatever the routing, dropless; the
     rows it receives are not). Negative when it received fewer than the balanced share,
     micro_batch x seq_len x the kept slots per token a layer (`kept_slots_per_token`)."""
-    n_hidden = 4 if spec.mlp == "swiglu" else 2
     balanced = spec.n_moe_layers * plan.micro_batch * seq_len * kept_slots_per_token(spec)
-    per_row = (spec.d_model + n_hidden * spec.d_ff_expert) * activation_bytes
-    return (rows_received - balanced) * per_row
+    return (rows_received - balanced) * expert_row_bytes(spec, e=activation_bytes)
 
 
 def _engine_phases(
@@ -307,10 +306,7 @@ def _engine_phases(
     and the engine's extra moments when it backs up unit by unit (FSDP2: `_unit_phases`)."""
     local = expert_parallel_params(spec, ep)[0]
     ratio = local / count_params(spec).total
-    phases = [
-        replace(ph, grads_bytes=ph.grads_bytes * ratio, temporaries_bytes=ph.temporaries_bytes)
-        for ph in single.phases
-    ]
+    phases = [replace(ph, grads_bytes=ph.grads_bytes * ratio) for ph in single.phases]
     if not eng.unit_backward:
         return phases
     layer = activation_memory(

@@ -18,8 +18,12 @@ Three moments compete, measured with MemTracker on each rank of tests/train/test
 - under tensor parallelism, a forward at a row-parallel linear's collective
   (`tp_forward_temporaries_bytes`).
 
-Beside them, the schedule's receive buffers, one per micro-batch, and the received inputs'
-gradients (`RECEIVE_BUFFERS`). Under tensor parallelism each rank holds its shard
+Beside them, the schedule's receive buffers and the received inputs' gradients: torch
+2.13's pipelining/stage.py allocates, once, a buffer per micro-batch for each input a stage
+receives and each gradient it is sent (_RecvInfo.buffer, made by _make_tensor_from_meta) and
+keeps them for the run; a received input is a leaf whose gradient autograd accumulates on the
+buffer, set to None only by clear_runtime_states at the start of the next step
+(schedules.py: PipelineScheduleSingle.step). Under tensor parallelism each rank holds its shard
 (`rank_peak.tensor_shard`, the first stage's embedding gradient whole: measured), sequence
 parallelism splitting the norms' inputs and what crosses between stages.
 
@@ -59,15 +63,6 @@ the loss: of the activation's output and of its input (measured: the TEMP MemTra
 the first stage of the test's pp2 runs, 2 x 64 x 64 x 4 bytes and 128 more)."""
 
 
-RECEIVE_BUFFERS = (
-    "torch.distributed.pipelining (torch 2.13, pipelining/stage.py): _RecvInfo.buffer, one per "
-    "micro-batch for each input a stage receives and each gradient it is sent, allocated once "
-    "(_make_tensor_from_meta) and kept for the run; a received input is a leaf whose gradient "
-    "autograd accumulates on the buffer, set to None only by clear_runtime_states at the start "
-    "of the next step (schedules.py: PipelineScheduleSingle.step)"
-)
-
-
 def covers_stage(plan: Plan) -> bool:
     """Whether `stage_peak` models `plan`: pipeline parallel, GPipe or 1F1B, with or without
     tensor (and sequence) parallelism inside the stages, no data parallelism."""
@@ -94,8 +89,9 @@ def stage_peak(
     first, last = stage_index == 0, stage_index == plan.pp - 1
     n = stage_params(spec, plan, pipeline_stage(stage_index, plan.pp)).dense
     m = plan.grad_accum
+    layers = plan.stage_layer_counts(spec.n_layers)[stage_index]
     saved, output, transient = _micro_batch(
-        spec, plan, prec, seq_len=seq_len, first=first, last=last
+        spec, plan, prec, seq_len=seq_len, layers=layers, first=first, last=last
     )
     params, grads = n * prec.weight_bytes, n * prec.grad_bytes
     if first:
@@ -104,7 +100,7 @@ def stage_peak(
     boundary = seq_len * plan.micro_batch * spec.d_model / (plan.tp if plan.sp else 1)
     # the schedule's receive buffers, one per micro-batch: inputs from the previous stage,
     # gradients from the next; and, after the first stage, each input buffer's gradient, sent
-    # back and kept until the next step starts (`RECEIVE_BUFFERS`)
+    # back and kept until the next step starts (module docstring)
     received = boundary * (
         (0 if first else prec.activation_bytes) + (0 if last else prec.grad_bytes)
     )
@@ -150,9 +146,10 @@ def stage_peak(
 
 
 def _micro_batch(
-    spec: ModelSpec, plan: Plan, prec, *, seq_len: int, first: bool, last: bool
+    spec: ModelSpec, plan: Plan, prec, *, seq_len: int, layers: int, first: bool, last: bool
 ) -> tuple[float, float, float]:
-    """(one micro-batch's saved tensors on the stage, its output the schedule keeps, the
+    """(one micro-batch's saved tensors on a stage of `layers` layers, its output the schedule
+    keeps, the
     temporaries of its backward). Under tensor parallelism each rank holds its shard
     (`rank_peak.tensor_shard`); sequence parallelism splits what TP leaves whole
     (`rank_peak.layer_sequence_split_bytes`) and what crosses between stages."""
@@ -167,7 +164,6 @@ def _micro_batch(
         flash_attention=True,
     )
     stats = LAYERNORM_STATS_BYTES if spec.norm == "layernorm" else RMSNORM_STATS_BYTES
-    layers = plan.stage_layer_counts(spec.n_layers)[plan.pp - 1 if last else 0 if first else 1]
     per_layer = acts.per_layer.total_bytes + 2 * tokens * stats / split
     per_layer -= layer_sequence_split_bytes(spec, plan, seq_len=seq_len, activation_bytes=e)
     # the layers' saved tensors with the norms' statistics; a stage after the first keeps its

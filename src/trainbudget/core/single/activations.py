@@ -165,9 +165,8 @@ def _qkv_bytes(spec: ModelSpec, tokens: Any, d_q: Any, d_kv: Any, d_v: Any, tp: 
 
 def _mlp_bytes(spec: ModelSpec, tokens: Any, rep: Any, tp: Any, e: int) -> Any:
     """MLP inputs and hidden tensors, the mean over the layers (dense-then-MoE stacks)."""
-    n_hidden = 4 if spec.mlp == "swiglu" else 2  # saved hidden tensors of width d_ff per MLP
     h = spec.d_model
-    dense = tokens * (h / rep + n_hidden * spec.d_ff / tp) * e
+    dense = tokens * (h / rep + saved_hidden_tensors(spec) * spec.d_ff / tp) * e
     if not spec.is_moe:
         return dense
     moe = moe_layer_bytes(spec, tokens, rep, tp, e)
@@ -201,13 +200,26 @@ def moe_layer_bytes(spec: ModelSpec, tokens: Any, rep: Any, tp: Any, e: int) -> 
     routed slot's (`kept_slots_per_token`) `MOE_ROW_COPIES` rows, its expert's hidden tensors
     and its routing bookkeeping (`ROUTING_BYTES_PER_SLOT`), each shared expert's hidden
     tensors, the router's `ROUTER_FP32_COPIES`."""
-    n_hidden = 4 if spec.mlp == "swiglu" else 2  # saved hidden tensors of width d_ff per MLP
-    h, hidden = spec.d_model, n_hidden * spec.d_ff_expert / tp
+    h, hidden = spec.d_model, saved_hidden_tensors(spec) * spec.d_ff_expert / tp
     slots = kept_slots_per_token(spec) * tokens
-    routed = slots * ((MOE_ROW_COPIES * h / rep + hidden) * e + ROUTING_BYTES_PER_SLOT / rep)
+    # the expert's own row (input and hidden tensors), its output and the gated output
+    rows = expert_row_bytes(spec, rep=rep, tp=tp, e=e) + (MOE_ROW_COPIES - 1) * h / rep * e
+    routed = slots * (rows + ROUTING_BYTES_PER_SLOT / rep)
     shared = spec.n_shared_experts * tokens * hidden * e
     router = ROUTER_FP32_COPIES * tokens * spec.n_experts * FP32_BYTES / rep
     return tokens * h * e / rep + routed + shared + router
+
+
+def saved_hidden_tensors(spec: ModelSpec) -> int:
+    """Hidden (d_ff-wide) tensors an MLP keeps for backward: the up-projection's output and the
+    activation's (GELU), or the gate's, the up's, the SiLU's and the product (SwiGLU)."""
+    return 4 if spec.mlp == "swiglu" else 2
+
+
+def expert_row_bytes(spec: ModelSpec, *, rep: Any = 1, tp: Any = 1, e: int) -> Any:
+    """What a routed expert keeps for one row it runs on: the row (its input) and its hidden
+    tensors."""
+    return (spec.d_model / rep + saved_hidden_tensors(spec) * spec.d_ff_expert / tp) * e
 
 
 def kept_slots_per_token(spec: ModelSpec) -> float:
