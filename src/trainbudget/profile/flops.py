@@ -422,13 +422,7 @@ def measure_flops(
     checkpointed block's whole forward, the core's `recompute="full"` convention.
     """
     dev = torch.device(device)
-    if sdpa not in SDPA_MODES:
-        raise ValueError(f"sdpa = {sdpa!r}: must be one of {', '.join(SDPA_MODES)}")
-    if spec.is_moe and dev.type == "meta":
-        raise ValueError(
-            f"{spec.name}: MoE routing needs real values (torch.nonzero has no meta shape); "
-            "measure it on device='cpu' at a small size"
-        )
+    _check_inputs(spec, dev, sdpa)
     model = build_model(spec, device=dev, recompute=recompute, dtype=dtype, seed=seed)
     model.checkpoint_early_stop = checkpoint_early_stop
     model.train()
@@ -457,14 +451,9 @@ def measure_flops(
         tracker.remove()
 
     forward_parts = parts_from_module_counts(forward_modules)
-    # the two attributions of the forward pass must agree: a check on the node-tagging side
-    ours = _parts_from_exclusive(attribution.flops["forward"])
-    if ours != forward_parts or sum(ours.values()) != forward:
-        raise RuntimeError(f"forward attribution differs: {ours} vs {forward_parts}")
-    backward_parts = _parts_from_exclusive(attribution.flops["backward"])
-    recompute_parts = _parts_from_exclusive(attribution.flops["recompute"])
-    if sum(backward_parts.values()) + sum(recompute_parts.values()) != total - forward:
-        raise RuntimeError("backward attribution does not add up to FlopCounterMode's total")
+    backward_parts, recompute_parts = _checked_attribution(
+        attribution, forward_parts, forward=forward, total=total
+    )
     after = {fqn: flops - forward_modules.get(fqn, 0) for fqn, flops in all_modules.items()}
     return MeasuredFlops(
         model=spec.name,
@@ -482,6 +471,32 @@ def measure_flops(
         recompute_parts=_frozen(recompute_parts),
         backward_parts_by_module=_frozen(parts_from_module_counts(after)),
     )
+
+
+def _check_inputs(spec: ModelSpec, dev: torch.device, sdpa: str) -> None:
+    if sdpa not in SDPA_MODES:
+        raise ValueError(f"sdpa = {sdpa!r}: must be one of {', '.join(SDPA_MODES)}")
+    if spec.is_moe and dev.type == "meta":
+        raise ValueError(
+            f"{spec.name}: MoE routing needs real values (torch.nonzero has no meta shape); "
+            "measure it on device='cpu' at a small size"
+        )
+
+
+def _checked_attribution(
+    attribution, forward_parts: dict, *, forward: int, total: int
+) -> tuple[dict, dict]:
+    """(backward parts, recompute parts) from the node-tagging attribution, after checking it
+    against FlopCounterMode's module counts: the two attributions of the forward pass agree,
+    and backward and recomputation add up to the total after the forward."""
+    ours = _parts_from_exclusive(attribution.flops["forward"])
+    if ours != forward_parts or sum(ours.values()) != forward:
+        raise RuntimeError(f"forward attribution differs: {ours} vs {forward_parts}")
+    backward_parts = _parts_from_exclusive(attribution.flops["backward"])
+    recompute_parts = _parts_from_exclusive(attribution.flops["recompute"])
+    if sum(backward_parts.values()) + sum(recompute_parts.values()) != total - forward:
+        raise RuntimeError("backward attribution does not add up to FlopCounterMode's total")
+    return backward_parts, recompute_parts
 
 
 @dataclass(frozen=True, kw_only=True)

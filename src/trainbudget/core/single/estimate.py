@@ -267,34 +267,7 @@ def _steps(e: Estimate) -> list[Step]:
                 f"{f.recompute_flops_per_token:,.0f} (hardware FLOPs only)",
             )
         )
-    if e.train_flops is not None and e.time is not None:
-        t = e.time
-        s.append(
-            Step(
-                "training FLOPs C",
-                f"{e.flops_per_token:,.0f} x {req.tokens:.4g} tokens",
-                f"{e.train_flops:.4g} ({format_flops(e.train_flops)})",
-            )
-        )
-        s.append(
-            Step(
-                "cluster FLOP/s",
-                f"{t.n_gpus} GPUs x {t.peak_flops_per_second:.4g} x MFU {t.mfu}",
-                f"{t.achieved_flops_per_second:.4g}",
-            )
-        )
-        s.append(
-            Step(
-                "time",
-                f"{e.train_flops:.4g} / {t.achieved_flops_per_second:.4g}",
-                f"{t.seconds:.5g} s = {t.days:.2f} days",
-            )
-        )
-        s.append(Step("GPU-hours", f"{t.seconds:.5g} s x {t.n_gpus} / 3600", f"{t.gpu_hours:,.0f}"))
-        if t.cost is not None:
-            s.append(
-                Step("cost", f"{t.gpu_hours:,.0f} GPU-h x {t.price_per_gpu_hour}", f"{t.cost:,.0f}")
-            )
+    s += _time_steps(e)
     s += _memory_steps(e)
     s.append(
         Step(
@@ -303,6 +276,37 @@ def _steps(e: Estimate) -> list[Step]:
             format_bytes(e.checkpoint_bytes),
         )
     )
+    return s
+
+
+def _time_steps(e: Estimate) -> list[Step]:
+    """Training FLOPs, the cluster's rate, time, GPU-hours and cost (when a token count was
+    given)."""
+    if e.train_flops is None or e.time is None:
+        return []
+    t, tokens = e.time, e.request.tokens
+    s = [
+        Step(
+            "training FLOPs C",
+            f"{e.flops_per_token:,.0f} x {tokens:.4g} tokens",
+            f"{e.train_flops:.4g} ({format_flops(e.train_flops)})",
+        ),
+        Step(
+            "cluster FLOP/s",
+            f"{t.n_gpus} GPUs x {t.peak_flops_per_second:.4g} x MFU {t.mfu}",
+            f"{t.achieved_flops_per_second:.4g}",
+        ),
+        Step(
+            "time",
+            f"{e.train_flops:.4g} / {t.achieved_flops_per_second:.4g}",
+            f"{t.seconds:.5g} s = {t.days:.2f} days",
+        ),
+        Step("GPU-hours", f"{t.seconds:.5g} s x {t.n_gpus} / 3600", f"{t.gpu_hours:,.0f}"),
+    ]
+    if t.cost is not None:
+        s.append(
+            Step("cost", f"{t.gpu_hours:,.0f} GPU-h x {t.price_per_gpu_hour}", f"{t.cost:,.0f}")
+        )
     return s
 
 
