@@ -297,11 +297,10 @@ def _memory(
         peak = max(by_rank)
     else:
         peak = per_rank.total_bytes + extra
-        if plan.pp > 1:  # "pp" outermost: ranks [i * n / pp, (i + 1) * n / pp) are stage i
+        if plan.pp > 1:
             stages = stage_memories(spec, plan, **kw)
-            ranks_per_stage = plan.n_gpus // plan.pp
             by_rank = tuple(
-                stages[pipeline_stage(rank // ranks_per_stage, plan.pp)].total_bytes + extra
+                stages[pipeline_stage(stage_of(rank, plan), plan.pp)].total_bytes + extra
                 for rank in range(plan.n_gpus)
             )
         note = f"core.parallel_memory for {plan.describe()}, per rank"
@@ -344,12 +343,16 @@ def _phase_peaks(
             f"(peak at {ranks[0].peak.phase})"
         )
     else:
-        # "pp" outermost: ranks [i * n / pp, (i + 1) * n / pp) are stage i
-        per_stage = plan.n_gpus // plan.pp
         stages = [stage_peak(spec, plan, stage_index=i, **kw) for i in range(plan.pp)]
-        ranks = [stages[rank // per_stage] for rank in range(plan.n_gpus)]
+        ranks = [stages[stage_of(rank, plan)] for rank in range(plan.n_gpus)]
         note = f"core.stage_peak's phase model on each stage of {plan.describe()}"
     return tuple(r.total_bytes for r in ranks), note
+
+
+def stage_of(rank: int, plan: Plan) -> int:
+    """The pipeline stage `rank` runs: "pp" is the mesh's outermost axis
+    (train.parallelize.build_mesh), so ranks [i n / pp, (i + 1) n / pp) are stage i."""
+    return rank // (plan.n_gpus // plan.pp)
 
 
 def zero2_extra_params_bytes(
