@@ -43,9 +43,10 @@ def test_every_run_is_a_consistent_layout():
         assert plan.global_batch == run.layout.global_batch, run.id
 
 
-# Narayanan et al. 2021 Table 2, "ZeRO-3 without Model Parallelism": the model predicts them
-# 30-71 % fast (validation.OUTLIERS says why). Their step times are not misreads: the table's
-# own last column, "Training time for 300B tokens (days)", follows from them (test below).
+# Narayanan et al. 2021 Table 2, "ZeRO-3 without Model Parallelism": DeepSpeed 0.3's first
+# ZeRO-3 (framework row deepspeed-2021), 2-4x slower than the same runs' compute. Their step
+# times are not misreads: the table's own last column, "Training time for 300B tokens (days)",
+# follows from them (test below).
 ZERO3_2021 = {
     f"narayanan-{size}-zero3-{n}gpu": days
     for size, points in (
@@ -56,12 +57,14 @@ ZERO3_2021 = {
 }
 
 
-def test_mean_absolute_error_under_ten_percent_beside_the_zero3_rows():
-    """The scored MAE was under 10 % before the six ZeRO-3 rows of Narayanan et al. Table 2
-    joined (every other row the set has gained keeps it there); with them it is under 12 %."""
+def test_mean_absolute_error_under_seven_percent():
+    """The scored MAE: 10.7 % while the ZeRO-3 rows of Narayanan et al. Table 2 were timed with
+    overlapped per-layer gathers (they were -30 % to -71 %), 6.6 % with DeepSpeed 0.3's
+    tensor-by-tensor collectives and Megatron-LM's pipeline scatter/gather (the legacy rows)."""
     comparisons = scored(compare_all())
-    assert mean_absolute_error([c for c in comparisons if c.run_id not in ZERO3_2021]) < 0.10
-    assert mean_absolute_error(comparisons) < 0.12
+    assert mean_absolute_error(comparisons) < 0.07
+    zero3 = [c for c in comparisons if c.run_id in ZERO3_2021]
+    assert len(zero3) == 6 and all(abs(c.error) < 0.25 for c in zero3)
 
 
 @pytest.mark.parametrize(
@@ -71,12 +74,10 @@ def test_mean_absolute_error_under_ten_percent_beside_the_zero3_rows():
 )
 def test_each_run_converts_and_is_within_a_factor(run):
     """Every scored row gives a step time, within 50 % of the prediction: a wrong unit or a
-    misread column (samples for tokens, per-GPU for global) is off by far more. The ZeRO-3
-    rows, off by more, are checked against a second column of their table instead."""
+    misread column (samples for tokens, per-GPU for global) is off by far more."""
     c = compare(run)
     assert c is not None
-    if run.id not in ZERO3_2021:
-        assert abs(c.error) < 0.50, f"{run.id}: {100 * c.error:+.1f} %"
+    assert abs(c.error) < 0.50, f"{run.id}: {100 * c.error:+.1f} %"
 
 
 @pytest.mark.parametrize(("run_id", "days"), ZERO3_2021.items())

@@ -103,8 +103,8 @@ def alternatives(
         on_off = ("off", "on") if flip else ("on", "off")
         alt.append(("flash_attention", *on_off, p, framework))
     if "framework" in unstated:
-        for name in FRAMEWORKS:
-            if name != framework.name:
+        for name, row in FRAMEWORKS.items():
+            if name != framework.name and not row.historical:
                 alt.append(("framework", framework.name, name, plan, get_framework(name)))
     return alt
 

@@ -90,7 +90,7 @@ def _korthikanti(
             id=f"korthikanti-{size}-{kind}",
             source=_KORTHIKANTI_SRC,
             source_key="korthikanti-2022",
-            framework="megatron",
+            framework="megatron-legacy",
             framework_source=_KORTHIKANTI_FRAMEWORK,
             model=model,
             seq_len=2048,

@@ -62,7 +62,7 @@ def _run(
         id=run_id,
         source=f"{_SRC} {row}",
         source_key="narayanan-2021",
-        framework="megatron-deepspeed" if zero == 3 else "megatron",
+        framework="megatron-deepspeed-2021" if zero == 3 else "megatron-legacy",
         framework_source=_ZERO3_FRAMEWORK if zero == 3 else _PTD_FRAMEWORK,
         model=model,
         seq_len=2048,

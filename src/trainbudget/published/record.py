@@ -42,7 +42,11 @@ FLOP_CONVENTIONS = {
 # it). Megatron-DeepSpeed is its own row: Megatron's model code on DeepSpeed's engine.
 FRAMEWORKS = {
     "megatron": "NVIDIA Megatron-LM or Megatron-Core used directly",
+    "megatron-legacy": "Megatron-LM from February 2021 until its pipeline code moved into "
+    "Megatron-Core (March 2023): pipeline messages scattered across the TP group",
     "megatron-deepspeed": "Megatron's model code with DeepSpeed's pipeline and ZeRO engine",
+    "megatron-deepspeed-2021": "Megatron's model code with DeepSpeed 0.3.13-0.5.0 (March-August "
+    "2021), whose ZeRO-3 gathered tensor by tensor",
     "deepspeed": "DeepSpeed without Megatron's model code",
     "pytorch-fsdp": "PyTorch FullyShardedDataParallel (or FairScale's FSDP it grew from)",
     "nemo": "NVIDIA NeMo (on Megatron-Core)",

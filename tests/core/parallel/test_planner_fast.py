@@ -24,6 +24,7 @@ from trainbudget.core.parallel.planner_fast import (
     evaluate_arrays,
     search_fast,
 )
+from trainbudget.core.spec.frameworks import FRAMEWORKS
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
@@ -167,6 +168,19 @@ def test_grid_equals_one_plan_at_a_time_under_a_causal_mask():
     spec, cluster, _, _, kw = _setup("gemma-3-1b/16xh100/32k")  # the band's causal tiles
     arrays = _arrays("gemma-3-1b/16xh100/32k")
     _agree(spec, cluster, arrays, range(0, len(arrays), 7), kw, causal=True)
+
+
+@pytest.mark.parametrize("name", sorted(FRAMEWORKS))
+def test_grid_equals_one_plan_at_a_time_under_every_framework_row(name):
+    """Each row's switches (fp32 reductions, per-micro-batch reduce-scatters, FSDP2's copy-out,
+    the legacy pipeline scatter/gather, per-tensor ZeRO-3) in the array path as in the one-plan
+    path: ZeRO-3 and pipeline plans without SP are among these."""
+    spec, cluster, _, _, kw = _setup("gpt3-175b/512xa100")
+    arrays = _arrays("gpt3-175b/512xa100")
+    no_sp = (arrays.pp > 1) & (arrays.tp > 1) & ~arrays.sp.astype(bool)
+    assert (arrays.zero == 3).any() and no_sp.any()
+    kw = dict(kw, framework=FRAMEWORKS[name])
+    _agree(spec, cluster, arrays, range(0, len(arrays), max(1, len(arrays) // 300)), kw)
 
 
 # every plan of three searches (4 nodes or 2: HSDP shard sizes are among them)

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from trainbudget.core.single.params import count_params, matmul_params, matrix_shapes
+from trainbudget.core.single.params import (
+    count_params,
+    layer_parameter_tensors,
+    matmul_params,
+    matrix_shapes,
+    parameter_tensors,
+)
 from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.presets import get_preset
 
 # GPT-2 small shape (HF gpt2 config.json), biases off unless asked.
 GPT2 = ModelSpec(
@@ -222,3 +229,16 @@ def test_matrix_shapes_cover_the_new_shapes() -> None:
     merged = MLA.replace(n_experts=4, experts_per_token=2, d_ff_expert=96, n_dense_layers=1)
     names = [(n, r, c) for n, r, c, _ in matrix_shapes(merged)]
     assert len(names) == len(set(names))
+
+
+def test_parameter_tensors_of_a_layer():
+    """Tensors a tensor-by-tensor gather issues a collective for, in the trainer's layout.
+    GPT (Megatron's layer: LayerNorm weight and bias twice, qkv, proj, fc1, fc2 with biases)
+    12; Llama (RMSNorm twice, qkv, proj, gate, up, down) 7; Qwen3 adds the q and k norms (9);
+    Mixtral 8 experts x 3 matrices + router instead of the MLP's 3 (29)."""
+    assert layer_parameter_tensors(get_preset("gpt3-175b")) == 12
+    assert layer_parameter_tensors(get_preset("llama-2-7b")) == 7
+    assert layer_parameter_tensors(get_preset("qwen3-8b")) == 9
+    assert layer_parameter_tensors(get_preset("mixtral-8x7b")) == 29
+    # GPT-3: learned positions, the token embedding (tied head), the final LayerNorm's 2
+    assert parameter_tensors(get_preset("gpt3-175b")) == 96 * 12 + 4

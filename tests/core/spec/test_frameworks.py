@@ -25,7 +25,10 @@ from trainbudget.core.units import MB
 
 
 def test_table_names():
-    assert set(FRAMEWORKS) == {"generic", "megatron", "torchtitan", "deepspeed", "pytorch-fsdp1"}
+    assert set(FRAMEWORKS) == {
+        "generic", "megatron", "torchtitan", "deepspeed", "pytorch-fsdp1",
+        "megatron-legacy", "deepspeed-2021",
+    }  # fmt: skip
     for name, fw in FRAMEWORKS.items():
         assert fw.name == name and fw.description and fw.sources
 
@@ -91,6 +94,27 @@ def test_pytorch_fsdp1():
     assert not fw.gather_copy_out and not fw.regathers_for_recompute
 
 
+def test_megatron_legacy():
+    """Megatron-LM 27fc468 (2021-02) to 3c92fa9 (2023-03): --no-scatter-gather-tensors-in-
+    pipeline, on by default; everything else as the megatron row."""
+    fw, now = get_framework("megatron-legacy"), get_framework("megatron")
+    assert fw.pipeline_scatter_gather and not now.pipeline_scatter_gather
+    assert fw.historical and not now.historical
+    same = ("grad_reduce_bytes", "main_grad_bytes", "reduce_every_micro_batch", "bucket_bytes")
+    assert all(getattr(fw, f) == getattr(now, f) for f in same)
+
+
+def test_deepspeed_2021():
+    """DeepSpeed v0.3.13-v0.5.0 partition_parameters.py _allgather_param: one all_gather per
+    parameter after torch.cuda.synchronize(); the rest as the deepspeed row."""
+    fw, now = get_framework("deepspeed-2021"), get_framework("deepspeed")
+    assert fw.zero3_serial_per_tensor and not now.zero3_serial_per_tensor
+    assert fw.historical and not now.historical
+    same = ("grad_reduce_bytes", "reduce_every_micro_batch", "regathers_for_recompute")
+    assert all(getattr(fw, f) == getattr(now, f) for f in same)
+    assert fw.bucket_bytes == now.bucket_bytes  # stage3.py: reduce_bucket_size=500000000
+
+
 def test_unknown_name_lists_known():
     with pytest.raises(SpecError, match=r"framework.*megatron.*pytorch-fsdp1.*torchtitan"):
         get_framework("megatron-lm")
@@ -146,3 +170,49 @@ def test_fsdp2_copy_out_is_one_read_and_write_of_each_gathered_layer():
     hbm = CLUSTER.hardware.hbm_bytes_per_second * 0.85
     extra = with_copy.breakdown_seconds["dp_comm"] - without.breakdown_seconds["dp_comm"]
     assert extra == pytest.approx(moved / hbm)
+
+
+GPT = get_preset("gpt3-175b")
+A100 = get_hardware("a100-80gb")
+
+
+def test_scatter_gather_splits_pipeline_messages_across_the_tp_group():
+    """Without SP the legacy row sends 1/tp of each stage boundary's activation over the
+    network, then all-gathers it inside the node: its pipeline time is far below the
+    megatron row's (whole activations over InfiniBand); with SP both send 1/tp and agree."""
+    cluster = Cluster(hardware=A100, n_gpus=64, gpus_per_node=8)
+    legacy, now = get_framework("megatron-legacy"), get_framework("megatron")
+    plan = Plan(tp=8, pp=8, grad_accum=16, recompute="full")
+    old = step_time(GPT, plan, cluster, framework=legacy, **KW)
+    new = step_time(GPT, plan, cluster, framework=now, **KW)
+    # one micro-batch's activation, 2 crossings x 16 micro-batches; tp 8: an eighth of it
+    whole = 2 * 16 * 2048 * GPT.d_model * 2
+    assert new.comm_bytes["pp"] == pytest.approx(whole)
+    gathered = whole * 7 / 8  # the all-gather: each rank sends its piece to 7 others
+    assert old.comm_bytes["pp"] == pytest.approx(whole / 8 + gathered)
+    assert old.breakdown_seconds["pp_comm"] < new.breakdown_seconds["pp_comm"] / 3
+    sp = dataclasses.replace(plan, sp=True)
+    assert step_time(GPT, sp, cluster, framework=legacy, **KW).breakdown_seconds == (
+        step_time(GPT, sp, cluster, framework=now, **KW).breakdown_seconds
+    )
+
+
+def test_per_tensor_zero3_pays_every_collective_and_its_latency():
+    """deepspeed-2021: the same bytes as the deepspeed row, one collective per parameter
+    tensor (12 a GPT layer) instead of per layer, none hidden: the exposed data-parallel time
+    is the whole of the gathers and reduce-scatters."""
+    cluster = Cluster(hardware=A100, n_gpus=384, gpus_per_node=8)
+    plan = Plan(dp=384, zero=3, micro_batch=4, recompute="full")
+    old = step_time(GPT, plan, cluster, framework=get_framework("deepspeed-2021"), **KW)
+    new = step_time(GPT, plan, cluster, framework=get_framework("deepspeed"), **KW)
+    for name in ("zero3_gather", "dp_grad_reduce"):
+        assert old.comm_bytes[name] == pytest.approx(new.comm_bytes[name])
+    total = old.comm_seconds["zero3_gather"] + old.comm_seconds["dp_grad_reduce"]
+    assert old.breakdown_seconds["dp_comm"] == pytest.approx(total)
+    assert new.breakdown_seconds["dp_comm"] < total / 2
+    # NCCL's ring over 384 ranks in 48 nodes: 336 NVLink steps of 5 us, 47 network ones of
+    # 10 us, per collective; 12 x 96 + 4 tensors, 3 gathers and 1 reduce-scatter each
+    latency = 336 * 5e-6 + 47 * 10e-6
+    tensors = 12 * 96 + 4  # token and position embeddings, the final norm's weight and bias
+    added = old.comm_seconds["zero3_gather"] - new.comm_seconds["zero3_gather"]
+    assert added == pytest.approx(3 * (tensors - 96) * latency, rel=1e-6)

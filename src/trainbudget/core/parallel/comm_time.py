@@ -18,6 +18,7 @@ from trainbudget.core.parallel.compute_time import (
 from trainbudget.core.parallel.layout import FULL, SELECTIVE_OP, PlanNumbers
 from trainbudget.core.parallel.parallel_memory import StageParams
 from trainbudget.core.parallel.plan import members_per_node
+from trainbudget.core.single.params import parameter_tensors
 from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Precision
@@ -126,9 +127,14 @@ def communication(
     t_tp = t_tp + run("tp", "reduce_scatter", act_msg, L.tp, span["tp"], rs_count)
     t_tp = t_tp + run("tp", "all_reduce", act_msg, L.tp, span["tp"], ar_count)
     # PP: each micro-batch crosses each stage boundary forward and back (vpp times when
-    # interleaved); with SP the message is split across the TP group (Megatron's scatter-gather)
-    p2p = act_msg / xp.where(L.sp, L.tp, 1)
-    t_pp = run("pp", "send_recv", p2p, L.pp, span["pp"], 2 * m * L.vpp)
+    # interleaved); with SP the message is split across the TP group, and without SP where the
+    # framework scatters it (1/tp a rank) and the receiving TP group all-gathers the pieces
+    crossings = 2 * m * L.vpp
+    scatter = (L.tp > 1) & xp.not_(L.sp) & framework.pipeline_scatter_gather
+    p2p = act_msg / xp.where(L.sp | scatter, L.tp, 1)
+    t_pp = run("pp", "send_recv", p2p, L.pp, span["pp"], crossings)
+    regather = xp.where(scatter & (L.pp > 1), crossings, 0)
+    t_pp = t_pp + run("pp", "all_gather", act_msg, L.tp, span["tp"], regather)
     # CP: K and V around the ring (cp - 1 hops per pass), overlapped with the attention, at
     # their own widths (a KV head shared by several TP ranks is sent whole). MLA exchanges
     # the up-projected per-head K (d_head wide) and V (d_v_head), not its latent: Megatron-Core
@@ -199,7 +205,9 @@ def _data_parallel(
     per_mb = zero3_gathers_per_micro_batch(L, framework)
     gathers = xp.where(z == 3, per_mb * m, sharded * 1)
     layers = L.stage_layers(spec.n_layers, "last")  # the stage whose gradients these are
-    units = xp.where(z == 3, layers, 1)  # collectives per pass: one per layer under ZeRO-3
+    # collectives per pass under ZeRO-3: one per layer, or one per parameter tensor
+    per_layer = parameter_tensors(spec) / spec.n_layers if framework.zero3_serial_per_tensor else 1
+    units = xp.where(z == 3, layers * per_layer, 1)
     rs_count = sharded * reductions * units
     t_grad = t_gather = 0.0
     for n, size, pn, s, s_pn, part in groups:
@@ -219,8 +227,11 @@ def _data_parallel(
                          sharded, every, micro_batch, compute_seconds, xp)  # fmt: skip
     layer = _layer_exposed(t_grad, t_gather, per_mb, reductions, m, layers, micro_batch, xp)
     total = t_grad + t_gather
-    # never less than what the whole step's compute cannot cover
-    exposed = xp.where(z == 3, xp.maximum(layer, total - compute_seconds), step)
+    # never less than what the whole step's compute cannot cover; all of it where the
+    # framework synchronizes the device before each gather
+    overlapped = xp.maximum(layer, total - compute_seconds)
+    zero3 = total if framework.zero3_serial_per_tensor else overlapped
+    exposed = xp.where(z == 3, zero3, step)
     hidden = xp.maximum(0.0, total - exposed)
     return xp.where(dp_group > 1, exposed + overlap_cost(hidden), 0.0)
 

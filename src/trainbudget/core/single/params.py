@@ -215,3 +215,37 @@ def matrix_shapes(spec: ModelSpec) -> list[tuple[str, int, int, int]]:
         if count:
             merged[(name, rows, cols)] = merged.get((name, rows, cols), 0) + count
     return [(name, rows, cols, count) for (name, rows, cols), count in merged.items()]
+
+
+def layer_parameter_tensors(spec: ModelSpec) -> float:
+    """Parameter tensors of one layer, on average over the layers, in the trainer's module
+    layout (`matrix_shapes`: fused qkv, one tensor per expert matrix): each weight matrix, each
+    bias vector, each norm's weight and bias. A GPT layer with biases and LayerNorm has 12 (two
+    norms x 2, qkv, proj, fc1, fc2 x 2). What a framework that gathers tensor by tensor issues
+    collectives for (`Framework.zero3_serial_per_tensor`)."""
+    n, n_moe = spec.n_layers, spec.n_moe_layers
+    matrices = sum(
+        count
+        for name, _, _, count in matrix_shapes(spec)
+        if not name.startswith(("embedding", "head"))
+    )
+    per_norm = 2 if spec.norm == "layernorm" and spec.bias else 1
+    norms = 2 * (2 if spec.post_norms else 1) + (2 if spec.qk_norm else 0)
+    if spec.is_mla:
+        norms += 2 if spec.q_lora_rank else 1  # the latents' norms
+    biases = 0.0
+    if spec.bias:  # every projection but MLA's and the router's has one
+        biases = matrices - (n_moe if spec.is_moe else 0)
+    elif spec.qkv_bias:
+        biases = n
+    if spec.router_bias:
+        biases += n_moe
+    return (matrices + biases) / n + norms * per_norm
+
+
+def parameter_tensors(spec: ModelSpec) -> float:
+    """Parameter tensors of the whole model: every layer's (`layer_parameter_tensors`), the
+    token embedding, a learned position table, the final norm and an untied head."""
+    per_norm = 2 if spec.norm == "layernorm" and spec.bias else 1
+    outside = 1 + (spec.position == "learned") + per_norm + (not spec.tied_embeddings)
+    return spec.n_layers * layer_parameter_tensors(spec) + outside

@@ -5,7 +5,7 @@ default when none is named and reproduces the model's framework-neutral assumpti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from trainbudget.core.errors import SpecError, unknown_key
@@ -34,6 +34,14 @@ class Framework:
     """ZeRO-3: each gathered layer is copied out of the all-gather buffer into its parameters
     on the compute stream (FSDP2's split_with_sizes_copy: the unsharded bytes read and
     written, in series with the compute). FSDP1 and DeepSpeed use views of the buffer."""
+    pipeline_scatter_gather: bool = False
+    """Without sequence parallelism, each TP rank sends 1/tp of the activation to the next
+    pipeline stage and the receiving TP group all-gathers the pieces over NVLink (Narayanan et
+    al. 2021, Sec. 4.1, 'scatter/gather optimization'). With SP the message is 1/tp already."""
+    zero3_serial_per_tensor: bool = False
+    """ZeRO-3 gathers and reduce-scatters every parameter tensor on its own (a layer's weights
+    and biases, norms included: `params.layer_parameter_tensors`), each gather issued after a
+    device-wide synchronize, so no collective overlaps compute: the step pays all of them."""
     bucket_bytes: float = 25 * MB
     """Gradient bucket of the overlapped data-parallel reduction."""
     runtime_overhead_bytes: float = 0.0
@@ -42,6 +50,9 @@ class Framework:
     """The fused attention kernel it runs on a GPU that has one (hardware.ATTENTION_KERNELS):
     'flash2' for PyTorch SDPA's flash backend and the flash-attn 2 package, 'flash3' for the
     Hopper kernels (cuDNN fused attention through Transformer Engine, FlashAttention-3)."""
+    historical: bool = False
+    """A past release's behaviour, kept to predict the published runs made with it; `estimate`
+    does not offer it as an alternative when no framework is named."""
     description: str = ""
     sources: tuple[str, ...] = ()
     """Where each non-default field comes from (the framework's code or docs, with version)."""
@@ -174,9 +185,64 @@ PYTORCH_FSDP1 = Framework(
     ),
 )
 
-FRAMEWORKS = MappingProxyType(
-    {f.name: f for f in (GENERIC, MEGATRON, TORCHTITAN, DEEPSPEED, PYTORCH_FSDP1)}
+MEGATRON_LEGACY = replace(
+    MEGATRON,
+    name="megatron-legacy",
+    pipeline_scatter_gather=True,
+    historical=True,
+    description="Megatron-LM from February 2021 until its pipeline code moved into "
+    "Megatron-Core (March 2023), the code of Narayanan et al. 2021 and Korthikanti et al. 2022: "
+    "the megatron row's gradients and buckets, and pipeline messages without sequence "
+    "parallelism sent as 1/tp pieces and all-gathered inside the receiving node",
+    sources=(
+        "Megatron-LM 27fc468 (2021-02-09) 'Break up tensors sent between pipeline stages into "
+        "smaller chunks that can be all-gathered'; megatron/arguments.py at aed2f75 "
+        "(2021-04-11): --no-scatter-gather-tensors-in-pipeline, on by default, and --bf16 sets "
+        "accumulate_allreduce_grads_in_fp32",
+        "megatron/p2p_communication.py at 55ba1f7 (2022-05-26): the scatter/gather applies "
+        "when not args.sequence_parallel",
+        "Megatron-LM 39b83c7 / 3c92fa9 (2023-01-31, 2023-03-23): p2p communication moved into "
+        "megatron/core/pipeline_parallel, without the scatter/gather",
+        "Narayanan et al. 2021 (arXiv 2104.04473) Sec. 4.1 and Sec. 5.1: 'we use the "
+        "interleaved pipeline schedule with the scatter/gather optimization enabled'",
+    ),
 )
+
+DEEPSPEED_2021 = replace(
+    DEEPSPEED,
+    name="deepspeed-2021",
+    zero3_serial_per_tensor=True,
+    historical=True,
+    description="DeepSpeed 0.3.13-0.5.0 (March-August 2021), its first ZeRO-3: the deepspeed "
+    "row's reductions and regathers, but every parameter tensor gathered and reduce-scattered "
+    "on its own (list-of-tensors collectives), each gather after torch.cuda.synchronize(), so "
+    "no collective overlaps compute",
+    sources=(
+        "DeepSpeed v0.3.15 (2021-04) deepspeed/runtime/zero/stage3.py FP16_DeepSpeedZeroOptimizer_"
+        "Stage3: reduce_bucket_size=500000000 elements; gradients reduced from backward hooks "
+        "on every micro-batch; pre_sub_module_forward_function fetches a sub-module's "
+        "parameters on each forward, the recomputed one included",
+        "DeepSpeed v0.3.15 (2021-04) deepspeed/runtime/zero/partition_parameters.py "
+        "_allgather_param: one torch.distributed.all_gather per parameter, into a list of "
+        "world-size partitions, after torch.cuda.synchronize(); _reduce_scatter_gradients "
+        "loops _reduce_scatter_gradient per parameter (one reduce_scatter each); the same in "
+        "v0.3.13 (2021-03) and v0.5.0 (2021-08), replaced by coalesced gathers in v0.5.5",
+        "deepspeed/runtime/zero/stage3.py fetch_sub_module: the sub-module's gathers, then "
+        "_synchronize_communication (handle.wait, comm_stream.synchronize(), "
+        "torch.cuda.synchronize()) before its forward runs; prefetched parameters go through "
+        "the same _allgather_param",
+    ),
+)
+
+FRAMEWORKS = MappingProxyType(
+    {
+        f.name: f
+        for f in (
+            GENERIC, MEGATRON, TORCHTITAN, DEEPSPEED, PYTORCH_FSDP1, MEGATRON_LEGACY,
+            DEEPSPEED_2021,
+        )
+    }
+)  # fmt: skip
 
 
 def get_framework(name: str) -> Framework:
