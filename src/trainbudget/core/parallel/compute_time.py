@@ -80,6 +80,22 @@ activation reads its input and writes its output."""
 ROPE_TRAFFIC = 2
 """RoPE reads and writes every rotated element of q and k (d_rope per head; MLA rotates only
 its rope_head_dim part, and one key shared by all heads)."""
+HIDDEN_DROPOUTS = 2
+"""Dropouts on the hidden vector per layer (ModelSpec.dropout): after attention's output
+projection and after the MLP, each fused with its residual add (Megatron's
+bias_dropout_add_fused_train), so beyond the add's traffic each writes a one-byte mask forward
+and its backward reads the gradient and the mask and writes the gradient."""
+MASK_BYTES = 1
+"""A dropout mask element (a bool tensor)."""
+
+
+def dropout_bytes(e: int, standalone: bool) -> float:
+    """Bytes one dropped-out element moves, forward and backward together: the mask written
+    and read, the gradient read and written (2 e), and, when the dropout is its own kernel (on
+    unfused attention's probabilities), its input read and output written (2 e more)."""
+    return 2 * MASK_BYTES + 2 * e + (2 * e if standalone else 0)
+
+
 FLASH_BLOCK_TOKENS = 128
 """Query/key tile of FlashAttention-2's kernels (Dao 2023, arXiv 2307.08691, Sec. 3.1 and the
 released kernels' 128-row blocks). Under a causal mask the kernel skips every tile above the
@@ -341,7 +357,9 @@ def _attention_core_seconds(
     heads = b * spec.n_heads / t  # the batch of per-head GEMMs
     scores = r.mm(2 * s * keys * spec.d_q * per_seq, q_rows, keys, spec.d_head, heads)
     values = r.mm(2 * s * keys * spec.d_attn_out * per_seq, q_rows, spec.d_v_head, keys, heads)
-    per_score = 2 * r.e
+    per_score = 2 * r.e  # the softmax reads and writes the scores
+    if spec.dropout:  # the attention dropout, its own kernel on the probabilities
+        per_score = per_score + dropout_bytes(r.e, standalone=True) / (1 + BACKWARD_PER_FORWARD)
     unfused = scores + values + rows * (spec.n_heads / t) * keys * per_score / r.hbm_rate
     return r.xp.where(L.flash, flash, unfused)
 
@@ -361,15 +379,11 @@ def _memory_bound_seconds(
     spec: ModelSpec, L: PlanNumbers, rows: Any, e: int, hbm_rate: float, xp: Ops
 ) -> Any:
     """One layer's memory-bound ops but the MLP's activation: norms and residual adds (run
-    redundantly on each TP rank without SP), QK-norm or MLA's latent norms, RoPE.
-
-    Dropout's own kernels (ModelSpec.dropout: its masks are in the activation memory) are not
-    timed: `Efficiency.in_training` is fitted on published runs most of which trained with
-    Megatron's default dropout, so its time is inside that fit. Timing the masks' traffic as
-    well (attention dropout on the unfused s x s scores: read, write and a one-byte mask;
-    the two hidden dropouts likewise) moved the fitted share from 0.85 to 0.90 and the
-    leave-one-source-out error from 10.7 % to 11.2 % (docs/validation.md), and would make
-    every run without dropout -- current pre-training -- about 5 % faster."""
+    redundantly on each TP rank without SP), QK-norm or MLA's latent norms, RoPE, and the
+    hidden dropouts where the model has them (HIDDEN_DROPOUTS; the attention dropout is timed
+    with the attention core). Bytes of the forward pass: the layer's backward is timed as
+    BACKWARD_PER_FORWARD times its forward, so a dropout's forward-and-backward bytes enter
+    divided by 1 + BACKWARD_PER_FORWARD."""
     t, d = L.tp, spec.d_model
     rep = xp.where(L.sp, t, 1)
     norms = NORM_TRAFFIC_PER_D + (POST_NORM_TRAFFIC_PER_D if spec.post_norms else 0)
@@ -383,8 +397,11 @@ def _memory_bound_seconds(
         q_rope = spec.n_heads * spec.d_rope / t
         k_rope = spec.rope_head_dim if spec.is_mla else spec.n_kv_heads * spec.d_rope / t
         per_token = per_token + ROPE_TRAFFIC * (q_rope + k_rope)
-    memory_bound = rows * per_token * e / hbm_rate
-    return memory_bound
+    moved = rows * per_token * e
+    if spec.dropout:  # as forward-pass bytes: the layer's backward is timed as 2 x its forward
+        hidden = HIDDEN_DROPOUTS * d / rep * dropout_bytes(e, standalone=False)
+        moved = moved + rows * hidden / (1 + BACKWARD_PER_FORWARD)
+    return moved / hbm_rate
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -395,14 +412,18 @@ class MicroBatchCompute:
     """The last stage's layers, forward."""
     backward_seconds: Any
     """The last stage's layers, backward, with what recomputation repeats."""
-    head_forward_seconds: Any
-    """Head matmul and loss, forward (the last stage's extra work)."""
+    head_seconds: Any
+    """The head's matmuls, forward and backward, and the loss's memory traffic of both passes
+    (the last stage's extra work)."""
     attention_seconds: Any
     """One layer's attention core, forward (what CP's ring exchange hides behind)."""
     stage_seconds: Any
     """The slowest stage: the last one's layers and head (x 3 for its backward), or the
     largest stage's layers when an uneven split makes another stage slower (with an even
     split the last stage is the slowest)."""
+    pipeline_seconds: Any
+    """One micro-batch through every stage, forward and backward: all the model's layers and
+    the head (= stage_seconds without pipeline parallelism)."""
 
 
 def micro_batch_compute(
@@ -439,18 +460,24 @@ def micro_batch_compute(
     tokens = L.micro_batch * seq_len / L.cp
     logits = tokens * spec.vocab_size / L.tp  # elements on this GPU (vocab-parallel)
     r = _Roofline(e=e, peak=peak, hbm=hbm, eff=eff, xp=xp, sms=sms)
-    head = r.gemm(tokens, spec.vocab_size / L.tp, spec.d_model)  # vocab-parallel logits
-    head = head + logits * (2 * e + LOSS_FP32_TRAFFIC_BYTES) / (hbm * eff.hbm)
+    head_gemm = r.gemm(tokens, spec.vocab_size / L.tp, spec.d_model)  # vocab-parallel logits
+    # the logits written and read, and the loss's fp32 traffic of both passes: once a step
+    loss = logits * (2 * e + LOSS_FP32_TRAFFIC_BYTES) / (hbm * eff.hbm)
+    head = (1 + BACKWARD_PER_FORWARD) * head_gemm + loss
     forward = layers * fwd
     backward = layers * (BACKWARD_PER_FORWARD * fwd + recompute)
-    last = forward + backward + (1 + BACKWARD_PER_FORWARD) * head
+    last = forward + backward + head
     largest = largest * fwd + largest * (BACKWARD_PER_FORWARD * fwd + recompute_largest)
+    stage = xp.maximum(largest, last)
+    # every stage's layers at the last stage's per-layer time, and the head once
+    every = spec.n_layers * (forward + backward) / layers + head
     return MicroBatchCompute(
         forward_seconds=forward,
         backward_seconds=backward,
-        head_forward_seconds=head,
+        head_seconds=head,
         attention_seconds=attn,
-        stage_seconds=xp.maximum(largest, last),
+        stage_seconds=stage,
+        pipeline_seconds=xp.where(L.pp == 1, stage, every),
     )
 
 

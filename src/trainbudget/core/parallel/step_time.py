@@ -100,8 +100,10 @@ class StepTerms:
     compute_seconds: Any
     """Matmuls, attention and memory-bound ops of all micro-batches on the slowest stage."""
     bubble_seconds: Any
-    """Pipeline bubble: (pp - 1) micro-batch slots, / vpp when interleaved (Narayanan et al.
-    2021)."""
+    """Pipeline bubble: the fill and drain, one micro-batch through every stage but the
+    slowest, / vpp when interleaved ((pp - 1) slots of the slowest stage when all are equal,
+    Narayanan et al. 2021; with stages of times t_s a 1F1B or GPipe step takes
+    (m - 1) max t_s + sum t_s)."""
     comm: Communication
     optimizer_seconds: Any
     """The optimizer update: on the GPU (HBM-bound), or on the host under optimizer offload
@@ -218,7 +220,7 @@ def step_terms(
     return StepTerms(
         micro_batch=mb,
         compute_seconds=compute,
-        bubble_seconds=(L.pp - 1) * stage_mb / L.vpp,
+        bubble_seconds=xp.maximum(0.0, mb.pipeline_seconds - stage_mb) / L.vpp,
         comm=comm,
         optimizer_seconds=xp.where(on_gpu, update, cpu_update),
         offload_seconds=offload,
