@@ -64,7 +64,7 @@ def test_unknown_framework_is_one_line_error(command):
     code, out, err = cli(*command, "--framework", "megatron-lm")
     assert code != 0 and out == ""
     assert err.count("\n") == 1
-    assert "framework" in err and "megatron, pytorch-fsdp1, torchtitan" in err
+    assert "framework" in err and "megatron, megatron-legacy, pytorch-fsdp1, torchtitan" in err
 
 
 def test_help_lists_the_table():

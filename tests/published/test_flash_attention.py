@@ -75,3 +75,14 @@ def test_no_row_repeats_a_flashattention2_measurement_and_both_are_one_source() 
     assert same_shape == ["flashattn-gpt3-1.3b-8gpu"]
     assert "88173a1" in FLASH_ATTENTION[0].source
     assert {r.source_key for r in (*FLASH_ATTENTION, *fa2)} == {"dao-flashattention"}
+
+
+def test_rows_run_the_first_flashattention_kernel() -> None:
+    """The table is of commit 88173a1 (2023-01-17), before flash-attn 2.0 (July 2023): the
+    first FlashAttention kernel, which validation times at its own A100 share ('flash1')."""
+    from trainbudget.validation import framework_row
+
+    for run in FLASH_ATTENTION:
+        assert run.attention_kernel == "flash1"
+        assert framework_row(run.framework, run.attention_kernel).attention_kernel == "flash1"
+    assert framework_row("other").attention_kernel == "flash2"  # the GENERIC row's

@@ -57,7 +57,7 @@ def test_zero3_rows_are_data_parallel_only_with_one_micro_batch_per_step():
     for run in NARAYANAN:
         if run.layout.zero == 3:
             assert (run.layout.tp, run.layout.pp, run.layout.grad_accum) == (1, 1, 1), run.id
-            assert run.framework == "megatron-deepspeed"
+            assert run.framework == "megatron-deepspeed-2021"
 
 
 def test_mtnlg_middle_point_reproduces_its_tflops():

@@ -389,3 +389,9 @@ def test_a_stated_pipeline_split_must_cover_the_model():
         dataclasses.replace(run, layout=dataclasses.replace(run.layout, pp_layers=(3,) * 8))
     with pytest.raises(RunDataError, match="pp_layers"):
         dataclasses.replace(run, layout=dataclasses.replace(run.layout, pp_layers=(11, 11)))
+
+
+def test_an_unknown_attention_kernel_is_refused() -> None:
+    run = get_run("flashattn-gpt3-125m-8gpu")
+    with pytest.raises(RunDataError, match=r"attention_kernel = 'flash9'.*flash1, flash2, flash3"):
+        dataclasses.replace(run, attention_kernel="flash9")

@@ -77,6 +77,7 @@ def _run(
             micro_batch=micro, global_batch=global_batch, flash_attention=True,
         ),
         measured=Measurement(tokens_per_second_per_gpu=total_tokens_per_second / N_GPUS),
+        attention_kernel="flash1",
         assumed=frozenset({"layout.micro_batch"}),
         notes=_NOTES.format(total=int(total_tokens_per_second), micro=micro, extra=extra),
     )  # fmt: skip

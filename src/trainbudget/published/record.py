@@ -17,7 +17,7 @@ from typing import NoReturn
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
-from trainbudget.core.spec.hardware import HARDWARE
+from trainbudget.core.spec.hardware import ATTENTION_KERNELS, HARDWARE
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.presets import get_preset
 
@@ -161,6 +161,10 @@ class PublishedRun:
     """GPUs per server (NVLink domain)."""
     layout: Layout
     measured: Measurement
+    attention_kernel: str = ""
+    """The fused attention kernel the run used (hardware.ATTENTION_KERNELS) where its code pins
+    one the framework row does not: the first FlashAttention of flash-attn before 2.0; ''
+    for the framework row's."""
     assumed: frozenset[str] = frozenset()
     """Fields the source does not state, filled in as the notes explain ('layout.vpp',
     'model.vocab_size', 'seq_len', ...); every other field is reported or derived exactly."""
@@ -239,6 +243,9 @@ def _validate(run: PublishedRun) -> None:
         fail("source_key", run.source_key, "must be a slug of lower-case letters, digits, '-'")
     if run.framework not in FRAMEWORKS:
         fail("framework", run.framework, "must be one of " + ", ".join(FRAMEWORKS))
+    if run.attention_kernel and run.attention_kernel not in ATTENTION_KERNELS:
+        rule = "must be '' or one of " + ", ".join(ATTENTION_KERNELS)
+        fail("attention_kernel", run.attention_kernel, rule)
     for name, cls in (("model", ModelSpec), ("layout", Layout), ("measured", Measurement)):
         if not isinstance(getattr(run, name), cls):
             fail(name, type(getattr(run, name)).__name__, f"must be a {cls.__name__}")

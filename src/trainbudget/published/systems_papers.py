@@ -180,6 +180,7 @@ def _fa2(size: str, preset_name: str, seq_len: int, *, micro: int, batch: int, t
         measured=Measurement(
             tflops_per_second_per_gpu=tflops, flops_convention="flash-attention-2",
         ),
+        attention_kernel="flash2",
         assumed=_FA2_ASSUMED,
         notes=_FA2_NOTES,
     )  # fmt: skip

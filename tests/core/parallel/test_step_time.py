@@ -132,12 +132,41 @@ def test_mfu_definition():
     assert t.mfu == pytest.approx(t.model_flops_per_step / (t.step_seconds * 8 * peak))
 
 
-# ---- pipeline bubble: (pp - 1) / m of compute, / vpp interleaved (Narayanan et al. 2021) ------
+# ---- pipeline bubble: every stage's micro-batch but the slowest one's, / vpp interleaved --------
 @pytest.mark.parametrize(("pp", "m"), [(2, 4), (4, 8), (4, 16), (8, 8), (8, 32)])
-def test_bubble_fraction_1f1b(pp, m):
-    t = st(Plan(dp=1, tp=1, pp=pp, grad_accum=m))
+def test_bubble_is_a_micro_batch_through_every_stage_but_the_slowest(pp, m):
+    """1F1B over stages of times t_s takes (m - 1) max t_s + sum t_s (the first forward fills
+    every stage, the last backward drains them). With an even split the last stage, its layers
+    and the head, is the slowest; the other pp - 1 hold only their layers, so the bubble is
+    (pp - 1) of those stages' micro-batches: a little under (pp - 1) / m of the compute
+    (Narayanan et al. 2021's fraction for equal stages)."""
+    plan = Plan(dp=1, tp=1, pp=pp, grad_accum=m)
+    t = st(plan)
+    terms = step_terms(L2_7B, plan, Cluster(hardware=H100, n_gpus=pp), seq_len=SEQ,
+                       precision=BF16, optimizer=ADAMW)  # fmt: skip
+    mb = terms.micro_batch
+    layers_only = mb.forward_seconds + mb.backward_seconds
+    assert mb.stage_seconds == pytest.approx(layers_only + mb.head_seconds)
     bubble = t.breakdown_seconds["pipeline_bubble"]
-    assert bubble / t.compute_seconds == pytest.approx((pp - 1) / m)
+    assert bubble == pytest.approx((pp - 1) * layers_only)
+    share = bubble / t.compute_seconds
+    assert share == pytest.approx((pp - 1) / m * layers_only / mb.stage_seconds)
+    assert 0.8 * (pp - 1) / m < share < (pp - 1) / m
+
+
+def test_an_uneven_split_fills_and_drains_through_its_lighter_stages():
+    """Llama 2 7B (32 layers) on 4 stages of 9, 9, 9, 5: the largest stages set the pace, and
+    the bubble is the other three stages' micro-batch (the head and 5 layers, 9 and 9)."""
+    even, uneven = Plan(pp=4, grad_accum=8), Plan(pp=4, grad_accum=8, pp_layers=(9, 9, 9, 5))
+    cluster = Cluster(hardware=H100, n_gpus=4)
+    kw = dict(seq_len=SEQ, precision=BF16, optimizer=ADAMW)
+    per_layer = step_terms(L2_7B, even, cluster, **kw).micro_batch
+    per_layer = (per_layer.forward_seconds + per_layer.backward_seconds) / 8
+    mb = step_terms(L2_7B, uneven, cluster, **kw).micro_batch
+    assert mb.stage_seconds == pytest.approx(9 * per_layer)
+    assert mb.pipeline_seconds == pytest.approx(32 * per_layer + mb.head_seconds)
+    bubble = st(uneven).breakdown_seconds["pipeline_bubble"]
+    assert bubble == pytest.approx(23 * per_layer + mb.head_seconds)
 
 
 @pytest.mark.parametrize(("pp", "vpp", "m"), [(2, 2, 4), (4, 2, 8), (4, 4, 8), (8, 2, 16)])
@@ -148,9 +177,6 @@ def test_bubble_interleaved_is_1f1b_over_vpp(pp, vpp, m):
     assert inter.compute_seconds == pytest.approx(plain.compute_seconds)
     ratio = inter.breakdown_seconds["pipeline_bubble"] / plain.breakdown_seconds["pipeline_bubble"]
     assert ratio == pytest.approx(1 / vpp)
-    assert inter.breakdown_seconds["pipeline_bubble"] / inter.compute_seconds == pytest.approx(
-        (pp - 1) / (m * vpp)
-    )
     # interleaving sends vpp times as many activations between stages
     assert inter.comm_bytes["pp"] == pytest.approx(vpp * plain.comm_bytes["pp"])
 
@@ -346,8 +372,9 @@ def test_uneven_split_step_follows_its_largest_stage():
     even = st(Plan(pp=4, grad_accum=16))
     heavy_last = st(Plan(pp=4, grad_accum=16, pp_layers=(6, 8, 8, 10)))
     assert heavy_last.breakdown_seconds["compute"] > even.breakdown_seconds["compute"]
+    # the fill and drain run through the other stages: 22 layers, not the even split's 24
     assert (
-        heavy_last.breakdown_seconds["pipeline_bubble"] > even.breakdown_seconds["pipeline_bubble"]
+        heavy_last.breakdown_seconds["pipeline_bubble"] < even.breakdown_seconds["pipeline_bubble"]
     )
     # a middle stage of 11 layers: compute and bubble are those of 11 layers (no head), which
     # the last stage's 8 layers + head do not reach
@@ -363,7 +390,9 @@ def test_uneven_split_step_follows_its_largest_stage():
     backward_per_layer = t.micro_batch.backward_seconds / 8
     assert t.micro_batch.stage_seconds == pytest.approx(11 * (per_layer + backward_per_layer))
     assert t.compute_seconds == pytest.approx(16 * t.micro_batch.stage_seconds)
-    assert t.bubble_seconds == pytest.approx(3 * t.micro_batch.stage_seconds)
+    # the other stages: 7 + 6 + 8 layers and the head
+    other = 21 * (per_layer + backward_per_layer) + t.micro_batch.head_seconds
+    assert t.bubble_seconds == pytest.approx(other)
 
 
 def test_lightening_the_head_stage_shortens_the_step():

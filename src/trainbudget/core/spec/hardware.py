@@ -29,10 +29,11 @@ from trainbudget.core.errors import SpecError, lookup
 from trainbudget.core.units import GB, TB, GiB
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
-ATTENTION_KERNELS = ("flash2", "flash3")
-"""Fused attention kernels by generation: FlashAttention-2 (Dao 2023; PyTorch SDPA's flash
-backend), and the Hopper kernels that use its TMA and warpgroup MMA: FlashAttention-3 (Shah
-et al. 2024) and cuDNN's fused attention, which Transformer Engine runs on Hopper."""
+ATTENTION_KERNELS = ("flash1", "flash2", "flash3")
+"""Fused attention kernels by generation: the first FlashAttention (Dao et al. 2022; flash-attn
+before 2.0, July 2023), FlashAttention-2 (Dao 2023; PyTorch SDPA's flash backend), and the
+Hopper kernels that use its TMA and warpgroup MMA: FlashAttention-3 (Shah et al. 2024) and
+cuDNN's fused attention, which Transformer Engine runs on Hopper."""
 
 _NDR_400G = 400 * GB / 8  # one 400 Gb/s NIC, bits -> bytes: 50 GB/s per direction
 _HDR_200G = 200 * GB / 8  # one 200 Gb/s NIC: 25 GB/s per direction
@@ -164,7 +165,10 @@ _MAMF = (
 )
 _A100_MAMF = 267.9e12 / 312e12  # "NVIDIA A100 SXM | 267.9 | 312 | 85.9%" (CUDA 12.1)
 _H100_MAMF = 792.1e12 / 989e12  # "NVIDIA H100 SXM | 792.1 | 989 | 80.1%" (CUDA 12.1)
-_A100_ATTENTION = {"flash2": 0.5}
+# the first FlashAttention: "reaching only 25-40% of the theoretical maximum FLOPs/s", and
+# FlashAttention-2 "around 2x speedup compared to FlashAttention" (Dao 2023, abstract): the low
+# end of its range, as for FlashAttention-2's 0.5
+_A100_ATTENTION = {"flash1": 0.25, "flash2": 0.5}
 # FlashAttention-2 on H100 "up to 335 TFLOPs/s" forward + backward (Dao 2023, arXiv
 # 2307.08691, Sec. 4.1, Fig. 7) without Hopper's TMA and warpgroup MMA; FlashAttention-3's
 # backward is 1.5-1.75x FlashAttention-2's (Shah et al. 2024, arXiv 2407.08608, Sec. 4.1),
