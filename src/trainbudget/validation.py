@@ -292,8 +292,10 @@ OUTLIERS = {
     ),
     "narayanan-7.5b-128gpu": _TABLE1_MICRO_BATCH,
     "narayanan-18b-256gpu": _TABLE1_MICRO_BATCH,
-    "bloom-176b-384gpu": "DeepSpeed's pipeline engine (as MT-NLG) on Omni-Path, which the "
-    "catalog times as InfiniBand HDR; not explained further",
+    "bloom-176b-384gpu": "the network: Jean Zay's nodes have 4 Omni-Path links of 100 Gb/s "
+    "(the record's notes), 6.25 GB/s a GPU, where the catalog's a100-80gb row times 25 GB/s "
+    "(one HDR NIC a GPU); at the Omni-Path rate the model predicts -11 % "
+    "(tests/test_validation.py). The rest is DeepSpeed's pipeline engine, as for MT-NLG",
     "nemotron4-15b-768gpu": "TP communication overlap, not modelled: the NeMo launcher config "
     "the layout assumptions come from (conf/training/nemotron/nemotron_15b.yaml) sets "
     "ub_tp_comm_overlap: True (Transformer Engine's userbuffers pipeline the sequence-parallel "
