@@ -150,8 +150,14 @@ def add_framework_arg(p) -> None:
         default=GENERIC_NAME,
         metavar="NAME",
         help="training stack whose gradient dtypes, reduction timing and buckets to assume: "
-        + " | ".join(n + " (default)" if n == GENERIC_NAME else n for n in FRAMEWORKS),
+        + " | ".join(_framework_choice(name) for name in FRAMEWORKS),
     )
+
+
+def _framework_choice(name: str) -> str:
+    if name == GENERIC_NAME:
+        return name + " (default)"
+    return name + (" (a past release's, for published runs)" if FRAMEWORKS[name].historical else "")
 
 
 def framework_from_args(args: argparse.Namespace) -> Framework:

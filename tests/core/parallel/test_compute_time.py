@@ -45,17 +45,14 @@ def test_causal_tile_fraction():
     assert causal_tile_fraction(200) == 3 / 4  # 2 tiles a side: 3 of 4
 
 
-def _layer(plan: Plan, seq_len: int, causal: bool):
-    return layer_compute(
-        L3_8B,
-        PlanNumbers.of(plan),
-        seq_len=seq_len,
-        e=2,
-        peak=H100.peak_flops_per_second("bf16"),
-        hbm=H100.hbm_bytes_per_second,
-        eff=DEFAULT_EFFICIENCY.resolved(H100),
-        causal=causal,
-    )
+def _on(hw=H100) -> dict:
+    """The device arguments of layer_compute and micro_batch_compute: bf16 on `hw`."""
+    eff = DEFAULT_EFFICIENCY.resolved(hw)
+    return dict(e=2, peak=hw.peak_flops_per_second("bf16"), hbm=hw.hbm_bytes_per_second, eff=eff)
+
+
+def _layer(plan: Plan, seq_len: int, causal: bool = False, spec=L3_8B):
+    return layer_compute(spec, PlanNumbers.of(plan), seq_len=seq_len, causal=causal, **_on())
 
 
 @pytest.mark.parametrize("seq_len", [4096, 32768])
@@ -219,14 +216,7 @@ def test_the_row_measured_fractions_are_the_defaults():
 
 def _micro_batch(spec, plan: Plan, seq_len: int = 2048, hw=H100):
     return micro_batch_compute(
-        spec,
-        PlanNumbers.of(plan),
-        seq_len=seq_len,
-        e=2,
-        peak=hw.peak_flops_per_second("bf16"),
-        hbm=hw.hbm_bytes_per_second,
-        eff=DEFAULT_EFFICIENCY.resolved(hw),
-        sms=hw.sm_count,
+        spec, PlanNumbers.of(plan), seq_len=seq_len, sms=hw.sm_count, **_on(hw)
     )
 
 
@@ -259,8 +249,8 @@ def test_hidden_dropouts_add_their_bytes_to_the_layer():
     forward-pass bytes (a third: the backward is timed as twice the forward)."""
     gpt = get_preset("gpt2")
     plan, rows = Plan(micro_batch=4), 4 * 1024
-    with_dropout = _gpt_layer(gpt.replace(dropout=True), plan)
-    without = _gpt_layer(gpt.replace(dropout=False), plan)
+    with_dropout = _layer(plan, 1024, spec=gpt.replace(dropout=True))
+    without = _layer(plan, 1024, spec=gpt.replace(dropout=False))
     rate = H100.hbm_bytes_per_second * DEFAULT_EFFICIENCY.hbm
     added = rows * HIDDEN_DROPOUTS * gpt.d_model * 6 / 3 / rate
     assert with_dropout.memory_bound_seconds - without.memory_bound_seconds == pytest.approx(added)
@@ -272,24 +262,12 @@ def test_unfused_attention_times_its_dropout_on_the_probabilities():
     probabilities of every head: 10 bytes a score forward and backward, a third as forward."""
     gpt = get_preset("gpt2")
     plan = Plan(micro_batch=4, flash_attention=False)
-    with_dropout = _gpt_layer(gpt.replace(dropout=True), plan)
-    without = _gpt_layer(gpt.replace(dropout=False), plan)
+    with_dropout = _layer(plan, 1024, spec=gpt.replace(dropout=True))
+    without = _layer(plan, 1024, spec=gpt.replace(dropout=False))
     rate = H100.hbm_bytes_per_second * DEFAULT_EFFICIENCY.hbm
     scores = 4 * gpt.n_heads * 1024 * 1024
     added = scores * 10 / 3 / rate
     assert with_dropout.attention_seconds - without.attention_seconds == pytest.approx(added)
-
-
-def _gpt_layer(spec, plan: Plan, seq_len: int = 1024):
-    return layer_compute(
-        spec,
-        PlanNumbers.of(plan),
-        seq_len=seq_len,
-        e=2,
-        peak=H100.peak_flops_per_second("bf16"),
-        hbm=H100.hbm_bytes_per_second,
-        eff=DEFAULT_EFFICIENCY.resolved(H100),
-    )
 
 
 def test_the_first_flashattention_runs_at_half_the_second_on_a100():
