@@ -418,12 +418,13 @@ class MicroBatchCompute:
     attention_seconds: Any
     """One layer's attention core, forward (what CP's ring exchange hides behind)."""
     stage_seconds: Any
-    """The slowest stage: the last one's layers and head (x 3 for its backward), or the
-    largest stage's layers when an uneven split makes another stage slower (with an even
-    split the last stage is the slowest)."""
+    """The slowest stage: the last one's layers and head (`head_seconds`), or the largest
+    stage's layers when an uneven split makes another stage slower (with an even split the
+    last stage is the slowest)."""
     pipeline_seconds: Any
-    """One micro-batch through every stage, forward and backward: all the model's layers and
-    the head (= stage_seconds without pipeline parallelism)."""
+    """One micro-batch through every stage, forward and backward: all the model's layers (at
+    the last stage's mean layer time, its mix of MoE or sliding-window layers) and the head
+    (= stage_seconds without pipeline parallelism)."""
 
 
 def micro_batch_compute(
