@@ -126,15 +126,7 @@ def communication(
     t_tp = run("tp", "all_gather", act_msg, L.tp, span["tp"], sp_count)
     t_tp = t_tp + run("tp", "reduce_scatter", act_msg, L.tp, span["tp"], rs_count)
     t_tp = t_tp + run("tp", "all_reduce", act_msg, L.tp, span["tp"], ar_count)
-    # PP: each micro-batch crosses each stage boundary forward and back (vpp times when
-    # interleaved); with SP the message is split across the TP group, and without SP where the
-    # framework scatters it (1/tp a rank) and the receiving TP group all-gathers the pieces
-    crossings = 2 * m * L.vpp
-    scatter = (L.tp > 1) & xp.not_(L.sp) & framework.pipeline_scatter_gather
-    p2p = act_msg / xp.where(L.sp | scatter, L.tp, 1)
-    t_pp = run("pp", "send_recv", p2p, L.pp, span["pp"], crossings)
-    regather = xp.where(scatter & (L.pp > 1), crossings, 0)
-    t_pp = t_pp + run("pp", "all_gather", act_msg, L.tp, span["tp"], regather)
+    t_pp = _pipeline(L, span, act_msg, framework, run, xp)
     # CP: K and V around the ring (cp - 1 hops per pass), overlapped with the attention, at
     # their own widths (a KV head shared by several TP ranks is sent whole). MLA exchanges
     # the up-projected per-head K (d_head wide) and V (d_v_head), not its latent: Megatron-Core
@@ -169,6 +161,18 @@ def communication(
         dp_seconds=t_dp,
         collectives=tuple(out),
     )
+
+
+def _pipeline(L: PlanNumbers, span: dict, act_msg: Any, framework: Framework, run, xp: Ops):
+    """PP: each micro-batch crosses each stage boundary forward and back (vpp times when
+    interleaved); with SP the message is split across the TP group, and without SP where the
+    framework scatters it (1/tp a rank) and the receiving TP group all-gathers the pieces."""
+    crossings = 2 * L.grad_accum * L.vpp
+    scatter = (L.tp > 1) & xp.not_(L.sp) & framework.pipeline_scatter_gather
+    p2p = act_msg / xp.where(L.sp | scatter, L.tp, 1)
+    t_pp = run("pp", "send_recv", p2p, L.pp, span["pp"], crossings)
+    regather = xp.where(scatter & (L.pp > 1), crossings, 0)
+    return t_pp + run("pp", "all_gather", act_msg, L.tp, span["tp"], regather)
 
 
 def _data_parallel(
