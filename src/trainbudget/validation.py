@@ -265,8 +265,8 @@ _ZERO3_2021 = (
     "DeepSpeed 0.3's ZeRO-3 without model parallelism (framework row deepspeed-2021): the model "
     "times one gather per parameter tensor and pass (12 a GPT layer, three passes with the "
     "recomputed forward) and one reduce-scatter each, none overlapping compute, each paying "
-    "NCCL's ring latency over all ranks; the 175B rows land within -8 % to +2 %, the 530B rows "
-    "14-21 % fast, the gap growing with the GPU count. Not identified further (the "
+    "NCCL's ring latency over all ranks; the 175B rows land within -7 % to +3 %, the 530B rows "
+    "13-20 % fast, the gap growing with the GPU count. Not identified further (the "
     "list-of-tensors collectives' per-rank copy kernels, world-size of them per tensor, are "
     "not timed)"
 )
