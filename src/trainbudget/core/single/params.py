@@ -217,6 +217,11 @@ def matrix_shapes(spec: ModelSpec) -> list[tuple[str, int, int, int]]:
     return [(name, rows, cols, count) for (name, rows, cols), count in merged.items()]
 
 
+def _norm_tensors(spec: ModelSpec) -> int:
+    """Tensors of one norm: a weight, and a bias for LayerNorm when bias=True (`norm_params`)."""
+    return 2 if spec.norm == "layernorm" and spec.bias else 1
+
+
 def layer_parameter_tensors(spec: ModelSpec) -> float:
     """Parameter tensors of one layer, on average over the layers, in the trainer's module
     layout (`matrix_shapes`: fused qkv, one tensor per expert matrix): each weight matrix, each
@@ -229,7 +234,7 @@ def layer_parameter_tensors(spec: ModelSpec) -> float:
         for name, _, _, count in matrix_shapes(spec)
         if not name.startswith(("embedding", "head"))
     )
-    per_norm = 2 if spec.norm == "layernorm" and spec.bias else 1
+    per_norm = _norm_tensors(spec)
     norms = 2 * (2 if spec.post_norms else 1) + (2 if spec.qk_norm else 0)
     if spec.is_mla:
         norms += 2 if spec.q_lora_rank else 1  # the latents' norms
@@ -246,6 +251,5 @@ def layer_parameter_tensors(spec: ModelSpec) -> float:
 def parameter_tensors(spec: ModelSpec) -> float:
     """Parameter tensors of the whole model: every layer's (`layer_parameter_tensors`), the
     token embedding, a learned position table, the final norm and an untied head."""
-    per_norm = 2 if spec.norm == "layernorm" and spec.bias else 1
-    outside = 1 + (spec.position == "learned") + per_norm + (not spec.tied_embeddings)
+    outside = 1 + (spec.position == "learned") + _norm_tensors(spec) + (not spec.tied_embeddings)
     return spec.n_layers * layer_parameter_tensors(spec) + outside
