@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from trainbudget.core.errors import unknown_key
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.parallel_memory import plan_memory
+from trainbudget.core.parallel.gpu_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency, step_time
 from trainbudget.core.single.flops import palm_flops_per_token

@@ -13,48 +13,26 @@ What each prediction uses:
 - step time: `core.parallel.step_time.step_time` of that plan, on the catalog row of the device
   (or, off the catalog, on this machine's roofline measured at start-up at the run's own
   shapes and thread count: train.step_roofline);
-- peak memory per rank: for one process, `core.single.peak_memory.training_peak`, the phase
-  model of the reference implementation (held to torch's MemTracker by the profile tests); for
-  several data-parallel ranks, `core.parallel.rank_peak.rank_peak`, the same phases with the
-  model state sharded by the ZeRO stage and the buffers of the strategy's engine (DDP's
-  gradient buckets, FSDP2's gathered parameters), for the trainer's update (torch's fused
-  kernel for Adam and AdamW), with or without tensor (and sequence) parallelism (each rank
-  its shard of the model: `rank_peak.tensor_shard`; tp alone runs no wrapper) or expert
-  parallelism (each rank its experts, at balanced routing: summary.json adds, per rank, the
-  prediction at the routing its measured step had, `rank_peak.expert_rows_bytes`); for a
-  pipeline without data parallelism (GPipe or 1F1B, tensor and sequence parallelism inside
-  the stages or not, no recomputation), `core.parallel.stage_peak` on each stage; for a plan
-  that splits the model otherwise (pipeline with data parallelism, context parallelism),
-  `core.parallel.parallel_memory.plan_memory` (a sum of parts, not phase by phase);
-- model state per rank (weights, gradients, fp32 masters, optimizer state): `plan_memory`'s, for
-  any number of processes.
-
-Per rank: the ranks of a data-parallel plan differ only under zero1 (ZeroRedundancyOptimizer's
-whole-tensor shares, `rank_peak.whole_tensor_shares`); under a pipeline each rank gets its
-stage's figure (`stage_peak.stage_peak` without data parallelism, else
-`parallel_memory.stage_memories`), its stage read from the rank as the run's one mesh lays
-ranks out, "pp" the outermost axis (train.parallelize.build_mesh).
-
-Outside `rank_peak` (a plan that splits the model), zero2, which runs on FSDP2 without
-resharding after forward (train.strategy), holds more than the core's ZeRO-2 (parameters
-replicated, gradients and optimizer state sharded): its parameters are sharded at rest and
-all-gathered from the start of forward to the end of backward, so at the peak (backward) a
-rank holds the full parameters and its shard of them. The prediction made for it there is the
-core's ZeRO-2 plus that shard (`zero2_extra_params_bytes`), added to the peak and to the model
-state; the optimizer state is ZeRO-2's as it is.
+- peak memory per rank: `core.parallel.rank_peak.rank_peak`, the per-GPU phase model
+  (`core.parallel.gpu_peak`) that `estimate`, `plan` and the planner use, on each rank's
+  pipeline stage, under the trainer's own framework row (`frameworks.TRAINBUDGET`: the engine
+  each strategy runs -- DDP's gradient buckets, ZeroRedundancyOptimizer's whole-tensor shares,
+  FSDP2 with or without resharding after forward -- and torch's fused Adam); under expert
+  parallelism summary.json adds, per rank, the prediction at the routing its measured step had
+  (`rank_peak.expert_rows_bytes`);
+- model state per rank (weights, gradients, fp32 masters, optimizer state): the same model's
+  state at rest.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.comm_volume import PlannedCollective, planned_collectives
-from trainbudget.core.parallel.parallel_memory import plan_memory, stage_memories
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.rank_peak import covers, pipeline_stage, rank_peak
-from trainbudget.core.parallel.stage_peak import covers_stage, stage_peak
+from trainbudget.core.parallel.rank_peak import rank_peak
 from trainbudget.core.parallel.step_time import (
     DEFAULT_EFFICIENCY,
     Efficiency,
@@ -62,7 +40,6 @@ from trainbudget.core.parallel.step_time import (
     step_time,
 )
 from trainbudget.core.single.flops import training_flops
-from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.hardware import Hardware, get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision, get_optimizer, get_precision
@@ -172,15 +149,12 @@ def predicted_peak_bytes(
     precision: str,
     optimizer: str,
     seq_len: int,
-    strategy: str = "ddp",
 ) -> float:
-    """Peak bytes on one rank of `plan` (from `run_plan`) under `strategy`: the phase model of
-    the reference step for one process, the plan's per-rank memory for several (the module
-    docstring); the figure make_budget reports."""
+    """Peak bytes on the most loaded rank of `plan` (from `run_plan`): the figure make_budget
+    reports."""
     return _memory(
         spec,
         plan,
-        strategy,
         seq_len=seq_len,
         precision=get_precision(precision),
         optimizer=get_optimizer(optimizer),
@@ -195,15 +169,14 @@ def make_budget(
     precision: str,
     optimizer: str,
     seq_len: int,
-    strategy: str = "ddp",
 ) -> Budget:
-    """The predictions for `plan` (from `run_plan`) of `spec` on `device`, one per rank, for
-    what `strategy` runs (zero2: see the module docstring)."""
+    """The predictions for `plan` (from `run_plan`) of `spec` on `device`, one per rank: the
+    plan's ZeRO stage names the engine that runs it (the module docstring)."""
     prec, opt, notes = get_precision(precision), get_optimizer(optimizer), []
     flops = training_flops(
         spec, seq_len, causal=True, recompute=plan.recompute, flash_attention=plan.flash_attention
     )
-    memory = _memory(spec, plan, strategy, seq_len=seq_len, precision=prec, optimizer=opt)
+    memory = _memory(spec, plan, seq_len=seq_len, precision=prec, optimizer=opt)
     peak = roof = None
     efficiency = DEFAULT_EFFICIENCY
     if device.catalog_key is not None:
@@ -270,99 +243,26 @@ class _Memory:
 def _memory(
     spec: ModelSpec,
     plan: Plan,
-    strategy: str,
     *,
     seq_len: int,
     precision: Precision,
     optimizer: Optimizer,
 ) -> _Memory:
-    """Per-rank memory predictions (see the module docstring for the model used)."""
-    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer)
-    per_rank = plan_memory(spec, plan, **kw)
-    extra, by_rank = 0.0, ()
-    if strategy == "zero2" and plan.n_gpus > 1:
-        extra = zero2_extra_params_bytes(spec, plan, **kw)
-    if plan.n_gpus == 1:
-        peak = training_peak(
-            spec,
-            precision=precision.name,
-            optimizer=optimizer.name,
-            seq_len=seq_len,
-            micro_batch=plan.micro_batch,
-            recompute=plan.recompute,
-        ).total_bytes
-        note = "core.peak_memory's phase model of the reference implementation"
-    elif covers(plan) or covers_stage(plan):
-        by_rank, note = _phase_peaks(spec, plan, strategy, seq_len, precision, optimizer)
-        peak = max(by_rank)
-    else:
-        peak = per_rank.total_bytes + extra
-        if plan.pp > 1:
-            stages = stage_memories(spec, plan, **kw)
-            by_rank = tuple(
-                stages[pipeline_stage(stage_of(rank, plan), plan.pp)].total_bytes + extra
-                for rank in range(plan.n_gpus)
-            )
-        note = f"core.parallel_memory for {plan.describe()}, per rank"
-        if extra:
-            note += " (+ the parameters' shard FSDP2 keeps at rest under zero2)"
-    return _Memory(
-        peak_bytes=peak,
-        peak_bytes_by_rank=by_rank,
-        model_state_bytes=per_rank.state.total_bytes + extra,
-        optimizer_state_bytes=per_rank.state.optimizer_state_bytes,
-        master_bytes=per_rank.state.master_bytes,
-        note=note,
-    )
-
-
-def _phase_peaks(
-    spec: ModelSpec,
-    plan: Plan,
-    strategy: str,
-    seq_len: int,
-    precision: Precision,
-    optimizer: Optimizer,
-) -> tuple[tuple[float, ...], str]:
-    """Each rank's peak by a phase model, and what was used: `rank_peak` for data and tensor
-    parallel plans, `stage_peak` for a pipeline without data parallelism (tensor parallel
-    inside the stages or not)."""
+    """Per-rank memory predictions: `rank_peak` on every rank (see the module docstring)."""
     kw = dict(precision=precision.name, optimizer=optimizer.name, seq_len=seq_len)
-    if covers(plan):
-        # tensor parallel alone (dp 1) runs no data-parallel wrapper
-        engine = get_strategy(strategy).memory_engine if plan.dp > 1 else "single"
-        # bf16-mixed updates through fp32 masters one tensor at a time, with torch's
-        # single-tensor optimizer (model.optim.MasterWeightOptimizer): its per-tensor scratch
-        fused = optimizer.fused_kernel and not precision.master_bytes
-        ranks = [
-            rank_peak(spec, plan, engine=engine, fused_update=fused, rank=rank, **kw)
-            for rank in range(plan.n_gpus)
-        ]
-        note = (
-            f"core.rank_peak's phase model on each rank of {plan.describe()} under {engine} "
-            f"(peak at {ranks[0].peak.phase})"
-        )
-    else:
-        stages = [stage_peak(spec, plan, stage_index=i, **kw) for i in range(plan.pp)]
-        ranks = [stages[stage_of(rank, plan)] for rank in range(plan.n_gpus)]
-        note = f"core.stage_peak's phase model on each stage of {plan.describe()}"
-    return tuple(r.total_bytes for r in ranks), note
-
-
-def stage_of(rank: int, plan: Plan) -> int:
-    """The pipeline stage `rank` runs: "pp" is the mesh's outermost axis
-    (train.parallelize.build_mesh), so ranks [i n / pp, (i + 1) n / pp) are stage i."""
-    return rank // (plan.n_gpus // plan.pp)
-
-
-def zero2_extra_params_bytes(
-    spec: ModelSpec, plan: Plan, *, seq_len: int, precision: Precision, optimizer: Optimizer
-) -> float:
-    """Bytes FSDP2 without resharding after forward holds beyond the core's ZeRO-2 on one rank:
-    its shard of the parameters (kept at rest while the gathered copy lives), which is the
-    parameter bytes of the same plan at ZeRO-3."""
-    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer)
-    return plan_memory(spec, replace(plan, zero=3), **kw).state.params_bytes
+    ranks = [rank_peak(spec, plan, rank=rank, **kw) for rank in range(plan.n_gpus)]
+    by_rank = tuple(r.total_bytes for r in ranks)
+    heaviest = ranks[by_rank.index(max(by_rank))]
+    state = heaviest.state
+    return _Memory(
+        peak_bytes=max(by_rank),
+        peak_bytes_by_rank=by_rank if len(set(by_rank)) > 1 else (),
+        model_state_bytes=state.total_bytes,
+        optimizer_state_bytes=state.optimizer_state_bytes,
+        master_bytes=state.master_bytes,
+        note=f"core.gpu_peak's phase model on each rank of {plan.describe()} under the "
+        f"trainer's engines (peak at {heaviest.peak.phase} on the {heaviest.stage} stage)",
+    )
 
 
 def noisy_note(roof: MeasuredRoofline) -> str:

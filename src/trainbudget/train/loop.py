@@ -330,7 +330,6 @@ def _budget(cfg: TrainConfig, spec: ModelSpec, plan: Plan, device: torch.device)
         precision=cfg.precision,
         optimizer=cfg.optimizer,
         seq_len=cfg.seq_len,
-        strategy=cfg.strategy,
     )
 
 

@@ -46,7 +46,6 @@ class Step:
     precision: str
     optimizer: str
     seq_len: int
-    strategy: str = "ddp"
 
     @classmethod
     def of(cls, cfg: TrainConfig, spec: ModelSpec, plan: Plan) -> Step:
@@ -58,7 +57,6 @@ class Step:
             precision=cfg.precision,
             optimizer=cfg.optimizer,
             seq_len=cfg.seq_len,
-            strategy=cfg.strategy,
         )
 
     def peak_bytes(self) -> float:
@@ -68,7 +66,6 @@ class Step:
             precision=self.precision,
             optimizer=self.optimizer,
             seq_len=self.seq_len,
-            strategy=self.strategy,
         )
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from trainbudget.core.errors import SpecError, unknown_key
+from trainbudget.core.spec.engines import check_engines
 from trainbudget.core.spec.hardware import ATTENTION_KERNELS
 from trainbudget.core.units import MB
 
@@ -50,6 +51,10 @@ class Framework:
     """The fused attention kernel it runs on a GPU that has one (hardware.ATTENTION_KERNELS):
     'flash2' for PyTorch SDPA's flash backend and the flash-attn 2 package, 'flash3' for the
     Hopper kernels (cuDNN fused attention through Transformer Engine, FlashAttention-3)."""
+    engines: tuple[str, ...] = ("reference", *("zero-buckets",) * 4)
+    """The data-parallel engine (a row of `core.spec.engines.ENGINES`) that holds the memory on
+    a GPU with no data-parallel wrapper, then under ZeRO 0, 1, 2 and 3: what the per-GPU phase
+    model (core.parallel.gpu_peak) adds beside the sharded model state."""
     historical: bool = False
     """A past release's behaviour, kept to predict the published runs made with it; `estimate`
     does not offer it as an alternative when no framework is named."""
@@ -71,6 +76,7 @@ class Framework:
         if self.attention_kernel not in ATTENTION_KERNELS:
             rule = "must be one of " + ", ".join(ATTENTION_KERNELS)
             raise SpecError(f"{self.name}.attention_kernel", self.attention_kernel, rule)
+        check_engines(self.name, self.engines)
         for field in ("bucket_bytes", "runtime_overhead_bytes"):
             if not getattr(self, field) >= 0:
                 raise SpecError(f"{self.name}.{field}", getattr(self, field), "must be >= 0")
@@ -122,6 +128,7 @@ MEGATRON = Framework(
 
 TORCHTITAN = Framework(
     name="torchtitan",
+    engines=("single", "ddp", *("fsdp2-sync-every-micro-batch",) * 3),
     grad_reduce_bytes=4,
     reduce_every_micro_batch=True,
     gather_copy_out=True,
@@ -234,12 +241,25 @@ DEEPSPEED_2021 = replace(
     ),
 )
 
+TRAINBUDGET = Framework(
+    name="trainbudget",
+    engines=("single", "ddp", "ddp+zero-redundancy", "fsdp2-no-reshard", "fsdp2"),
+    description="this project's trainer (trainbudget train): DDP, DDP with "
+    "ZeroRedundancyOptimizer, FSDP2 without and with resharding after forward for ZeRO 0-3 "
+    "(train.strategy), gradients accumulated without sync, torch's fused Adam; torch's "
+    "pipelining and DTensor tensor parallelism",
+    sources=(
+        "trainbudget train/strategy.py: the strategy each ZeRO stage runs",
+        "core/spec/engines.py: each engine row's source",
+    ),
+)
+
 FRAMEWORKS = MappingProxyType(
     {
         f.name: f
         for f in (
             GENERIC, MEGATRON, TORCHTITAN, DEEPSPEED, PYTORCH_FSDP1, MEGATRON_LEGACY,
-            DEEPSPEED_2021,
+            DEEPSPEED_2021, TRAINBUDGET,
         )
     }
 )  # fmt: skip

@@ -1,0 +1,183 @@
+"""Memory per GPU of a plan: the peak of `gpu_peak`'s phase model on each pipeline stage, the
+heaviest stage's being the plan's. The one answer `estimate`, `plan`, `report`, the planner's
+`fits` (`peak_bytes` on the grid) and the trainer (`rank_memory`, one rank at a time) give.
+
+`PlanMemory` is that answer for one plan: the peak phase's parts (what is alive then), the
+model state at rest, what is offloaded, and every phase's total; one total, `total_bytes`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainbudget.core.ops import SCALAR, Ops
+from trainbudget.core.parallel.gpu_peak import GpuPeak, gpu_peak
+from trainbudget.core.parallel.layout import PlanNumbers, as_numbers
+from trainbudget.core.parallel.parallel_memory import ModelState
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.spec.engines import get_engine
+from trainbudget.core.spec.frameworks import GENERIC, Framework
+from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import Optimizer, Precision
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanMemory:
+    """The peak of one GPU of a plan: the parts alive at its peak phase."""
+
+    stage: str
+    """The pipeline stage whose GPU needs the most: 'first', 'middle' or 'last' ('only' when
+    pp = 1)."""
+    phase: str
+    """The moment of the step at which that GPU peaks (`gpu_peak`'s phases)."""
+    params_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    """fp32 master weights and optimizer state."""
+    activations_bytes: float
+    temporaries_bytes: float
+    """The loss backward's fp32 gradients, a block's backward gradients, the update's
+    scratch: what the peak phase holds for an instant."""
+    buffers_bytes: float
+    """The engine's: gradient buckets, gathered parameters, the pipeline's receive buffers,
+    the framework's runtime overhead."""
+    state: ModelState
+    """Weights, gradients, fp32 masters and optimizer state at rest (sharded, on the GPU)."""
+    host_bytes: float
+    """Offloaded to CPU or NVMe (not on the GPU)."""
+    phases_bytes: tuple[tuple[str, float], ...]
+    """Every phase's total on that GPU (phases that do not occur for the plan are left out)."""
+
+    @property
+    def total_bytes(self) -> float:
+        return (
+            self.params_bytes
+            + self.grads_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.temporaries_bytes
+            + self.buffers_bytes
+        )
+
+
+def _answer(peak: GpuPeak) -> PlanMemory:
+    p = peak.peak
+    return PlanMemory(
+        stage=peak.stage,
+        phase=p.phase,
+        params_bytes=p.params_bytes,
+        grads_bytes=p.grads_bytes,
+        optimizer_bytes=p.optimizer_bytes,
+        activations_bytes=p.activations_bytes,
+        temporaries_bytes=p.temporaries_bytes,
+        buffers_bytes=p.buffers_bytes,
+        state=peak.state,
+        host_bytes=peak.host_bytes,
+        phases_bytes=_distinct(peak),
+    )
+
+
+def _distinct(peak: GpuPeak) -> tuple[tuple[str, float], ...]:
+    """Each phase that occurs with its total; of the backward starts that hold the same
+    bytes (one stage, one micro-batch: they differ only in gradients), the first."""
+    out, starts = [], set()
+    for ph in peak.phases:
+        total = ph.total_bytes
+        if not total:
+            continue
+        if ph.phase.startswith("backward start"):
+            if total in starts:
+                continue
+            starts.add(total)
+        out.append((ph.phase, total))
+    return tuple(out)
+
+
+def stage_names(pp: int) -> tuple[str, ...]:
+    """The stages whose peaks are told apart: 'only' (pp = 1), or 'first', 'middle' (pp > 2:
+    the second stage's schedule with the largest middle stage's layers) and 'last'."""
+    if pp == 1:
+        return ("only",)
+    return ("first", "middle", "last") if pp > 2 else ("first", "last")
+
+
+def stage_memories(
+    spec: ModelSpec,
+    plan: Plan,
+    *,
+    seq_len: int,
+    precision: Precision,
+    optimizer: Optimizer,
+    framework: Framework = GENERIC,
+) -> dict[str, PlanMemory]:
+    """Each pipeline stage's peak on one of its GPUs (`stage_names`)."""
+    L = PlanNumbers.of(plan)
+    share = optimizer_share(spec, plan, framework)
+    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
+    return {
+        name: _answer(gpu_peak(spec, L, stage=name, optimizer_share=share, **kw))
+        for name in stage_names(plan.pp)
+    }
+
+
+def plan_memory(
+    spec: ModelSpec,
+    plan: Plan,
+    *,
+    seq_len: int,
+    precision: Precision,
+    optimizer: Optimizer,
+    framework: Framework = GENERIC,
+) -> PlanMemory:
+    """The peak of the most loaded GPU of `plan` (the first of the heaviest stages)."""
+    stages = stage_memories(
+        spec, plan, seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework
+    )
+    return max(stages.values(), key=lambda m: m.total_bytes)
+
+
+def peak_bytes(
+    spec: ModelSpec,
+    plans: Plan | PlanNumbers,
+    *,
+    seq_len: int,
+    precision: Precision,
+    optimizer: Optimizer,
+    framework: Framework = GENERIC,
+    xp: Ops = SCALAR,
+) -> Any:
+    """`plan_memory(...).total_bytes` of one plan or of every plan of a grid (`xp`): the same
+    phases, the largest over the stages."""
+    L = as_numbers(plans)
+    share = optimizer_share(spec, L, framework, xp)
+    kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
+    first = gpu_peak(spec, L, stage="first", optimizer_share=share, xp=xp, **kw).total_bytes
+    last = gpu_peak(spec, L, stage="last", optimizer_share=share, xp=xp, **kw).total_bytes
+    peak = xp.where(L.pp > 1, xp.maximum(first, last), first)
+    middle = L.pp > 2
+    if middle.any() if xp.is_array else middle:
+        mid = gpu_peak(spec, L, stage="middle", optimizer_share=share, xp=xp, **kw).total_bytes
+        peak = xp.where(middle, xp.maximum(peak, mid), peak)
+    return peak
+
+
+def optimizer_share(
+    spec: ModelSpec, plan: Plan | PlanNumbers, framework: Framework, xp: Ops = SCALAR
+) -> Any:
+    """The heaviest rank's optimizer state as a multiple of the even share, where the
+    framework's engine shards it by whole tensors (`Engine.whole_tensor_shards`); 1 elsewhere.
+    Numbers, or an array over a grid's plans."""
+    if not any(get_engine(name).whole_tensor_shards for name in framework.engines):
+        return 1.0
+    from trainbudget.core.parallel.rank_peak import heaviest_share
+
+    L = as_numbers(plan)
+    if not xp.is_array:
+        return heaviest_share(spec, L.tp, L.shard_dp * L.cp)
+    import numpy as np
+
+    shard = L.shard_dp * L.cp
+    out = np.ones(len(L.dp))
+    for tp, s in set(zip(np.asarray(L.tp).tolist(), np.asarray(shard).tolist(), strict=True)):
+        out[(L.tp == tp) & (shard == s)] = heaviest_share(spec, tp, s)
+    return out

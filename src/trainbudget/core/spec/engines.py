@@ -1,0 +1,235 @@
+"""Data-parallel engines as data: what the engine that runs a ZeRO stage keeps on each GPU beside
+the sharded model state -- the choices that move the peak. A framework row
+(`frameworks.Framework.engines`) names one engine for each ZeRO stage; the per-GPU phase model
+(`core.parallel.gpu_peak`) reads their columns, for one plan or, column by column, for a grid.
+
+Each row cites the code whose behaviour it records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from trainbudget.core.errors import SpecError, unknown_key
+
+
+@dataclass(frozen=True, kw_only=True)
+class Engine:
+    """What a data-parallel engine holds beside the model state its ZeRO stage shards."""
+
+    name: str
+    gradient_buckets: bool
+    """A flat copy of every (unsharded) gradient in the all-reduce buckets, allocated once and
+    kept for the whole run (DDP without gradient_as_bucket_view)."""
+    buckets_in_flight: int = 0
+    """Size-capped reduction buckets alive at once (the framework's `bucket_bytes` each): one
+    reduces while the next fills. 0: the engine reduces per tensor or per unit."""
+    shards_parameters: bool
+    """Parameters sharded at rest whatever the ZeRO stage the engine stands in for (FSDP2
+    running ZeRO-2 keeps its shard beside the gathered copy)."""
+    whole_tensor_shards: bool
+    """The optimizer state is sharded by whole parameters, dealt largest first to the rank
+    owning the fewest elements so far (`core.parallel.rank_peak.whole_tensor_shares`), not cut
+    evenly."""
+    gathered_until_backward: bool
+    """Every parameter gathered (unsharded) from the start of forward to the end of backward:
+    at backward start a rank holds the whole model's weights beside its shard."""
+    unit_backward: bool
+    """FSDP2's units (each block, and the root: embeddings, final norm, head) in backward: the
+    last block's backward holds its unsharded gradients before their reduce-scatter and the
+    root's gradients stay unsharded until the root's post-backward at the end."""
+    layer_gather: bool = False
+    """ZeRO-3 as DeepSpeed and the paper run it: the layer in use and the one prefetched
+    gathered in full, and that layer's unsharded gradient before its reduce-scatter."""
+    accumulates_unsharded: bool
+    """With gradient accumulation, gradients of the earlier micro-batches are kept unsharded
+    and unreduced until the last one (DDP's no_sync, FSDP2 without gradient sync); False: a
+    sharded engine reduce-scatters every micro-batch and accumulates its shard."""
+    fused_update: bool
+    """The optimizer update runs torch's fused kernel where the optimizer has one and there
+    are no fp32 master weights (no per-tensor scratch); False: the single-tensor update."""
+    sp_keeps_gathered_input: bool = True
+    """Under sequence parallelism the column-parallel linears save the all-gathered input (as
+    PyTorch's DTensor runs SP) rather than their sequence shard (Megatron-LM re-gathers it in
+    backward: Korthikanti et al. 2022, Sec. 4.2.2)."""
+    pipeline_keeps_unsharded: bool = False
+    """Under pipeline parallelism the stage's parameters stay gathered for the whole step and
+    its gradients are reduced once (torch.distributed.pipelining with FSDP2)."""
+    source: str
+
+
+DDP_SOURCE = (
+    "torch.nn.parallel.DistributedDataParallel with gradient_as_bucket_view=False (the "
+    "default): the Reducer's buckets hold a copy of the gradients for the whole run; torch's "
+    "documentation of that argument: as views 'the saved memory size will be equal to the "
+    "total gradients size'"
+)
+FSDP2_SOURCE = (
+    "torch FSDP2 fully_shard on every block and on the root: each unit's parameters gathered "
+    "for its forward and again for its backward, freed after each (reshard_after_forward=True); "
+    "its gradients reduce-scattered at its post-backward (torch 2.13 "
+    "fsdp/_fully_shard/_fsdp_param_group.py)"
+)
+PIPELINING_FSDP_SOURCE = (
+    "torch 2.13 distributed/pipelining/stage.py: backward_one_chunk calls "
+    "set_reshard_after_backward(False) and set_requires_gradient_sync(False) on an FSDP2 stage "
+    "module for every micro-batch, and the REDUCE_GRAD action after the last backward "
+    "(perform_reduce_grad) reshards and reduces once"
+)
+
+ENGINES = MappingProxyType(
+    {
+        e.name: e
+        for e in (
+            Engine(
+                name="reference",
+                gradient_buckets=False,
+                shards_parameters=False,
+                whole_tensor_shards=False,
+                gathered_until_backward=False,
+                unit_backward=False,
+                accumulates_unsharded=True,
+                fused_update=False,
+                source="the reference step `trainbudget profile` measures on one device "
+                "(core.single.peak_memory): no wrapper, torch's single-tensor update",
+            ),
+            Engine(
+                name="single",
+                gradient_buckets=False,
+                shards_parameters=False,
+                whole_tensor_shards=False,
+                gathered_until_backward=False,
+                unit_backward=False,
+                accumulates_unsharded=True,
+                fused_update=True,
+                source="the trainer with no data-parallel wrapper (one process, or tensor or "
+                "pipeline parallelism alone): torch's fused Adam/AdamW kernel where it applies "
+                "(model/optimizers.py)",
+            ),
+            Engine(
+                name="ddp",
+                gradient_buckets=True,
+                shards_parameters=False,
+                whole_tensor_shards=False,
+                gathered_until_backward=False,
+                unit_backward=False,
+                accumulates_unsharded=True,
+                fused_update=True,
+                source=DDP_SOURCE,
+            ),
+            Engine(
+                name="ddp+zero-redundancy",
+                gradient_buckets=True,
+                shards_parameters=False,
+                whole_tensor_shards=True,
+                gathered_until_backward=False,
+                unit_backward=False,
+                accumulates_unsharded=True,
+                fused_update=True,
+                source=f"{DDP_SOURCE}; torch.distributed.optim.ZeroRedundancyOptimizer "
+                "(torch 2.13 _partition_parameters): parameters sorted by size, largest first, "
+                "each to the rank with the fewest elements so far",
+            ),
+            Engine(
+                name="fsdp2",
+                gradient_buckets=False,
+                shards_parameters=True,
+                whole_tensor_shards=False,
+                gathered_until_backward=False,
+                unit_backward=True,
+                accumulates_unsharded=True,
+                fused_update=True,
+                pipeline_keeps_unsharded=True,
+                source=f"{FSDP2_SOURCE}; the trainer accumulates without gradient sync "
+                f"(train.loop); {PIPELINING_FSDP_SOURCE}",
+            ),
+            Engine(
+                name="fsdp2-no-reshard",
+                gradient_buckets=False,
+                shards_parameters=True,
+                whole_tensor_shards=False,
+                gathered_until_backward=True,
+                unit_backward=True,
+                accumulates_unsharded=True,
+                fused_update=True,
+                pipeline_keeps_unsharded=True,
+                source="torch FSDP2 fully_shard(reshard_after_forward=False): parameters "
+                "gathered in forward stay gathered until each unit's post-backward reshards "
+                "them (torch 2.13 fsdp/_fully_shard/_fsdp_param_group.py); "
+                f"{PIPELINING_FSDP_SOURCE}",
+            ),
+            Engine(
+                name="fsdp2-sync-every-micro-batch",
+                gradient_buckets=False,
+                shards_parameters=True,
+                whole_tensor_shards=False,
+                gathered_until_backward=False,
+                unit_backward=True,
+                accumulates_unsharded=False,
+                fused_update=True,
+                sp_keeps_gathered_input=True,
+                pipeline_keeps_unsharded=True,
+                source=f"{FSDP2_SOURCE}; torchtitan's train_step runs each micro-batch with "
+                "gradient sync on, so every backward reduce-scatters into the sharded "
+                f"gradient (torchtitan 0.2.2 trainer.py); {PIPELINING_FSDP_SOURCE}",
+            ),
+            Engine(
+                name="zero-buckets",
+                gradient_buckets=False,
+                buckets_in_flight=2,
+                shards_parameters=False,
+                whole_tensor_shards=False,
+                gathered_until_backward=False,
+                unit_backward=False,
+                layer_gather=True,
+                accumulates_unsharded=False,
+                fused_update=True,
+                sp_keeps_gathered_input=False,
+                source="ZeRO as Rajbhandari et al. 2020 (arXiv 1910.02054) describe it and "
+                "DeepSpeed and Megatron-Core run it: gradients reduced in size-capped buckets "
+                "from a contiguous gradient buffer (one bucket reducing while the next fills: "
+                "DeepSpeed stage_1_and_2.py reduce_bucket_size, Megatron-Core "
+                "distributed/param_and_grad_buffer.py), ZeRO-2/3 partitions accumulated per "
+                "micro-batch; ZeRO-3 fetches a layer and prefetches the next (DeepSpeed "
+                "stage3 PartitionedParameterCoordinator); fused Adam (apex/TE FusedAdam, "
+                "DeepSpeed FusedAdam); SP saves the sequence shard (Megatron-LM "
+                "tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication)",
+            ),
+        )
+    }
+)
+
+
+ZERO_STAGES = 4
+
+
+def check_engines(owner: str, names: tuple[str, ...]) -> None:
+    """A framework's engines: one for a GPU without a data-parallel wrapper, then one for each
+    ZeRO stage 0-3, each a row of `ENGINES`."""
+    if len(names) != 1 + ZERO_STAGES:
+        raise SpecError(f"{owner}.engines", names, "must name 5 engines: alone, ZeRO 0, 1, 2, 3")
+    for name in names:
+        if name not in ENGINES:
+            raise SpecError(f"{owner}.engines", name, "must be one of " + ", ".join(ENGINES))
+
+
+def get_engine(name: str) -> Engine:
+    if name not in ENGINES:
+        raise unknown_key("engine", name, list(ENGINES))
+    return ENGINES[name]
+
+
+ENGINE_COLUMNS = (
+    "gradient_buckets",
+    "buckets_in_flight",
+    "shards_parameters",
+    "whole_tensor_shards",
+    "gathered_until_backward",
+    "unit_backward",
+    "layer_gather",
+    "accumulates_unsharded",
+    "fused_update",
+    "sp_keeps_gathered_input",
+    "pipeline_keeps_unsharded",
+)
+"""The columns the phase model reads (each a number or a bool)."""
