@@ -9,7 +9,7 @@ import pytest
 
 from clirun import cli, cli_json
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.parallel_memory import plan_memory
+from trainbudget.core.parallel.gpu_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.step_time import step_time
 from trainbudget.core.spec.hardware import get_hardware

@@ -1,27 +1,22 @@
-"""Per-GPU memory under a plan: ZeRO model state, stage parameters, in-flight micro-batches,
-offload, buffers."""
+"""The terms of per-GPU memory under a plan: ZeRO model state, stage parameters, in-flight
+micro-batches (the phase model that adds them up: test_gpu_memory.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from trainbudget.core.parallel.parallel_memory import (
-    DDP_BUCKET_BYTES,
     ModelState,
     in_flight_micro_batches,
-    plan_memory,
-    stage_memories,
-    stage_memory,
     stage_params,
     zero_model_state,
 )
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.single.activations import layer_activations
 from trainbudget.core.single.params import count_params
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.core.spec.presets import get_preset
-from trainbudget.core.units import GB, MB
+from trainbudget.core.units import GB
 
 BF16 = get_precision("bf16-mixed")  # 2 + 2 + 4 (master) + 8 (Adam m, v) = 16 bytes per parameter
 ADAMW = get_optimizer("adamw")
@@ -29,10 +24,6 @@ L2_7B = get_preset("llama-2-7b")  # untied, RoPE
 GPT2 = get_preset("gpt2")  # tied, learned positions, biases
 MIXTRAL = get_preset("mixtral-8x7b")
 SEQ = 4096
-
-
-def mem(spec: ModelSpec, plan: Plan, seq_len: int = SEQ):
-    return plan_memory(spec, plan, seq_len=seq_len, precision=BF16, optimizer=ADAMW)
 
 
 # ---- ZeRO (Rajbhandari et al. 2020, Fig. 1; seed 004 B-zero) ---------------------------------
@@ -202,32 +193,6 @@ def test_in_flight_interleaved_on_stage_i_follows_megatron_warmup():
         assert in_flight_micro_batches(plan, stage_index=i) == pytest.approx(chunks / 2)
 
 
-def test_middle_stage_holds_the_second_stages_micro_batches():
-    # 1F1B, pp 4, m 8: first 4 in flight, the second stage (the 'middle' figure) 3
-    plan = Plan(pp=4, grad_accum=8)
-    kw = dict(seq_len=SEQ, precision=BF16, optimizer=ADAMW)
-    first = stage_memory(L2_7B, plan, "first", **kw)
-    middle = stage_memory(L2_7B, plan, "middle", **kw)
-    assert middle.activations_bytes == pytest.approx(first.activations_bytes * 3 / 4)
-    assert middle.total_bytes < first.total_bytes  # an even split: the first is heavier
-    stages = stage_memories(L2_7B, plan, **kw)
-    assert list(stages) == ["first", "middle", "last"]
-    assert mem(L2_7B, plan).total_bytes == max(m.total_bytes for m in stages.values())
-    assert list(stage_memories(L2_7B, Plan(pp=2, grad_accum=8), **kw)) == ["first", "last"]
-    assert list(stage_memories(L2_7B, Plan(), **kw)) == ["only"]
-
-
-def test_even_pp_layers_give_the_default_memory_exactly():
-    for pp in (2, 4, 8):
-        even = Plan(pp=pp, grad_accum=16)
-        given = Plan(pp=pp, grad_accum=16, pp_layers=(32 // pp,) * pp)
-        kw = dict(seq_len=SEQ, precision=BF16, optimizer=ADAMW)
-        for stage in ("first", "middle", "last"):
-            a = stage_memory(L2_7B, even, stage, **kw)
-            b = stage_memory(L2_7B, given, stage, **kw)
-            assert (a.total_bytes, a.activations_bytes) == (b.total_bytes, b.activations_bytes)
-
-
 def test_uneven_split_puts_each_stages_layers_on_it():
     # 32 layers as 6 + 8 + 9 + 9: the first stage holds 6 layers' weights and activations
     uneven = Plan(pp=4, grad_accum=8, pp_layers=(6, 8, 9, 9))
@@ -238,140 +203,4 @@ def test_uneven_split_puts_each_stages_layers_on_it():
         stage_params(L2_7B, even, "middle").dense + per_layer
     )
     assert per_layer == pytest.approx(first_e.layer_dense)
-    # the heaviest stage is the total
-    kw = dict(seq_len=SEQ, precision=BF16, optimizer=ADAMW)
-    stages = stage_memories(L2_7B, uneven, **kw)
-    assert mem(L2_7B, uneven).total_bytes == max(m.total_bytes for m in stages.values())
 
-
-def test_in_flight_activations_scale_the_first_stage():
-    # no recompute: the first stage holds in_flight x (layers / pp) x one layer's activations
-    plan = Plan(pp=4, grad_accum=8)
-    layer = layer_activations(
-        L2_7B,
-        seq_len=SEQ,
-        micro_batch=1,
-        activation_bytes=2,
-        flash_attention=True,
-    ).total_bytes
-    first = mem(L2_7B, plan)
-    assert first.stage == "first"
-    assert first.activations_bytes == pytest.approx(4 * 8 * layer)
-
-
-# ---- plan_memory ----------------------------------------------------------------------------
-def test_single_gpu_matches_model_state_plus_activations():
-    m = mem(GPT2, Plan(), seq_len=1024)
-    assert m.stage == "only"
-    n = count_params(GPT2).total
-    assert m.state.total_bytes == pytest.approx(16 * n)
-    assert m.buffers_bytes == 0  # one GPU: no DDP buckets
-    assert m.host_bytes == 0
-    assert m.total_bytes == pytest.approx(m.state.total_bytes + m.activations_bytes)
-    assert m.params_bytes == pytest.approx(2 * n)
-    assert m.grads_bytes == pytest.approx(2 * n)
-    assert m.optimizer_bytes == pytest.approx(12 * n)
-
-
-def test_ddp_buckets_when_dp_above_one():
-    # PyTorch DDP: bucket_cap_mb = 25, two in flight -> 50 MB
-    assert DDP_BUCKET_BYTES == 25 * MB
-    for zero in (0, 1, 2):
-        assert mem(L2_7B, Plan(dp=8, zero=zero)).buffers_bytes == 2 * DDP_BUCKET_BYTES
-    assert mem(L2_7B, Plan(tp=8)).buffers_bytes == 0  # dp 1: no gradient all-reduce
-    # cp ranks take part in the gradient reduction too
-    assert mem(L2_7B, Plan(cp=2)).buffers_bytes == 2 * DDP_BUCKET_BYTES
-
-
-def test_zero3_buffers_are_gathered_layers():
-    # the layer in use, the prefetched one (2 x 2 bytes) and its unsharded bf16 gradient (2):
-    # 6 bytes x one layer's parameters
-    m = mem(L2_7B, Plan(dp=8, zero=3))
-    layer = count_params(L2_7B).per_layer / L2_7B.n_layers
-    assert m.buffers_bytes == pytest.approx(6 * layer)
-    assert m.buffers_bytes > 0
-
-
-def test_zero_shards_over_dp_times_cp():
-    n = count_params(L2_7B).total
-    m = mem(L2_7B, Plan(dp=4, cp=2, zero=3))
-    assert m.state.total_bytes == pytest.approx(16 * n / 8)
-
-
-def test_hsdp_shards_over_the_shard_group():
-    n = count_params(L2_7B).total
-    m = mem(L2_7B, Plan(dp=16, zero=3, zero_shard=4))
-    assert m.state.total_bytes == pytest.approx(16 * n / 4)
-
-
-@pytest.mark.parametrize("target", ["cpu", "nvme"])
-def test_offload_optimizer_moves_master_and_state_to_host(target):
-    base = mem(L2_7B, Plan(dp=8, zero=1))
-    off = mem(L2_7B, Plan(dp=8, zero=1, offload_optimizer=target))
-    assert off.optimizer_bytes == 0
-    assert off.state.master_bytes == 0 and off.state.optimizer_state_bytes == 0
-    assert off.host_bytes == pytest.approx(base.optimizer_bytes)
-    # weights and gradients stay on the GPU
-    assert off.params_bytes == base.params_bytes
-    assert off.grads_bytes == base.grads_bytes
-    assert off.total_bytes == pytest.approx(base.total_bytes - base.optimizer_bytes)
-
-
-def test_offload_params_moves_weights_too():
-    base = mem(L2_7B, Plan(dp=8, zero=3))
-    off = mem(L2_7B, Plan(dp=8, zero=3, offload_params="cpu", offload_optimizer="cpu"))
-    assert off.params_bytes == 0 and off.optimizer_bytes == 0
-    assert off.host_bytes == pytest.approx(base.params_bytes + base.optimizer_bytes)
-    assert off.buffers_bytes == base.buffers_bytes  # gathered layers still live on the GPU
-
-
-def test_peak_stage_is_the_larger_one():
-    # pp 2, 1F1B with m = 8: the first stage keeps 2 micro-batches of 16 layers in flight,
-    # the last 1 micro-batch plus the logits; the reported stage is whichever needs more
-    plan = Plan(pp=2, dp=4, grad_accum=8)
-    m = mem(L2_7B, plan)
-    assert m.stage in ("first", "last")
-    # build both by swapping what dominates: a huge vocab makes the last stage the peak
-    big_vocab = L2_7B.replace(vocab_size=1_000_000)
-    assert mem(big_vocab, plan).stage == "last"
-
-
-def test_sp_reduces_activations():
-    no_sp = mem(L2_7B, Plan(tp=4, dp=2))
-    sp = mem(L2_7B, Plan(tp=4, dp=2, sp=True))
-    assert sp.activations_bytes < no_sp.activations_bytes
-    assert sp.state == no_sp.state
-
-
-def test_recompute_reduces_activations():
-    acts = [
-        mem(L2_7B, Plan(dp=8, recompute=r, flash_attention=False)).activations_bytes
-        for r in ("none", "selective", "full")
-    ]
-    assert acts[0] > acts[1] > acts[2]
-
-
-def test_a_ddp_bucket_never_holds_more_than_the_gradients():
-    # a 2-layer, d_model 32 model has ~30k parameters: 4 bytes each in fp32 is far below 25 MB
-    tiny = ModelSpec(vocab_size=257, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=64)
-    grads = count_params(tiny).total * BF16.grad_bytes
-    assert grads < DDP_BUCKET_BYTES
-    assert mem(tiny, Plan(dp=2), seq_len=64).buffers_bytes == pytest.approx(2 * grads)
-
-
-@pytest.mark.parametrize("every", [2, 3, 32])
-def test_recomputing_every_kth_layer_keeps_the_others_whole(every):
-    """torchtitan's per-layer checkpointing: ceil(L / K) layers keep only their input."""
-    layers = L2_7B.n_layers  # 32
-    recomputed = -(-layers // every)
-    none = mem(L2_7B, Plan(dp=8, zero=3)).activations_bytes
-    full = mem(L2_7B, Plan(dp=8, zero=3, recompute="full")).activations_bytes
-    part = mem(L2_7B, Plan(dp=8, zero=3, recompute="full", recompute_every=every))
-    layer = layer_activations(
-        L2_7B, seq_len=SEQ, micro_batch=1, activation_bytes=2, flash_attention=True
-    ).total_bytes
-    checkpoint = SEQ * L2_7B.d_model * 2
-    head = none - layers * layer  # the head's inputs, logits and loss
-    want = recomputed * checkpoint + (layers - recomputed) * layer + (layer - checkpoint) + head
-    assert part.activations_bytes == pytest.approx(want, rel=1e-12)
-    assert full <= part.activations_bytes <= none + (layer - checkpoint)

@@ -26,15 +26,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.parallel_memory import plan_memory
+from trainbudget.core.parallel.gpu_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan, validate_plan
-from trainbudget.core.parallel.planner import (
-    TIE_TOLERANCE,
-    Policy,
-    enumerate_plans,
-    evaluate,
-    search,
-)
+from trainbudget.core.parallel.plan_space import TIE_TOLERANCE, Policy
+from trainbudget.core.parallel.planner import evaluate
+from trainbudget.core.parallel.planner_fast import enumerate_plans
+from trainbudget.core.parallel.planner_fast import search_fast as search
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision

@@ -1,6 +1,8 @@
-"""The phase model on one data-parallel rank: the single-device phases with the state sharded by
-ZeRO and each engine's buffers; ZeroRedundancyOptimizer's whole-tensor shares. The measured
-side (MemTracker on each rank of a torchrun run) is tests/train/test_rank_memory.py."""
+"""The phase model on one rank of a plan the trainer runs (`rank_peak`: `gpu_peak` under the
+trainer's own framework row, its engine named by the plan's ZeRO stage): the single-device
+phases with the state sharded and each engine's buffers; ZeroRedundancyOptimizer's whole-tensor
+shares; tensor and expert parallel ranks. The measured side (MemTracker on each rank of a
+torchrun run) is tests/train/test_rank_memory.py."""
 
 from __future__ import annotations
 
@@ -9,10 +11,9 @@ import dataclasses
 import pytest
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.parallel.gpu_peak import BACKWARD_STARTS
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.rank_peak import (
-    ENGINES,
-    covers,
     expert_parallel_params,
     expert_rows_bytes,
     rank_peak,
@@ -21,6 +22,8 @@ from trainbudget.core.parallel.rank_peak import (
 )
 from trainbudget.core.single.params import count_params
 from trainbudget.core.single.peak_memory import training_peak
+from trainbudget.core.spec.engines import ENGINES, get_engine
+from trainbudget.core.spec.frameworks import TRAINBUDGET
 from trainbudget.core.spec.presets import get_preset
 
 # the trainer's distributed tests' model (tests/train/test_parallelize.py: MODEL): 18,880
@@ -37,59 +40,68 @@ TINY = dataclasses.replace(
 )
 N = 18_880
 KW = dict(precision="fp32", optimizer="adamw", seq_len=32)
+START = BACKWARD_STARTS[0]  # the last micro-batch's backward start
 
 
-def peak(plan: Plan, engine: str, **kw):
-    return rank_peak(TINY, plan, engine=engine, **KW, **kw)
+def peak(plan: Plan, **kw):
+    return rank_peak(TINY, plan, **KW, **kw)
+
+
+def phases(result) -> dict:
+    """The phases that occur (a phase of zero bytes does not), by name."""
+    return {p.phase: p for p in result.phases if p.total_bytes}
+
+
+def test_the_trainers_engines_follow_its_strategies():
+    # train.strategy: ddp, zero1, zero2, fsdp (hsdp: fsdp over a shard group)
+    assert TRAINBUDGET.engines == (
+        "single",
+        "ddp",
+        "ddp+zero-redundancy",
+        "fsdp2-no-reshard",
+        "fsdp2",
+    )
 
 
 def test_one_rank_without_an_engine_is_the_single_device_phase_model():
-    single = training_peak(TINY, micro_batch=4, **KW)
-    assert peak(Plan(dp=1, micro_batch=4), "single") == single
+    single = training_peak(TINY, micro_batch=4, fused_update=True, **KW)
+    got = phases(peak(Plan(dp=1, micro_batch=4)))
+    want = {p.phase: p.total_bytes for p in single.phases}
+    assert got[START].total_bytes == want["backward start"]
+    assert got["backward end"].total_bytes == want["backward end"]
+    assert got["optimizer step"].total_bytes == want["optimizer step"]
 
 
 def test_ddp_adds_a_copy_of_every_gradient_to_every_phase():
     assert count_params(TINY).total == N
-    ddp = peak(Plan(dp=2, micro_batch=4), "ddp")
-    single = training_peak(TINY, micro_batch=4, **KW)
-    for got, want in zip(ddp.phases, single.phases, strict=True):
-        assert got.buffers_bytes == N * 4  # fp32 gradients
-        assert got.total_bytes == want.total_bytes + N * 4
+    ddp = phases(peak(Plan(dp=2, micro_batch=4)))
+    single = phases(peak(Plan(dp=1, micro_batch=4)))
+    for name in (START, "backward end", "optimizer step"):
+        assert ddp[name].buffers_bytes == N * 4  # fp32 gradients
+        assert ddp[name].total_bytes == single[name].total_bytes + N * 4
 
 
-@pytest.mark.parametrize("engine", ["ddp", "fsdp2"])
-def test_memory_never_grows_with_the_zero_stage(engine):
-    totals = [
-        peak(Plan(dp=4, zero=zero, micro_batch=2), engine).total_bytes
-        for zero in ((0, 1, 2, 3) if engine == "ddp" else (3,))
-    ]
+def test_memory_never_grows_with_the_zero_stage():
+    totals = [peak(Plan(dp=4, zero=zero, micro_batch=2)).total_bytes for zero in (0, 1, 3)]
     assert totals == sorted(totals, reverse=True)
 
 
 def test_fsdp2_shards_the_state_and_gathers_as_it_runs():
     plan = Plan(dp=2, zero=3, micro_batch=4)
-    phases = {p.phase: p for p in peak(plan, "fsdp2").phases}
-    assert list(phases) == [
-        "backward start",
-        "last block backward",
-        "first block backward",
-        "backward end",
-        "optimizer step",
-    ]
-    assert phases["backward start"].params_bytes == N * 4 / 2
-    assert phases["backward start"].optimizer_bytes == N * 8 / 2
-    assert phases["backward start"].buffers_bytes == 0  # every unit resharded after forward
+    got = phases(peak(plan))
+    assert {"last block backward", "first block backward", START} <= set(got)
+    assert got[START].params_bytes == N * 4 / 2
+    assert got[START].optimizer_bytes == N * 8 / 2
+    assert got[START].buffers_bytes == 0  # every unit resharded after forward
     # the first block's backward: every other block's gradients in their shards already
     root = 257 * 32 + 64 * 32 + 2 * 32  # tied embedding, positions, final norm
     block = N - root
-    assert (
-        phases["first block backward"].grads_bytes == 0
-    )  # one block: no other block to have reduced
-    assert phases["first block backward"].buffers_bytes == (root + block) * 4 + block * 4
+    assert got["first block backward"].grads_bytes == 0  # one block: none reduced before it
+    assert got["first block backward"].buffers_bytes == (root + block) * 4 + block * 4
     # without resharding (zero2's engine): the whole model gathered beside the shard
-    kept = {p.phase: p for p in peak(Plan(dp=2, zero=2, micro_batch=4), "fsdp2-no-reshard").phases}
-    assert kept["backward start"].params_bytes == N * 4 / 2
-    assert kept["backward start"].buffers_bytes == N * 4
+    kept = phases(peak(Plan(dp=2, zero=2, micro_batch=4)))
+    assert kept[START].params_bytes == N * 4 / 2
+    assert kept[START].buffers_bytes == N * 4
     assert kept["optimizer step"].buffers_bytes == 0
 
 
@@ -109,24 +121,23 @@ def test_whole_tensor_shares_deal_the_largest_first():
 
 def test_zero1_ranks_differ_by_their_whole_tensor_shares():
     plan = Plan(dp=4, zero=1, micro_batch=2)
-    ranks = [peak(plan, "ddp+zero-redundancy", rank=r).total_bytes for r in range(4)]
-    even = peak(plan, "ddp").total_bytes
+    ranks = [peak(plan, rank=r).total_bytes for r in range(4)]
+    even = rank_peak(
+        TINY,
+        plan,
+        framework=dataclasses.replace(
+            TRAINBUDGET, engines=("single", "ddp", "ddp", "fsdp2", "fsdp2")
+        ),
+        **KW,
+    ).total_bytes
     assert ranks[0] > even > ranks[1] == ranks[3]
     assert sum(ranks) == pytest.approx(4 * even)
 
 
 def test_a_fused_update_has_no_scratch():
-    plan = Plan(dp=2, micro_batch=4)
-    step = {p.phase: p for p in peak(plan, "ddp", fused_update=True).phases}["optimizer step"]
+    assert get_engine("ddp").fused_update and not get_engine("reference").fused_update
+    step = phases(peak(Plan(dp=2, micro_batch=4)))["optimizer step"]
     assert step.temporaries_bytes == 0
-
-
-def test_data_tensor_and_expert_parallel_plans_are_covered():
-    assert covers(Plan(dp=8, zero=3, zero_shard=2, grad_accum=4))
-    assert covers(Plan(dp=2, tp=2, sp=True, zero=3))
-    assert covers(Plan(dp=2, ep=2))
-    for plan in (Plan(pp=2), Plan(cp=2), Plan(dp=2, tp=2, ep=2)):
-        assert not covers(plan)
 
 
 # tests/train/test_rank_memory.py's ep2 model: 2 MoE layers of 4 experts, top-2
@@ -140,10 +151,9 @@ def test_an_expert_parallel_rank_holds_its_experts_and_ddp_buckets_the_rest():
     local, bucketed = expert_parallel_params(MOE_TINY, 2)
     assert local == p.total - p.moe_experts / 2
     assert bucketed == p.total - p.moe_experts  # DDP ignores the experts
-    kw = dict(precision="fp32", optimizer="adamw", seq_len=32, fused_update=True)
     plan = Plan(dp=2, ep=2, micro_batch=4)
-    ep = rank_peak(MOE_TINY, plan, engine="ddp", **kw).peak
-    dp = rank_peak(MOE_TINY, dataclasses.replace(plan, ep=1), engine="ddp", **kw).peak
+    ep = rank_peak(MOE_TINY, plan, **KW).peak
+    dp = rank_peak(MOE_TINY, dataclasses.replace(plan, ep=1), **KW).peak
     # weights, gradients and both Adam moments of half the experts fewer; buckets without any
     assert dp.params_bytes - ep.params_bytes == p.moe_experts / 2 * 4
     assert dp.optimizer_bytes - ep.optimizer_bytes == p.moe_experts / 2 * 8
@@ -177,15 +187,21 @@ def test_a_tensor_parallel_rank_holds_its_shard_and_the_replicated_rest():
 
 def test_loss_parallel_adds_one_vocabulary_sized_fp32_tensor_at_backward_start():
     plan = Plan(tp=2, micro_batch=4)
-    got = rank_peak(TP_TINY, plan, engine="single", **KW).phases
-    want = training_peak(tensor_shard(TP_TINY, 2), micro_batch=4, **KW).phases
-    start = [g.temporaries_bytes - w.temporaries_bytes for g, w in zip(got, want, strict=True)]
-    assert start == [32 * 4 * 129 * 4, 0, 0]  # tokens x V/tp, fp32; then nothing
+    got = phases(rank_peak(TP_TINY, plan, **KW))
+    want = {
+        p.phase: p
+        for p in training_peak(
+            tensor_shard(TP_TINY, 2), micro_batch=4, fused_update=True, **KW
+        ).phases
+    }
+    extra = got[START].temporaries_bytes - want["backward start"].temporaries_bytes
+    assert extra == 32 * 4 * 129 * 4  # tokens x V/tp, fp32
+    assert got["optimizer step"].temporaries_bytes == want["optimizer step"].temporaries_bytes
 
 
 def test_memory_never_grows_with_tensor_or_sequence_parallelism():
     totals = [
-        rank_peak(TP_TINY, plan, engine="fsdp2", **KW).total_bytes
+        rank_peak(TP_TINY, plan, **KW).total_bytes
         for plan in (
             Plan(dp=2, zero=3, micro_batch=4),
             Plan(dp=2, tp=2, zero=3, micro_batch=4),
@@ -196,15 +212,15 @@ def test_memory_never_grows_with_tensor_or_sequence_parallelism():
 
 
 def test_accumulation_adds_the_unsynchronised_gradients_before_backward():
-    one = {p.phase: p for p in peak(Plan(dp=2, zero=3, micro_batch=2), "fsdp2").phases}
-    two = {
-        p.phase: p for p in peak(Plan(dp=2, zero=3, micro_batch=2, grad_accum=2), "fsdp2").phases
-    }
-    assert two["backward start"].grads_bytes - one["backward start"].grads_bytes == N * 4
+    one = phases(peak(Plan(dp=2, zero=3, micro_batch=2)))
+    two = phases(peak(Plan(dp=2, zero=3, micro_batch=2, grad_accum=2)))
+    assert two[START].grads_bytes - one[START].grads_bytes == N * 4
     assert two["optimizer step"] == one["optimizer step"]
 
 
 def test_an_unknown_engine_names_the_known_ones():
     with pytest.raises(SpecError, match="engine") as err:
-        peak(Plan(dp=2), "deepspeed")
+        get_engine("deepspeed")
     assert all(name in str(err.value) for name in ENGINES)
+    with pytest.raises(SpecError, match="engines"):
+        dataclasses.replace(TRAINBUDGET, engines=("single", "ddp"))

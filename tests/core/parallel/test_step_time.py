@@ -17,7 +17,7 @@ from trainbudget.core.parallel.cluster import (
     Cluster,
 )
 from trainbudget.core.parallel.comm_time import OVERLAP_COMPUTE_SLOWDOWN
-from trainbudget.core.parallel.parallel_memory import plan_memory
+from trainbudget.core.parallel.gpu_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.step_time import (
     DEFAULT_EFFICIENCY,

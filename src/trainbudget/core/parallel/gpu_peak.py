@@ -255,12 +255,13 @@ class _Model:
         # ignore them under ep); size-capped buckets never hold more than the gradients
         bucketed = (p.dense + xp.where(L.ep > 1, 0.0, p.experts)) * self.g
         buckets = xp.where(wrapped & eng.gradient_buckets, bucketed, 0.0)
-        in_flight = eng.buckets_in_flight * xp.minimum(self.fw.bucket_bytes, full_grads)
-        buckets = buckets + xp.where(wrapped, in_flight, 0.0)
         # ZeRO-3 as DeepSpeed runs it: the layer in use and the one prefetched, gathered,
-        # and that layer's unsharded gradient before its reduce-scatter
+        # and that layer's unsharded gradient before its reduce-scatter (in place of the
+        # size-capped buckets of the lower stages)
         layer_gather = p.layer_dense * (2 * self.w + self.g)
         zero3 = eng.layer_gather & (L.zero >= 3) & wrapped
+        in_flight = eng.buckets_in_flight * xp.minimum(self.fw.bucket_bytes, full_grads)
+        buckets = buckets + xp.where(wrapped & xp.not_(zero3), in_flight, 0.0)
         base = buckets + xp.where(zero3, layer_gather, 0.0) + self.fw.runtime_overhead_bytes
         return state, host, full_grads, base
 
@@ -373,7 +374,7 @@ class _Model:
         received = boundary * (xp.where(first, 0, self.e) + xp.where(last, 0, self.prec.grad_bytes))
         received = xp.where(piped, received, 0.0)
         input_grad = xp.where(piped & xp.not_(first), boundary * self.prec.grad_bytes, 0.0)
-        kept = xp.where(piped, output + input_grad, 0.0)  # a pipeline keeps each output
+        kept = xp.where(piped, output, 0.0)  # a pipeline keeps each micro-batch's output
         forward = self._tp_forward()
         after_warm_up = xp.maximum(m - in_flight, 0)
         phases = []
@@ -389,7 +390,7 @@ class _Model:
                 grads_bytes=xp.where(k > 0, accumulated, 0.0),
                 optimizer_bytes=state.optimizer_bytes,
                 activations_bytes=held,
-                buffers_bytes=base + gathered + m * received,
+                buffers_bytes=base + gathered + m * received + k * input_grad,
             )
             phases.append(PhaseMemory(phase=name, temporaries_bytes=transient, **common))
             if name in (BACKWARD_STARTS[1], BACKWARD_STARTS[3]):
