@@ -1,8 +1,7 @@
 """accounting: the layout the trainer runs (strategy -> core Plan) and the predictions made for
-it -- the single-process peak unchanged (core.peak_memory's phase model), several ranks'
-from core.parallel_memory with the model state sharded by the strategy's ZeRO stage (zero2:
-plus the parameter shard FSDP2 keeps at rest). Pure: no torch
-(a device from the catalog, so no start-up benchmark runs)."""
+it -- every rank's peak from the one per-GPU phase model (core.parallel.gpu_peak through
+rank_peak, under the trainer's own framework row), the model state sharded by the strategy's
+ZeRO stage. Pure: no torch (a device from the catalog, so no start-up benchmark runs)."""
 
 from __future__ import annotations
 
@@ -12,11 +11,13 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.parallel_memory import plan_memory, stage_memories
+from trainbudget.core.parallel.gpu_memory import plan_memory, stage_memories
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.rank_peak import rank_peak
 from trainbudget.core.parallel.step_time import step_time
+from trainbudget.core.single.params import count_params
 from trainbudget.core.single.peak_memory import training_peak
+from trainbudget.core.spec.frameworks import TRAINBUDGET
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.precision import get_optimizer, get_precision
@@ -35,7 +36,7 @@ BATCHING = {"micro_batch": 4, "grad_accum": 2, "recompute": "none"}
 def budget(strategy: str, world_size: int, zero_shard: int = 0, **kw):
     plan = run_plan(strategy, world_size=world_size, zero_shard=zero_shard, **BATCHING)
     settings = {"precision": "fp32", "optimizer": "adamw", "seq_len": 128, **kw}
-    return make_budget(SPEC, plan, device=H100, strategy=strategy, **settings)
+    return make_budget(SPEC, plan, device=H100, **settings)
 
 
 @pytest.mark.parametrize(
@@ -92,10 +93,14 @@ def test_a_plan_file_round_trips_to_the_layout_that_runs(tmp_path, zero, zero_sh
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
 def test_one_process_keeps_the_phase_model_of_the_reference_implementation(precision):
     b = budget("ddp", 1, precision=precision)
-    peak = training_peak(
-        SPEC, precision=precision, optimizer="adamw", seq_len=128, micro_batch=4
-    ).total_bytes
-    assert b.predicted_peak_memory_bytes == peak  # the same call, unchanged
+    # the reference step with the trainer's fused update (the single engine's row); over 2
+    # micro-batches the last one's backward starts beside the first one's gradients
+    phases = training_peak(
+        SPEC, precision=precision, optimizer="adamw", seq_len=128, micro_batch=4, fused_update=True
+    ).phases
+    grads = count_params(SPEC).total * get_precision(precision).grad_bytes
+    want = max(p.total_bytes + (grads if p.phase == "backward start" else 0) for p in phases)
+    assert b.predicted_peak_memory_bytes == pytest.approx(want, rel=1e-12)
     assert b.plan.describe() == "dp1 tp1 pp1 zero0 mb4x2"
     assert any("phase model" in note for note in b.notes)
 
@@ -108,17 +113,9 @@ def test_fsdp_shards_the_model_state_over_the_ranks():
     assert fsdp.predicted_model_state_bytes == pytest.approx(ddp.predicted_model_state_bytes / 2)
     assert fsdp.predicted_peak_memory_bytes < ddp.predicted_peak_memory_bytes
     # several ranks: the core's phase model on one rank of that plan under the strategy's
-    # engine, with the trainer's fused AdamW, called, not re-derived
-    for b, engine in ((ddp, "ddp"), (fsdp, "fsdp2")):
-        want = rank_peak(
-            SPEC,
-            b.plan,
-            engine=engine,
-            seq_len=128,
-            precision="fp32",
-            optimizer="adamw",
-            fused_update=True,
-        )
+    # engine (the trainer's framework row), called, not re-derived
+    for b in (ddp, fsdp):
+        want = rank_peak(SPEC, b.plan, seq_len=128, precision="fp32", optimizer="adamw")
         assert b.predicted_peak_memory_bytes == want.total_bytes
         assert b.predicted_peak_memory_bytes_by_rank == (want.total_bytes,) * 2
         assert any(b.plan.describe() in note for note in b.notes)
@@ -140,10 +137,10 @@ def test_step_time_is_predicted_for_the_plan_that_runs():
 
 def _core(plan: Plan, precision: str = "fp32"):
     kw = dict(precision=get_precision(precision), optimizer=get_optimizer("adamw"))
-    return plan_memory(SPEC, plan, seq_len=128, **kw)
+    return plan_memory(SPEC, plan, seq_len=128, framework=TRAINBUDGET, **kw)
 
 
-@pytest.mark.parametrize("strategy", ["zero1", "zero2", "fsdp"])
+@pytest.mark.parametrize("strategy", ["zero2", "fsdp"])
 def test_every_zero_strategy_shards_the_optimizer_state(strategy):
     # ZeRO (arXiv 1910.02054, Sec. 5.1): stages 1 to 3 all divide the optimizer state by the
     # data-parallel degree; the per-rank prediction summary.json compares with the measure
@@ -156,19 +153,24 @@ def test_every_zero_strategy_shards_the_optimizer_state(strategy):
     assert sharded.predicted_master_bytes == 0  # fp32: no master copy
 
 
+def test_zero1_shards_the_optimizer_state_by_whole_tensors():
+    # ZeroRedundancyOptimizer: the heaviest rank owns more than the even share
+    ddp, zero1 = budget("ddp", 4), budget("zero1", 4)
+    assert zero1.predicted_optimizer_state_bytes > ddp.predicted_optimizer_state_bytes / 4
+    assert zero1.predicted_optimizer_state_bytes == _core(zero1.plan).state.optimizer_state_bytes
+
+
 def test_zero2_predicts_what_fsdp2_without_resharding_holds():
     # the peak: the phase model with FSDP2's shard at rest and the whole model gathered until
-    # backward (core.parallel.rank_peak's fsdp2-no-reshard row)
+    # backward (the trainer row's fsdp2-no-reshard engine for ZeRO-2)
     b = budget("zero2", 4)
     assert b.plan.zero == 2
-    kw = dict(seq_len=128, precision="fp32", optimizer="adamw", fused_update=True)
-    want = rank_peak(SPEC, b.plan, engine="fsdp2-no-reshard", **kw)
+    want = rank_peak(SPEC, b.plan, seq_len=128, precision="fp32", optimizer="adamw")
     assert b.predicted_peak_memory_bytes == want.total_bytes
-    # the model state: the core's ZeRO-2 (parameters replicated) plus the shard of the
-    # parameters FSDP2 keeps at rest, the parameter bytes of the same plan at ZeRO-3
-    zero2, zero3 = _core(b.plan), _core(dataclasses.replace(b.plan, zero=3))
-    assert b.predicted_model_state_bytes == zero2.state.total_bytes + zero3.state.params_bytes
-    assert any("zero2" in note for note in b.notes)
+    # the model state at rest: the parameters sharded as ZeRO-3 shards them (the gathered
+    # copy is a buffer of the phases until backward ends), gradients and state ZeRO-2's
+    zero3 = _core(dataclasses.replace(b.plan, zero=3))
+    assert b.predicted_model_state_bytes == pytest.approx(zero3.state.total_bytes)
 
 
 def test_zero1_ranks_and_pipeline_stages_get_their_own_prediction():
@@ -181,7 +183,12 @@ def test_zero1_ranks_and_pipeline_stages_get_their_own_prediction():
     plan = Plan(dp=2, pp=2, micro_batch=2, grad_accum=4)
     b = make_budget(SPEC, plan, device=H100, precision="fp32", optimizer="adamw", seq_len=128)
     stages = stage_memories(
-        SPEC, plan, seq_len=128, precision=get_precision("fp32"), optimizer=get_optimizer("adamw")
+        SPEC,
+        plan,
+        seq_len=128,
+        precision=get_precision("fp32"),
+        optimizer=get_optimizer("adamw"),
+        framework=TRAINBUDGET,
     )
     first, last = stages["first"].total_bytes, stages["last"].total_bytes
     assert b.predicted_peak_memory_bytes_by_rank == (first, first, last, last)

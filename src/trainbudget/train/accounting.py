@@ -256,7 +256,7 @@ def _memory(
     state = heaviest.state
     return _Memory(
         peak_bytes=max(by_rank),
-        peak_bytes_by_rank=by_rank if len(set(by_rank)) > 1 else (),
+        peak_bytes_by_rank=by_rank if plan.n_gpus > 1 else (),
         model_state_bytes=state.total_bytes,
         optimizer_state_bytes=state.optimizer_state_bytes,
         master_bytes=state.master_bytes,
