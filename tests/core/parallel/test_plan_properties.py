@@ -13,6 +13,12 @@ Memory monotonicity (each derived in the test's docstring from parallel_memory.p
 - PP 1 -> 2 -> 4 at fixed dp/tp, 1F1B, m >= pp: a stage holds L / pp layers and min(m, pp)
   micro-batches of them, so the first stage's L / pp x pp = L layer-activations never exceed
   the single stage's L (which also keeps the logits); the last stage keeps one micro-batch.
+  What a pipeline adds is the schedule's own (torch 2.13 pipelining, measured in
+  tests/train/test_rank_memory.py): per micro-batch a receive buffer, a sent gradient, the
+  output kept to merge and the received input's gradient (tokens x d each), a block's MLP
+  gradients in backward, and under recomputation the layer rebuilt inside each backward. So
+  the peak never grows by more than those (`pipeline_overhead_bytes`); on small models whose
+  activations dominate it can grow by that much.
 
 Planner: search() returns a valid plan that fits, and (brute force over enumerate_plans) no
 fitting plan is faster per token.
@@ -32,6 +38,7 @@ from trainbudget.core.parallel.plan_space import TIE_TOLERANCE, Policy
 from trainbudget.core.parallel.planner import evaluate
 from trainbudget.core.parallel.planner_fast import enumerate_plans
 from trainbudget.core.parallel.planner_fast import search_fast as search
+from trainbudget.core.single.activations import layer_activations
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
@@ -218,8 +225,26 @@ def test_memory_never_grows_with_pp(
         )
         validate_plan(plan, spec, n_gpus=plan.n_gpus, seq_len=seq_len)
         mems.append(total(spec, plan, seq_len, precision, optimizer))
+    extra = pipeline_overhead_bytes(spec, plan, seq_len, precision)
     for a, b in itertools.pairwise(mems):
-        assert b <= a * (1 + EPS), mems
+        assert b <= a * (1 + EPS) + extra, mems
+
+
+def pipeline_overhead_bytes(spec, plan: Plan, seq_len: int, precision) -> float:
+    """The most a pipeline's schedule adds on a stage (module docstring): four tokens x d
+    tensors a micro-batch, a block's two MLP gradients and one layer's saved tensors."""
+    tokens = seq_len * plan.micro_batch
+    e, g = precision.activation_bytes, precision.grad_bytes
+    layer = layer_activations(
+        spec,
+        seq_len=seq_len,
+        micro_batch=plan.micro_batch,
+        activation_bytes=e,
+        flash_attention=plan.flash_attention,
+        tp=plan.tp,
+    ).total_bytes
+    boundary = plan.grad_accum * tokens * spec.d_model * (2 * e + 2 * g)
+    return boundary + 2 * tokens * spec.d_ff * g + layer + 2 * tokens * 8
 
 
 @SETTINGS

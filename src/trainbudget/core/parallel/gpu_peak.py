@@ -329,8 +329,9 @@ class _Model:
             self.working = xp.where(
                 op, op_checkpoint_working_bytes(layer, saved_op, xp), self.working
             )
-        # a stage after the first keeps its input in the schedule's receive buffer
-        per = per - xp.where(first, 0.0, checkpoint)
+        # a stage after the first keeps its input in torch pipelining's receive buffer
+        in_buffer = xp.not_(first) & self.eng.torch_pipelining & (L.pp > 1)
+        per = per - xp.where(in_buffer, checkpoint, 0.0)
         logits = self.tokens * self.vocab * e
         head_input = self.tokens * spec.d_model * e
         head = (
@@ -370,11 +371,8 @@ class _Model:
             sharded_grads,
         )
         accumulated = accumulated + self._whole_vocabulary_grad(first)
-        boundary = self.tokens * self.spec.d_model / self.split
-        received = boundary * (xp.where(first, 0, self.e) + xp.where(last, 0, self.prec.grad_bytes))
-        received = xp.where(piped, received, 0.0)
-        input_grad = xp.where(piped & xp.not_(first), boundary * self.prec.grad_bytes, 0.0)
-        kept = xp.where(piped, output, 0.0)  # a pipeline keeps each micro-batch's output
+        received, input_grad, torch_pp = self.pipeline_buffers(first, last)
+        kept = xp.where(torch_pp, output, 0.0)
         forward = self._tp_forward()
         after_warm_up = xp.maximum(m - in_flight, 0)
         phases = []
@@ -390,7 +388,7 @@ class _Model:
                 grads_bytes=xp.where(k > 0, accumulated, 0.0),
                 optimizer_bytes=state.optimizer_bytes,
                 activations_bytes=held,
-                buffers_bytes=base + gathered + m * received + k * input_grad,
+                buffers_bytes=base + gathered + received + k * input_grad,
             )
             phases.append(PhaseMemory(phase=name, temporaries_bytes=transient, **common))
             if name in (BACKWARD_STARTS[1], BACKWARD_STARTS[3]):
@@ -418,12 +416,13 @@ class _Model:
         m = L.grad_accum
         piped = L.pp > 1
         units, u = self._units()
-        boundary = self.tokens * spec.d_model / self.split
-        received = boundary * (xp.where(first, 0, self.e) + xp.where(last, 0, prec.grad_bytes))
-        input_grad = xp.where(xp.not_(first), boundary * prec.grad_bytes, 0.0)
-        buffers = base + xp.where(piped, m * (received + input_grad), 0.0)
-        # the caller holds the logits through the step; a pipeline every micro-batch's output
-        acts = xp.where(piped, m * output, self.tokens * self.vocab * self.e)
+        received, input_grad, torch_pp = self.pipeline_buffers(first, last)
+        buffers = base + received + m * input_grad
+        # one stage's caller holds the logits through the step; torch's pipelining keeps every
+        # micro-batch's output until the step ends
+        acts = xp.where(
+            piped, xp.where(torch_pp, m * output, 0.0), self.tokens * self.vocab * self.e
+        )
         tied = 2 * spec.vocab_size / L.tp * spec.d_model * self.g if spec.tied_embeddings else 0.0
         tied = xp.where(piped, 0.0, tied)
         scratch_bytes = FP32_BYTES if prec.master_bytes else prec.state_bytes
@@ -527,6 +526,22 @@ class _Model:
             _occurs(units & xp.not_(full), last_block, xp),
             _occurs(units, first_block, xp),
         ]
+
+    def pipeline_buffers(self, first, last):
+        """(the receive buffers a stage holds through the step, a received input's gradient
+        kept after its backward until the next step, whether the schedule keeps each
+        micro-batch's output): torch 2.13 pipelining/stage.py allocates once, per micro-batch,
+        a buffer for each input a stage receives and each gradient it is sent (_RecvInfo,
+        _make_tensor_from_meta), and forward_one_chunk keeps every output to merge at the
+        step's end (`Engine.torch_pipelining`); none of these elsewhere."""
+        L, xp = self.L, self.xp
+        torch_pp = self.eng.torch_pipelining & (L.pp > 1)
+        boundary = self.tokens * self.spec.d_model / self.split
+        one = boundary * (xp.where(first, 0, self.e) + xp.where(last, 0, self.prec.grad_bytes))
+        received = xp.where(torch_pp, L.grad_accum * one, 0.0)
+        grad = boundary * self.prec.grad_bytes
+        input_grad = xp.where(torch_pp & xp.not_(first), grad, 0.0)
+        return received, input_grad, torch_pp
 
     def _tp_forward(self):
         """Bytes alive at a row-parallel linear's output in forward under TP: its partial sum

@@ -52,6 +52,13 @@ class Engine:
     """Under sequence parallelism the column-parallel linears save the all-gathered input (as
     PyTorch's DTensor runs SP) rather than their sequence shard (Megatron-LM re-gathers it in
     backward: Korthikanti et al. 2022, Sec. 4.2.2)."""
+    torch_pipelining: bool = False
+    """Pipeline stages as torch.distributed.pipelining runs them (torch 2.13 stage.py): a
+    receive buffer per micro-batch for each input received and each gradient sent, allocated
+    once and kept; every micro-batch's output kept to merge at the step's end; each received
+    input's gradient kept until the next step. False: Megatron-style point-to-point transfers,
+    whose buffers live while in use, the loss taken on the last stage and no output kept
+    (megatron/core/pipeline_parallel/schedules.py)."""
     pipeline_keeps_unsharded: bool = False
     """Under pipeline parallelism the stage's parameters stay gathered for the whole step and
     its gradients are reduced once (torch.distributed.pipelining with FSDP2)."""
@@ -95,6 +102,7 @@ ENGINES = MappingProxyType(
             ),
             Engine(
                 name="single",
+                torch_pipelining=True,
                 gradient_buckets=False,
                 shards_parameters=False,
                 whole_tensor_shards=False,
@@ -108,6 +116,7 @@ ENGINES = MappingProxyType(
             ),
             Engine(
                 name="ddp",
+                torch_pipelining=True,
                 gradient_buckets=True,
                 shards_parameters=False,
                 whole_tensor_shards=False,
@@ -119,6 +128,7 @@ ENGINES = MappingProxyType(
             ),
             Engine(
                 name="ddp+zero-redundancy",
+                torch_pipelining=True,
                 gradient_buckets=True,
                 shards_parameters=False,
                 whole_tensor_shards=True,
@@ -132,6 +142,7 @@ ENGINES = MappingProxyType(
             ),
             Engine(
                 name="fsdp2",
+                torch_pipelining=True,
                 gradient_buckets=False,
                 shards_parameters=True,
                 whole_tensor_shards=False,
@@ -145,6 +156,7 @@ ENGINES = MappingProxyType(
             ),
             Engine(
                 name="fsdp2-no-reshard",
+                torch_pipelining=True,
                 gradient_buckets=False,
                 shards_parameters=True,
                 whole_tensor_shards=False,
@@ -160,6 +172,7 @@ ENGINES = MappingProxyType(
             ),
             Engine(
                 name="fsdp2-sync-every-micro-batch",
+                torch_pipelining=True,
                 gradient_buckets=False,
                 shards_parameters=True,
                 whole_tensor_shards=False,
@@ -231,5 +244,6 @@ ENGINE_COLUMNS = (
     "fused_update",
     "sp_keeps_gathered_input",
     "pipeline_keeps_unsharded",
+    "torch_pipelining",
 )
 """The columns the phase model reads (each a number or a bool)."""
