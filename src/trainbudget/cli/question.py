@@ -11,7 +11,7 @@ from trainbudget.cli.args import fraction, positive_int
 from trainbudget.cli.plan_view import cluster_from_args, efficiency_from_args
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.planner import Policy
+from trainbudget.core.parallel.plan_space import Policy
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.spec.defaults import (
     DEFAULT_MEMORY_HEADROOM,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.planner import PlannerResult, Policy, RankedPlan
+from trainbudget.core.parallel.plan_space import PlannerResult, Policy, RankedPlan
 from trainbudget.core.parallel.planner_fast import DEFAULT_POLICY, search_fast
 from trainbudget.core.parallel.reliability import DEFAULT_RESTART_SECONDS
 from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency

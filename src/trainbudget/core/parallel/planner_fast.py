@@ -1,4 +1,4 @@
-"""The planner over numpy arrays: every plan `planner.enumerate_plans` describes, one array
+"""The planner's search, over numpy arrays: every plan the validation accepts, one array
 element per plan, evaluated by the very term functions `step_time` and `plan_memory` use for one
 plan (`step_terms`, `stage_memory` with `xp = numpy_ops()`): one formula, two kinds of numbers.
 The search takes every plan's memory, then the step time of those that fit (the only ones it
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -25,18 +26,18 @@ from trainbudget.core.parallel.layout import (
     PlanNumbers,
 )
 from trainbudget.core.parallel.parallel_memory import layer_bytes, stage_memory
-from trainbudget.core.parallel.plan import validate_plan
-from trainbudget.core.parallel.planner import (
+from trainbudget.core.parallel.plan import Plan, validate_plan
+from trainbudget.core.parallel.plan_space import (
     TIE_TOLERANCE,
     PlannerResult,
     Policy,
     axis_candidates,
     divisors,
-    evaluate,
     hsdp_shards,
     model_parallel_degree,
     parallel_axes,
 )
+from trainbudget.core.parallel.planner import evaluate
 from trainbudget.core.parallel.step_time import step_terms
 from trainbudget.core.single import op_checkpoint
 from trainbudget.core.spec.frameworks import GENERIC, Framework
@@ -64,60 +65,38 @@ def enumerate_plan_arrays(
     policy: Policy = DEFAULT_POLICY,
 ) -> PlanNumbers:
     """Every plan the validation accepts under `policy`: one grid over (tp, pp, cp) x
-    micro-batch x vpp x ep x zero x recompute x sp x offload, cut by the rules as masks (the
-    micro-batch, vpp and ep axes hold supersets that the masks cut down to each (tp, pp, cp)'s
-    own lists), then every ZeRO plan once more per HSDP shard size (`planner.hsdp_shards`)."""
+    micro-batch x vpp x ep x zero x recompute x sp x offload, in that order (offload varies
+    fastest), cut by the rules as masks (the micro-batch, vpp and ep axes hold supersets that
+    the masks cut down to each (tp, pp, cp)'s own lists), then every ZeRO plan once more per
+    HSDP shard size (`plan_space.hsdp_shards`). Each rule is tested on the short lists of the
+    axes it involves, broadcast into one boolean grid; each field is gathered once, at the
+    end, for the kept cells only."""
     n = cluster.n_gpus
     tps, pps, cps = axis_candidates(spec, cluster, seq_len=seq_len, policy=policy)
     tpc = np.array(list(itertools.product(tps, pps, cps)), dtype=np.int64).reshape(-1, 3)
     tpc = tpc[n % tpc.prod(axis=1) == 0]
     tpc = tpc[global_batch % (n // tpc.prod(axis=1)) == 0]
-    axes = (
-        np.arange(len(tpc)),
-        [d for d in divisors(global_batch) if d <= policy.max_micro_batch],
-        [v for v in divisors(spec.n_layers) if v <= policy.max_vpp],
-        divisors(spec.n_experts) if spec.is_moe else [1],
-        list(policy.zero_stages),
-        [_recompute_code(r, spec) for r in policy.recompute],
-        [False, True],
-        [0, 1] if policy.allow_offload else [0],
-    )
-    row, mb, vpp, ep, zero, rec, sp, off = (
-        g.ravel() for g in np.meshgrid(*(np.asarray(a) for a in axes), indexing="ij")
-    )
-    tp, pp, cp = tpc[row].T
-    dp = n // (tp * pp * cp)
-    per_rank = global_batch // dp
-    m = per_rank // mb
-    keep = (
-        (per_rank % mb == 0)
-        & np.where(pp > 1, (spec.n_layers // pp) % vpp == 0, vpp == 1)
-        & ((dp * cp) % ep == 0)
-        & ~(sp & (tp == 1))
-        & ~((rec == 1) & policy.flash_attention)  # FlashAttention keeps no s x s matrix
-        & ~((zero > 0) & (dp * cp == 1))  # nothing to shard over
-        & ~((vpp > 1) & (m % pp != 0))
-        & ~((off != 0) & (zero == 0))
-    )
-    columns = dict(
-        dp=dp,
-        tp=tp,
-        pp=pp,
-        cp=cp,
-        ep=ep,
-        zero=zero,
-        sp=sp,
-        vpp=vpp,
-        micro_batch=mb,
-        grad_accum=m,
-        recompute=rec,
-        offload_optimizer=off,
-    )
-    columns = {k: v[keep] for k, v in columns.items()}
+    tp, pp, cp = (np.ascontiguousarray(c) for c in tpc.T)
+    rows = dict(tp=tp, pp=pp, cp=cp, dp=n // (tp * pp * cp))  # one element per grid row
+    axes = {
+        "micro_batch": [d for d in divisors(global_batch) if d <= policy.max_micro_batch],
+        "vpp": [v for v in divisors(spec.n_layers) if v <= policy.max_vpp],
+        "ep": divisors(spec.n_experts) if spec.is_moe else [1],
+        "zero": list(policy.zero_stages),
+        "recompute": [_recompute_code(r, spec) for r in policy.recompute],
+        "sp": [False, True],
+        "offload_optimizer": [0, 1] if policy.allow_offload else [0],
+    }
+    axes = {name: np.asarray(values) for name, values in axes.items()}
+    keep = _valid_cells(rows, axes, global_batch, spec.n_layers, policy.flash_attention)
+    cells = np.flatnonzero(keep)  # ascending: the grid's order
+    zero_shard = np.zeros(len(cells), dtype=np.int64)
     if policy.hsdp:
-        columns = _with_hsdp(columns, cluster.gpus_per_node)
-    size = len(columns["dp"])
-    zero_shard = columns.pop("zero_shard", np.zeros(size, dtype=np.int64))
+        sharded = keep & _along(axes["zero"] > 0, 4)  # the ZeRO plans
+        extra, shards = _hsdp_cells(sharded, rows, cluster.gpus_per_node)
+        cells, zero_shard = np.concatenate((cells, extra)), np.concatenate((zero_shard, shards))
+    columns = _fields_at(cells, rows, axes, global_batch)
+    size = len(cells)
     return PlanNumbers(
         **columns,
         zero_shard=zero_shard,
@@ -129,28 +108,94 @@ def enumerate_plan_arrays(
     )
 
 
-def _with_hsdp(columns: dict[str, np.ndarray], gpus_per_node: int) -> dict[str, np.ndarray]:
-    """The plans, then each ZeRO plan again for every HSDP shard size of its (dp, tp, cp): the
-    (dp, tp, cp) groups in ascending order, each group's plans in enumeration order."""
-    base = len(columns["dp"])
-    index, shards = [np.arange(base)], [np.zeros(base, dtype=np.int64)]
-    sharded = np.flatnonzero(columns["zero"] > 0)
-    dp, tp, cp = (columns[k][sharded] for k in ("dp", "tp", "cp"))
-    # one integer per (dp, tp, cp) that sorts as the triple does (each degree <= n_gpus, so
-    # the code stays far below 2**63): the groups come from one sort, not a pass per group
-    tp_base, cp_base = int(tp.max(initial=0)) + 1, int(cp.max(initial=0)) + 1
-    codes, group = np.unique((dp * tp_base + tp) * cp_base + cp, return_inverse=True)
-    by_group = sharded[np.argsort(group, kind="stable")]  # stable: enumeration order kept
-    groups = np.split(by_group, np.cumsum(np.bincount(group))[:-1]) if len(codes) else []
-    for code, rows in zip(codes.tolist(), groups, strict=True):
-        d, rest = divmod(code, tp_base * cp_base)
-        for s in hsdp_shards(d, rest // cp_base, rest % cp_base, gpus_per_node):
-            index.append(rows)
-            shards.append(np.full(len(rows), s, dtype=np.int64))
-    index_all = np.concatenate(index)
-    out = {k: v[index_all] for k, v in columns.items()}
-    out["zero_shard"] = np.concatenate(shards)
-    return out
+def _along(values: np.ndarray, axis: int) -> np.ndarray:
+    """`values` laid along axis `axis` of the 8-axis grid (length 1 on the others)."""
+    return values.reshape((1,) * axis + (-1,) + (1,) * (7 - axis))
+
+
+def _valid_cells(
+    rows: dict[str, np.ndarray],
+    axes: dict[str, np.ndarray],
+    global_batch: int,
+    n_layers: int,
+    flash: bool,
+) -> np.ndarray:
+    """The validation's rules over the grid: a boolean array of shape (rows, *axes' lengths),
+    each rule computed on the few axes it reads and broadcast."""
+    tp, pp, cp, dp = (_along(rows[k], 0) for k in ("tp", "pp", "cp", "dp"))
+    mb, vpp, ep, zero, rec, sp, off = (_along(a, k) for k, a in enumerate(axes.values(), 1))
+    per_rank = global_batch // dp
+    m = per_rank // mb
+    return (
+        (per_rank % mb == 0)
+        & np.where(pp > 1, (n_layers // pp) % vpp == 0, vpp == 1)
+        & ~((vpp > 1) & (m % pp != 0))
+        & ((dp * cp) % ep == 0)
+        & ~((zero > 0) & (dp * cp == 1))  # nothing to shard over
+        & ~((rec == 1) & flash)  # FlashAttention keeps no s x s matrix
+        & ~(sp & (tp == 1))
+        & ~((off != 0) & (zero == 0))
+    )
+
+
+def _hsdp_cells(
+    sharded: np.ndarray, rows: dict[str, np.ndarray], gpus_per_node: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ZeRO plans (`sharded`, a boolean grid) again for every HSDP shard size of their
+    (dp, tp, cp): as grid cells, with their shard sizes. The rows in ascending (dp, tp, cp)
+    order, each row's plans once per shard size (ascending), in enumeration order. A row's
+    cells are contiguous in the grid (the row is its first axis), so each (row, size) block is
+    one slice of the sorted ZeRO cells."""
+    per_row = sharded.reshape(len(sharded), math.prod(sharded.shape[1:]))
+    cells = np.flatnonzero(per_row)  # row by row
+    counts = np.count_nonzero(per_row, axis=1)
+    starts = np.cumsum(counts) - counts  # where each row's cells begin in `cells`
+    dp, tp, cp = (rows[k].tolist() for k in ("dp", "tp", "cp"))
+    blocks = [
+        (r, s)
+        for r in sorted(range(len(dp)), key=lambda r: (dp[r], tp[r], cp[r]))
+        if counts[r]
+        for s in hsdp_shards(dp[r], tp[r], cp[r], gpus_per_node)
+    ]
+    block_row = np.array([r for r, _ in blocks], dtype=np.int64)
+    block_shard = np.array([s for _, s in blocks], dtype=np.int64)
+    lengths = counts[block_row]
+    # position k of block b is cells[starts[row of b] + k]; k counts from the block's start
+    shift = np.repeat(starts[block_row] - (np.cumsum(lengths) - lengths), lengths)
+    return cells[np.arange(len(shift)) + shift], np.repeat(block_shard, lengths)
+
+
+def _fields_at(
+    cells: np.ndarray,
+    rows: dict[str, np.ndarray],
+    axes: dict[str, np.ndarray],
+    global_batch: int,
+) -> dict[str, np.ndarray]:
+    """The plan fields of grid cells (flat indices): a cell's row holds its tp, pp, cp and dp;
+    the rest of the index picks one combination of the other axes."""
+    combos = math.prod(len(a) for a in axes.values())
+    row, combo = np.divmod(cells, max(combos, 1))
+    grids = np.meshgrid(*axes.values(), indexing="ij")  # every combination, the grid's order
+    fields = {name: g.ravel()[combo] for name, g in zip(axes, grids, strict=True)}
+    fields |= {name: degree[row] for name, degree in rows.items()}
+    fields["grad_accum"] = (global_batch // fields["dp"]) // fields["micro_batch"]
+    return fields
+
+
+def enumerate_plans(
+    spec: ModelSpec,
+    cluster: Cluster,
+    *,
+    global_batch: int,
+    seq_len: int,
+    policy: Policy = DEFAULT_POLICY,
+) -> Iterator[Plan]:
+    """Every plan the validation accepts under `policy` (the grid's plans, one by one)."""
+    arrays = enumerate_plan_arrays(
+        spec, cluster, global_batch=global_batch, seq_len=seq_len, policy=policy
+    )
+    for i in range(len(arrays)):
+        yield arrays.plan(i)
 
 
 def evaluate_arrays(
