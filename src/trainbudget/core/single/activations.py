@@ -12,7 +12,12 @@ activations and dropout), term by term, adapted to:
   s*b*h norm inputs);
 - no dropout unless the spec says so (`ModelSpec.dropout`: modern LLM pre-training has none;
   with it, the paper's masks);
-- FlashAttention (Dao et al. 2022, arXiv 2205.14135): no s*s matrix, an fp32 logsumexp instead.
+- FlashAttention (Dao et al. 2022, arXiv 2205.14135): no s*s matrix, an fp32 logsumexp instead;
+- weights wider than the activations (`weight_bytes`: PyTorch autocast, fp32 weights and 16-bit
+  matmuls): the residual stream, which the embedding lookup starts and the residual adds
+  promote, stays in the weights' dtype (so do the norm inputs it feeds and each layer's
+  checkpoint), and each matmul saves the 16-bit copy autocast makes of its weight
+  (`weight_copy_bytes`). Matmul inputs and outputs, hence everything else here, are 16-bit.
 With dropout, MHA, GELU and d_ff = 4h the count equals the paper's 34*s*b*h + 5*a*s*s*b exactly
 (a test checks it). Norm statistics (mean/rstd, s*b fp32 each) are left out as in the paper.
 """
@@ -26,9 +31,12 @@ from trainbudget.core.errors import SpecError
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.single.op_checkpoint import layer_matmuls
+from trainbudget.core.single.params import matrix_shapes
 from trainbudget.core.spec.model_spec import ModelSpec
 
 FP32_BYTES = 4  # softmax statistics and the loss are kept in fp32 whatever the policy
+NON_LAYER_MATRICES = ("embedding/token", "embedding/position", "head")
+"""`params.matrix_shapes` rows outside the layers (the head's matmul is counted with the head)."""
 MASK_BYTES = 1  # a dropout mask is one byte per element (Korthikanti et al., Sec. 4.1)
 
 
@@ -50,11 +58,14 @@ class LayerActivations:
     """MLP (or routed experts') inputs and hidden tensors, plus router scores."""
     dropout_bytes: float
     """Dropout masks and outputs; 0 without dropout."""
+    weight_copies_bytes: float = 0.0
+    """Under autocast, the 16-bit copies of the layer's matmul weights (`weight_copy_bytes`)."""
 
     @property
     def total_bytes(self) -> float:
         return (
-            self.norm_inputs_bytes
+            self.weight_copies_bytes
+            + self.norm_inputs_bytes
             + self.attention_linear_inputs_bytes
             + self.qkv_bytes
             + self.attention_matrix_bytes
@@ -70,6 +81,7 @@ def layer_activations(
     seq_len: int,
     micro_batch: Any,
     activation_bytes: int,
+    weight_bytes: int | None = None,
     flash_attention: Any = False,
     drop_attention_matrix: Any = False,
     tp: Any = 1,
@@ -85,7 +97,9 @@ def layer_activations(
     linear of each block and the dropout masks stay replicated (10*s*b*h of eq. 2) while the
     rest splits by t (24*s*b*h/t + 5*a*s*s*b/t); SP splits the replicated part too (eq. 3).
     CP keeps s/cp queries per GPU (attention scores: s/cp queries x s keys). K/V heads are
-    replicated when tp > n_kv_heads, as Megatron does.
+    replicated when tp > n_kv_heads, as Megatron does. `weight_bytes` (default
+    `activation_bytes`): bytes per element of the weights the forward reads, the residual
+    stream's width (see the module docstring on autocast).
     """
     if not xp.is_array:
         for name, value in (
@@ -97,6 +111,7 @@ def layer_activations(
             if value <= 0:
                 raise SpecError(name, value, "must be a positive integer")
     s, b, h, e = seq_len, micro_batch, spec.d_model, activation_bytes
+    w = residual_bytes(activation_bytes, weight_bytes)
     tokens = s * b / cp  # tokens this GPU holds along the sequence
     rep = xp.where(sp, tp, 1)  # divisor of the tensors TP alone leaves replicated
     d_q = spec.d_q / tp
@@ -114,17 +129,65 @@ def layer_activations(
         dropout_bytes = dropout_bytes + xp.where(
             store_matrix, matrix_elements * (MASK_BYTES + e), 0
         )
-    n_norms = 4 if spec.post_norms else 2  # post-norms also keep their inputs (s*b*h each)
+    casts = autocasts(activation_bytes, weight_bytes)
+    # copies of the attention norm's output its matmuls keep (MLA: the q and kv down-projections)
+    n_norm_out = norm_output_copies(2 if spec.is_mla else 1, casts)
+    # the two pre-norms read the residual stream; post-norms read an attention or MLP output
+    post_norms = 2 if spec.post_norms else 0
     return LayerActivations(
-        norm_inputs_bytes=n_norms * tokens * h * e / rep,
-        attention_linear_inputs_bytes=tokens * (h / rep + spec.d_attn_out / tp) * e
+        norm_inputs_bytes=tokens * h * (2 * w + post_norms * e) / rep,
+        attention_linear_inputs_bytes=tokens * (n_norm_out * h / rep + spec.d_attn_out / tp) * e
         + _mla_latent_bytes(spec, tokens, e),
         qkv_bytes=_qkv_bytes(spec, tokens, d_q, d_kv, d_v, tp, e),
         attention_matrix_bytes=xp.where(store_matrix, matrix_elements * e, 0),
         flash_stats_bytes=xp.where(flash_attention, _logsumexp_bytes(spec, tokens, tp), 0),
-        mlp_bytes=_mlp_bytes(spec, tokens, rep, tp, e),
+        mlp_bytes=_mlp_bytes(spec, tokens, rep, tp, e, weight_bytes),
         dropout_bytes=dropout_bytes,
+        weight_copies_bytes=weight_copy_bytes(
+            layer_matrix_elements(spec) / tp, activation_bytes, weight_bytes
+        ),
     )
+
+
+def residual_bytes(activation_bytes: int, weight_bytes: int | None) -> int:
+    """Bytes per element of the residual stream: the weights' dtype (the embedding lookup
+    returns it and each residual add promotes the 16-bit branch output back to it)."""
+    return activation_bytes if weight_bytes is None else weight_bytes
+
+
+def autocasts(activation_bytes: int, weight_bytes: int | None) -> bool:
+    """Whether matmuls cast their operands: weights (and the residual stream) wider than the
+    matmuls' dtype, as under torch.autocast (fp32 weights, bf16/fp16 compute)."""
+    return weight_bytes is not None and weight_bytes > activation_bytes
+
+
+def weight_copy_bytes(elements: Any, activation_bytes: int, weight_bytes: int | None) -> Any:
+    """Bytes of the copies autocast makes of `elements` weight elements read by matmuls: each
+    linear casts its weight to `activation_bytes` and saves that copy for its input gradient
+    (addmm's backward reads the weight it multiplied), so every copy lives until the layer's
+    backward (torch.autocast docs, "Ops that can autocast to lower precision": linear, matmul;
+    measured with MemTracker: tests/profile/test_profile_matrix.py). Biases are cast too but
+    not saved (the bias gradient is a sum of the output gradient)."""
+    return elements * activation_bytes if autocasts(activation_bytes, weight_bytes) else 0.0
+
+
+def norm_output_copies(n_matmuls: int, casts: Any) -> Any:
+    """Copies of one norm's output that the `n_matmuls` reading it keep: the one tensor they
+    share, or, under autocast (the output in the weights' wider dtype), each matmul's own
+    16-bit cast: autocast caches only the casts of leaf tensors (weights), so SwiGLU's gate
+    and up each cast the same input."""
+    return n_matmuls if casts else 1
+
+
+def layer_matrix_elements(spec: ModelSpec) -> float:
+    """Weight-matrix elements of one layer, the mean over the stack (`params.matrix_shapes`:
+    attention, MLP or experts and router)."""
+    elements = sum(
+        rows * cols * count
+        for name, rows, cols, count in matrix_shapes(spec)
+        if name not in NON_LAYER_MATRICES
+    )
+    return elements / spec.n_layers
 
 
 def _score_elements(spec: ModelSpec, s: int, b: Any, tp: Any, cp: Any) -> Any:
@@ -163,13 +226,17 @@ def _qkv_bytes(spec: ModelSpec, tokens: Any, d_q: Any, d_kv: Any, d_v: Any, tp: 
     return fused
 
 
-def _mlp_bytes(spec: ModelSpec, tokens: Any, rep: Any, tp: Any, e: int) -> Any:
-    """MLP inputs and hidden tensors, the mean over the layers (dense-then-MoE stacks)."""
-    h = spec.d_model
-    dense = tokens * (h / rep + saved_hidden_tensors(spec) * spec.d_ff / tp) * e
+def _mlp_bytes(
+    spec: ModelSpec, tokens: Any, rep: Any, tp: Any, e: int, weight_bytes: int | None
+) -> Any:
+    """MLP inputs and hidden tensors, the mean over the layers (dense-then-MoE stacks); under
+    autocast SwiGLU's gate and up keep one cast of the input each."""
+    casts = autocasts(e, weight_bytes)
+    h, n_in = spec.d_model, norm_output_copies(2 if spec.mlp == "swiglu" else 1, casts)
+    dense = tokens * (n_in * h / rep + saved_hidden_tensors(spec) * spec.d_ff / tp) * e
     if not spec.is_moe:
         return dense
-    moe = moe_layer_bytes(spec, tokens, rep, tp, e)
+    moe = moe_layer_bytes(spec, tokens, rep, tp, e, weight_bytes)
     n_moe = spec.n_moe_layers
     if n_moe == spec.n_layers:
         return moe
@@ -194,20 +261,32 @@ index_add_ and the row gather save) and two fp32 gates (as gathered, and per dis
 Measured: about 10 KB a layer beyond the tensors above at 128 tokens, top-2 (8 KB here)."""
 
 
-def moe_layer_bytes(spec: ModelSpec, tokens: Any, rep: Any, tp: Any, e: int) -> Any:
+def moe_layer_bytes(
+    spec: ModelSpec, tokens: Any, rep: Any, tp: Any, e: int, weight_bytes: int | None = None
+) -> Any:
     """What one MoE layer of the reference implementation (model.moe) keeps for backward: the
     normalised input the router and the shared experts read (tokens x d, once), each kept
     routed slot's (`kept_slots_per_token`) `MOE_ROW_COPIES` rows, its expert's hidden tensors
     and its routing bookkeeping (`ROUTING_BYTES_PER_SLOT`), each shared expert's hidden
-    tensors, the router's `ROUTER_FP32_COPIES`."""
+    tensors, the router's `ROUTER_FP32_COPIES`.
+
+    Under autocast (`weight_bytes`, see the module docstring) the normalised input is in the
+    residual's dtype: the router and each input matmul of each expert keep their own 16-bit
+    cast of it (`norm_output_copies`), and the gated output takes the gates' dtype, the
+    input's (measured on CPU: tests/profile/test_profile_matrix.py, the MoE step)."""
+    casts, w = autocasts(e, weight_bytes), residual_bytes(e, weight_bytes)
+    n_in = norm_output_copies(2 if spec.mlp == "swiglu" else 1, casts)  # per expert's input
     h, hidden = spec.d_model, saved_hidden_tensors(spec) * spec.d_ff_expert / tp
     slots = kept_slots_per_token(spec) * tokens
-    # the expert's own row (input and hidden tensors), its output and the gated output
-    rows = expert_row_bytes(spec, rep=rep, tp=tp, e=e) + (MOE_ROW_COPIES - 1) * h / rep * e
+    # the expert's own row (input casts and hidden tensors), its output and the gated output
+    rows = expert_row_bytes(spec, rep=rep, tp=tp, e=e, input_copies=n_in)
+    rows = rows + ((MOE_ROW_COPIES - 1) * e + w - e) * h / rep
     routed = slots * (rows + ROUTING_BYTES_PER_SLOT / rep)
+    # with casts the shared experts' inputs are their own copies, not the router's
+    shared_inputs = spec.n_shared_experts * n_in if casts else 0
     shared = spec.n_shared_experts * tokens * hidden * e
     router = ROUTER_FP32_COPIES * tokens * spec.n_experts * FP32_BYTES / rep
-    return tokens * h * e / rep + routed + shared + router
+    return (1 + shared_inputs) * tokens * h * e / rep + routed + shared + router
 
 
 def saved_hidden_tensors(spec: ModelSpec) -> int:
@@ -216,10 +295,13 @@ def saved_hidden_tensors(spec: ModelSpec) -> int:
     return 4 if spec.mlp == "swiglu" else 2
 
 
-def expert_row_bytes(spec: ModelSpec, *, rep: Any = 1, tp: Any = 1, e: int) -> Any:
-    """What a routed expert keeps for one row it runs on: the row (its input) and its hidden
-    tensors."""
-    return (spec.d_model / rep + saved_hidden_tensors(spec) * spec.d_ff_expert / tp) * e
+def expert_row_bytes(
+    spec: ModelSpec, *, rep: Any = 1, tp: Any = 1, e: int, input_copies: int = 1
+) -> Any:
+    """What a routed expert keeps for one row it runs on: the row (its input; under autocast
+    one cast per input matmul, `input_copies`) and its hidden tensors."""
+    hidden = saved_hidden_tensors(spec) * spec.d_ff_expert / tp
+    return (input_copies * spec.d_model / rep + hidden) * e
 
 
 def kept_slots_per_token(spec: ModelSpec) -> float:
@@ -301,8 +383,11 @@ class ActivationMemory:
     """One layer's stored tensors without recomputation."""
     layers_bytes: float
     """All layers under the recompute policy, including the one being recomputed at peak."""
+    checkpoint_bytes: float
+    """One layer's input (s*b*h, the residual stream): what full recomputation keeps a layer."""
     head_bytes: float
-    """Final norm input and head input (s*b*h each)."""
+    """Final norm input and head input (s*b*h each); under autocast also the head's 16-bit
+    weight copy (V*h)."""
     logits_bytes: float
     """Logits (activation dtype), fp32 log-probabilities kept by the loss, and their fp32
     gradient at the start of backward: s*b*V*(e + 4 + 4)."""
@@ -320,6 +405,7 @@ def activation_memory(
     activation_bytes: int,
     recompute: str = "none",
     flash_attention: bool = False,
+    weight_bytes: int | None = None,
 ) -> ActivationMemory:
     """Peak activation bytes for one micro-batch under a recompute policy.
 
@@ -329,6 +415,9 @@ def activation_memory(
       rebuilt for its backward (Korthikanti Sec. 4.3, 2*s*b*h*L, plus that working layer);
     - selective-op: each layer keeps its input and the outputs torchtitan's per-op policy
       saves (`op_checkpoint_layer`), plus, at peak, what the replay of one layer rebuilds.
+
+    `weight_bytes`: as in `layer_activations` (autocast keeps the residual stream, hence the
+    checkpoints and the final norm's input, in the weights' dtype).
     """
     if recompute not in RECOMPUTE_KINDS:
         raise SpecError("recompute", recompute, "must be one of " + ", ".join(RECOMPUTE_KINDS))
@@ -337,14 +426,16 @@ def activation_memory(
         seq_len=seq_len,
         micro_batch=micro_batch,
         activation_bytes=activation_bytes,
+        weight_bytes=weight_bytes,
         flash_attention=flash_attention,
         drop_attention_matrix=recompute == "selective",
     )
     tokens = seq_len * micro_batch
+    h, e = spec.d_model, activation_bytes
+    residual = tokens * h * residual_bytes(e, weight_bytes)  # a layer's input, (s, b, h)
     if recompute == "full":
-        checkpoint = tokens * spec.d_model * activation_bytes
         # the layer under recomputation holds its full set; its own input is part of that set
-        layers = (spec.n_layers - 1) * checkpoint + layer.total_bytes
+        layers = (spec.n_layers - 1) * residual + layer.total_bytes
     elif recompute == "selective-op":
         kept = op_checkpoint_layer(
             spec,
@@ -357,10 +448,14 @@ def activation_memory(
         layers = spec.n_layers * kept.total_bytes + working
     else:
         layers = spec.n_layers * layer.total_bytes
+    # the final norm's input (the residual stream) and the head's input, and the head's weight
+    # copy (a tied head casts the embedding matrix)
+    head_weight_copy = weight_copy_bytes(spec.vocab_size * h, e, weight_bytes)
     return ActivationMemory(
         recompute=recompute,
         per_layer=layer,
         layers_bytes=layers,
-        head_bytes=2 * tokens * spec.d_model * activation_bytes,
+        checkpoint_bytes=residual,
+        head_bytes=residual + tokens * h * e + head_weight_copy,
         logits_bytes=tokens * spec.vocab_size * (activation_bytes + 2 * FP32_BYTES),
     )

@@ -84,14 +84,16 @@ def _first_recomputation(
 ) -> PhaseMemory:
     """Full recomputation: the last layer is rebuilt once the loss gradients are gone, next to
     the head's gradient and the gradient of the residual stream."""
-    checkpoint = tokens * spec.d_model * prec.activation_bytes
     rebuilt = acts.per_layer.total_bytes + 2 * tokens * stats
     return PhaseMemory(
         phase="first recomputation",
         params_bytes=params,
         grads_bytes=spec.vocab_size * spec.d_model * prec.grad_bytes,
         optimizer_bytes=state,
-        activations_bytes=(spec.n_layers - 1) * checkpoint + rebuilt + acts.head_bytes + logits,
+        activations_bytes=(spec.n_layers - 1) * acts.checkpoint_bytes
+        + rebuilt
+        + acts.head_bytes
+        + logits,
         temporaries_bytes=tokens * spec.d_model * prec.grad_bytes,
     )
 
@@ -126,6 +128,7 @@ def training_peak(
         seq_len=seq_len,
         micro_batch=micro_batch,
         activation_bytes=e,
+        weight_bytes=prec.weight_bytes,
         recompute=recompute,
         flash_attention=flash_attention,
     )
@@ -137,8 +140,7 @@ def training_peak(
     phases = []
     if recompute == "full":
         # at backward start only the checkpoints (each layer's input) exist
-        checkpoint = tokens * spec.d_model * e
-        layers = spec.n_layers * checkpoint + acts.head_bytes + tokens * stats
+        layers = spec.n_layers * acts.checkpoint_bytes + acts.head_bytes + tokens * stats
         phases.append(_first_recomputation(spec, prec, acts, tokens, stats, params, state, logits))
     backward_start = PhaseMemory(
         phase="backward start",

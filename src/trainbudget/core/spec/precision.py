@@ -78,8 +78,10 @@ PRECISIONS = MappingProxyType(
                 compute_dtype="bf16",
             ),
             # PyTorch autocast (torch.autocast): fp32 weights, gradients and state; matmuls
-            # and most activations in 16 bits (norms, softmax and the loss stay fp32, which
-            # the 2-byte activation figure leaves out); fp16 adds a gradient scaler
+            # and most activations in 16 bits; fp16 adds a gradient scaler. weight_bytes >
+            # activation_bytes is what tells the activation model it is autocast: the residual
+            # stream stays fp32 and each matmul saves a 16-bit copy of its weight
+            # (core/single/activations.py)
             Precision(
                 name="amp-bf16",
                 weight_bytes=4,
