@@ -27,7 +27,7 @@ from trainbudget.core.units import MB
 def test_table_names():
     assert set(FRAMEWORKS) == {
         "generic", "megatron", "torchtitan", "deepspeed", "pytorch-fsdp1",
-        "megatron-legacy", "deepspeed-2021",
+        "megatron-legacy", "deepspeed-2021", "trainbudget",
     }  # fmt: skip
     for name, fw in FRAMEWORKS.items():
         assert fw.name == name and fw.description and fw.sources

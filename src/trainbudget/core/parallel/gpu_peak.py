@@ -60,6 +60,8 @@ from trainbudget.core.single.activations import (
     layer_activations,
     op_checkpoint_layer,
     op_checkpoint_working_bytes,
+    residual_bytes,
+    weight_copy_bytes,
 )
 from trainbudget.core.single.params import count_params
 from trainbudget.core.single.peak_memory import (
@@ -216,6 +218,8 @@ class _Model:
         self.vocab = spec.vocab_size / L.tp
         self.stats = LAYERNORM_STATS_BYTES if spec.norm == "layernorm" else RMSNORM_STATS_BYTES
         self.dtensor_loss = eng.sp_keeps_gathered_input & (L.tp > 1)
+        # the residual stream's bytes: the weights' under autocast (activations.residual_bytes)
+        self.residual = residual_bytes(self.e, prec.weight_bytes)
 
     # -- model state and the engine's buffers ------------------------------------------------
 
@@ -289,6 +293,7 @@ class _Model:
             tp=L.tp,
             cp=L.cp,
             xp=xp,
+            weight_bytes=self.prec.weight_bytes,
         )
         tp_alone, split = layer_activations(spec, **kw), layer_activations(spec, sp=L.sp, **kw)
         # DTensor's SP splits the norms' inputs (and dropout masks) only
@@ -307,7 +312,7 @@ class _Model:
         L, xp, spec, e = self.L, self.xp, self.spec, self.e
         layer = self.layer()
         self.layer_bytes = layer
-        checkpoint = self.tokens * spec.d_model * e / self.split
+        checkpoint = self.tokens * spec.d_model * self.residual / self.split
         recomputed = L.recomputed_layers(layers)
         kept = recomputed * checkpoint + (layers - recomputed) * layer
         per = xp.where(L.recompute == FULL, kept, layers * layer)
@@ -334,9 +339,13 @@ class _Model:
         per = per - xp.where(in_buffer, checkpoint, 0.0)
         logits = self.tokens * self.vocab * e
         head_input = self.tokens * spec.d_model * e
+        # the final norm's input (the residual stream), the head's input (whole under
+        # DTensor's SP: the column-parallel head gathers it), under autocast the head's
+        # 16-bit weight copy, the logits and the loss's fp32 log-probabilities
         head = (
-            head_input / self.split
+            self.tokens * spec.d_model * self.residual / self.split
             + xp.where(self.eng.sp_keeps_gathered_input, head_input, head_input / self.split)
+            + weight_copy_bytes(self.vocab * spec.d_model, e, self.prec.weight_bytes)
             + self.tokens * self.stats / self.split
             + logits
             + self.tokens * self.vocab * FP32_BYTES
@@ -537,7 +546,10 @@ class _Model:
         L, xp = self.L, self.xp
         torch_pp = self.eng.torch_pipelining & (L.pp > 1)
         boundary = self.tokens * self.spec.d_model / self.split
-        one = boundary * (xp.where(first, 0, self.e) + xp.where(last, 0, self.prec.grad_bytes))
+        # what crosses between stages is the residual stream, and its gradient
+        one = boundary * (
+            xp.where(first, 0, self.residual) + xp.where(last, 0, self.prec.grad_bytes)
+        )
         received = xp.where(torch_pp, L.grad_accum * one, 0.0)
         grad = boundary * self.prec.grad_bytes
         input_grad = xp.where(torch_pp & xp.not_(first), grad, 0.0)
