@@ -25,8 +25,8 @@ def test_megatron_keeps_fp32_gradients_for_bf16_mixed():
     # unsharded under ZeRO-1
     generic = cli_json(*EST, "--zero", "1")
     megatron = cli_json(*EST, "--zero", "1", "--framework", "megatron")
-    assert generic["memory_bytes"]["grads"] == pytest.approx(2 * N_PARAMS)
-    assert megatron["memory_bytes"]["grads"] == pytest.approx(4 * N_PARAMS)
+    assert generic["model_state_bytes"]["grads"] == pytest.approx(2 * N_PARAMS)
+    assert megatron["model_state_bytes"]["grads"] == pytest.approx(4 * N_PARAMS)
     assert megatron["framework"] == "megatron"
     assert megatron["assumptions"][-1].startswith("framework: megatron (")
 

@@ -64,7 +64,12 @@ def test_plan_json_shape():
         assert p["fits"] is True
         m = p["memory_bytes"]
         assert m["total"] == pytest.approx(
-            m["params"] + m["grads"] + m["optimizer"] + m["activations"] + m["buffers"]
+            m["params"]
+            + m["grads"]
+            + m["optimizer"]
+            + m["activations"]
+            + m["temporaries"]
+            + m["buffers"]
         )
         assert m["total"] <= 0.9 * p["gpu_memory_bytes"]
         assert sum(p["step_breakdown_seconds"].values()) == pytest.approx(p["step_seconds"])

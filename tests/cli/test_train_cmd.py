@@ -109,9 +109,9 @@ def test_train_refuses_a_model_larger_than_memory(tmp_path, machine_of_23_gb, mo
     assert code == 2
     line = err.strip().splitlines()[-1]
     # fp32 weights, gradients and AdamW's two moments alone: 16 bytes x 8.03e9 parameters
-    assert line.startswith("trainbudget train: error: predicted peak memory = '133.7 GB'")
+    assert line.startswith("trainbudget train: error: predicted peak memory = '129.5 GB'")
     assert "more than the 23 GB available on cpu" in line
-    assert "would fit: --model " in line and "--no-memory-check" in line
+    assert "would fit: --set n_layers=1 " in line and "--no-memory-check" in line
     assert not out.exists()
 
 

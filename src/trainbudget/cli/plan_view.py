@@ -7,9 +7,9 @@ import argparse
 from trainbudget.cli.args import positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.compute_time import DEFAULT_EFFICIENCY, Efficiency
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.planner import RankedPlan
-from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency
+from trainbudget.core.parallel.plan_space import RankedPlan
 from trainbudget.core.spec.defaults import DEFAULT_MEMORY_HEADROOM
 from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.precision import get_precision
@@ -226,17 +226,28 @@ def plan_json(r: RankedPlan, cluster: Cluster, headroom: float = DEFAULT_MEMORY_
             "description": p.describe(),
         },
         "fits": r.fits,
+        # the heaviest GPU at its peak phase: the parts alive then, which sum to the total
         "memory_bytes": {
             "params": m.params_bytes,
             "grads": m.grads_bytes,
             "optimizer": m.optimizer_bytes,
             "activations": m.activations_bytes,
+            "temporaries": m.temporaries_bytes,
             "buffers": m.buffers_bytes,
             "total": m.total_bytes,
             "host_offloaded": m.host_bytes,
             "peak_stage": m.stage,
+            "peak_phase": m.phase,
+        },
+        "memory_phases_bytes": dict(m.phases_bytes),
+        "model_state_bytes": {
+            "params": m.state.params_bytes,
+            "grads": m.state.grads_bytes,
+            "master_weights": m.state.master_bytes,
+            "optimizer_state": m.state.optimizer_state_bytes,
         },
         "memory_bytes_per_stage": r.stage_memory_bytes,
+        "memory_peak_phase_per_stage": r.stage_peak_phases,
         "gpu_memory_bytes": cluster.hardware.memory_bytes,
         "memory_headroom": headroom,
         "step_seconds": t.step_seconds,
@@ -275,8 +286,9 @@ def plan_lines(
         f"{100 * t.hfu:.1f} %",
         f"memory/GPU   weights {format_bytes(m.params_bytes)} + grads {format_bytes(m.grads_bytes)}"
         f" + optimizer {format_bytes(m.optimizer_bytes)} + activations "
-        f"{format_bytes(m.activations_bytes)} + buffers {format_bytes(m.buffers_bytes)} = "
-        f"{format_bytes(m.total_bytes)} on the {m.stage} stage "
+        f"{format_bytes(m.activations_bytes)} + temporaries {format_bytes(m.temporaries_bytes)} "
+        f"+ buffers {format_bytes(m.buffers_bytes)} = {format_bytes(m.total_bytes)} at "
+        f"{m.phase} on the {m.stage} stage "
         f"({fits_text(r.fits, cluster.hardware.memory_bytes, headroom)})",
         *_stage_lines(r),
         f"overlap      {t.overlap_note}",
@@ -287,5 +299,8 @@ def _stage_lines(r: RankedPlan) -> list[str]:
     """Each pipeline stage's peak when there are several (the heaviest one is the total)."""
     if len(r.stage_memory_bytes) < 2:
         return []
-    parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in r.stage_memory_bytes.items())
+    parts = ", ".join(
+        f"{k} {format_bytes(v)} at {r.stage_peak_phases[k]}"
+        for k, v in r.stage_memory_bytes.items()
+    )
     return [f"per stage    {parts} (heaviest: {r.memory.stage})"]

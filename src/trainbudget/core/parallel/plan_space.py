@@ -118,6 +118,8 @@ class RankedPlan:
     fits: bool
     stage_memory_bytes: dict[str, float] = field(default_factory=dict)
     """Peak bytes per GPU of each pipeline stage ('first', 'middle', 'last', or 'only')."""
+    stage_peak_phases: dict[str, str] = field(default_factory=dict)
+    """The phase of the step at which each stage's GPU peaks (core.parallel.gpu_peak)."""
 
     @property
     def seconds_per_token(self) -> float:

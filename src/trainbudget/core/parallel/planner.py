@@ -10,7 +10,7 @@ plan_space <- planner <- planner_fast.
 from __future__ import annotations
 
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.parallel_memory import stage_memories
+from trainbudget.core.parallel.gpu_memory import stage_memories
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.plan_space import (
     TIE_TOLERANCE,
@@ -60,6 +60,7 @@ def evaluate(
         time=t,
         fits=mem.total_bytes <= headroom * cluster.hardware.memory_bytes,
         stage_memory_bytes={name: m.total_bytes for name, m in stages.items()},
+        stage_peak_phases={name: m.phase for name, m in stages.items()},
     )
 
 
