@@ -65,10 +65,12 @@ from trainbudget.core.single.activations import (
 )
 from trainbudget.core.single.params import count_params
 from trainbudget.core.single.peak_memory import (
-    LAYERNORM_STATS_BYTES,
-    RMSNORM_STATS_BYTES,
     PhaseMemory,
     largest_tensor,
+    loss_backward_bytes,
+    norm_stats_bytes,
+    tied_gradient_sum_bytes,
+    update_scratch_bytes,
 )
 from trainbudget.core.spec.engines import ENGINE_COLUMNS, get_engine
 from trainbudget.core.spec.frameworks import Framework
@@ -216,7 +218,7 @@ class _Model:
         self.tokens = seq_len * L.micro_batch / L.cp
         self.split = xp.where(L.sp, L.tp, 1)
         self.vocab = spec.vocab_size / L.tp
-        self.stats = LAYERNORM_STATS_BYTES if spec.norm == "layernorm" else RMSNORM_STATS_BYTES
+        self.stats = norm_stats_bytes(spec)
         self.dtensor_loss = eng.sp_keeps_gathered_input & (L.tp > 1)
         # the residual stream's bytes: the weights' under autocast (activations.residual_bytes)
         self.residual = residual_bytes(self.e, prec.weight_bytes)
@@ -353,10 +355,12 @@ class _Model:
         # a stage that sends its output on keeps it until its backward (the schedule holds it)
         saved = per + xp.where(last, head, checkpoint)
         output = xp.where(last, logits, checkpoint)
-        loss = 2 + xp.where(self.dtensor_loss, LOSS_PARALLEL_TEMPORARIES, 0)
+        loss = loss_backward_bytes(
+            self.tokens, self.vocab, xp.where(self.dtensor_loss, LOSS_PARALLEL_TEMPORARIES, 0)
+        )
         d_ff = spec.d_ff_expert if spec.is_moe and not spec.d_ff else spec.d_ff
         mlp = MLP_BACKWARD_GRADIENTS * self.tokens * d_ff / L.tp * self.prec.grad_bytes
-        transient = xp.where(last, loss * self.tokens * self.vocab * FP32_BYTES, mlp)
+        transient = xp.where(last, loss, mlp)
         return saved, output, transient
 
     # -- phases --------------------------------------------------------------------------------
@@ -432,12 +436,9 @@ class _Model:
         acts = xp.where(
             piped, xp.where(torch_pp, m * output, 0.0), self.tokens * self.vocab * self.e
         )
-        tied = 2 * spec.vocab_size / L.tp * spec.d_model * self.g if spec.tied_embeddings else 0.0
-        tied = xp.where(piped, 0.0, tied)
-        scratch_bytes = FP32_BYTES if prec.master_bytes else prec.state_bytes
+        tied = xp.where(piped, 0.0, tied_gradient_sum_bytes(spec, self.g, L.tp))
         fused = eng.fused_update & self.opt.fused_kernel & (not prec.master_bytes)
-        scratch = xp.where(fused, 0, self.opt.n_scratch * scratch_bytes)
-        scratch = scratch + (FP32_BYTES if prec.master_bytes else 0)  # the fp32 gradient copy
+        scratch = update_scratch_bytes(prec, self.opt, fused, xp)
         common = dict(
             params_bytes=state.params_bytes,
             grads_bytes=state.grads_bytes + self._whole_vocabulary_grad(first),

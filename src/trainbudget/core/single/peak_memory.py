@@ -19,11 +19,18 @@ Through all three the caller still holds the logits the forward returned.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.single.activations import FP32_BYTES, ActivationMemory, activation_memory
 from trainbudget.core.single.params import count_params, matrix_shapes
 from trainbudget.core.spec.model_spec import ModelSpec
-from trainbudget.core.spec.precision import Precision, get_precision, get_trainable_optimizer
+from trainbudget.core.spec.precision import (
+    Optimizer,
+    Precision,
+    get_precision,
+    get_trainable_optimizer,
+)
 
 LAYERNORM_STATS_BYTES = 2 * FP32_BYTES  # mean and rstd per token, fp32
 RMSNORM_STATS_BYTES = FP32_BYTES  # rstd per token, fp32
@@ -65,6 +72,39 @@ class PeakMemory:
     @property
     def total_bytes(self) -> float:
         return self.peak.total_bytes
+
+
+LOSS_BACKWARD_FP32_TENSORS = 2
+"""fp32 vocabulary-sized tensors the loss backward creates at its start: the gradients of the
+log-probabilities and of the logits (measured: the profile matrix)."""
+
+
+def norm_stats_bytes(spec: ModelSpec) -> int:
+    """Bytes per token a norm keeps for its backward: mean and rstd (LayerNorm) or rstd."""
+    return LAYERNORM_STATS_BYTES if spec.norm == "layernorm" else RMSNORM_STATS_BYTES
+
+
+def loss_backward_bytes(tokens: Any, vocab: Any, extra: Any = 0) -> Any:
+    """The loss backward's fp32 temporaries over `tokens` x `vocab` logits (`extra` more such
+    tensors: DTensor's loss parallel)."""
+    return (LOSS_BACKWARD_FP32_TENSORS + extra) * tokens * vocab * FP32_BYTES
+
+
+def tied_gradient_sum_bytes(spec: ModelSpec, grad_bytes: int, tp: Any = 1) -> Any:
+    """At backward end a tied embedding's head gradient waits in a buffer while the
+    embedding's dense gradient is added to it: two more V x d gradients (V/tp rows each)."""
+    if not spec.tied_embeddings:
+        return 0.0
+    return 2 * spec.vocab_size / tp * spec.d_model * grad_bytes
+
+
+def update_scratch_bytes(prec: Precision, opt: Optimizer, fused: Any, xp: Ops = SCALAR) -> Any:
+    """Bytes per element of the largest tensor that the optimizer update holds beside it: its
+    table row's scratch tensors (none for a fused kernel) and, with fp32 masters, the fp32
+    copy of the gradient being applied."""
+    scratch_bytes = FP32_BYTES if prec.master_bytes else prec.state_bytes
+    scratch = xp.where(fused, 0, opt.n_scratch * scratch_bytes)
+    return scratch + (FP32_BYTES if prec.master_bytes else 0)
 
 
 def largest_tensor(spec: ModelSpec) -> int:
@@ -132,7 +172,7 @@ def training_peak(
         recompute=recompute,
         flash_attention=flash_attention,
     )
-    stats = LAYERNORM_STATS_BYTES if spec.norm == "layernorm" else RMSNORM_STATS_BYTES
+    stats = norm_stats_bytes(spec)
     n_norms = 2 * spec.n_layers + 1
     vocab = tokens * spec.vocab_size
     logits = vocab * e  # returned by the forward, held by the caller
@@ -150,9 +190,9 @@ def training_peak(
         # logits + fp32 log-probabilities saved by the loss
         activations_bytes=layers + logits + vocab * FP32_BYTES,
         # the loss backward's fp32 gradients of the log-probabilities and of the logits
-        temporaries_bytes=2 * vocab * FP32_BYTES,
+        temporaries_bytes=loss_backward_bytes(tokens, spec.vocab_size),
     )
-    tied_sum = 2 * spec.vocab_size * spec.d_model * prec.grad_bytes if spec.tied_embeddings else 0.0
+    tied_sum = tied_gradient_sum_bytes(spec, prec.grad_bytes)
     backward_end = PhaseMemory(
         phase="backward end",
         params_bytes=params,
@@ -161,11 +201,7 @@ def training_peak(
         activations_bytes=logits,
         temporaries_bytes=tied_sum,
     )
-    scratch_bytes = FP32_BYTES if prec.master_bytes else prec.state_bytes
-    # the update's own temporaries (its table row); a fused kernel has none
-    scratch = 0 if fused_update else opt.n_scratch * scratch_bytes
-    if prec.master_bytes:
-        scratch += FP32_BYTES  # the fp32 copy of the gradient being applied
+    scratch = update_scratch_bytes(prec, opt, fused_update)
     optimizer_step = PhaseMemory(
         phase="optimizer step",
         params_bytes=params,
