@@ -15,6 +15,7 @@ from trainbudget.core.parallel.gpu_peak import GpuPeak, gpu_peak
 from trainbudget.core.parallel.layout import PlanNumbers, as_numbers
 from trainbudget.core.parallel.parallel_memory import ModelState
 from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.single.peak_memory import PhaseMemory
 from trainbudget.core.spec.engines import get_engine
 from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -22,42 +23,21 @@ from trainbudget.core.spec.precision import Optimizer, Precision
 
 
 @dataclass(frozen=True, kw_only=True)
-class PlanMemory:
-    """The peak of one GPU of a plan: the parts alive at its peak phase."""
+class PlanMemory(PhaseMemory):
+    """The peak of one GPU of a plan: its peak phase (`phase`) with the parts alive then --
+    temporaries: the loss backward's fp32 gradients, a block's backward gradients or the
+    update's scratch; buffers: the engine's buckets or gathered parameters, the pipeline's
+    receive buffers, the framework's runtime overhead -- and where and what else."""
 
     stage: str
     """The pipeline stage whose GPU needs the most: 'first', 'middle' or 'last' ('only' when
     pp = 1)."""
-    phase: str
-    """The moment of the step at which that GPU peaks (`gpu_peak`'s phases)."""
-    params_bytes: float
-    grads_bytes: float
-    optimizer_bytes: float
-    """fp32 master weights and optimizer state."""
-    activations_bytes: float
-    temporaries_bytes: float
-    """The loss backward's fp32 gradients, a block's backward gradients, the update's
-    scratch: what the peak phase holds for an instant."""
-    buffers_bytes: float
-    """The engine's: gradient buckets, gathered parameters, the pipeline's receive buffers,
-    the framework's runtime overhead."""
     state: ModelState
     """Weights, gradients, fp32 masters and optimizer state at rest (sharded, on the GPU)."""
     host_bytes: float
     """Offloaded to CPU or NVMe (not on the GPU)."""
     phases_bytes: tuple[tuple[str, float], ...]
     """Every phase's total on that GPU (phases that do not occur for the plan are left out)."""
-
-    @property
-    def total_bytes(self) -> float:
-        return (
-            self.params_bytes
-            + self.grads_bytes
-            + self.optimizer_bytes
-            + self.activations_bytes
-            + self.temporaries_bytes
-            + self.buffers_bytes
-        )
 
 
 def _answer(peak: GpuPeak) -> PlanMemory:
