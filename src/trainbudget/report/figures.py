@@ -30,6 +30,7 @@ COLORS = {
     "grads": "#55A868",
     "optimizer": "#8172B2",
     "activations": "#DD8452",
+    "temporaries": "#DA8BC3",
     "buffers": "#937860",
     "compute": "#4C72B0",
     "exposed_comm": "#C44E52",

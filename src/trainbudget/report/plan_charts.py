@@ -16,6 +16,7 @@ MEMORY_LABELS = {
     "grads": "gradients",
     "optimizer": "master + optimizer state",
     "activations": "activations",
+    "temporaries": "temporaries at the peak",
     "buffers": "buffers",
 }
 STEP_LABELS = {

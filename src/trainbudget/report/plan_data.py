@@ -43,9 +43,14 @@ class Candidate:
     plan: str
     fits: bool
     memory_bytes: dict[str, float]
-    """MEMORY_PARTS on the peak stage; they sum to total_memory_bytes."""
+    """MEMORY_PARTS on the peak stage at its peak phase; they sum to total_memory_bytes."""
     total_memory_bytes: float
     peak_stage: str
+    peak_phase: str
+    stage_memory_bytes: dict[str, float]
+    """Each pipeline stage's peak (the heaviest is total_memory_bytes)."""
+    stage_peak_phases: dict[str, str]
+    """The phase at which each stage's GPU peaks."""
     step_seconds: float
     step_seconds_by_part: dict[str, float]
     """STEP_PARTS; they sum to step_seconds."""
@@ -116,10 +121,14 @@ def _candidate(rank: int, r: RankedPlan) -> Candidate:
             "grads": m.grads_bytes,
             "optimizer": m.optimizer_bytes,
             "activations": m.activations_bytes,
+            "temporaries": m.temporaries_bytes,
             "buffers": m.buffers_bytes,
         },
         total_memory_bytes=m.total_bytes,
         peak_stage=m.stage,
+        peak_phase=m.phase,
+        stage_memory_bytes=dict(r.stage_memory_bytes),
+        stage_peak_phases=dict(r.stage_peak_phases),
         step_seconds=r.time.step_seconds,
         step_seconds_by_part=parts,
         exposed_comm_seconds=comm,

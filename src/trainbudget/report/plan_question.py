@@ -16,7 +16,8 @@ from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision
 from trainbudget.report.roofline_data import MeasuredRoofline
 
-MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "buffers")
+MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "temporaries", "buffers")
+"""The parts alive at the peak phase of the heaviest GPU (core.parallel.gpu_peak)."""
 STEP_PARTS = ("compute", "exposed_comm", "pipeline_bubble", "optimizer", "offload")
 
 

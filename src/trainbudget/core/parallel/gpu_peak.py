@@ -557,13 +557,18 @@ class _Model:
         return received, input_grad, torch_pp
 
     def _tp_forward(self):
-        """Bytes alive at a row-parallel linear's output in forward under TP: its partial sum
-        and the all-reduced copy; under SP, 3 + 2/tp such tensors on gloo (measured on the
-        first stage of tests/train/test_rank_memory.py's tp2 pp2 runs: 2 x 8,192 B without SP,
-        4 x 8,192 B with)."""
+        """Bytes alive at a row-parallel linear's output in forward under TP. DTensor on gloo:
+        its partial sum and the all-reduced copy; under SP, 3 + 2/tp such tensors (measured on
+        the first stage of tests/train/test_rank_memory.py's tp2 pp2 runs: 2 x 8,192 B without
+        SP, 4 x 8,192 B with). Megatron-style: the partial sum all-reduced in place, or
+        reduce-scattered into a 1/tp shard under SP (megatron/core/tensor_parallel/mappings.py:
+        _reduce, _reduce_scatter_along_first_dim)."""
         L, xp = self.L, self.xp
         whole = self.tokens * self.spec.d_model * self.e
-        return xp.where(L.tp > 1, whole * xp.where(L.sp, 3 + 2 / L.tp, 2), 0.0)
+        dtensor = xp.where(L.sp, 3 + 2 / L.tp, 2)
+        in_place = xp.where(L.sp, 1 + 1 / L.tp, 1)
+        tensors = xp.where(self.eng.sp_keeps_gathered_input, dtensor, in_place)
+        return xp.where(L.tp > 1, whole * tensors, 0.0)
 
     def _whole_vocabulary_grad(self, first):
         """Under DTensor's TP the vocabulary-parallel embedding's local gradient covers the
