@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainbudget.core.ops import SCALAR, Ops
-from trainbudget.core.parallel.gpu_peak import GpuPeak, gpu_peak
+from trainbudget.core.parallel.gpu_peak import GpuPeak, stage_peaks
 from trainbudget.core.parallel.layout import PlanNumbers, as_numbers
 from trainbudget.core.parallel.parallel_memory import ModelState
 from trainbudget.core.parallel.plan import Plan
@@ -91,13 +91,11 @@ def stage_memories(
     framework: Framework = GENERIC,
 ) -> dict[str, PlanMemory]:
     """Each pipeline stage's peak on one of its GPUs (`stage_names`)."""
-    L = PlanNumbers.of(plan)
     share = optimizer_share(spec, plan, framework)
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
-    return {
-        name: _answer(gpu_peak(spec, L, stage=name, optimizer_share=share, **kw))
-        for name in stage_names(plan.pp)
-    }
+    names = stage_names(plan.pp)
+    stages = stage_peaks(spec, PlanNumbers.of(plan), stages=names, optimizer_share=share, **kw)
+    return {name: _answer(peak) for name, peak in stages.items()}
 
 
 def plan_memory(
@@ -131,13 +129,14 @@ def peak_bytes(
     L = as_numbers(plans)
     share = optimizer_share(spec, L, framework, xp)
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
-    first = gpu_peak(spec, L, stage="first", optimizer_share=share, xp=xp, **kw).total_bytes
-    last = gpu_peak(spec, L, stage="last", optimizer_share=share, xp=xp, **kw).total_bytes
-    peak = xp.where(L.pp > 1, xp.maximum(first, last), first)
     middle = L.pp > 2
-    if middle.any() if xp.is_array else middle:
-        mid = gpu_peak(spec, L, stage="middle", optimizer_share=share, xp=xp, **kw).total_bytes
-        peak = xp.where(middle, xp.maximum(peak, mid), peak)
+    some_middle = middle.any() if xp.is_array else middle
+    names = ("first", "last", "middle") if some_middle else ("first", "last")
+    stages = stage_peaks(spec, L, stages=names, optimizer_share=share, xp=xp, **kw)
+    first, last = stages["first"].total_bytes, stages["last"].total_bytes
+    peak = xp.where(L.pp > 1, xp.maximum(first, last), first)
+    if some_middle:
+        peak = xp.where(middle, xp.maximum(peak, stages["middle"].total_bytes), peak)
     return peak
 
 

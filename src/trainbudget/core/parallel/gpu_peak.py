@@ -35,6 +35,7 @@ the host, not the GPU.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
@@ -128,15 +129,19 @@ def _maximum(a: Any, b: Any) -> Any:
 def engine_columns(framework: Framework, zero: Any, alone: Any, xp: Ops = SCALAR) -> Any:
     """The engine row's columns for each plan: `framework.engines[0]` where no data-parallel
     wrapper runs (`alone`: one rank in the data-parallel group), else the row for its ZeRO
-    stage (1 + zero). Numbers for one plan, arrays for a grid."""
+    stage (1 + zero). Numbers for one plan, arrays for a grid (a column the rows agree on
+    stays one number)."""
     rows = [get_engine(name) for name in framework.engines]
     out = {}
     for column in ENGINE_COLUMNS:
         values = [getattr(r, column) for r in rows]
         value = values[4]
-        for stage in (2, 1, 0):
-            value = xp.where(zero == stage, values[stage + 1], value)
-        out[column] = xp.where(alone, values[0], value)
+        if len(set(values[1:])) > 1:
+            for stage in (2, 1, 0):
+                value = xp.where(zero == stage, values[stage + 1], value)
+        if len(set(values)) > 1:
+            value = xp.where(alone, values[0], value)
+        out[column] = value
     return SimpleNamespace(**out)
 
 
@@ -159,23 +164,32 @@ def gpu_peak(
     any middle stage holds -- or 'last') of plan(s) `L`. `stage_index` and `layers`: a
     particular stage instead (the trainer's ranks). `optimizer_share`: the optimizer state's
     multiple of the even share on this GPU (whole-tensor sharding: `rank_peak`)."""
-    if stage_index is None:
-        stage_index = {"only": 0, "first": 0, "middle": 1}.get(stage, L.pp - 1)
-    if layers is None:
-        layers = spec.n_layers if stage == "only" else L.stage_layers(spec.n_layers, stage)
-    first, last = stage_index == 0, stage_index == L.pp - 1
-    alone = L.dp * L.cp == 1
-    eng = engine_columns(framework, L.zero, alone, xp)
-    m = _Model(spec, L, seq_len, precision, optimizer, framework, eng, xp)
-    state, host, full_grads, base = m.state(layers, first, last, optimizer_share)
-    saved, output, transient = m.micro_batch(layers, first, last)
-    gathered = m.gathered(layers, first, last)
-    phases = m.backward_phases(
-        stage_index, first, last, state, full_grads, base, gathered, saved, output, transient
-    )
-    phases += m.end_phases(state, base, first, last, output)
-    phases += m.one_stage_phases(state, full_grads, base, gathered, saved)
-    return GpuPeak(stage=stage, phases=tuple(phases), state=state, host_bytes=host)
+    m = _Model(spec, L, seq_len, precision, optimizer, framework, xp)
+    return m.stage(stage, stage_index, layers, optimizer_share)
+
+
+def stage_peaks(
+    spec: ModelSpec,
+    L: PlanNumbers,
+    *,
+    stages: tuple[str, ...],
+    seq_len: int,
+    precision: Precision,
+    optimizer: Optimizer,
+    framework: Framework,
+    xp: Ops = SCALAR,
+    optimizer_share: Any = 1.0,
+) -> dict[str, GpuPeak]:
+    """`gpu_peak` of each named stage, the terms they share computed once."""
+    m = _Model(spec, L, seq_len, precision, optimizer, framework, xp)
+    # on a grid, a pp = 1 plan's figure is its 'first' stage's: the others need not hold
+    # the phases of a GPU with the whole depth
+    return {
+        name: m.stage(
+            name, None, None, optimizer_share, one_stage=name == "first" or not xp.is_array
+        )
+        for name in stages
+    }
 
 
 BACKWARD_STARTS = tuple(
@@ -193,26 +207,50 @@ second (the first with gradients) and the first. For one stage they differ only 
 gradients."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Occurring(PhaseMemory):
+    """A phase that occurs in some plans of a grid only: zero bytes in the others."""
+
+    occurs: Any
+
+    @property
+    def total_bytes(self) -> Any:
+        return super().total_bytes * self.occurs
+
+
 def _occurs(condition: Any, phase: PhaseMemory, xp: Ops) -> PhaseMemory:
     """`phase` where `condition` holds, a phase of zero bytes elsewhere (a moment that does
-    not occur in that plan)."""
-    parts = (
-        "params_bytes",
-        "grads_bytes",
-        "optimizer_bytes",
-        "activations_bytes",
-        "temporaries_bytes",
-        "buffers_bytes",
-    )
-    return replace(phase, **{f: xp.where(condition, getattr(phase, f), 0.0) for f in parts})
+    not occur in that plan): for one plan its parts zeroed, for a grid its total masked."""
+    if xp.is_array:
+        return _Occurring(**vars(phase), occurs=condition)
+    if condition:
+        return phase
+    return replace(phase, **dict.fromkeys(_PARTS, 0.0))
+
+
+_PARTS = (
+    "params_bytes",
+    "grads_bytes",
+    "optimizer_bytes",
+    "activations_bytes",
+    "temporaries_bytes",
+    "buffers_bytes",
+)
+
+
+_NO_STATE = ModelState(
+    params_bytes=0.0, grads_bytes=0.0, master_bytes=0.0, optimizer_state_bytes=0.0
+)
 
 
 class _Model:
     """The terms of `gpu_peak` for one plan or grid (a namespace for its shared inputs)."""
 
-    def __init__(self, spec, L, seq_len, prec, opt, framework, eng, xp):
+    def __init__(self, spec, L, seq_len, prec, opt, framework, xp):
         self.spec, self.L, self.seq_len, self.prec, self.opt = spec, L, seq_len, prec, opt
-        self.fw, self.eng, self.xp = framework, eng, xp
+        self.fw, self.xp = framework, xp
+        eng = engine_columns(framework, L.zero, L.dp * L.cp == 1, xp)
+        self.eng = eng
         self.e, self.w = prec.activation_bytes, prec.weight_bytes
         self.g = framework.main_grad_bytes or prec.grad_bytes
         self.tokens = seq_len * L.micro_batch / L.cp
@@ -222,6 +260,27 @@ class _Model:
         self.dtensor_loss = eng.sp_keeps_gathered_input & (L.tp > 1)
         # the residual stream's bytes: the weights' under autocast (activations.residual_bytes)
         self.residual = residual_bytes(self.e, prec.weight_bytes)
+
+    def stage(self, stage, stage_index, layers, optimizer_share, one_stage=True) -> GpuPeak:
+        """`gpu_peak` of one stage (see there). `one_stage=False` leaves out the phases that
+        occur only on a GPU holding the whole depth (the grid's 'last' and 'middle' stages,
+        whose pp = 1 plans are the 'first' stage's)."""
+        L, spec = self.L, self.spec
+        if stage_index is None:
+            stage_index = {"only": 0, "first": 0, "middle": 1}.get(stage, L.pp - 1)
+        if layers is None:
+            layers = spec.n_layers if stage == "only" else L.stage_layers(spec.n_layers, stage)
+        first, last = stage_index == 0, stage_index == L.pp - 1
+        state, host, full_grads, base = self.state(layers, first, last, optimizer_share)
+        saved, output, transient = self.micro_batch(layers, first, last)
+        gathered = self.gathered(layers, first, last)
+        phases = self.backward_phases(
+            stage_index, first, last, state, full_grads, base, gathered, saved, output, transient
+        )
+        phases += self.end_phases(state, base, first, last, output)
+        if one_stage:
+            phases += self.one_stage_phases(state, full_grads, base, gathered, saved)
+        return GpuPeak(stage=stage, phases=tuple(phases), state=state, host_bytes=host)
 
     # -- model state and the engine's buffers ------------------------------------------------
 
@@ -234,14 +293,21 @@ class _Model:
         expert_shard = xp.maximum(1, shard // L.ep)
         kw = dict(precision=prec, optimizer=self.opt, grad_bytes=self.g, xp=xp)
         dense = zero_model_state(p.dense, shard=shard, zero=L.zero, **kw)
-        experts = zero_model_state(p.experts, shard=expert_shard, zero=L.zero, **kw)
-        # an engine that shards parameters at rest shards them whatever ZeRO stage it runs
-        zero_params = xp.where(eng.shards_parameters, xp.maximum(L.zero, 3), L.zero)
-        params = zero_model_state(p.dense, shard=shard, zero=zero_params, **kw).params_bytes
-        params = (
-            params
-            + zero_model_state(p.experts, shard=expert_shard, zero=zero_params, **kw).params_bytes
-        )
+        experts = _NO_STATE  # a dense model: skip the zeros (the grid's hot path)
+        if self.spec.is_moe:
+            experts = zero_model_state(p.experts, shard=expert_shard, zero=L.zero, **kw)
+        params = dense.params_bytes + experts.params_bytes
+        if eng.shards_parameters is not False:
+            # an engine that shards parameters at rest shards them whatever its ZeRO stage
+            zero_params = xp.where(eng.shards_parameters, xp.maximum(L.zero, 3), L.zero)
+            params = zero_model_state(p.dense, shard=shard, zero=zero_params, **kw).params_bytes
+            if self.spec.is_moe:
+                params = (
+                    params
+                    + zero_model_state(
+                        p.experts, shard=expert_shard, zero=zero_params, **kw
+                    ).params_bytes
+                )
         share = xp.where(eng.whole_tensor_shards & (L.zero >= 1), optimizer_share, 1.0)
         master = (dense.master_bytes + experts.master_bytes) * share
         opt_state = (dense.optimizer_state_bytes + experts.optimizer_state_bytes) * share
@@ -275,14 +341,16 @@ class _Model:
         """Parameters gathered whole beside their shard until backward ends (FSDP2 without
         resharding after forward; under a pipeline, FSDP2 for the whole step)."""
         L, xp, eng = self.L, self.xp, self.eng
-        p = rank_params(self.spec, L, layers=layers, first=first, last=last, xp=xp)
+        if eng.gathered_until_backward is False and eng.pipeline_keeps_unsharded is False:
+            return 0.0
         sharded = xp.not_(L.dp * L.cp == 1)
         keeps = eng.gathered_until_backward | (eng.pipeline_keeps_unsharded & (L.pp > 1))
-        return xp.where(keeps & sharded, (p.dense + p.experts) * self.w, 0.0)
+        return xp.where(keeps & sharded, self.rank_n * self.w, 0.0)
 
     # -- activations ---------------------------------------------------------------------------
 
-    def layer(self):
+    @functools.cached_property
+    def layer_bytes(self):
         """Bytes one layer saves for one micro-batch on this GPU, with its norms' statistics:
         under sequence parallelism as the engine runs it (`Engine.sp_keeps_gathered_input`)."""
         L, xp, spec = self.L, self.xp, self.spec
@@ -312,8 +380,7 @@ class _Model:
         """(one micro-batch's saved tensors on the stage, under the recompute policy; the
         output the pipeline schedule keeps per micro-batch; the temporaries of its backward)."""
         L, xp, spec, e = self.L, self.xp, self.spec, self.e
-        layer = self.layer()
-        self.layer_bytes = layer
+        layer = self.layer_bytes
         checkpoint = self.tokens * spec.d_model * self.residual / self.split
         recomputed = L.recomputed_layers(layers)
         kept = recomputed * checkpoint + (layers - recomputed) * layer
