@@ -64,9 +64,19 @@ class Framework:
 
     def assumption(self) -> str:
         """The line an assumptions list carries: the row's name and what it changes."""
+        engines = f"; memory engines {self.engines_text()}"
         if self.name == GENERIC_NAME:
-            return f"framework: {self.name} (none named; {self.description})"
-        return f"framework: {self.name} ({self.description})"
+            return f"framework: {self.name} (none named; {self.description}{engines})"
+        return f"framework: {self.name} ({self.description}{engines})"
+
+    def engines_text(self) -> str:
+        """The engine rows it names (core.spec.engines), runs of equal rows joined."""
+        alone, *by_zero = self.engines
+        if len(set(by_zero)) == 1:
+            zero = f"ZeRO 0-3 {by_zero[0]}"
+        else:
+            zero = ", ".join(f"ZeRO {z} {name}" for z, name in enumerate(by_zero))
+        return f"(no data parallelism {alone}; {zero})"
 
     def __post_init__(self) -> None:
         for field in ("grad_reduce_bytes", "main_grad_bytes"):
