@@ -73,7 +73,7 @@ from trainbudget.core.single.peak_memory import (
     tied_gradient_sum_bytes,
     update_scratch_bytes,
 )
-from trainbudget.core.spec.engines import ENGINE_COLUMNS, get_engine
+from trainbudget.core.spec.engines import ENGINE_COLUMNS, get_engine, get_loss_kernel
 from trainbudget.core.spec.frameworks import Framework
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision
@@ -258,6 +258,7 @@ class _Model:
         self.vocab = spec.vocab_size / L.tp
         self.stats = norm_stats_bytes(spec)
         self.dtensor_loss = eng.sp_keeps_gathered_input & (L.tp > 1)
+        self.loss = get_loss_kernel(framework.loss_kernel)
         # the residual stream's bytes: the weights' under autocast (activations.residual_bytes)
         self.residual = residual_bytes(self.e, prec.weight_bytes)
 
@@ -349,6 +350,11 @@ class _Model:
 
     # -- activations ---------------------------------------------------------------------------
 
+    @property
+    def loss_saved_fp32(self):
+        """The loss kernel's fp32 logit-sized tensors saved for backward."""
+        return self.loss.saved_fp32_tensors * self.tokens * self.vocab * FP32_BYTES
+
     @functools.cached_property
     def layer_bytes(self):
         """Bytes one layer saves for one micro-batch on this GPU, with its norms' statistics:
@@ -410,20 +416,24 @@ class _Model:
         head_input = self.tokens * spec.d_model * e
         # the final norm's input (the residual stream), the head's input (whole under
         # DTensor's SP: the column-parallel head gathers it), under autocast the head's
-        # 16-bit weight copy, the logits and the loss's fp32 log-probabilities
+        # 16-bit weight copy, and what the loss kernel keeps of the logits
         head = (
             self.tokens * spec.d_model * self.residual / self.split
             + xp.where(self.eng.sp_keeps_gathered_input, head_input, head_input / self.split)
             + weight_copy_bytes(self.vocab * spec.d_model, e, self.prec.weight_bytes)
             + self.tokens * self.stats / self.split
-            + logits
-            + self.tokens * self.vocab * FP32_BYTES
+            + logits * self.loss.keeps_logits
+            + self.loss_saved_fp32
         )
         # a stage that sends its output on keeps it until its backward (the schedule holds it)
         saved = per + xp.where(last, head, checkpoint)
         output = xp.where(last, logits, checkpoint)
         loss = loss_backward_bytes(
-            self.tokens, self.vocab, xp.where(self.dtensor_loss, LOSS_PARALLEL_TEMPORARIES, 0)
+            self.tokens,
+            self.vocab,
+            kernel=self.loss,
+            activation_bytes=e,
+            extra=xp.where(self.dtensor_loss, LOSS_PARALLEL_TEMPORARIES, 0),
         )
         d_ff = spec.d_ff_expert if spec.is_moe and not spec.d_ff else spec.d_ff
         mlp = MLP_BACKWARD_GRADIENTS * self.tokens * d_ff / L.tp * self.prec.grad_bytes
@@ -501,7 +511,9 @@ class _Model:
         # one stage's caller holds the logits through the step; torch's pipelining keeps every
         # micro-batch's output until the step ends
         acts = xp.where(
-            piped, xp.where(torch_pp, m * output, 0.0), self.tokens * self.vocab * self.e
+            piped,
+            xp.where(torch_pp, m * output, 0.0),
+            self.tokens * self.vocab * self.e * self.loss.keeps_logits,
         )
         tied = xp.where(piped, 0.0, tied_gradient_sum_bytes(spec, self.g, L.tp))
         fused = eng.fused_update & self.opt.fused_kernel & (not prec.master_bytes)
@@ -565,8 +577,8 @@ class _Model:
             m > 1, xp.where(eng.accumulates_unsharded, full_grads, state.grads_bytes), 0.0
         )
         tokens, d, e, g, w = self.tokens, spec.d_model, self.e, self.g, self.w
-        vocab_fp32 = tokens * self.vocab * FP32_BYTES
-        logits = tokens * self.vocab * e
+        vocab_fp32 = self.loss_saved_fp32
+        logits = tokens * self.vocab * e * self.loss.keeps_logits
         full = (L.recompute == FULL) & (L.pp == 1)
         rebuilt = saved - tokens * self.stats / self.split - vocab_fp32 + self.working
         head_grads = self.vocab * d * self.prec.grad_bytes

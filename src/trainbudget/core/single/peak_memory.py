@@ -24,6 +24,7 @@ from typing import Any
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.single.activations import FP32_BYTES, ActivationMemory, activation_memory
 from trainbudget.core.single.params import count_params, matrix_shapes
+from trainbudget.core.spec.engines import LossKernel, get_loss_kernel
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import (
     Optimizer,
@@ -74,9 +75,8 @@ class PeakMemory:
         return self.peak.total_bytes
 
 
-LOSS_BACKWARD_FP32_TENSORS = 2
-"""fp32 vocabulary-sized tensors the loss backward creates at its start: the gradients of the
-log-probabilities and of the logits (measured: the profile matrix)."""
+REFERENCE_LOSS = get_loss_kernel("torch-cross-entropy")
+"""The reference model's loss (model/transformer.py: F.cross_entropy on fp32 logits)."""
 
 
 def norm_stats_bytes(spec: ModelSpec) -> int:
@@ -84,10 +84,13 @@ def norm_stats_bytes(spec: ModelSpec) -> int:
     return LAYERNORM_STATS_BYTES if spec.norm == "layernorm" else RMSNORM_STATS_BYTES
 
 
-def loss_backward_bytes(tokens: Any, vocab: Any, extra: Any = 0) -> Any:
-    """The loss backward's fp32 temporaries over `tokens` x `vocab` logits (`extra` more such
-    tensors: DTensor's loss parallel)."""
-    return (LOSS_BACKWARD_FP32_TENSORS + extra) * tokens * vocab * FP32_BYTES
+def loss_backward_bytes(
+    tokens: Any, vocab: Any, *, kernel: LossKernel, activation_bytes: int, extra: Any = 0
+) -> Any:
+    """What the loss backward creates at its start over `tokens` x `vocab` logits: the
+    kernel's fp32 tensors (`extra` more: DTensor's loss parallel) and 16-bit gradients."""
+    fp32 = (kernel.backward_fp32_tensors + extra) * FP32_BYTES
+    return tokens * vocab * (fp32 + kernel.backward_16bit_tensors * activation_bytes)
 
 
 def tied_gradient_sum_bytes(spec: ModelSpec, grad_bytes: int, tp: Any = 1) -> Any:
@@ -190,7 +193,9 @@ def training_peak(
         # logits + fp32 log-probabilities saved by the loss
         activations_bytes=layers + logits + vocab * FP32_BYTES,
         # the loss backward's fp32 gradients of the log-probabilities and of the logits
-        temporaries_bytes=loss_backward_bytes(tokens, spec.vocab_size),
+        temporaries_bytes=loss_backward_bytes(
+            tokens, spec.vocab_size, kernel=REFERENCE_LOSS, activation_bytes=e
+        ),
     )
     tied_sum = tied_gradient_sum_bytes(spec, prec.grad_bytes)
     backward_end = PhaseMemory(

@@ -213,6 +213,61 @@ ENGINES = MappingProxyType(
 )
 
 
+@dataclass(frozen=True, kw_only=True)
+class LossKernel:
+    """What the cross-entropy over the logits (tokens x V/tp) holds: saved for backward and at
+    its backward's start."""
+
+    name: str
+    keeps_logits: bool
+    """The 16-bit logits stay alive (saved, or held by the caller) until the step ends."""
+    saved_fp32_tensors: int
+    """fp32 logit-sized tensors saved for backward (log-probabilities, or the softmax)."""
+    backward_fp32_tensors: int
+    """fp32 logit-sized tensors its backward creates beside them."""
+    backward_16bit_tensors: int
+    """Logit-sized gradients in the activation dtype its backward creates."""
+    source: str
+
+
+LOSS_KERNELS = MappingProxyType(
+    {
+        k.name: k
+        for k in (
+            LossKernel(
+                name="torch-cross-entropy",
+                keeps_logits=True,
+                saved_fp32_tensors=1,
+                backward_fp32_tensors=2,
+                backward_16bit_tensors=0,
+                source="torch.nn.functional.cross_entropy on the logits cast to fp32: "
+                "log_softmax's fp32 output saved, its backward's fp32 gradients of the "
+                "log-probabilities and of the logits (the reference model; MemTracker: the "
+                "profile matrix)",
+            ),
+            LossKernel(
+                name="megatron-vocab-parallel",
+                keeps_logits=False,
+                saved_fp32_tensors=1,
+                backward_fp32_tensors=0,
+                backward_16bit_tensors=1,
+                source="Megatron-Core tensor_parallel/cross_entropy.py "
+                "_VocabParallelCrossEntropy: the logits cast to fp32 once (.float()), "
+                "exponentiated and normalised in place, the softmax saved; its backward turns "
+                "that softmax into the gradient in place; the 16-bit logits are not kept, "
+                "and the cast's backward makes one 16-bit gradient",
+            ),
+        )
+    }
+)
+
+
+def get_loss_kernel(name: str) -> LossKernel:
+    if name not in LOSS_KERNELS:
+        raise unknown_key("loss kernel", name, list(LOSS_KERNELS))
+    return LOSS_KERNELS[name]
+
+
 ZERO_STAGES = 4
 
 

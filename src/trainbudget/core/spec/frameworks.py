@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from trainbudget.core.errors import SpecError, unknown_key
-from trainbudget.core.spec.engines import check_engines
+from trainbudget.core.spec.engines import check_engines, get_loss_kernel
 from trainbudget.core.spec.hardware import ATTENTION_KERNELS
 from trainbudget.core.units import MB
 
@@ -55,6 +55,8 @@ class Framework:
     """The data-parallel engine (a row of `core.spec.engines.ENGINES`) that holds the memory on
     a GPU with no data-parallel wrapper, then under ZeRO 0, 1, 2 and 3: what the per-GPU phase
     model (core.parallel.gpu_peak) adds beside the sharded model state."""
+    loss_kernel: str = "torch-cross-entropy"
+    """The cross-entropy it runs (a row of `core.spec.engines.LOSS_KERNELS`)."""
     historical: bool = False
     """A past release's behaviour, kept to predict the published runs made with it; `estimate`
     does not offer it as an alternative when no framework is named."""
@@ -87,6 +89,7 @@ class Framework:
             rule = "must be one of " + ", ".join(ATTENTION_KERNELS)
             raise SpecError(f"{self.name}.attention_kernel", self.attention_kernel, rule)
         check_engines(self.name, self.engines)
+        get_loss_kernel(self.loss_kernel)
         for field in ("bucket_bytes", "runtime_overhead_bytes"):
             if not getattr(self, field) >= 0:
                 raise SpecError(f"{self.name}.{field}", getattr(self, field), "must be >= 0")
@@ -109,6 +112,7 @@ DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 
 MEGATRON = Framework(
     name="megatron",
+    loss_kernel="megatron-vocab-parallel",
     grad_reduce_bytes=4,
     main_grad_bytes=4,
     reduce_every_micro_batch=False,
