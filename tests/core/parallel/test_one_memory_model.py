@@ -19,6 +19,7 @@ from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.planner import evaluate
 from trainbudget.core.parallel.planner_fast import memory_arrays
 from trainbudget.core.parallel.rank_peak import rank_peak
+from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.frameworks import FRAMEWORKS, TRAINBUDGET
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision
@@ -146,3 +147,35 @@ def test_planner_estimate_and_trainer_give_one_peak(chunk):
                 assert trainer == pytest.approx(one, rel=1e-9), (family, plan.describe())
                 compared_with_trainer += 1
     assert compared_with_trainer >= 10
+
+
+@pytest.mark.parametrize("family", ["dense", "gqa", "mla", "moe"])
+@pytest.mark.parametrize(
+    "precision", ["fp32", "bf16-mixed", "fp16-mixed", "amp-bf16", "amp-fp16", "bf16"]
+)
+def test_one_gpu_is_the_reference_step_the_profile_measures(family, precision):
+    """One GPU under the generic row: the reference step (core.single.peak_memory, held to
+    MemTracker by the profile matrix), every precision, with and without recomputation."""
+    spec = _models()[family]
+    for recompute in ("none", "full"):
+        plan = Plan(micro_batch=2, recompute=recompute)
+        kw = dict(precision=precision, optimizer="adamw", seq_len=256, micro_batch=2)
+        want = training_peak(spec, recompute=recompute, **kw).total_bytes
+        got = plan_memory(
+            spec,
+            plan,
+            seq_len=256,
+            precision=get_precision(precision),
+            optimizer=get_optimizer("adamw"),
+        ).total_bytes
+        assert got == pytest.approx(want, rel=1e-12), recompute
+
+
+def test_bucket_views_drop_ddps_gradient_copy():
+    spec = _models()["gqa"]
+    kw = dict(seq_len=SEQ, precision=get_precision("bf16-mixed"), optimizer=get_optimizer("adamw"))
+    engines = ("single", "ddp-bucket-view", "ddp-bucket-view", "fsdp2", "fsdp2")
+    views = dataclasses.replace(TRAINBUDGET, name="views", engines=engines)
+    copy = plan_memory(spec, Plan(dp=2), framework=TRAINBUDGET, **kw)
+    view = plan_memory(spec, Plan(dp=2), framework=views, **kw)
+    assert copy.total_bytes - view.total_bytes == pytest.approx(copy.state.grads_bytes)

@@ -127,6 +127,20 @@ ENGINES = MappingProxyType(
                 source=DDP_SOURCE,
             ),
             Engine(
+                name="ddp-bucket-view",
+                torch_pipelining=True,
+                gradient_buckets=False,
+                shards_parameters=False,
+                whole_tensor_shards=False,
+                gathered_until_backward=False,
+                unit_backward=False,
+                accumulates_unsharded=True,
+                fused_update=True,
+                source="torch.nn.parallel.DistributedDataParallel(gradient_as_bucket_view="
+                "True): the gradients are views into the buckets, so no second copy (torch "
+                "2.13 documentation of that argument)",
+            ),
+            Engine(
                 name="ddp+zero-redundancy",
                 torch_pipelining=True,
                 gradient_buckets=True,
