@@ -55,43 +55,16 @@ SHAPES = (  # (n_layers, micro_batch, seq_len, recompute)
     (1, 1, 32, "none"),
     (2, 4, 1024, "full"),
 )
-AUTOCAST = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
-
-
-def autocast_forward(monkeypatch, precision: str) -> None:
-    """Run the measured model's forward (and its loss, which the forward computes) under
-    torch.autocast for an amp-* policy, backward and the optimizer step outside it: what the
-    trainer does (train/loop.py; train/setup.py: mixed_precision). profile.memory builds the
-    model in the policy's weight dtype (fp32) but does not enter autocast itself."""
-    import trainbudget.profile.memory as memory
-
-    dtype = AUTOCAST.get(precision)
-    if dtype is None:
-        return
-    build = memory.build_model
-
-    def build_autocast(spec, **kw):
-        model = build(spec, **kw)
-        forward = model.forward
-
-        def forward_autocast(*args, **kwargs):
-            with torch.autocast(torch.device(kw["device"]).type, dtype=dtype):
-                return forward(*args, **kwargs)
-
-        model.forward = forward_autocast
-        return model
-
-    monkeypatch.setattr(memory, "build_model", build_autocast)
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize(("n_layers", "micro_batch", "seq_len", "recompute"), SHAPES)
 def test_every_precision_matches_measurement_within_a_thousandth(
-    monkeypatch, precision, n_layers, micro_batch, seq_len, recompute
+    precision, n_layers, micro_batch, seq_len, recompute
 ):
+    # amp-*: the profiler runs the forward and loss under the trainer's torch.autocast
     from trainbudget.core.spec.model_arg import resolve_model
 
-    autocast_forward(monkeypatch, precision)
     spec = resolve_model("gpt2", [f"n_layers={n_layers}"])
     step = {"micro_batch": micro_batch, "seq_len": seq_len, "recompute": recompute}
     r = profile_step(spec, precision=precision, optimizer="adamw", **step)
@@ -99,7 +72,7 @@ def test_every_precision_matches_measurement_within_a_thousandth(
         assert abs(r["error"][key]) < 1e-3, (key, r["error"], r["peak_phase"])
 
 
-def test_autocast_keeps_weight_copies_and_a_wider_residual(monkeypatch):
+def test_autocast_keeps_weight_copies_and_a_wider_residual():
     """amp-bf16 against bf16-mixed on the same model and step, measured: autocast adds the
     bf16 copies of the weights the matmuls read (a GPT-2 layer's qkv, proj, up and down:
     12 d^2; the tied head's V x d) and keeps the residual stream in fp32 (the 2 L + 1 norm
@@ -111,7 +84,6 @@ def test_autocast_keeps_weight_copies_and_a_wider_residual(monkeypatch):
     d, v = spec.d_model, spec.vocab_size
     measured = {}
     for precision in ("bf16-mixed", "amp-bf16"):
-        autocast_forward(monkeypatch, precision)
         r = profile_step(spec, micro_batch=b, seq_len=t, precision=precision, optimizer="adamw")
         measured[precision] = r["measured"]["activations"]
     copies = 2 * (n_layers * 12 * d * d + v * d)
@@ -156,12 +128,11 @@ MOE += ["n_experts=4", "experts_per_token=2", "capacity_factor=0"]
 @pytest.mark.parametrize(
     ("precision", "mlp"), [("fp32", "gelu"), ("fp32", "swiglu"), ("amp-bf16", "swiglu")]
 )
-def test_a_moe_step_on_cpu_matches_the_reference_moe_layer(monkeypatch, precision, mlp):
+def test_a_moe_step_on_cpu_matches_the_reference_moe_layer(precision, mlp):
     from trainbudget.core.spec.model_arg import resolve_model
 
     # amp-bf16 (measured 2026-11: activations +0.35 %, fp32's +0.26 %): each expert's gate and
     # up cast their fp32 rows, and the gated rows are fp32 (activations.moe_layer_bytes)
-    autocast_forward(monkeypatch, precision)
     spec = resolve_model("gpt2", [*MOE, f"mlp={mlp}"])
     r = profile_step(
         spec, micro_batch=4, seq_len=32, precision=precision, optimizer="adamw", device="cpu"

@@ -5,6 +5,9 @@
   fp32 optimizer state outside it (the ZeRO paper's accounting, 2 + 2 + 12 bytes per parameter
   for Adam, which the core's `bf16-mixed` policy assumes). The update runs one parameter at a
   time, so the fp32 copy of a gradient exists for one tensor at a time, never for the model.
+- amp-bf16 / amp-fp16: fp32 weights and torch's own optimizer; the 16-bit matmuls come from
+  torch.autocast around the forward and loss (`mixed_precision`, with fp16's GradScaler: the one
+  context the trainer and the profiler both enter).
 
 The optimizers come from the one factory table (`model.optimizers.FACTORIES`, one per
 trainable row of the core's `OPTIMIZERS`) in their single-tensor (for-loop) implementation: its
@@ -13,6 +16,8 @@ one would allocate temporaries the size of the whole model.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from torch import nn
@@ -97,3 +102,16 @@ def weight_dtype(precision: str) -> torch.dtype:
             "precision", precision, "estimate-only; the model here runs: " + ", ".join(dtypes)
         )
     return dtypes[name]
+
+
+def mixed_precision(precision: str, device: torch.device):
+    """(autocast context, gradient scaler) for a precision policy: torch.autocast for the
+    amp-* policies (fp32 weights, 16-bit matmuls), a GradScaler for fp16 (its small range
+    underflows gradients without loss scaling, Micikevicius et al. 2018, arXiv 1710.03740);
+    no-ops otherwise."""
+    dtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(precision)
+    autocast = (
+        torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+    )
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "amp-fp16")
+    return autocast, scaler

@@ -6,6 +6,10 @@ CPU-only builds of torch cannot place fake tensors on a "cuda" device ("PyTorch 
 with support for cuda devices"), so the fake step runs on the cpu device; kernels whose saved
 tensors differ between CPU and CUDA are avoided in the reference model (see
 model/transformer.py), and scripts/gpu_validate.py measures the same matrix on a real GPU.
+
+Every step here is the trainer's: for the amp-* policies the forward and its loss run inside
+the trainer's torch.autocast (model.optim.mixed_precision), backward and the optimizer step
+outside it, so the fp32 weights' 16-bit copies and the fp32 residual stream are what is measured.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from torch.distributed._tools.mem_tracker import MemTracker
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.model_spec import ModelSpec
-from trainbudget.model.optim import make_optimizer, weight_dtype
+from trainbudget.model.optim import make_optimizer, mixed_precision, weight_dtype
 from trainbudget.model.transformer import build_model
 from trainbudget.profile.device import FAKE_DEVICES, check_device_name
 
@@ -69,8 +73,28 @@ def _optimizer_tensors(opt) -> list:
     return state + list(getattr(opt, "masters", []))
 
 
-def _train_step(model, optimizer, idx, grads: list | None = None) -> None:
-    _, loss = model(idx, idx)
+def step_autocast(precision: str, device: str) -> contextlib.AbstractContextManager:
+    """The trainer's autocast for `precision` on `device` (a fake device runs on its real one):
+    torch.autocast for amp-*, a no-op otherwise. Its GradScaler (amp-fp16) is left out: it
+    scales the scalar loss and unscales the gradients in place, so it adds no tensor the size
+    of an activation or of the model, and its step reads an overflow flag on the host, which a
+    fake tensor does not have."""
+    autocast, _scaler = mixed_precision(precision, torch.device(device.removeprefix("fake-")))
+    return autocast
+
+
+def _train_step(
+    model,
+    optimizer,
+    idx,
+    grads: list | None = None,
+    *,
+    autocast: contextlib.AbstractContextManager | None = None,
+) -> None:
+    """One step as the trainer runs it: forward and loss inside `autocast` (`step_autocast`;
+    none: no autocast), backward and the update outside it."""
+    with autocast if autocast is not None else contextlib.nullcontext():
+        _, loss = model(idx, idx)
     loss.backward()
     if grads is not None:
         grads.append(_nbytes(p.grad for p in model.parameters() if p.grad is not None))
@@ -118,14 +142,15 @@ def measure_step_memory(
         model.train()
         opt = make_optimizer(model, precision=precision, optimizer=optimizer)
         idx = torch.randint(0, spec.vocab_size, (micro_batch, seq_len), device=where)
+        autocast = step_autocast(precision, device)
         grads: list[int] = []
-        _train_step(model, opt, idx, grads)
+        _train_step(model, opt, idx, grads, autocast=autocast)
         tracker = MemTracker()
         inner = getattr(opt, "inner", None)
         extra = [inner, *opt.masters] if inner is not None else []
         tracker.track_external(model, opt, *extra)
         with tracker:
-            _train_step(model, opt, idx)
+            _train_step(model, opt, idx, autocast=autocast)
         peak = tracker.get_tracker_snapshot("peak")
         params = _nbytes(model.parameters())
         optimizer_bytes = _nbytes(_optimizer_tensors(opt))
@@ -175,6 +200,7 @@ def time_steps(
         spec, precision=precision, optimizer=optimizer, recompute=recompute, device=device
     )
     idx = torch.randint(0, spec.vocab_size, (micro_batch, seq_len), device=device)
+    autocast = step_autocast(precision, device)
     cuda = device == "cuda"
 
     def sync() -> None:
@@ -182,14 +208,14 @@ def time_steps(
             torch.cuda.synchronize()
 
     for _ in range(warmup):
-        _train_step(model, opt, idx)
+        _train_step(model, opt, idx, autocast=autocast)
     sync()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     times = []
     for _ in range(steps):
         start = time.perf_counter()
-        _train_step(model, opt, idx)
+        _train_step(model, opt, idx, autocast=autocast)
         sync()  # the clock is read only after the GPU has finished the step
         times.append(time.perf_counter() - start)
     return statistics.median(times), (torch.cuda.max_memory_allocated() if cuda else None)

@@ -10,7 +10,8 @@ sample, collate a batch) merged into one:
 2. forward: `model(idx)` without targets, embeddings to logits (the head included);
 3. loss: `F.cross_entropy` of the fp32 logits, exactly what the model computes when it is given
    targets (the forward and the loss are timed apart by calling the model without targets,
-   not by splitting its submodules);
+   not by splitting its submodules); for amp-* both run inside the trainer's torch.autocast
+   (`profile.memory.step_autocast`), the phases after them outside it, as in the trainer;
 4. backward: `loss.backward()`;
 5. grad_sync: an all-reduce (sum, then / world size) of every gradient when torch.distributed
    is initialised; nothing, and ~0 s, on one process;
@@ -44,7 +45,7 @@ import torch.nn.functional as F
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.model_spec import ModelSpec
-from trainbudget.profile.memory import real_training_setup
+from trainbudget.profile.memory import real_training_setup, step_autocast
 
 PHASES = ("data_loading", "forward", "loss", "backward", "grad_sync", "optimizer", "logging")
 
@@ -203,6 +204,7 @@ def time_phases(
         spec.vocab_size, max(DEFAULT_TOKENS, 4 * micro_batch * (seq_len + 1)), seed
     )
     gen = np.random.default_rng(seed)
+    autocast = step_autocast(precision, device)
     clock = _PhaseClock(device)
     samples: dict[str, list[float]] = {p: [] for p in (*PHASES, "total")}
     world: int | None = None
@@ -210,10 +212,11 @@ def time_phases(
         clock.start()
         x, y = random_batch(tokens, micro_batch, seq_len, gen, device)
         clock.lap("data_loading")
-        logits, _ = model(x)  # (B, T, V)
-        clock.lap("forward")
-        # as the model computes it given targets: in fp32 whatever the activation dtype
-        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.reshape(-1))
+        with autocast:  # forward and loss only, as the trainer
+            logits, _ = model(x)  # (B, T, V)
+            clock.lap("forward")
+            # as the model computes it given targets: in fp32 whatever the activation dtype
+            loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.reshape(-1))
         clock.lap("loss")
         loss.backward()
         clock.lap("backward")

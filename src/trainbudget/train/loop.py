@@ -20,7 +20,7 @@ import torch
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.spec.model_spec import ModelSpec
-from trainbudget.model.optim import weight_dtype
+from trainbudget.model.optim import mixed_precision, weight_dtype
 from trainbudget.model.transformer import build_model
 from trainbudget.profile.device import identify_device, resolve_device
 from trainbudget.train import expert_parallel
@@ -76,7 +76,7 @@ from trainbudget.train.run import Run
 from trainbudget.train.run_files import COMM_FILE, CONFIG_FILE, SUMMARY_FILE
 from trainbudget.train.run_lock import make_room, own_run_folder
 from trainbudget.train.schedule import Schedule, apply_lr
-from trainbudget.train.setup import mixed_precision, seed_everything
+from trainbudget.train.setup import seed_everything
 from trainbudget.train.source_loss import SourceLoss, log_line_part
 from trainbudget.train.startup import Say, log_rule, logged_step, on_terminal
 from trainbudget.train.summary import memory_bytes, summarize

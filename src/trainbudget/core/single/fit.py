@@ -100,6 +100,7 @@ def fit_with_activations(
             seq_len=seq_len,
             micro_batch=micro_batch,
             activation_bytes=prec.activation_bytes,
+            weight_bytes=prec.weight_bytes,  # amp-*: fp32 weights, 16-bit matmuls
             recompute=recompute,
             flash_attention=True,
         ).total_bytes

@@ -110,6 +110,7 @@ def training_memory(
             seq_len=default_seq_len(model).value if seq_len is None else seq_len,
             micro_batch=micro_batch,
             activation_bytes=prec.activation_bytes,
+            weight_bytes=prec.weight_bytes,  # amp-*: fp32 weights, 16-bit matmuls
             recompute=recompute,
             flash_attention=flash_attention,
         )
