@@ -19,7 +19,6 @@ STEP = {"seq_len": 256, "micro_batch": 2, "flash_attention": True}
     "model, kw, reason",
     [
         (BareModel(n_params=10**9), {}, "dense:N"),
-        (GPT2, {"precision": "amp-bf16"}, "precision amp-bf16"),
         (GPT2, {"precision": "fp8"}, "precision fp8"),
         (GPT2, {"optimizer": "adafactor"}, "optimizer adafactor is estimate-only"),
         (GPT2, {"recompute": "selective"}, "recompute selective"),
@@ -33,7 +32,9 @@ def test_sum_of_parts_where_the_phase_model_cannot_say(model, kw, reason) -> Non
     assert note.startswith("peak memory taken as the sum of parts") and reason in note
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed", "fp16-mixed", "bf16"])
+@pytest.mark.parametrize(
+    "precision", ["fp32", "bf16-mixed", "fp16-mixed", "bf16", "amp-bf16", "amp-fp16"]
+)
 @pytest.mark.parametrize("recompute", ["none", "full"])
 def test_phase_peak_parts_add_up(precision: str, recompute: str) -> None:
     args = {"precision": precision, "optimizer": "adamw", "recompute": recompute, **STEP}

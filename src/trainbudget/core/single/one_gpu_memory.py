@@ -11,11 +11,10 @@ from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.model_spec import BareModel, ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 
-# The policies whose bytes the reference model keeps as the phase model counts them: the
-# weights in the policy's dtype, no autocast copies (amp-* casts weights per matmul and saves
-# those copies) and no FP8 kernels (the reference model cannot run fp8). The profile matrix
-# (profile/matrix.py) measures fp32 and bf16-mixed; bf16 and fp16-mixed keep the same tensors.
-PHASE_MODEL_PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
+# The policies whose bytes the reference model keeps as the phase model counts them (every one
+# the profile matrix measures, autocast's weight copies and fp32 residual stream included:
+# tests/profile/test_profile_matrix.py); not FP8, which the reference model cannot run.
+PHASE_MODEL_PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16", "amp-bf16", "amp-fp16")
 # the reference model checkpoints whole blocks or nothing (model/transformer.py)
 PHASE_MODEL_RECOMPUTE = ("none", "full")
 
