@@ -13,7 +13,6 @@ from trainbudget.cli.args import (
     framework_from_args,
     positive_int,
 )
-from trainbudget.cli.estimate_planned import run_planner
 from trainbudget.cli.estimate_request import (
     explicit_options,
     headroom_from_args,
@@ -56,9 +55,8 @@ from trainbudget.cli.uncertainty_view import (
     take_assumptions,
 )
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.parallel_memory import zero_model_state
 from trainbudget.core.parallel.plan import Plan, validate_layout, validate_plan
-from trainbudget.core.parallel.planner import RankedPlan, evaluate
+from trainbudget.core.parallel.plan_space import RankedPlan
 from trainbudget.core.single.estimate import (
     DEFAULT_MFU,
     FLOPS_FORMULAS,
@@ -132,6 +130,8 @@ def _plan_result(
     """The plan-aware evaluation when any plan option was given, else None."""
     if not wants_plan(args):
         return None
+    from trainbudget.core.parallel.planner import evaluate  # a layout's models, on demand
+
     req = e.request
     if not isinstance(req.model, ModelSpec):
         return None  # a bare count gets model-state memory only: see _bare_plan_json
@@ -168,6 +168,8 @@ def _bare_plan_json(args: argparse.Namespace, e: Estimate, fw: Framework) -> dic
         args, req.n_gpus, req.micro_batch, req.grad_accum, req.recompute, req.flash_attention
     )
     validate_layout(plan, n_gpus=req.n_gpus, seq_len=e.seq_len)
+    from trainbudget.core.parallel.parallel_memory import zero_model_state
+
     precision = get_precision(req.precision)
     state = zero_model_state(
         req.model.n_params / (plan.tp * plan.pp),
@@ -231,6 +233,8 @@ def run(args: argparse.Namespace) -> int:
     model = resolve_model(args.model, args.overrides)
     kind = answer_kind(args, model, positive_int("gpus", args.gpus))
     if kind == "planner":
+        from trainbudget.cli.estimate_planned import run_planner  # numpy and the search
+
         return run_planner(args, explicit)
     unstated = take_assumptions(args)
     seq = seq_len_from_args(args, model) if isinstance(model, ModelSpec) else None

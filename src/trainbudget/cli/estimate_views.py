@@ -8,8 +8,7 @@ import dataclasses
 from trainbudget.cli.plan_view import (
     fits_text,
 )
-from trainbudget.core.parallel.plan_explain import plan_steps
-from trainbudget.core.parallel.planner import RankedPlan
+from trainbudget.core.parallel.plan_space import RankedPlan
 from trainbudget.core.single.estimate import (
     BARE_MODEL_SEQ_LEN,
     DEFAULT_MFU,
@@ -174,6 +173,8 @@ def derivation(e: Estimate, plan: RankedPlan | None = None) -> list:
     the model's counts then the plan's."""
     if plan is None:
         return list(e.steps)
+    from trainbudget.core.parallel.plan_explain import plan_steps  # --explain of a plan only
+
     return [*_model_steps(e), *plan_steps(plan, e.seq_len, e.request.tokens)]
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.planner import RankedPlan
+from trainbudget.core.parallel.plan_space import RankedPlan
 from trainbudget.core.spec.defaults import DEFAULT_FLASH_ATTENTION
 from trainbudget.core.spec.frameworks import FRAMEWORKS, GENERIC_NAME, Framework, get_framework
 
