@@ -280,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(_layout_lines(e, planned, rng, sens, seq, args)))
     else:
         print(summary(e, seq, headroom_from_args(args)))
-    print(f"framework    {fw.name}")
+    print(f"framework    {fw.assumption().removeprefix('framework: ')}")
     if bare is not None:
         mem = bare["memory_bytes"]
         print(
@@ -307,7 +307,17 @@ def _layout_json(out: dict, e: Estimate, ranked, cluster, rng: dict, args) -> No
     """A layout's answer replaces the one-GPU time, memory and MFU; the MFU figure stays only
     as a labelled what-if when --mfu was given."""
     one_gpu_time = {k: out.pop(k) for k in ("time_seconds", "time_days", "gpu_hours", "cost")}
+    # the one-GPU memory figures give way to the plan's (one answer: core.parallel.gpu_peak)
+    out.pop("activations_breakdown", None)
     out.update(plan_json(ranked, cluster, headroom_from_args(args)))
+    m = ranked.memory
+    out.pop("memory_phases_bytes")  # given once, here
+    out["memory_model"] = {
+        "kind": "phase-peak",
+        "peak_phase": m.phase,
+        "peak_stage": m.stage,
+        "phases_bytes": dict(m.phases_bytes),
+    }
     out["fits_in_gpu_memory"] = ranked.fits
     out["step_seconds_range"] = rng["step_seconds_range"]
     tokens = e.request.tokens

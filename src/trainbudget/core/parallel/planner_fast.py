@@ -6,7 +6,6 @@ ranks by time); the top plans are then re-evaluated one by one for their full br
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import time
@@ -18,6 +17,7 @@ from trainbudget.core.errors import SpecError
 from trainbudget.core.ops import numpy_ops
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.compute_time import DEFAULT_EFFICIENCY, Efficiency
+from trainbudget.core.parallel.gpu_memory import peak_bytes
 from trainbudget.core.parallel.layout import (
     INTERLEAVED,
     ONE_F_ONE_B,
@@ -25,7 +25,6 @@ from trainbudget.core.parallel.layout import (
     STAGE_LAYER_FIELDS,
     PlanNumbers,
 )
-from trainbudget.core.parallel.parallel_memory import layer_bytes, stage_memory
 from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.plan_space import (
     TIE_TOLERANCE,
@@ -254,21 +253,12 @@ def memory_arrays(
     optimizer: Optimizer,
     framework: Framework = GENERIC,
 ) -> np.ndarray:
-    """Peak memory total_bytes of every plan in `a`: the heaviest pipeline stage, as
-    `plan_memory` takes it."""
+    """Peak bytes on the most loaded GPU of every plan in `a`: `gpu_memory.peak_bytes` on
+    arrays, the very phases `plan_memory` takes for one plan."""
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
 
     def memory(chunk: PlanNumbers) -> np.ndarray:
-        xp = numpy_ops()
-        layer = layer_bytes(spec, chunk, seq_len, precision.activation_bytes, xp)
-        stage = functools.partial(stage_memory, spec, chunk, layer=layer, xp=xp, **kw)
-        first = stage("first").total_bytes  # pp 1: the only one
-        peak = np.where(chunk.pp > 1, np.maximum(first, stage("last").total_bytes), first)
-        # a middle stage outweighs the first only under an uneven split (the search
-        # enumerates none, so its grid skips this term; hand-made grids of uneven plans get it)
-        if np.any(chunk.middle_layers > 0):
-            peak = np.where(chunk.pp > 2, np.maximum(peak, stage("middle").total_bytes), peak)
-        return peak
+        return peak_bytes(spec, chunk, xp=numpy_ops(), **kw)
 
     return _in_chunks(memory, a)
 
