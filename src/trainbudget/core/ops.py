@@ -57,9 +57,16 @@ def numpy_ops() -> Ops:
     if _NUMPY is None:
         import numpy as np
 
+        def where(condition: Any, a: Any, b: Any) -> Any:
+            # a condition that is one number (a column the plans agree on) picks a branch
+            # without an element-wise pass
+            if isinstance(condition, bool | np.bool_):
+                return a if condition else b
+            return np.where(condition, a, b)
+
         _NUMPY = Ops(
             name="numpy",
-            where=np.where,
+            where=where,
             maximum=np.maximum,
             minimum=np.minimum,
             not_=np.logical_not,

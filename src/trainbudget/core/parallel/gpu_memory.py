@@ -7,6 +7,7 @@ model state at rest, what is offloaded, and every phase's total; one total, `tot
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,19 +126,36 @@ def peak_bytes(
     xp: Ops = SCALAR,
 ) -> Any:
     """`plan_memory(...).total_bytes` of one plan or of every plan of a grid (`xp`): the same
-    phases, the largest over the stages."""
+    phases, the largest over the stages. A grid is taken in three parts -- its plans without
+    a pipeline ('only'), the first and last stages of the others, the middle stages of those
+    with more than two -- so that each part's stage is a number and no stage is computed for a
+    plan that has none."""
     L = as_numbers(plans)
     share = optimizer_share(spec, L, framework, xp)
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
-    middle = L.pp > 2
-    some_middle = middle.any() if xp.is_array else middle
-    names = ("first", "last", "middle") if some_middle else ("first", "last")
-    stages = stage_peaks(spec, L, stages=names, optimizer_share=share, xp=xp, **kw)
-    first, last = stages["first"].total_bytes, stages["last"].total_bytes
-    peak = xp.where(L.pp > 1, xp.maximum(first, last), first)
-    if some_middle:
-        peak = xp.where(middle, xp.maximum(peak, stages["middle"].total_bytes), peak)
-    return peak
+    if not xp.is_array:
+        names = stage_names(L.pp)
+        stages = stage_peaks(spec, L, stages=names, optimizer_share=share, **kw)
+        return max(peak.total_bytes for peak in stages.values())
+    import numpy as np
+
+    out = np.zeros(len(L))
+    share = np.broadcast_to(share, out.shape)
+
+    def part(rows, names):
+        sub = L.take(rows)
+        peaks = stage_peaks(spec, sub, stages=names, optimizer_share=share[rows], xp=xp, **kw)
+        totals = [np.broadcast_to(p.total_bytes, rows.shape) for p in peaks.values()]
+        out[rows] = np.maximum(out[rows], functools.reduce(np.maximum, totals))
+
+    for rows, names in (
+        (np.flatnonzero(L.pp == 1), ("only",)),
+        (np.flatnonzero(L.pp > 1), ("first", "last")),
+        (np.flatnonzero(L.pp > 2), ("middle",)),
+    ):
+        if len(rows):
+            part(rows, names)
+    return out
 
 
 def optimizer_share(

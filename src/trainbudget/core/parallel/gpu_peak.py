@@ -182,14 +182,7 @@ def stage_peaks(
 ) -> dict[str, GpuPeak]:
     """`gpu_peak` of each named stage, the terms they share computed once."""
     m = _Model(spec, L, seq_len, precision, optimizer, framework, xp)
-    # on a grid, a pp = 1 plan's figure is its 'first' stage's: the others need not hold
-    # the phases of a GPU with the whole depth
-    return {
-        name: m.stage(
-            name, None, None, optimizer_share, one_stage=name == "first" or not xp.is_array
-        )
-        for name in stages
-    }
+    return {name: m.stage(name, None, None, optimizer_share) for name in stages}
 
 
 BACKWARD_STARTS = tuple(
@@ -262,16 +255,19 @@ class _Model:
         # the residual stream's bytes: the weights' under autocast (activations.residual_bytes)
         self.residual = residual_bytes(self.e, prec.weight_bytes)
 
-    def stage(self, stage, stage_index, layers, optimizer_share, one_stage=True) -> GpuPeak:
-        """`gpu_peak` of one stage (see there). `one_stage=False` leaves out the phases that
-        occur only on a GPU holding the whole depth (the grid's 'last' and 'middle' stages,
-        whose pp = 1 plans are the 'first' stage's)."""
+    def stage(self, stage, stage_index, layers, optimizer_share) -> GpuPeak:
+        """`gpu_peak` of one stage (see there). A named stage says whether the GPU holds the
+        first and last layers and whether a pipeline runs ('only': both, no pipeline), so on a
+        grid those are numbers, not arrays; a stage given by index reads them from the plan."""
         L, spec = self.L, self.spec
         if stage_index is None:
+            first, last = stage in ("only", "first"), stage in ("only", "last")
+            self.piped = stage != "only"
             stage_index = {"only": 0, "first": 0, "middle": 1}.get(stage, L.pp - 1)
+        else:
+            first, last, self.piped = stage_index == 0, stage_index == L.pp - 1, L.pp > 1
         if layers is None:
             layers = spec.n_layers if stage == "only" else L.stage_layers(spec.n_layers, stage)
-        first, last = stage_index == 0, stage_index == L.pp - 1
         state, host, full_grads, base = self.state(layers, first, last, optimizer_share)
         saved, output, transient = self.micro_batch(layers, first, last)
         gathered = self.gathered(layers, first, last)
@@ -279,7 +275,7 @@ class _Model:
             stage_index, first, last, state, full_grads, base, gathered, saved, output, transient
         )
         phases += self.end_phases(state, base, first, last, output)
-        if one_stage:
+        if self.piped is not True:  # the phases of a GPU holding the whole depth
             phases += self.one_stage_phases(state, full_grads, base, gathered, saved)
         return GpuPeak(stage=stage, phases=tuple(phases), state=state, host_bytes=host)
 
@@ -345,7 +341,7 @@ class _Model:
         if eng.gathered_until_backward is False and eng.pipeline_keeps_unsharded is False:
             return 0.0
         sharded = xp.not_(L.dp * L.cp == 1)
-        keeps = eng.gathered_until_backward | (eng.pipeline_keeps_unsharded & (L.pp > 1))
+        keeps = eng.gathered_until_backward | (eng.pipeline_keeps_unsharded & self.piped)
         return xp.where(keeps & sharded, self.rank_n * self.w, 0.0)
 
     # -- activations ---------------------------------------------------------------------------
@@ -410,7 +406,7 @@ class _Model:
                 op, op_checkpoint_working_bytes(layer, saved_op, xp), self.working
             )
         # a stage after the first keeps its input in torch pipelining's receive buffer
-        in_buffer = xp.not_(first) & self.eng.torch_pipelining & (L.pp > 1)
+        in_buffer = xp.not_(first) & self.eng.torch_pipelining & self.piped
         per = per - xp.where(in_buffer, checkpoint, 0.0)
         logits = self.tokens * self.vocab * e
         head_input = self.tokens * spec.d_model * e
@@ -450,7 +446,7 @@ class _Model:
         collective."""
         L, xp, eng = self.L, self.xp, self.eng
         m = L.grad_accum
-        piped = L.pp > 1
+        piped = self.piped
         # one stage runs its micro-batches one after the other, whatever the schedule's name
         in_flight = xp.where(piped, in_flight_micro_batches(L, xp, stage_index), 1)
         op = L.recompute == SELECTIVE_OP
@@ -504,7 +500,7 @@ class _Model:
         step (the update's scratch)."""
         L, xp, spec, prec, eng = self.L, self.xp, self.spec, self.prec, self.eng
         m = L.grad_accum
-        piped = L.pp > 1
+        piped = self.piped
         units, u = self._units()
         received, input_grad, torch_pp = self.pipeline_buffers(first, last)
         buffers = base + received + m * input_grad
@@ -548,7 +544,7 @@ class _Model:
         gradients, and a block in backward with the next prefetched (gathered, unless the
         engine keeps everything gathered until backward ends) and its unsharded gradients."""
         L, xp, spec, eng, g, w = self.L, self.xp, self.spec, self.eng, self.g, self.w
-        units = eng.unit_backward & xp.not_(L.dp * L.cp == 1) & (L.pp == 1)
+        units = eng.unit_backward & xp.not_(L.dp * L.cp == 1) & xp.not_(self.piped)
         p = count_params(spec)
         root = (p.embedding_token + p.head) / L.tp + p.embedding_position + p.final_norm
         experts = xp.where(L.ep > 1, p.moe_experts / (L.ep * L.tp), 0.0)
@@ -579,7 +575,7 @@ class _Model:
         tokens, d, e, g, w = self.tokens, spec.d_model, self.e, self.g, self.w
         vocab_fp32 = self.loss_saved_fp32
         logits = tokens * self.vocab * e * self.loss.keeps_logits
-        full = (L.recompute == FULL) & (L.pp == 1)
+        full = (L.recompute == FULL) & xp.not_(self.piped)
         rebuilt = saved - tokens * self.stats / self.split - vocab_fp32 + self.working
         head_grads = self.vocab * d * self.prec.grad_bytes
         common = dict(params_bytes=state.params_bytes, optimizer_bytes=state.optimizer_bytes)
@@ -624,7 +620,7 @@ class _Model:
         _make_tensor_from_meta), and forward_one_chunk keeps every output to merge at the
         step's end (`Engine.torch_pipelining`); none of these elsewhere."""
         L, xp = self.L, self.xp
-        torch_pp = self.eng.torch_pipelining & (L.pp > 1)
+        torch_pp = self.eng.torch_pipelining & self.piped
         boundary = self.tokens * self.spec.d_model / self.split
         # what crosses between stages is the residual stream, and its gradient
         one = boundary * (
@@ -654,7 +650,7 @@ class _Model:
         whole vocabulary (measured, torch 2.13: a (V, d) fp32 .grad on each rank of
         tests/train/test_rank_memory.py's tp2 pp2 run, beside its (V/tp, d) shard)."""
         L, xp, spec = self.L, self.xp, self.spec
-        on = first & (L.pp > 1) & self.eng.sp_keeps_gathered_input & (L.tp > 1)
+        on = first & self.piped & self.eng.sp_keeps_gathered_input & (L.tp > 1)
         return xp.where(
             on, (spec.vocab_size - self.vocab) * spec.d_model * self.prec.grad_bytes, 0.0
         )
