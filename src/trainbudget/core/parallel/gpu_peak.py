@@ -461,13 +461,16 @@ class _Model:
         kept = xp.where(torch_pp, output, 0.0)
         forward = self._tp_forward()
         after_warm_up = xp.maximum(m - in_flight, 0)
-        phases = []
-        for name, k in (
+        micro_batches = (
             (BACKWARD_STARTS[0], m - 1),
             (BACKWARD_STARTS[1], after_warm_up),
             (BACKWARD_STARTS[2], xp.minimum(1, m - 1)),
             (BACKWARD_STARTS[3], 0),
-        ):
+        )
+        if piped is False:  # one stage: the backward starts differ only in the gradients
+            micro_batches = micro_batches[::3]
+        phases = []
+        for name, k in micro_batches:
             held = xp.minimum(in_flight, m - k) * saved + k * kept + self.working * (piped | op)
             common = dict(
                 params_bytes=state.params_bytes,
@@ -477,7 +480,7 @@ class _Model:
                 buffers_bytes=base + gathered + received + k * input_grad,
             )
             phases.append(PhaseMemory(phase=name, temporaries_bytes=transient, **common))
-            if name in (BACKWARD_STARTS[1], BACKWARD_STARTS[3]):
+            if piped is not False and name in (BACKWARD_STARTS[1], BACKWARD_STARTS[3]):
                 # under TP with a pipeline, a forward at the row-parallel collective: the
                 # last of the warm-up (after no backward), or the one after backward k (1F1B)
                 runs = piped & (L.tp > 1) & ((k == 0) | (L.schedule != GPIPE) & (k > 0))
