@@ -94,6 +94,22 @@ def test_a_catalog_command_imports_no_estimator():
     assert "numpy" not in loaded
 
 
+def test_the_one_gpu_estimate_imports_no_plan_model():
+    """One GPU and no layout: neither the search nor the one-plan evaluation (nor the step-time
+    and per-GPU memory models under them) is loaded."""
+    _, loaded = _run_as_program("estimate --model llama-3-8b --tokens 15e12 --json")
+    plan_models = ("planner", "planner_fast", "step_time", "comm_time", "gpu_memory", "gpu_peak")
+    assert not loaded & {f"trainbudget.core.parallel.{m}" for m in plan_models}
+
+
+def test_only_the_commands_that_search_the_grid_set_how_malloc_keeps_memory():
+    """_keep_freed_memory loads ctypes (numpy loads it too) for estimate, plan and report."""
+    _, loaded = _run_as_program("models")
+    assert "ctypes" not in loaded
+    assert entry.GRID_COMMANDS.issubset(entry.COMMANDS)
+    assert not entry.GRID_COMMANDS & entry.TORCH_COMMANDS  # torch's allocators are its own
+
+
 def test_the_parser_for_one_command_holds_that_command_alone():
     only = entry.build_parser("estimate")
     every = entry.build_parser()
