@@ -97,8 +97,11 @@ ENGINES = MappingProxyType(
                 unit_backward=False,
                 accumulates_unsharded=True,
                 fused_update=False,
+                sp_keeps_gathered_input=False,
                 source="the reference step `trainbudget profile` measures on one device "
-                "(core.single.peak_memory): no wrapper, torch's single-tensor update",
+                "(core.single.peak_memory): no wrapper, torch's single-tensor update; with "
+                "tensor or pipeline parallelism and no data parallelism, the framework-neutral "
+                "(Megatron-style) sequence parallelism and point-to-point pipeline",
             ),
             Engine(
                 name="single",
