@@ -33,6 +33,20 @@ def test_readme_command_1_is_plans_answer():
     assert est["memory_bytes"]["total"] <= 0.9 * est["gpu_memory_bytes"]
 
 
+def test_readme_command_1_report_gives_the_same_plan_memory_and_days(tmp_path):
+    """The README's 70B / 1,024 H100 question: `report` shows the plan, per-GPU memory (and its
+    peak phase) and days that `estimate` and `plan` give -- one memory model (gpu_peak)."""
+    est = cli_json(*README_1)
+    out = tmp_path / "r.html"
+    report = cli_json("report", *QUESTION, "--seq-len", "8192", "--out", str(out))["report"]
+    best = report["candidates"][0]
+    assert best["plan"] == est["plan"]["description"] == report["answer"]["plan"]
+    assert best["total_memory_bytes"] == pytest.approx(est["memory_bytes"]["total"], rel=1e-9)
+    assert best["peak_phase"] == est["memory_bytes"]["peak_phase"]
+    assert sum(best["memory_bytes"].values()) == pytest.approx(best["total_memory_bytes"])
+    assert report["answer"]["train_days"] == pytest.approx(est["time_days"], rel=1e-9)
+
+
 def test_readme_command_1_summary_says_where_each_input_came_from():
     code, out, err = cli(*README_1)
     assert code == 0, err
