@@ -534,7 +534,7 @@ class _Model:
             ),
             PhaseMemory(
                 phase="optimizer step",
-                temporaries_bytes=largest_tensor(spec) / L.tp * scratch,
+                temporaries_bytes=self._largest_updated_tensor() * scratch,
                 buffers_bytes=buffers,
                 **common,
             ),
@@ -614,6 +614,16 @@ class _Model:
             _occurs(units & xp.not_(full), last_block, xp),
             _occurs(units, first_block, xp),
         ]
+
+    def _largest_updated_tensor(self):
+        """Elements of the largest tensor the update works on at once on this GPU: the
+        largest parameter's tensor-parallel shard, cut again over the ZeRO group where the
+        optimizer state is sharded element-wise (ZeRO's flat partitions, FSDP2's DTensor
+        shards); whole under whole-tensor sharding (ZeroRedundancyOptimizer) or no ZeRO."""
+        L, xp = self.L, self.xp
+        shard = L.shard_dp * L.cp
+        cut = (L.zero >= 1) & xp.not_(self.eng.whole_tensor_shards)
+        return largest_tensor(self.spec) / L.tp / xp.where(cut, shard, 1)
 
     def pipeline_buffers(self, first, last):
         """(the receive buffers a stage holds through the step, a received input's gradient
