@@ -203,4 +203,3 @@ def test_uneven_split_puts_each_stages_layers_on_it():
         stage_params(L2_7B, even, "middle").dense + per_layer
     )
     assert per_layer == pytest.approx(first_e.layer_dense)
-
