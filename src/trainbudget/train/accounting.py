@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.comm_volume import PlannedCollective, planned_collectives
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.rank_peak import rank_peak
+from trainbudget.core.parallel.rank_peak import rank_peak, stage_of
 from trainbudget.core.parallel.step_time import (
     DEFAULT_EFFICIENCY,
     Efficiency,
@@ -252,14 +252,21 @@ def _memory(
     kw = dict(precision=precision.name, optimizer=optimizer.name, seq_len=seq_len)
     ranks = [rank_peak(spec, plan, rank=rank, **kw) for rank in range(plan.n_gpus)]
     by_rank = tuple(r.total_bytes for r in ranks)
-    heaviest = ranks[by_rank.index(max(by_rank))]
-    state = heaviest.state
+    top = by_rank.index(max(by_rank))
+    heaviest = ranks[top]
+    # the model state of a rank of the heaviest stage, at the even share of a whole-tensor
+    # sharded optimizer state (the mean over that stage's ranks: their shares add up to it)
+    stage = [r.state for i, r in enumerate(ranks) if stage_of(i, plan) == stage_of(top, plan)]
+
+    def mean(field: str) -> float:
+        return sum(getattr(s, field) for s in stage) / len(stage)
+
     return _Memory(
         peak_bytes=max(by_rank),
         peak_bytes_by_rank=by_rank if plan.n_gpus > 1 else (),
-        model_state_bytes=state.total_bytes,
-        optimizer_state_bytes=state.optimizer_state_bytes,
-        master_bytes=state.master_bytes,
+        model_state_bytes=mean("total_bytes"),
+        optimizer_state_bytes=mean("optimizer_state_bytes"),
+        master_bytes=mean("master_bytes"),
         note=f"core.gpu_peak's phase model on each rank of {plan.describe()} under the "
         f"trainer's engines (peak at {heaviest.peak.phase} on the {heaviest.stage} stage)",
     )

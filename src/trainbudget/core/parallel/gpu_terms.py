@@ -237,8 +237,11 @@ class GpuTerms:
             + logits * self.loss.keeps_logits
             + self.loss_saved_fp32
         )
-        # a stage that sends its output on keeps it until its backward (the schedule holds it)
-        saved = per + xp.where(last, head, checkpoint)
+        # torch's pipelining keeps a stage's output until its backward; Megatron frees it once
+        # sent (deallocate_pipeline_outputs, which megatron/training's
+        # core_transformer_config_from_args sets)
+        sent = xp.where(self.eng.torch_pipelining & self.piped, checkpoint, 0.0)
+        saved = per + xp.where(last, head, sent)
         output = xp.where(last, logits, checkpoint)
         loss = loss_backward_bytes(
             self.tokens,

@@ -110,8 +110,13 @@ MEGATRON_BUCKET_PARAMS = 40_000_000
 # DeepSpeed's ZeRO reduce_bucket_size default, in elements; bf16 gradients, 2 bytes each
 DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 
+NEUTRAL_ENGINES = ("zero-buckets",) * 5
+"""ZeRO with size-capped buckets and fused Adam at every stage, no data parallelism included:
+the engine of the stacks that are not PyTorch-native (Megatron, DeepSpeed)."""
+
 MEGATRON = Framework(
     name="megatron",
+    engines=NEUTRAL_ENGINES,
     loss_kernel="megatron-vocab-parallel",
     grad_reduce_bytes=4,
     main_grad_bytes=4,
@@ -167,6 +172,7 @@ TORCHTITAN = Framework(
 
 DEEPSPEED = Framework(
     name="deepspeed",
+    engines=NEUTRAL_ENGINES,
     reduce_every_micro_batch=True,
     regathers_for_recompute=True,
     bucket_bytes=DEEPSPEED_BUCKET_ELEMENTS * 2,
@@ -191,6 +197,7 @@ DEEPSPEED = Framework(
 
 PYTORCH_FSDP1 = Framework(
     name="pytorch-fsdp1",
+    engines=NEUTRAL_ENGINES,
     reduce_every_micro_batch=True,
     description="PyTorch FullyShardedDataParallel (FSDP1, FairScale's FSDP before it): "
     "MixedPrecision's reduce_dtype defaults to param_dtype, so gradients are reduced in the "
