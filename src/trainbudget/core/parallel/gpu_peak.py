@@ -14,23 +14,24 @@ The moments that compete (each measured with torch's MemTracker: the profile mat
 GPU, tests/train/test_rank_memory.py for every layout the trainer runs):
 
 - a micro-batch's backward start: every micro-batch in flight holds its saved tensors; on the
-  stage with the head, the logits, the loss's fp32 log-probabilities and the two fp32
-  vocabulary-sized gradients its backward creates (one more under DTensor's loss parallel);
+  stage with the head, what the framework's loss kernel keeps of the logits and creates at its
+  backward's start (`engines.LOSS_KERNELS`: torch's cross-entropy keeps the logits and fp32
+  log-probabilities and makes two fp32 gradients, one more under DTensor's loss parallel);
   on the others, a block's MLP gradients. The gradients of the micro-batches done so far are
-  alive (unsharded while an engine accumulates without sync), and under a pipeline the outputs
-  the schedule keeps to merge at the step's end. The micro-batches compared: the first, the
-  second (the first with gradients), the one after the warm-up (most in flight with the most
-  done) and the last;
+  alive (unsharded while an engine accumulates without sync), and under torch's pipelining
+  the outputs the schedule keeps to merge at the step's end. The micro-batches compared: the
+  first, the second (the first with gradients), the one after the warm-up (most in flight
+  with the most done) and the last -- on one stage only the first and the last;
 - full recomputation on one GPU's stage: the last layer rebuilt beside the head's gradient;
 - FSDP2's units in backward (the last block's and the first block's), on one stage;
 - a forward at a row-parallel collective, under tensor parallelism with a pipeline;
 - backward end (every gradient; a tied embedding's two gradients summed) and the optimizer
   step (the update's scratch, the size of the largest tensor).
 
-Beside them: the pipeline's receive buffers (torch 2.13 pipelining/stage.py allocates one per
-micro-batch for each input received and gradient sent, and keeps them), the engine's gradient
-buckets or gathered parameters, the framework's runtime overhead. Offloaded state is counted on
-the host, not the GPU.
+Beside them: under torch's pipelining its receive buffers (torch 2.13 pipelining/stage.py
+allocates one per micro-batch for each input received and gradient sent, and keeps them), the
+engine's gradient buckets or gathered parameters, the framework's runtime overhead. Offloaded
+state is counted on the host, not the GPU.
 """
 
 from __future__ import annotations
