@@ -137,17 +137,14 @@ def stage_peaks(
 
 BACKWARD_STARTS = tuple(
     f"backward start ({which})"
-    for which in (
-        "last micro-batch",
-        "after the pipeline warm-up",
-        "second micro-batch",
-        "first micro-batch",
-    )
+    for which in ("last micro-batch", "after the pipeline warm-up", "first micro-batch")
 )
 """The micro-batches whose backward start can hold the most: the last (every earlier one's
-gradients), the first after a pipeline's warm-up (the most in flight with the most done), the
-second (the first with gradients) and the first. For one stage they differ only in the
-gradients."""
+gradients), the first after a pipeline's warm-up (the most in flight with the most done; at
+least the second, the first with gradients) and the first (no gradients yet). Micro-batch k
+of m > 1 holds min(in flight, m - k) micro-batches' saved tensors and k kept outputs beside
+the gradients: rising in k up to the warm-up's end, then falling or rising to the last, so
+these three bound every k. For one stage they differ only in the gradients."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +195,7 @@ class _Model(GpuTerms):
         if layers is None:
             layers = spec.n_layers if stage == "only" else L.stage_layers(spec.n_layers, stage)
         state, host, full_grads, base = self.state(layers, first, last, optimizer_share)
+        self.units = self._units()  # the stage's FSDP2 units, for the phases that read them
         saved, output, transient = self.micro_batch(layers, first, last)
         gathered = self.gathered(layers, first, last)
         phases = self.backward_phases(
@@ -230,15 +228,15 @@ class _Model(GpuTerms):
         received, input_grad, torch_pp = self.pipeline_buffers(first, last)
         kept = xp.where(torch_pp, output, 0.0)
         forward = self._tp_forward()
-        after_warm_up = xp.maximum(m - in_flight, 0)
+        # the warm-up's end, at least the second micro-batch (0 when there is one)
+        after_warm_up = xp.minimum(xp.maximum(m - in_flight, 1), m - 1)
         micro_batches = (
             (BACKWARD_STARTS[0], m - 1),
             (BACKWARD_STARTS[1], after_warm_up),
-            (BACKWARD_STARTS[2], xp.minimum(1, m - 1)),
-            (BACKWARD_STARTS[3], 0),
+            (BACKWARD_STARTS[2], 0),
         )
         if piped is False:  # one stage: the backward starts differ only in the gradients
-            micro_batches = micro_batches[::3]
+            micro_batches = micro_batches[::2]
         phases = []
         for name, k in micro_batches:
             held = xp.minimum(in_flight, m - k) * saved + k * kept + self.working * (piped | op)
@@ -250,11 +248,14 @@ class _Model(GpuTerms):
                 buffers_bytes=base + gathered + received + k * input_grad,
             )
             phases.append(PhaseMemory(phase=name, temporaries_bytes=transient, **common))
-            if piped is not False and name in (BACKWARD_STARTS[1], BACKWARD_STARTS[3]):
+            if piped is not False and name != BACKWARD_STARTS[0]:
                 # under TP with a pipeline, a forward at the row-parallel collective: the
-                # last of the warm-up (after no backward), or the one after backward k (1F1B)
-                runs = piped & (L.tp > 1) & ((k == 0) | (L.schedule != GPIPE) & (k > 0))
-                at = "the warm-up's last" if name == BACKWARD_STARTS[3] else "after the warm-up"
+                # last of the warm-up (after no backward), or, 1F1B, the one after the
+                # warm-up's backward (when forwards remain: m > in flight)
+                warm_up = name == BACKWARD_STARTS[2]
+                steady = (L.schedule != GPIPE) & (m - in_flight >= 1)
+                runs = piped & (L.tp > 1) & (warm_up or steady)
+                at = "the warm-up's last" if warm_up else "after the warm-up"
                 phases.append(
                     _occurs(
                         runs,
@@ -274,7 +275,7 @@ class _Model(GpuTerms):
         L, xp, spec, prec, eng = self.L, self.xp, self.spec, self.prec, self.eng
         m = L.grad_accum
         piped = self.piped
-        units, u = self._units()
+        units, u = self.units
         received, input_grad, torch_pp = self.pipeline_buffers(first, last)
         buffers = base + received + m * input_grad
         # one stage's caller holds the logits through the step; torch's pipelining keeps every
@@ -316,7 +317,7 @@ class _Model(GpuTerms):
         (`Engine.unit_backward`): the last block's and the first block's; zero bytes where
         they do not occur."""
         L, xp, spec, eng = self.L, self.xp, self.spec, self.eng
-        units, u = self._units()
+        units, u = self.units
         m = L.grad_accum
         accumulated = xp.where(
             m > 1, xp.where(eng.accumulates_unsharded, full_grads, state.grads_bytes), 0.0
