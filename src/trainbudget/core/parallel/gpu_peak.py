@@ -228,8 +228,10 @@ class _Model(GpuTerms):
         received, input_grad, torch_pp = self.pipeline_buffers(first, last)
         kept = xp.where(torch_pp, output, 0.0)
         forward = self._tp_forward()
-        # the warm-up's end, at least the second micro-batch (0 when there is one)
-        after_warm_up = xp.minimum(xp.maximum(m - in_flight, 1), m - 1)
+        # the warm-up's end (in micro-batches: under the interleaved schedule a fraction), or
+        # the second micro-batch where the warm-up holds them all (0 when there is one)
+        warm_up_end = m - in_flight
+        after_warm_up = xp.where(warm_up_end > 0, warm_up_end, xp.minimum(1, m - 1))
         micro_batches = (
             (BACKWARD_STARTS[0], m - 1),
             (BACKWARD_STARTS[1], after_warm_up),
@@ -253,7 +255,7 @@ class _Model(GpuTerms):
                 # last of the warm-up (after no backward), or, 1F1B, the one after the
                 # warm-up's backward (when forwards remain: m > in flight)
                 warm_up = name == BACKWARD_STARTS[2]
-                steady = (L.schedule != GPIPE) & (m - in_flight >= 1)
+                steady = (L.schedule != GPIPE) & (m - in_flight > 0)
                 runs = piped & (L.tp > 1) & (warm_up or steady)
                 at = "the warm-up's last" if warm_up else "after the warm-up"
                 phases.append(
