@@ -15,37 +15,39 @@ from trainbudget.core.errors import SpecError, unknown_key
 
 @dataclass(frozen=True, kw_only=True)
 class Engine:
-    """What a data-parallel engine holds beside the model state its ZeRO stage shards."""
+    """What a data-parallel engine holds beside the model state its ZeRO stage shards. A row
+    states what differs from the defaults: DDP-like accumulation without sync, a fused
+    update, nothing gathered or bucketed, DTensor's sequence parallelism, no pipelining."""
 
     name: str
-    gradient_buckets: bool
+    gradient_buckets: bool = False
     """A flat copy of every (unsharded) gradient in the all-reduce buckets, allocated once and
     kept for the whole run (DDP without gradient_as_bucket_view)."""
     buckets_in_flight: int = 0
     """Size-capped reduction buckets alive at once (the framework's `bucket_bytes` each): one
     reduces while the next fills. 0: the engine reduces per tensor or per unit."""
-    shards_parameters: bool
+    shards_parameters: bool = False
     """Parameters sharded at rest whatever the ZeRO stage the engine stands in for (FSDP2
     running ZeRO-2 keeps its shard beside the gathered copy)."""
-    whole_tensor_shards: bool
+    whole_tensor_shards: bool = False
     """The optimizer state is sharded by whole parameters, dealt largest first to the rank
     owning the fewest elements so far (`core.parallel.rank_peak.whole_tensor_shares`), not cut
     evenly."""
-    gathered_until_backward: bool
+    gathered_until_backward: bool = False
     """Every parameter gathered (unsharded) from the start of forward to the end of backward:
     at backward start a rank holds the whole model's weights beside its shard."""
-    unit_backward: bool
+    unit_backward: bool = False
     """FSDP2's units (each block, and the root: embeddings, final norm, head) in backward: the
     last block's backward holds its unsharded gradients before their reduce-scatter and the
     root's gradients stay unsharded until the root's post-backward at the end."""
     layer_gather: bool = False
     """ZeRO-3 as DeepSpeed and the paper run it: the layer in use and the one prefetched
     gathered in full, and that layer's unsharded gradient before its reduce-scatter."""
-    accumulates_unsharded: bool
+    accumulates_unsharded: bool = True
     """With gradient accumulation, gradients of the earlier micro-batches are kept unsharded
     and unreduced until the last one (DDP's no_sync, FSDP2 without gradient sync); False: a
     sharded engine reduce-scatters every micro-batch and accumulates its shard."""
-    fused_update: bool
+    fused_update: bool = True
     """The optimizer update runs torch's fused kernel where the optimizer has one and there
     are no fp32 master weights (no per-tensor scratch); False: the single-tensor update."""
     sp_keeps_gathered_input: bool = True
@@ -90,12 +92,6 @@ ENGINES = MappingProxyType(
         for e in (
             Engine(
                 name="reference",
-                gradient_buckets=False,
-                shards_parameters=False,
-                whole_tensor_shards=False,
-                gathered_until_backward=False,
-                unit_backward=False,
-                accumulates_unsharded=True,
                 fused_update=False,
                 sp_keeps_gathered_input=False,
                 source="the reference step `trainbudget profile` measures on one device "
@@ -106,13 +102,6 @@ ENGINES = MappingProxyType(
             Engine(
                 name="single",
                 torch_pipelining=True,
-                gradient_buckets=False,
-                shards_parameters=False,
-                whole_tensor_shards=False,
-                gathered_until_backward=False,
-                unit_backward=False,
-                accumulates_unsharded=True,
-                fused_update=True,
                 source="the trainer with no data-parallel wrapper (one process, or tensor or "
                 "pipeline parallelism alone): torch's fused Adam/AdamW kernel where it applies "
                 "(model/optimizers.py)",
@@ -121,24 +110,11 @@ ENGINES = MappingProxyType(
                 name="ddp",
                 torch_pipelining=True,
                 gradient_buckets=True,
-                shards_parameters=False,
-                whole_tensor_shards=False,
-                gathered_until_backward=False,
-                unit_backward=False,
-                accumulates_unsharded=True,
-                fused_update=True,
                 source=DDP_SOURCE,
             ),
             Engine(
                 name="ddp-bucket-view",
                 torch_pipelining=True,
-                gradient_buckets=False,
-                shards_parameters=False,
-                whole_tensor_shards=False,
-                gathered_until_backward=False,
-                unit_backward=False,
-                accumulates_unsharded=True,
-                fused_update=True,
                 source="torch.nn.parallel.DistributedDataParallel(gradient_as_bucket_view="
                 "True): the gradients are views into the buckets, so no second copy (torch "
                 "2.13 documentation of that argument)",
@@ -147,12 +123,7 @@ ENGINES = MappingProxyType(
                 name="ddp+zero-redundancy",
                 torch_pipelining=True,
                 gradient_buckets=True,
-                shards_parameters=False,
                 whole_tensor_shards=True,
-                gathered_until_backward=False,
-                unit_backward=False,
-                accumulates_unsharded=True,
-                fused_update=True,
                 source=f"{DDP_SOURCE}; torch.distributed.optim.ZeroRedundancyOptimizer "
                 "(torch 2.13 _partition_parameters): parameters sorted by size, largest first, "
                 "each to the rank with the fewest elements so far",
@@ -160,13 +131,8 @@ ENGINES = MappingProxyType(
             Engine(
                 name="fsdp2",
                 torch_pipelining=True,
-                gradient_buckets=False,
                 shards_parameters=True,
-                whole_tensor_shards=False,
-                gathered_until_backward=False,
                 unit_backward=True,
-                accumulates_unsharded=True,
-                fused_update=True,
                 pipeline_keeps_unsharded=True,
                 source=f"{FSDP2_SOURCE}; the trainer accumulates without gradient sync "
                 f"(train.loop); {PIPELINING_FSDP_SOURCE}",
@@ -174,13 +140,9 @@ ENGINES = MappingProxyType(
             Engine(
                 name="fsdp2-no-reshard",
                 torch_pipelining=True,
-                gradient_buckets=False,
                 shards_parameters=True,
-                whole_tensor_shards=False,
                 gathered_until_backward=True,
                 unit_backward=True,
-                accumulates_unsharded=True,
-                fused_update=True,
                 pipeline_keeps_unsharded=True,
                 source="torch FSDP2 fully_shard(reshard_after_forward=False): parameters "
                 "gathered in forward stay gathered until each unit's post-backward reshards "
@@ -190,14 +152,9 @@ ENGINES = MappingProxyType(
             Engine(
                 name="fsdp2-sync-every-micro-batch",
                 torch_pipelining=True,
-                gradient_buckets=False,
                 shards_parameters=True,
-                whole_tensor_shards=False,
-                gathered_until_backward=False,
                 unit_backward=True,
                 accumulates_unsharded=False,
-                fused_update=True,
-                sp_keeps_gathered_input=True,
                 pipeline_keeps_unsharded=True,
                 source=f"{FSDP2_SOURCE}; torchtitan's train_step runs each micro-batch with "
                 "gradient sync on, so every backward reduce-scatters into the sharded "
@@ -205,15 +162,9 @@ ENGINES = MappingProxyType(
             ),
             Engine(
                 name="zero-buckets",
-                gradient_buckets=False,
                 buckets_in_flight=2,
-                shards_parameters=False,
-                whole_tensor_shards=False,
-                gathered_until_backward=False,
-                unit_backward=False,
                 layer_gather=True,
                 accumulates_unsharded=False,
-                fused_update=True,
                 sp_keeps_gathered_input=False,
                 source="ZeRO as Rajbhandari et al. 2020 (arXiv 1910.02054) describe it and "
                 "DeepSpeed and Megatron-Core run it: gradients reduced in size-capped buckets "
