@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.parallel import planner_fast
+from trainbudget.core.parallel import layout, planner_fast
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.plan_space import Policy, hsdp_shards
@@ -268,7 +268,7 @@ def test_uneven_pipeline_splits_agree_with_one_plan_at_a_time():
 
 
 def test_a_grid_in_chunks_gives_the_numbers_of_the_whole(monkeypatch):
-    """evaluate_arrays takes GRID_CHUNK plans at a time; chunks of 4 over a mix of even and
+    """evaluate_arrays takes layout.GRID_CHUNK plans at a time; chunks of 4 over a mix of even and
     uneven splits (the middle stage's term computed for some chunks only) give the very
     numbers one pass over the whole grid gives."""
     spec, cluster, _, _, kw = _setup("llama-2-7b/64xh100/offload")
@@ -279,7 +279,7 @@ def test_a_grid_in_chunks_gives_the_numbers_of_the_whole(monkeypatch):
     ] + [Plan(dp=16, tp=2, pp=2, grad_accum=8, zero=1, offload_optimizer="cpu")]
     grid = PlanArrays.of_many(plans)
     whole = evaluate_arrays(spec, cluster, grid, **kw)
-    monkeypatch.setattr(planner_fast, "GRID_CHUNK", 4)
+    monkeypatch.setattr(layout, "GRID_CHUNK", 4)
     chunked = evaluate_arrays(spec, cluster, grid, **kw)
     for a, b in zip(whole, chunked, strict=True):
         assert np.array_equal(a, b)

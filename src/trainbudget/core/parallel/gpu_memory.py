@@ -13,7 +13,7 @@ from typing import Any
 
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.gpu_peak import GpuPeak, stage_peaks
-from trainbudget.core.parallel.layout import PlanNumbers, as_numbers
+from trainbudget.core.parallel.layout import PlanNumbers, as_numbers, in_chunks
 from trainbudget.core.parallel.parallel_memory import ModelState
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single.peak_memory import PhaseMemory
@@ -143,10 +143,12 @@ def peak_bytes(
     share = np.broadcast_to(share, out.shape)
 
     def part(rows, names):
-        sub = L.take(rows)
-        peaks = stage_peaks(spec, sub, stages=names, optimizer_share=share[rows], xp=xp, **kw)
-        totals = [np.broadcast_to(p.total_bytes, rows.shape) for p in peaks.values()]
-        out[rows] = np.maximum(out[rows], functools.reduce(np.maximum, totals))
+        def most(sub, sub_share):
+            peaks = stage_peaks(spec, sub, stages=names, optimizer_share=sub_share, xp=xp, **kw)
+            totals = [np.broadcast_to(p.total_bytes, (len(sub),)) for p in peaks.values()]
+            return functools.reduce(np.maximum, totals)
+
+        out[rows] = np.maximum(out[rows], in_chunks(most, L.take(rows), share[rows]))
 
     for rows, names in (
         (np.flatnonzero(L.pp == 1), ("only",)),

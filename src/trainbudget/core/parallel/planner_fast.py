@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -20,10 +20,12 @@ from trainbudget.core.parallel.compute_time import DEFAULT_EFFICIENCY, Efficienc
 from trainbudget.core.parallel.gpu_memory import peak_bytes
 from trainbudget.core.parallel.layout import (
     INTERLEAVED,
+    ON_GPU,
     ONE_F_ONE_B,
     RECOMPUTE_CODES,
     STAGE_LAYER_FIELDS,
     PlanNumbers,
+    in_chunks,
 )
 from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.plan_space import (
@@ -95,15 +97,15 @@ def enumerate_plan_arrays(
         extra, shards = _hsdp_cells(sharded, rows, cluster.gpus_per_node)
         cells, zero_shard = np.concatenate((cells, extra)), np.concatenate((zero_shard, shards))
     columns = _fields_at(cells, rows, axes, global_batch)
-    size = len(cells)
     return PlanNumbers(
         **columns,
         zero_shard=zero_shard,
         schedule=np.where(columns["vpp"] > 1, INTERLEAVED, ONE_F_ONE_B),
-        offload_params=np.zeros(size, dtype=np.int64),
-        recompute_every=np.ones(size, dtype=np.int64),
-        flash=np.full(size, policy.flash_attention),
-        **{f: np.zeros(size, dtype=np.int64) for f in STAGE_LAYER_FIELDS},  # even splits
+        # the fields every plan of the grid shares, held as one number (PlanNumbers)
+        offload_params=ON_GPU,
+        recompute_every=1,
+        flash=policy.flash_attention,
+        **dict.fromkeys(STAGE_LAYER_FIELDS, 0),  # even splits
     )
 
 
@@ -241,7 +243,7 @@ def step_arrays(
         )
         return terms.step_seconds
 
-    return _in_chunks(step, a)
+    return in_chunks(step, a)
 
 
 def memory_arrays(
@@ -257,30 +259,7 @@ def memory_arrays(
     arrays, the very phases `plan_memory` takes for one plan."""
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
 
-    def memory(chunk: PlanNumbers) -> np.ndarray:
-        return peak_bytes(spec, chunk, xp=numpy_ops(), **kw)
-
-    return _in_chunks(memory, a)
-
-
-GRID_CHUNK = 8192
-"""Plans evaluated at a time. Each of the terms' temporary arrays (8 bytes a plan) is then at
-most 64 KiB, which malloc serves again and again from memory it keeps, where a whole grid's
-arrays (400 KiB each for 53,000 plans) are mapped fresh from the kernel at every operation
-and page-faulted in: about half of the grid's evaluation time. Every term is element-wise,
-so the chunks give the numbers the whole grid would."""
-
-
-def _in_chunks(fn: Callable[[PlanNumbers], np.ndarray], a: PlanNumbers) -> np.ndarray:
-    """fn over the plans of `a`, GRID_CHUNK at a time, joined."""
-    if len(a) <= GRID_CHUNK:
-        return fn(a)
-    return np.concatenate([fn(_rows(a, i, i + GRID_CHUNK)) for i in range(0, len(a), GRID_CHUNK)])
-
-
-def _rows(a: PlanNumbers, start: int, stop: int) -> PlanNumbers:
-    """Plans start..stop-1 of a grid (views; a field held as one number stays one)."""
-    return PlanNumbers(**{f: v[start:stop] if np.ndim(v) else v for f, v in vars(a).items()})
+    return peak_bytes(spec, a, xp=numpy_ops(), **kw)
 
 
 def _rank_fitting(fitting, fit: PlanNumbers, seconds_per_token, memory, top: int):
