@@ -322,3 +322,46 @@ def test_bloom_on_its_own_network_is_within_fifteen_percent():
     error = t.step_seconds / measured_step_seconds(run) - 1
     assert error == pytest.approx(-0.11, abs=0.005)
     assert compare(run).error == pytest.approx(-0.16, abs=0.005)
+
+
+def _preset_or_none(spec):
+    from trainbudget.core.errors import SpecError
+    from trainbudget.core.spec.presets import get_preset
+
+    try:
+        return spec.name if get_preset(spec.name) == spec else None
+    except SpecError:
+        return None
+
+
+def _cli_args(run) -> list[str]:
+    """`estimate` flags stating the run as its source does (the reviewer's protocol): the
+    layout, batch, framework and precision, nothing about the attention mask."""
+    lay = run.layout
+    argv = ["--model", run.model.name, "--gpus", str(run.n_gpus), "--gpu", run.gpu]
+    argv += ["--gpus-per-node", str(run.gpus_per_node), "--seq-len", str(run.seq_len)]
+    for axis in ("dp", "tp", "pp", "cp", "vpp", "zero", "zero_shard", "micro_batch"):
+        argv += ["--" + axis.replace("_", "-"), str(getattr(lay, axis))]
+    argv += ["--global-batch", str(lay.global_batch), "--recompute", lay.recompute]
+    argv += ["--sp"] if lay.sp else []
+    argv += ["--flash-attention" if lay.flash_attention else "--no-flash-attention"]
+    if lay.pp_layers:
+        argv += ["--pp-layers", ",".join(map(str, lay.pp_layers))]
+    argv += ["--framework", framework_row(run.framework).name, "--precision", run.precision]
+    return [*argv, "--optimizer", "adam", "--json"]
+
+
+_CLI_RUNS = [
+    r
+    for r in PUBLISHED_RUNS
+    if _preset_or_none(r.model) and not r.attention_kernel and not r.gpu.startswith("other:")
+]
+
+
+@pytest.mark.parametrize("run", _CLI_RUNS, ids=lambda r: r.id)
+def test_validate_scores_the_model_the_cli_runs_by_default(run):
+    """`validate` times each run as `estimate` does with the layout, framework and precision
+    the source states and no other flag (a decoder's causal mask is both's default), so the
+    error it reports is the CLI's."""
+    out = cli_json("estimate", *_cli_args(run))
+    assert out["step_seconds"] == pytest.approx(compare(run).predicted_seconds, rel=1e-12)

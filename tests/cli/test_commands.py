@@ -717,9 +717,14 @@ def test_estimate_causal_lowers_the_step_time_by_the_skipped_tiles():
         "32768",
         "--flash-attention",
     ]
-    full, causal = estimate_json(*base), estimate_json(*base, "--causal")
+    full, causal = estimate_json(*base, "--no-causal"), estimate_json(*base, "--causal")
     assert causal["step_seconds"] < 0.75 * full["step_seconds"]
     assert causal["step_breakdown_seconds"]["compute"] < full["step_breakdown_seconds"]["compute"]
+    # a decoder's causal mask is timed unless told otherwise; the FLOP count is a choice apart
+    assert estimate_json(*base)["step_seconds"] == causal["step_seconds"]
+    counted = estimate_json(*base, "--count-causal")
+    assert counted["step_seconds"] == causal["step_seconds"]
+    assert counted["flops_per_token"] < causal["flops_per_token"]
 
 
 def test_estimate_recompute_every_k_sits_between_none_and_full():

@@ -194,11 +194,24 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
         help="FlashAttention: no s x s attention matrix stored (default on; "
         "--no-flash-attention stores it, as eager attention does)",
     )
+    add_causal_args(p)
+
+
+def add_causal_args(p: argparse.ArgumentParser) -> None:
+    """The attention mask the step time is timed with, and the FLOP convention of the counts
+    and MFU: two choices, made apart."""
     p.add_argument(
         "--causal",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time attention under a causal mask, as decoders train: FlashAttention skips the "
+        "masked tiles (default on; --no-causal times a full, bidirectional mask)",
+    )
+    p.add_argument(
+        "--count-causal",
         action="store_true",
-        help="count only the causal half of attention FLOPs (default: non-causal, "
-        "as the seeds and PaLM count)",
+        help="count only the unmasked (causal) query-key pairs in model FLOPs and MFU "
+        "(default: every pair, as the seeds and PaLM count)",
     )
 
 

@@ -149,7 +149,8 @@ def _plan_result(
             precision=get_precision(req.precision),
             optimizer=get_optimizer(req.optimizer),
             efficiency=efficiency,
-            causal=req.causal,
+            causal=args.causal,
+            count_causal=req.causal,
             framework=framework,
             headroom=headroom_from_args(args),
         )
@@ -268,7 +269,8 @@ def run(args: argparse.Namespace) -> int:
             out["reliability"] = reliability
         out["framework"] = fw.name
         if planned is not None:
-            out["assumptions"] = layout_assumptions(e, headroom_from_args(args), fw_line)
+            headroom = headroom_from_args(args)
+            out["assumptions"] = layout_assumptions(e, headroom, fw_line, args.causal)
         else:
             out["assumptions"] = [*out["assumptions"], fw_line]
         if args.explain:
@@ -299,7 +301,8 @@ def run(args: argparse.Namespace) -> int:
         if planned is None:
             print(explain(e, [*e.assumptions, fw_line]))
         else:
-            print(explain(e, layout_assumptions(e, headroom_from_args(args), fw_line), planned[0]))
+            assumed = layout_assumptions(e, headroom_from_args(args), fw_line, args.causal)
+            print(explain(e, assumed, planned[0]))
     return 0
 
 

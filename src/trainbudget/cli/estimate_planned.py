@@ -142,7 +142,8 @@ def _answer(args: argparse.Namespace, explicit: dict) -> _Answer:
             precision=get_precision(req.precision),
             optimizer=get_optimizer(req.optimizer),
             efficiency=efficiency_from_args(args, req.hardware),
-            causal=req.causal,
+            causal=args.causal,
+            count_causal=req.causal,
             framework=framework,
             headroom=found.policy.memory_headroom,
         )
@@ -157,7 +158,7 @@ def _answer_json(a: _Answer, args: argparse.Namespace) -> dict:
     if a.reliability is not None:
         out["reliability"] = a.reliability
     out["framework"] = a.fw.name
-    out["assumptions"] = _planner_assumptions(a.found, a.e, a.fw.assumption())
+    out["assumptions"] = _planner_assumptions(a.found, a.e, a.fw.assumption(), args.causal)
     if args.explain:
         out["derivation"] = derivation_json(a.e, a.best)
     return out
@@ -180,12 +181,12 @@ def _answer_lines(a: _Answer, args: argparse.Namespace) -> list[str]:
     if a.reliability is not None:
         out.append(reliability_line(a.reliability))
     if args.explain:
-        assumptions = _planner_assumptions(found, e, a.fw.assumption())
+        assumptions = _planner_assumptions(found, e, a.fw.assumption(), args.causal)
         out += ["", explain(e, assumptions, a.best)]
     return out
 
 
-def _planner_assumptions(found, e: Estimate, fw_line: str) -> list[str]:
+def _planner_assumptions(found, e: Estimate, fw_line: str, causal: bool) -> list[str]:
     policy = found.policy
     searched = (
         "layouts searched: recomputation "
@@ -200,7 +201,7 @@ def _planner_assumptions(found, e: Estimate, fw_line: str) -> list[str]:
         f"sequence length {found.seq_len.value:,}: {found.seq_len.source}",
         f"global batch {found.global_batch.value:,}: {found.global_batch.source}",
         searched,
-        *layout_assumptions(e, policy.memory_headroom, fw_line),
+        *layout_assumptions(e, policy.memory_headroom, fw_line, causal),
     ]
 
 

@@ -68,7 +68,7 @@ def request_from_args(args: argparse.Namespace, seq_len: int | None = None) -> E
         grad_accum=positive_int("grad_accum", args.grad_accum),
         recompute=args.recompute,
         flash_attention=args.flash_attention,
-        causal=args.causal,
+        causal=args.count_causal,
         flops_formula=args.flops_formula,
         price_per_gpu_hour=price,
     )

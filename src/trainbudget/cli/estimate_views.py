@@ -235,16 +235,21 @@ def head_lines(e: Estimate, seq) -> list[str]:
     return lines
 
 
-def layout_assumptions(e: Estimate, headroom: float, fw_line: str) -> list[str]:
-    """What a plan's answer assumes: the FLOPs conventions, precision, kernels, the fits rule."""
+def layout_assumptions(e: Estimate, headroom: float, fw_line: str, causal: bool) -> list[str]:
+    """What a plan's answer assumes: the FLOPs conventions, precision, kernels, the attention
+    mask timed (`causal`), the fits rule."""
     req = e.request
     return [
         *e.assumptions[:2],  # the FLOPs conventions of the model's counts
         f"precision {req.precision}, optimizer {req.optimizer} (--precision, --optimizer)",
         "FlashAttention "
         + ("on (--no-flash-attention stores the s x s matrix)" if req.flash_attention else "off"),
-        ("causal" if req.causal else "non-causal")
-        + " attention in the step time (--causal skips the masked tiles)",
+        (
+            "a causal mask timed: FlashAttention skips the masked tiles (--no-causal times a "
+            "full mask)"
+            if causal
+            else "a full (non-causal) attention mask timed (--no-causal)"
+        ),
         f"a plan fits when its peak is at most {100 * headroom:g} % of "
         f"{format_bytes(req.hardware.memory_bytes)} (--memory-headroom)",
         "step time and memory per GPU from core.parallel (step_time, parallel_memory): "

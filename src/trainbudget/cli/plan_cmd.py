@@ -7,6 +7,7 @@ import argparse
 import functools
 
 from trainbudget.cli.args import (
+    add_causal_args,
     add_framework_arg,
     add_model_args,
     add_optimizer_arg,
@@ -63,12 +64,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument("--precision", default="bf16-mixed", help="precision policy")
     add_optimizer_arg(p)
     add_framework_arg(p)
-    p.add_argument(
-        "--causal",
-        action="store_true",
-        help="causal attention: FlashAttention skips the masked tiles and MFU counts only the "
-        "unmasked pairs (default: non-causal, as the seeds and PaLM count)",
-    )
+    add_causal_args(p)
     p.add_argument("--top", default="5", help="how many plans to show (default 5)")
     add_cluster_args(p)
     add_reliability_options(p)
@@ -123,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
             policy=policy_from_args(args),
             top=positive_int("top", args.top),
             causal=args.causal,
+            count_causal=args.count_causal,
             framework=fw,
         )
         return _run_cheapest(args, run_search, fw)

@@ -172,6 +172,7 @@ def search_from_args(
         top=top,
         efficiency=efficiency_from_args(args, hardware),
         causal=args.causal,
+        count_causal=args.count_causal,
         framework=framework,
     )
     return Search(result, cluster, seq_len, global_batch, policy)

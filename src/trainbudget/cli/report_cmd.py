@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from trainbudget.cli.args import (
+    add_causal_args,
     add_framework_arg,
     add_optimizer_arg,
     dumps_json,
@@ -75,6 +76,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     g.add_argument("--precision", default="bf16-mixed", help="precision policy")
     add_optimizer_arg(g)
     add_framework_arg(g)
+    add_causal_args(g)
     g.add_argument("--top", default="5", help="candidate layouts shown (default 5)")
     g.add_argument("--price-per-gpu-hour", help="price of one GPU-hour: cost besides GPU-hours")
     g.add_argument(
@@ -176,6 +178,8 @@ def _question(args: argparse.Namespace):
             else "the defaults of core.step_time.Efficiency"
         ),
         top=positive_int("top", args.top),
+        causal=args.causal,
+        count_causal=args.count_causal,
         price_per_gpu_hour=price,
         gpu_failure_rate_per_day=rate,
         checkpoint_write_bytes_per_second=write,

@@ -19,6 +19,7 @@ from trainbudget.core.errors import SpecError
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.spec.hardware import ATTENTION_KERNELS, HARDWARE
 from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.spec.precision import PRECISIONS
 from trainbudget.core.spec.presets import get_preset
 
 # How a source counts the FLOPs behind its TFLOP/s or MFU figure (h = d_model, l = layers,
@@ -161,6 +162,10 @@ class PublishedRun:
     """GPUs per server (NVLink domain)."""
     layout: Layout
     measured: Measurement
+    precision: str = "bf16-mixed"
+    """Key of core.spec.precision.PRECISIONS the run trained in: 'bf16-mixed' (the default,
+    every 2021-2024 run here), 'fp8' where the source says its linear layers ran in FP8
+    (Transformer Engine, torchao float8)."""
     attention_kernel: str = ""
     """The fused attention kernel the run used (hardware.ATTENTION_KERNELS) where its code pins
     one the framework row does not: the first FlashAttention of flash-attn before 2.0; ''
@@ -243,6 +248,8 @@ def _validate(run: PublishedRun) -> None:
         fail("source_key", run.source_key, "must be a slug of lower-case letters, digits, '-'")
     if run.framework not in FRAMEWORKS:
         fail("framework", run.framework, "must be one of " + ", ".join(FRAMEWORKS))
+    if run.precision not in PRECISIONS:
+        fail("precision", run.precision, "must be one of " + ", ".join(PRECISIONS))
     if run.attention_kernel and run.attention_kernel not in ATTENTION_KERNELS:
         rule = "must be '' or one of " + ", ".join(ATTENTION_KERNELS)
         fail("attention_kernel", run.attention_kernel, rule)

@@ -42,8 +42,12 @@ def plan_assumptions(q: PlanQuestion, best: RankedPlan) -> tuple[str, ...]:
     dtype = p.compute_dtype
     state = q.optimizer.state_bytes_per_param(p)
     out = [
-        "FLOPs are matmul FLOPs (multiply-add = 2) with non-causal attention and backward = 2 x "
-        "forward; MFU counts model FLOPs (3 x forward), HFU adds the recomputed forward",
+        "FLOPs are matmul FLOPs (multiply-add = 2) with "
+        + ("causal" if q.count_causal else "non-causal")
+        + " attention and backward = 2 x forward; MFU counts model FLOPs (3 x forward), HFU "
+        "adds the recomputed forward",
+        "attention timed under a "
+        + ("causal mask: FlashAttention skips the masked tiles" if q.causal else "full mask"),
         f"peak: {hw.description} dense {dtype} {format_flops_rate(hw.peak_flops_per_second(dtype))}"
         f" (datasheet, no sparsity); HBM {format_bytes(hw.hbm_bytes_per_second)}/s; "
         f"{format_bytes(hw.memory_bytes)} per GPU",

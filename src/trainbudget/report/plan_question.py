@@ -38,6 +38,10 @@ class PlanQuestion:
     policy: Policy = DEFAULT_POLICY
     efficiency: Efficiency = DEFAULT_EFFICIENCY
     efficiency_source: str = "the defaults of core.step_time.Efficiency"
+    causal: bool = True
+    """The attention mask the step is timed with (a decoder's causal mask by default)."""
+    count_causal: bool = False
+    """Model FLOPs and MFU count only the unmasked query-key pairs (default: every pair)."""
     top: int = 5
     """Candidate layouts shown (the `top` fastest that fit)."""
     price_per_gpu_hour: float | None = None
@@ -63,6 +67,8 @@ def search(q: PlanQuestion, cluster: Cluster, top: int) -> PlannerResult:
         policy=q.policy,
         top=top,
         efficiency=q.efficiency,
+        causal=q.causal,
+        count_causal=q.count_causal,
         framework=q.framework,
     )
 

@@ -269,7 +269,7 @@ def layer_compute(
     peak: float,
     hbm: float,
     eff: Efficiency,
-    causal: bool = False,
+    causal: bool = True,
     xp: Ops = SCALAR,
     sms: int = 0,
 ) -> LayerCompute:
@@ -436,7 +436,7 @@ def micro_batch_compute(
     peak: float,
     hbm: float,
     eff: Efficiency,
-    causal: bool = False,
+    causal: bool = True,
     xp: Ops = SCALAR,
     sms: int = 0,
 ) -> MicroBatchCompute:

@@ -36,7 +36,8 @@ def evaluate(
     optimizer: Optimizer,
     headroom: float = DEFAULT_MEMORY_HEADROOM,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
-    causal: bool = False,
+    causal: bool = True,
+    count_causal: bool = False,
     framework: Framework = GENERIC,
 ) -> RankedPlan:
     stages = stage_memories(
@@ -52,6 +53,7 @@ def evaluate(
         optimizer=optimizer,
         efficiency=efficiency,
         causal=causal,
+        count_causal=count_causal,
         framework=framework,
     )
     return RankedPlan(

@@ -208,7 +208,7 @@ def evaluate_arrays(
     precision: Precision,
     optimizer: Optimizer,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
-    causal: bool = False,
+    causal: bool = True,
     framework: Framework = GENERIC,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(step_seconds, memory total_bytes, tokens_per_step) of every plan in `a`."""
@@ -231,7 +231,7 @@ def step_arrays(
     precision: Precision,
     optimizer: Optimizer,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
-    causal: bool = False,
+    causal: bool = True,
     framework: Framework = GENERIC,
 ) -> np.ndarray:
     """Step seconds of every plan in `a` (`step_terms` on arrays)."""
@@ -297,7 +297,8 @@ def search_fast(
     policy: Policy = DEFAULT_POLICY,
     top: int = 5,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
-    causal: bool = False,
+    causal: bool = True,
+    count_causal: bool = False,
     framework: Framework = GENERIC,
 ) -> PlannerResult:
     """planner.search over arrays; the `top` plans returned are re-evaluated by the scalar
@@ -331,7 +332,7 @@ def search_fast(
         order = _rank_fitting(fitting, fit, spt, mem, top)
     else:
         order = np.argsort(memory, kind="stable")[:top]
-    kw.update(efficiency=efficiency, causal=causal)
+    kw.update(efficiency=efficiency, causal=causal, count_causal=count_causal)
     ranked = []
     for i in order:
         plan = arrays.plan(int(i))

@@ -162,7 +162,7 @@ def step_terms(
     precision: Precision,
     optimizer: Optimizer,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
-    causal: bool = False,
+    causal: bool = True,
     framework: Framework = GENERIC,
     xp: Ops = SCALAR,
 ) -> StepTerms:
@@ -236,13 +236,16 @@ def step_time(
     precision: Precision,
     optimizer: Optimizer,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
-    causal: bool = False,
+    causal: bool = True,
+    count_causal: bool = False,
     framework: Framework = GENERIC,
 ) -> StepTime:
     """Predicted seconds of one optimizer step of `plan` on `cluster` (dropout's own kernels
     are inside the fitted in-training share: compute_time's `_memory_bound_seconds`). `causal`:
-    attention under a causal mask -- FlashAttention skips the masked tiles, and the model
-    FLOPs (MFU) count only the unmasked query-key pairs (docs/conventions.md)."""
+    the mask the attention kernel runs (a decoder trains causal: the default; False times a
+    full mask). `count_causal`: the FLOP convention of `model_flops_per_step` and so of MFU,
+    a separate choice -- the seeds' and PaLM's non-causal count by default, the unmasked
+    query-key pairs only when True (docs/conventions.md)."""
     t = step_terms(
         spec,
         plan,
@@ -266,7 +269,7 @@ def step_time(
     comm_total = sum(comm_s.values())
     note = _overlap_note(comm_total, exposed)
     tokens_step = plan.global_batch * seq_len
-    fwd = forward_flops(spec, seq_len, causal=causal)
+    fwd = forward_flops(spec, seq_len, causal=count_causal)
     model_flops = (1 + BACKWARD_PER_FORWARD) * (fwd.total / seq_len) * tokens_step
     full = fwd.layers
     if plan.recompute_every > 1:  # every stage recomputes ceil(its layers / K)
