@@ -191,7 +191,10 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
         seq_len=seq_len,
         precision=prec,
         optimizer=opt,
-        framework=framework_row(run.framework, run.attention_kernel),
+        framework=replace(
+            framework_row(run.framework, run.attention_kernel),
+            tp_comm_overlap=run.tp_comm_overlap,
+        ),
     )
     # every published run trains a decoder-only LM: the causal mask step_time times by
     # default, as the CLI does (tests/test_validation.py holds the two equal)
@@ -296,12 +299,6 @@ OUTLIERS = {
     "(the record's notes), 6.25 GB/s a GPU, where the catalog's a100-80gb row times 25 GB/s "
     "(one HDR NIC a GPU); at the Omni-Path rate the model predicts -11 % "
     "(tests/test_validation.py). The rest is DeepSpeed's pipeline engine, as for MT-NLG",
-    "nemotron4-15b-768gpu": "TP communication overlap, not modelled: the NeMo launcher config "
-    "the layout assumptions come from (conf/training/nemotron/nemotron_15b.yaml) sets "
-    "ub_tp_comm_overlap: True (Transformer Engine's userbuffers pipeline the sequence-parallel "
-    "all-gathers and reduce-scatters with the GEMMs beside them), while the model exposes all "
-    "0.16 s of them in its 0.70 s; hidden, at the 18.9 % overlap slowdown, the run would be "
-    "-0.2 % and its dp 288 twin -10 %",
     "llama1-65b-2048gpu": "every layout field is assumed (llama_reports.py): the error rests on "
     "the assumption, not on a published layout",
 }

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, NoReturn
 
 from trainbudget.core.errors import SpecError
@@ -152,6 +153,12 @@ def add_framework_arg(p) -> None:
         help="training stack whose gradient dtypes, reduction timing and buckets to assume: "
         + " | ".join(_framework_choice(name) for name in FRAMEWORKS),
     )
+    p.add_argument(
+        "--tp-comm-overlap",
+        action="store_true",
+        help="tensor-parallel collectives pipelined with their GEMMs (Megatron's "
+        "--tp-comm-overlap, Transformer Engine userbuffers; default off, as in Megatron)",
+    )
 
 
 def _framework_choice(name: str) -> str:
@@ -161,8 +168,12 @@ def _framework_choice(name: str) -> str:
 
 
 def framework_from_args(args: argparse.Namespace) -> Framework:
-    """The named row; an unknown name is a one-line error listing the known ones."""
-    return get_framework(args.framework)
+    """The named row (with --tp-comm-overlap where given); an unknown name is a one-line
+    error listing the known ones."""
+    row = get_framework(args.framework)
+    if getattr(args, "tp_comm_overlap", False):
+        row = replace(row, tp_comm_overlap=True)
+    return row
 
 
 def add_training_args(p: argparse.ArgumentParser) -> None:

@@ -166,6 +166,9 @@ class PublishedRun:
     """Key of core.spec.precision.PRECISIONS the run trained in: 'bf16-mixed' (the default,
     every 2021-2024 run here), 'fp8' where the source says its linear layers ran in FP8
     (Transformer Engine, torchao float8)."""
+    tp_comm_overlap: bool = False
+    """The source (or the launcher config it names) pipelines TP communication with the GEMMs
+    (Megatron's --tp-comm-overlap, NeMo's ub_tp_comm_overlap): `Framework.tp_comm_overlap`."""
     attention_kernel: str = ""
     """The fused attention kernel the run used (hardware.ATTENTION_KERNELS) where its code pins
     one the framework row does not: the first FlashAttention of flash-attn before 2.0; ''

@@ -126,6 +126,10 @@ def communication(
     t_tp = run("tp", "all_gather", act_msg, L.tp, span["tp"], sp_count)
     t_tp = t_tp + run("tp", "reduce_scatter", act_msg, L.tp, span["tp"], rs_count)
     t_tp = t_tp + run("tp", "all_reduce", act_msg, L.tp, span["tp"], ar_count)
+    if framework.tp_comm_overlap:
+        # the GEMMs beside the collectives, forward, backward (2 x) and recomputed
+        gemms = m * (layers * 3 + recomputed) * micro_batch.linear_seconds
+        t_tp = tp_exposed_when_pipelined(t_tp, gemms, L.tp, xp)
     t_pp = _pipeline(L, span, act_msg, framework, run, xp)
     # CP: K and V around the ring (cp - 1 hops per pass), overlapped with the attention, at
     # their own widths (a KV head shared by several TP ranks is sent whole). MLA exchanges
@@ -290,6 +294,20 @@ def _layer_exposed(t_grad, t_gather, per_mb, reductions, m, layers, mb, xp):
     reducing = rest * xp.maximum(0.0, gb + r - b) + r
     plain = rest * xp.maximum(0.0, gb - b)
     return m * (forward + plain) + reductions * (reducing - plain)
+
+
+def tp_exposed_when_pipelined(t_tp: Any, gemm_seconds: Any, tp: Any, xp: Ops) -> Any:
+    """Exposed seconds of TP collectives pipelined with the GEMMs that consume or produce them
+    (Transformer Engine's userbuffers under Megatron's --tp-comm-overlap; torch's async TP):
+    each all-gather + GEMM (GEMM + reduce-scatter) is split into tp chunks, the chunk's
+    exchange running beside the previous chunk's GEMM (Wang et al. 2023, 'Overlap
+    Communication with Dependent Computation via Decomposition in Large Deep Learning
+    Models', ASPLOS, Sec. 4), so one chunk in tp of each collective stays exposed, the rest
+    hides while the GEMMs last and pays `overlap_cost`."""
+    first = t_tp / tp
+    rest = t_tp - first
+    late = xp.maximum(0.0, rest - gemm_seconds)
+    return first + late + overlap_cost(rest - late)
 
 
 def overlap_cost(hidden_seconds: Any) -> Any:

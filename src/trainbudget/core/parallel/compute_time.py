@@ -216,6 +216,9 @@ class LayerCompute:
     """Norms, residual adds, the activation function, RoPE (dropout: `_memory_bound_seconds`)."""
     op_recomputed_matmul_seconds: Any = 0.0
     """The weight matmuls selective-op recomputes (`core/single/op_checkpoint.py`)."""
+    linear_seconds: Any = 0.0
+    """The linear layers' GEMMs (projections and MLP): what a tensor-parallel collective can
+    be pipelined with (`comm_time`, `Framework.tp_comm_overlap`)."""
 
 
 def _mean(a: Any, n_a: Any, b: Any, n_b: Any, xp: Ops) -> Any:
@@ -237,7 +240,10 @@ def attention_projection_seconds(spec: ModelSpec, rows: Any, t: Any, gemm: Any) 
 
 @dataclass(frozen=True)
 class _Roofline:
-    """The device and dtype every op of a layer is timed against."""
+    """The device and dtypes every op of a layer is timed against: `peak` for the matmuls
+    outside a low-precision recipe (the attention core, the head, the router), `linear_peak`
+    for the linear layers' GEMMs (an FP8 recipe's; None: `peak`), whose operands the recipe's
+    cast kernels move `cast_bytes` per element (`Precision.cast_bytes_per_element`)."""
 
     e: int
     peak: float
@@ -245,15 +251,39 @@ class _Roofline:
     eff: Efficiency
     xp: Ops
     sms: int = 0
+    linear_peak: float | None = None
+    cast_bytes: float = 0.0
 
-    def mm(self, flops: Any, m: Any, n: Any, k: Any, batch: Any = 1) -> Any:
+    def mm(self, flops: Any, m: Any, n: Any, k: Any, batch: Any = 1, peak: Any = None) -> Any:
         return matmul_seconds(
-            flops, m, n, k, self.e, self.peak, self.hbm, self.eff, self.xp, self.sms, batch
+            flops,
+            m,
+            n,
+            k,
+            self.e,
+            self.peak if peak is None else peak,
+            self.hbm,
+            self.eff,
+            self.xp,
+            self.sms,
+            batch,
         )
 
     def gemm(self, m: Any, n: Any, k: Any) -> Any:
-        """(m, k) @ (k, n), its FLOPs from the shape."""
+        """(m, k) @ (k, n) outside the recipe, its FLOPs from the shape."""
         return self.mm(matmul_flops(m, k, n), m, n, k)
+
+    def linear(self, m: Any, n: Any, k: Any) -> Any:
+        """A linear layer's (m, k) @ (k, n) forward GEMM at the recipe's rate, with its share
+        of the recipe's casts: each operand's elements (m k, k n and the m n output gradient)
+        at `cast_bytes` over forward and backward, entered as forward seconds (the backward is
+        timed as BACKWARD_PER_FORWARD x the forward)."""
+        peak = self.peak if self.linear_peak is None else self.linear_peak
+        seconds = self.mm(matmul_flops(m, k, n), m, n, k, peak=peak)
+        if not self.cast_bytes:
+            return seconds
+        moved = (m * k + k * n + m * n) * self.cast_bytes / (1 + BACKWARD_PER_FORWARD)
+        return seconds + moved / self.hbm_rate
 
     @property
     def hbm_rate(self) -> float:
@@ -272,16 +302,27 @@ def layer_compute(
     causal: bool = True,
     xp: Ops = SCALAR,
     sms: int = 0,
+    linear_peak: float | None = None,
+    cast_bytes: float = 0.0,
 ) -> LayerCompute:
     """`causal`: a causal mask, whose upper tiles FlashAttention skips (the unfused kernel
     computes the whole s x s scores and masks them, so it costs the same). A sliding-window
     layer's queries see min(s, w) keys in both kernels (an unfused kernel that built the
     whole s x s scores and masked the band would cost what a global layer costs)."""
-    r = _Roofline(e=e, peak=peak, hbm=hbm, eff=eff, xp=xp, sms=sms)
+    r = _Roofline(
+        e=e,
+        peak=peak,
+        hbm=hbm,
+        eff=eff,
+        xp=xp,
+        sms=sms,
+        linear_peak=linear_peak,
+        cast_bytes=cast_bytes,
+    )
     rows = L.micro_batch * seq_len / L.cp  # tokens through each weight matmul on this GPU
     mix = stage_mix(spec, L, xp)
     mlp_mm, mlp_act = _mlp_seconds(spec, L, mix, rows, r)
-    matmuls = attention_projection_seconds(spec, rows, L.tp, r.gemm) + mlp_mm
+    matmuls = attention_projection_seconds(spec, rows, L.tp, r.linear) + mlp_mm
 
     def core(window: int) -> Any:
         return _attention_core_seconds(spec, L, seq_len, window, rows, r, causal)
@@ -299,6 +340,7 @@ def layer_compute(
         attention_seconds=attention,
         memory_bound_seconds=memory_bound,
         op_recomputed_matmul_seconds=matmuls * _op_recomputed_share(spec, seq_len),
+        linear_seconds=matmuls,
     )
 
 
@@ -313,7 +355,7 @@ def _mlp_seconds(
         """An MLP of width d_hidden each token visits `visits` times (the experts it is routed
         to, and the shared ones)."""
         up = d_hidden / t * (2 if spec.mlp == "swiglu" else 1)
-        mm = r.gemm(rows * visits, up, d) + r.gemm(rows * visits, d, d_hidden / t)
+        mm = r.linear(rows * visits, up, d) + r.linear(rows * visits, d, d_hidden / t)
         act = rows * ACTIVATION_FN_TRAFFIC[spec.mlp] * d_hidden * visits / t * r.e / r.hbm_rate
         return mm, act
 
@@ -417,6 +459,8 @@ class MicroBatchCompute:
     (the last stage's extra work)."""
     attention_seconds: Any
     """One layer's attention core, forward (what CP's ring exchange hides behind)."""
+    linear_seconds: Any
+    """One layer's linear-layer GEMMs, forward (what TP's collectives can pipeline with)."""
     stage_seconds: Any
     """The slowest stage: the last one's layers and head (`head_seconds`), or the largest
     stage's layers when an uneven split makes another stage slower (with an even split the
@@ -439,8 +483,12 @@ def micro_batch_compute(
     causal: bool = True,
     xp: Ops = SCALAR,
     sms: int = 0,
+    linear_peak: float | None = None,
+    cast_bytes: float = 0.0,
 ) -> MicroBatchCompute:
-    """`eff` resolved against the GPU (`Efficiency.resolved`), whose SM count is `sms`."""
+    """`eff` resolved against the GPU (`Efficiency.resolved`), whose SM count is `sms`;
+    `peak` the rate of the matmuls outside a low-precision recipe, `linear_peak` that of the
+    linear layers (None: `peak`), `cast_bytes` the recipe's casts (`_Roofline`)."""
     layer = layer_compute(
         spec,
         L,
@@ -452,6 +500,8 @@ def micro_batch_compute(
         causal=causal,
         xp=xp,
         sms=sms,
+        linear_peak=linear_peak,
+        cast_bytes=cast_bytes,
     )
     fwd, attn = layer.forward_seconds, layer.attention_seconds
     layers = L.stage_layers(spec.n_layers, "last")
@@ -477,6 +527,7 @@ def micro_batch_compute(
         backward_seconds=backward,
         head_seconds=head,
         attention_seconds=attn,
+        linear_seconds=layer.linear_seconds,
         stage_seconds=stage,
         pipeline_seconds=xp.where(L.pp == 1, stage, every),
     )

@@ -176,12 +176,14 @@ def step_terms(
         L,
         seq_len=seq_len,
         e=precision.activation_bytes,
-        peak=hw.peak_flops_per_second(precision.compute_dtype),
+        peak=hw.peak_flops_per_second(precision.other_matmul_dtype),
         hbm=hbm,
         eff=eff,
         causal=causal,
         xp=xp,
         sms=hw.sm_count,
+        linear_peak=hw.peak_flops_per_second(precision.compute_dtype),
+        cast_bytes=precision.cast_bytes_per_element,
     )
     stage_mb = mb.stage_seconds
     compute = L.grad_accum * stage_mb

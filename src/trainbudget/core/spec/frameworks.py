@@ -43,6 +43,11 @@ class Framework:
     """ZeRO-3 gathers and reduce-scatters every parameter tensor on its own (a layer's weights
     and biases, norms included: `params.layer_parameter_tensors`), each gather issued after a
     device-wide synchronize, so no collective overlaps compute: the step pays all of them."""
+    tp_comm_overlap: bool = False
+    """Tensor-parallel collectives pipelined with the GEMMs beside them (Megatron-Core's
+    --tp-comm-overlap with Transformer Engine's userbuffers, NeMo's ub_tp_comm_overlap; off by
+    default in both), timed by `comm_time.tp_exposed_when_pipelined`; `--tp-comm-overlap`
+    turns it on for any row."""
     bucket_bytes: float = 25 * MB
     """Gradient bucket of the overlapped data-parallel reduction."""
     runtime_overhead_bytes: float = 0.0
@@ -67,6 +72,8 @@ class Framework:
     def assumption(self) -> str:
         """The line an assumptions list carries: the row's name and what it changes."""
         engines = f"; memory engines {self.engines_text()}"
+        if self.tp_comm_overlap:
+            engines += "; TP collectives pipelined with their GEMMs (--tp-comm-overlap)"
         if self.name == GENERIC_NAME:
             return f"framework: {self.name} (none named; {self.description}{engines})"
         return f"framework: {self.name} ({self.description}{engines})"

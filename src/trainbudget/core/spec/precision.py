@@ -34,8 +34,37 @@ class Precision:
     """Bytes per stored activation element."""
     compute_dtype: str
     """Which peak FLOP/s of the hardware applies: 'fp32', 'bf16', 'fp16' or 'fp8' (a key of
-    `Hardware.dense_flops_per_second`; a chip without it cannot run the policy)."""
+    `Hardware.dense_flops_per_second`; a chip without it cannot run the policy). Under an FP8
+    recipe, the rate of the linear layers' GEMMs (and the peak MFU is quoted against)."""
+    outside_recipe_dtype: str = ""
+    """The dtype of the matmuls a low-precision recipe leaves out -- the attention core and
+    the output head; '' = compute_dtype (every matmul in it)."""
+    cast_bytes_per_element: float = 0.0
+    """Bytes the recipe's cast kernels move per element of each linear GEMM operand (input,
+    weight, output gradient), forward and backward together; 0 without casts."""
 
+    @property
+    def other_matmul_dtype(self) -> str:
+        """The dtype of the attention core's and the head's matmuls."""
+        return self.outside_recipe_dtype or self.compute_dtype
+
+
+FP8_RECIPE_SCOPE = (
+    "the linear layers' GEMMs (QKV, attention output, MLP) run in FP8; the attention core, the "
+    "output head and the loss stay bf16: Transformer Engine replaces only Linear layers "
+    "(te.Linear / LayerNormLinear, Megatron-Core's output_layer is its own ColumnParallelLinear "
+    "in the model dtype, and FlashAttention/cuDNN attention runs bf16 unless fp8_dpa is set); "
+    "torchao's convert_to_float8_training swaps nn.Linear modules only, and recipes filter the "
+    "output projection out (module_filter_fn)"
+)
+"""Which matmuls an FP8 recipe runs in FP8 (what `Precision.outside_recipe_dtype` says)."""
+FP8_CAST_BYTES_PER_ELEMENT = 2 + 1 + 1
+"""Bytes moved per element of each FP8 GEMM operand (input, weight and output gradient, each
+cast once per micro-batch): the bf16 tensor read (2 bytes) and two FP8 copies written (1 byte
+each), its row-wise layout for one GEMM and its transpose for the other -- Hopper's FP8 tensor
+cores take only the 'TN' layout, so Transformer Engine's cast_transpose kernel writes both in
+one pass (transformer_engine/common/transpose/cast_transpose.cu) and torchao casts and
+transposes the same three tensors; the amax of delayed scaling is fused into that pass."""
 
 PRECISIONS = MappingProxyType(
     {
@@ -114,9 +143,8 @@ PRECISIONS = MappingProxyType(
             # or its FP8 transpose, 1 byte) and bf16 for everything else; one activation_bytes
             # cannot say both, so TE runs are overestimated here. Not counted: the FP8 copy of
             # the weights (transient, one layer at a time; TE can cache it across
-            # micro-batches), scaling factors (one fp32 per tensor with tensorwise scaling),
-            # and that attention's own matmuls (FlashAttention) run in bf16 while
-            # compute_dtype prices every FLOP at the fp8 peak.
+            # micro-batches) and scaling factors (one fp32 per tensor with tensorwise
+            # scaling).
             Precision(
                 name="fp8",
                 weight_bytes=2,
@@ -125,6 +153,9 @@ PRECISIONS = MappingProxyType(
                 state_bytes=4,
                 activation_bytes=2,
                 compute_dtype="fp8",
+                # only the linear layers' GEMMs run in FP8 (see FP8_RECIPE_SCOPE)
+                outside_recipe_dtype="bf16",
+                cast_bytes_per_element=FP8_CAST_BYTES_PER_ELEMENT,
             ),
         )
     }
