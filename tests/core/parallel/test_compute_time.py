@@ -109,12 +109,13 @@ def _layer_of(spec, plan: Plan, seq_len: int, causal: bool = False):
 # step seconds once GEMMs were timed by shape (tile and wave quantization over the SMs, the
 # row's MAMF, in_training 0.85) and attention by kernel (FlashAttention-2 on H100 for GENERIC),
 # causal, H100, bf16; they pin the model between deliberate changes (the last: the pipeline
-# bubble from every stage's work, the loss's traffic counted once, dropout's bytes)
+# bubble from every stage's work, the loss's traffic counted once, dropout's bytes; then
+# FlashAttention timed per pass from the measured kernel tables, core.parallel.attention_time)
 DENSE_PINS = [
-    ("llama-2-7b", Plan(), 4096, 0.385516220094442),
-    ("llama-2-7b", Plan(dp=2, tp=2, pp=4, grad_accum=8), 4096, 0.5268049433366878),
-    ("llama-3-8b", Plan(dp=4, cp=4, zero=2, grad_accum=2), 32768, 2.745581020774414),
-    ("mixtral-8x7b", Plan(dp=8, ep=8, zero=1, grad_accum=2), 4096, 1.2421130285232467),
+    ("llama-2-7b", Plan(), 4096, 0.39837253571644565),
+    ("llama-2-7b", Plan(dp=2, tp=2, pp=4, grad_accum=8), 4096, 0.5444823773169429),
+    ("llama-3-8b", Plan(dp=4, cp=4, zero=2, grad_accum=2), 32768, 3.1113501727597854),
+    ("mixtral-8x7b", Plan(dp=8, ep=8, zero=1, grad_accum=2), 4096, 1.2678256597672541),
 ]
 
 

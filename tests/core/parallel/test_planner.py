@@ -212,9 +212,9 @@ def test_ties_on_time_go_to_the_simpler_layout():
     """Issue 13, point 13: Llama 3 8B on 8 H100s at seq 8192 ranked dp1 cp8 first, a tie on
     time broken by memory; among plans within TIE_TOLERANCE the one with the fewest parallel
     axes and the smallest model-parallel group wins, and why_best says so. (That case has no
-    tie since CP's hidden ring slows the attention beside it, comm_time.overlap_cost; Llama 2
-    7B at seq 16384 ties cp2 and cp4 plans.)"""
-    r = run(get_preset("llama-2-7b"), gb=64, seq=16384, top=10)
+    tie since CP's hidden ring slows the attention beside it, comm_time.overlap_cost; Llama 3
+    8B at seq 32768 ties dp1 cp8 with dp1 tp2+sp cp4.)"""
+    r = run(get_preset("llama-3-8b"), gb=16, seq=32768, top=10)
     best = r.plans[0]
     tied = [p for p in r.plans if p.seconds_per_token <= best_spt(r) * (1 + TIE_TOLERANCE)]
     assert len(tied) > 1
@@ -223,7 +223,8 @@ def test_ties_on_time_go_to_the_simpler_layout():
         <= (parallel_axes(p.plan), model_parallel_degree(p.plan))
         for p in tied
     )
-    assert best.plan.cp < max(p.plan.cp for p in tied)
+    simpler = (parallel_axes(best.plan), model_parallel_degree(best.plan))
+    assert any(simpler < (parallel_axes(p.plan), model_parallel_degree(p.plan)) for p in tied)
     assert "the simpler layout" in why_best(r)
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from trainbudget.core.ops import SCALAR, Ops
+from trainbudget.core.parallel.attention_time import AttentionKernel
 from trainbudget.core.parallel.layout import NONE, SELECTIVE, SELECTIVE_OP, PlanNumbers
 from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.activations import FP32_BYTES
@@ -100,6 +101,9 @@ FLASH_BLOCK_TOKENS = 128
 """Query/key tile of FlashAttention-2's kernels (Dao 2023, arXiv 2307.08691, Sec. 3.1 and the
 released kernels' 128-row blocks). Under a causal mask the kernel skips every tile above the
 diagonal and computes the diagonal ones whole (Sec. 3.1.1, "Causal masking")."""
+FLASH_OWN_RECOMPUTE = 0.5
+"""FlashAttention's backward recomputes the scores, Q K^T, half of the forward's two matmuls
+(Dao 2023, Sec. 3.1.2): backward = 2.5 x forward in FLOPs, the papers' own count."""
 LOSS_FP32_TRAFFIC_BYTES = 4 * FP32_BYTES
 """Per logit, beyond writing and reading the logits themselves: the fp32 log-softmax written
 and read by the loss, and its fp32 gradient written and read by the head's backward."""
@@ -212,6 +216,8 @@ class LayerCompute:
     forward_seconds: Any
     attention_seconds: Any
     """The attention core (scores, softmax, values)."""
+    attention_backward_seconds: Any
+    """Its backward, with what the kernel recomputes in it (FlashAttention's scores)."""
     memory_bound_seconds: Any
     """Norms, residual adds, the activation function, RoPE (dropout: `_memory_bound_seconds`)."""
     op_recomputed_matmul_seconds: Any = 0.0
@@ -253,6 +259,10 @@ class _Roofline:
     sms: int = 0
     linear_peak: float | None = None
     cast_bytes: float = 0.0
+    attention: AttentionKernel | None = None
+    """Fused attention's measured rates (`attention_time`); None: the fraction of the peak
+    `eff.attention`, forward, and BACKWARD_PER_FORWARD x it plus its own recomputation of
+    the scores backward."""
 
     def mm(self, flops: Any, m: Any, n: Any, k: Any, batch: Any = 1, peak: Any = None) -> Any:
         return matmul_seconds(
@@ -304,6 +314,7 @@ def layer_compute(
     sms: int = 0,
     linear_peak: float | None = None,
     cast_bytes: float = 0.0,
+    attention: AttentionKernel | None = None,
 ) -> LayerCompute:
     """`causal`: a causal mask, whose upper tiles FlashAttention skips (the unfused kernel
     computes the whole s x s scores and masks them, so it costs the same). A sliding-window
@@ -318,6 +329,7 @@ def layer_compute(
         sms=sms,
         linear_peak=linear_peak,
         cast_bytes=cast_bytes,
+        attention=attention,
     )
     rows = L.micro_batch * seq_len / L.cp  # tokens through each weight matmul on this GPU
     mix = stage_mix(spec, L, xp)
@@ -328,16 +340,19 @@ def layer_compute(
         return _attention_core_seconds(spec, L, seq_len, window, rows, r, causal)
 
     if not spec.sliding_window:
-        attention = core(0)
+        attention, backward = core(0)
     elif not spec.global_every:
-        attention = core(spec.sliding_window)
+        attention, backward = core(spec.sliding_window)
     else:
         n_global = mix.layers - mix.sliding
-        attention = _mean(core(0), n_global, core(spec.sliding_window), mix.sliding, xp)
+        (whole, whole_b), (band, band_b) = core(0), core(spec.sliding_window)
+        attention = _mean(whole, n_global, band, mix.sliding, xp)
+        backward = _mean(whole_b, n_global, band_b, mix.sliding, xp)
     memory_bound = _memory_bound_seconds(spec, L, rows, e, r.hbm_rate, xp) + mlp_act
     return LayerCompute(
         forward_seconds=matmuls + attention + memory_bound,
         attention_seconds=attention,
+        attention_backward_seconds=backward,
         memory_bound_seconds=memory_bound,
         op_recomputed_matmul_seconds=matmuls * _op_recomputed_share(spec, seq_len),
         linear_seconds=matmuls,
@@ -383,15 +398,14 @@ def _attention_core_seconds(
     rows: Any,
     r: _Roofline,
     causal: bool,
-) -> Any:
-    """The attention core of a layer whose queries see min(s, window) keys (all s without a
-    window), FlashAttention or unfused."""
+) -> tuple[Any, Any]:
+    """(forward, backward) seconds of the attention core of a layer whose queries see
+    min(s, window) keys (all s without a window), FlashAttention or unfused."""
     s, b, t = seq_len, L.micro_batch, L.tp
     keys = min(s, window) if window else s
     pair_flops = 2 * (spec.d_q + spec.d_attn_out)  # scores and values, per pair (flops.py)
-    flash = s * keys * pair_flops * b / (t * L.cp) / (r.peak * r.eff.attention)
-    if causal:
-        flash = flash * flash_tile_fraction(s, window)
+    flops = s * keys * pair_flops * b / (t * L.cp)  # forward, every pair
+    flash, flash_backward = _flash_seconds(spec, L, flops, s, window, r, causal)
     # unfused: batched GEMMs (s/cp, d_head) @ (d_head, keys) and (s/cp, keys) @ (keys,
     # d_v_head) per head, whose k = d_head makes them memory-bound on the s x keys operand;
     # then softmax (read and write the scores)
@@ -403,7 +417,30 @@ def _attention_core_seconds(
     if spec.dropout:  # the attention dropout, its own kernel on the probabilities
         per_score = per_score + dropout_bytes(r.e, standalone=True) / (1 + BACKWARD_PER_FORWARD)
     unfused = scores + values + rows * (spec.n_heads / t) * keys * per_score / r.hbm_rate
-    return r.xp.where(L.flash, flash, unfused)
+    forward = r.xp.where(L.flash, flash, unfused)
+    return forward, r.xp.where(L.flash, flash_backward, BACKWARD_PER_FORWARD * unfused)
+
+
+def _flash_seconds(
+    spec: ModelSpec, L: PlanNumbers, flops: Any, s: int, window: int, r: _Roofline, causal: bool
+) -> tuple[Any, Any]:
+    """(forward, backward) seconds of a FlashAttention core of `flops` forward FLOPs (every
+    pair): at the kernel's measured rates per pass (`attention_time`), its queries' length
+    s / cp (a window's band at the window's length, unmasked, its tiles counted); else at
+    the fraction `eff.attention` of the peak, causal as the tiles it computes
+    (`flash_tile_fraction`), the backward BACKWARD_PER_FORWARD x the forward and half a
+    forward more (the scores recomputed)."""
+    banded = bool(window) and window < s
+    if r.attention is not None:
+        seq = window if banded else s / L.cp
+        rates = r.attention.pass_seconds_per_flop(spec.d_head, causal and not banded, seq, r.xp)
+        if rates is not None:
+            share = flash_tile_fraction(s, window) * 2 if banded and causal else 1.0
+            return flops * share * rates[0], flops * share * rates[1]
+    forward = flops / (r.peak * r.eff.attention)
+    if causal:
+        forward = forward * flash_tile_fraction(s, window)
+    return forward, (BACKWARD_PER_FORWARD + FLASH_OWN_RECOMPUTE) * forward
 
 
 def _op_recomputed_share(spec: ModelSpec, seq_len: int) -> float:
@@ -485,10 +522,12 @@ def micro_batch_compute(
     sms: int = 0,
     linear_peak: float | None = None,
     cast_bytes: float = 0.0,
+    attention: AttentionKernel | None = None,
 ) -> MicroBatchCompute:
     """`eff` resolved against the GPU (`Efficiency.resolved`), whose SM count is `sms`;
     `peak` the rate of the matmuls outside a low-precision recipe, `linear_peak` that of the
-    linear layers (None: `peak`), `cast_bytes` the recipe's casts (`_Roofline`)."""
+    linear layers (None: `peak`), `cast_bytes` the recipe's casts, `attention` the fused
+    attention kernel's measured rates (`_Roofline`)."""
     layer = layer_compute(
         spec,
         L,
@@ -502,8 +541,12 @@ def micro_batch_compute(
         sms=sms,
         linear_peak=linear_peak,
         cast_bytes=cast_bytes,
+        attention=attention,
     )
     fwd, attn = layer.forward_seconds, layer.attention_seconds
+    # a layer's backward: BACKWARD_PER_FORWARD x its forward, but for the attention core,
+    # whose backward is its own (with what the kernel recomputes in it)
+    layer_backward = BACKWARD_PER_FORWARD * (fwd - attn) + layer.attention_backward_seconds
     layers = L.stage_layers(spec.n_layers, "last")
     largest = L.stage_layers(spec.n_layers, "max")
     recompute = _recompute_per_layer(L, layers, layer, xp)
@@ -516,9 +559,9 @@ def micro_batch_compute(
     loss = logits * (2 * e + LOSS_FP32_TRAFFIC_BYTES) / (hbm * eff.hbm)
     head = (1 + BACKWARD_PER_FORWARD) * head_gemm + loss
     forward = layers * fwd
-    backward = layers * (BACKWARD_PER_FORWARD * fwd + recompute)
+    backward = layers * (layer_backward + recompute)
     last = forward + backward + head
-    largest = largest * fwd + largest * (BACKWARD_PER_FORWARD * fwd + recompute_largest)
+    largest = largest * fwd + largest * (layer_backward + recompute_largest)
     stage = xp.maximum(largest, last)
     # every stage's layers at the last stage's per-layer time, and the head once
     every = spec.n_layers * (forward + backward) / layers + head
@@ -535,17 +578,13 @@ def micro_batch_compute(
 
 def _recompute_per_layer(L: PlanNumbers, layers: Any, layer: LayerCompute, xp: Ops) -> Any:
     """Backward seconds per layer that recomputation adds on a stage of `layers`: the attention
-    core (selective), the memory-bound ops and the unsaved matmuls (selective-op) or the whole
-    layer (full); FlashAttention's backward recomputes Q K^T itself. Full recomputation of
-    every K-th layer: the others recompute what they would without it."""
+    core's forward (selective; nothing under FlashAttention, which keeps no scores and whose
+    backward recomputes them itself, in `attention_backward_seconds`), the memory-bound ops
+    and the unsaved matmuls (selective-op) or the whole layer's forward (full; of every K-th
+    layer, ceil(layers / K) of them, spread over the stage's layers)."""
     fwd, attn = layer.forward_seconds, layer.attention_seconds
-    recomputed = L.recomputed_layers(layers)
-    flash_own = xp.where(L.flash, attn / 2, 0.0)
-    every_kth = (recomputed * fwd + (layers - recomputed) * flash_own) / layers
-    full = xp.where(L.recompute_every == 1, fwd, every_kth)
-    by_op = layer.memory_bound_seconds + layer.op_recomputed_matmul_seconds + flash_own
+    full = L.recomputed_layers(layers) * fwd / layers
+    by_op = layer.memory_bound_seconds + layer.op_recomputed_matmul_seconds
     recompute = xp.where(L.recompute == SELECTIVE_OP, by_op, full)
-    recompute = xp.where(L.recompute == SELECTIVE, attn, recompute)
-    recompute = xp.where(L.recompute == NONE, 0.0, recompute)
-    own = L.flash & ((L.recompute == NONE) | (L.recompute == SELECTIVE))
-    return xp.where(own, attn / 2, recompute)
+    recompute = xp.where(L.recompute == SELECTIVE, xp.where(L.flash, 0.0, attn), recompute)
+    return xp.where(L.recompute == NONE, 0.0, recompute)

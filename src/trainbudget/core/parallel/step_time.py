@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainbudget.core.ops import SCALAR, Ops
+from trainbudget.core.parallel.attention_time import AttentionKernel
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.comm_time import Communication, communication
 from trainbudget.core.parallel.compute_time import (
@@ -45,6 +46,7 @@ from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.flops import forward_flops
 from trainbudget.core.spec.frameworks import GENERIC, Framework
+from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision
 
@@ -184,6 +186,7 @@ def step_terms(
         sms=hw.sm_count,
         linear_peak=hw.peak_flops_per_second(precision.compute_dtype),
         cast_bytes=precision.cast_bytes_per_element,
+        attention=_attention_kernel(efficiency, eff, hw, framework, precision),
     )
     stage_mb = mb.stage_seconds
     compute = L.grad_accum * stage_mb
@@ -227,6 +230,18 @@ def step_terms(
         optimizer_seconds=xp.where(on_gpu, update, cpu_update),
         offload_seconds=offload,
     )
+
+
+def _attention_kernel(
+    given: Efficiency, eff: Efficiency, hw: Hardware, framework: Framework, precision: Precision
+) -> AttentionKernel | None:
+    """The framework's fused attention kernel timed from the measured tables
+    (`attention_time`), unless an attention fraction was given (a calibration's measured one,
+    which then times it)."""
+    if given.attention is not None:
+        return None
+    peak = hw.peak_flops_per_second(precision.other_matmul_dtype)
+    return AttentionKernel(framework.attention_kernel, hw.name, peak, eff.in_training)
 
 
 def step_time(

@@ -1,0 +1,116 @@
+"""Fused attention's rate per pass from the measured kernel tables (core.spec.attention_kernels),
+for the step model: forward and backward apart, causal and not, by sequence length and head dim.
+
+The tables hold published micro-benchmarks. Three gaps are filled by rules stated here, each
+from the tables themselves:
+
+- a GPU without curves borrows those of the GPU with its compute die, scaled by the two dense
+  bf16 peaks (`CURVES_OF`);
+- a GPU charted forward+backward only (A100: Dao 2023, Fig. 4) runs both passes at that
+  rate, splitting the time by the papers' FLOP count (backward = 2.5 x forward);
+- a pass charted without a mask only (H100's backward: Shah et al. 2024, Fig. 6) takes the
+  same kernel's forward causal / non-causal ratio of rates (on H100 flash2, the one kernel
+  charted both ways, the forward's and the forward+backward's time ratios agree within
+  1 % from 2k to 8k: 0.607 and 0.604 at 2k, 0.556 and 0.544 at 8k).
+
+Every rate is then taken at the in-training share of the GEMMs (`Efficiency.in_training`):
+the same launch gaps and clocks under sustained load slow the attention kernels beside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainbudget.core.ops import Ops
+from trainbudget.core.spec.attention_kernels import (
+    CAUSAL_FLOPS_PER_FULL,
+    PASS_FLOPS_PER_FORWARD,
+    attention_tflops_per_second,
+)
+from trainbudget.core.spec.hardware import HARDWARE
+
+TFLOPS = 1e12
+CURVES_OF = {
+    "h200": "h100-sxm",
+    "h800": "h100-sxm",
+    "h100-nvl": "h100-sxm",
+    "h100-pcie": "h100-sxm",
+    "a100-40gb": "a100-80gb",
+}
+"""GPU -> the charted GPU with its compute die (GH100, GA100): H200 and H800 are the H100 SXM's
+die at its clocks (the same 989.5 TFLOP/s dense bf16), H100 NVL and PCIe the same die with
+fewer SMs or lower clocks, the A100 40GB the A100 80GB's die; rates scale by the bf16 peaks."""
+BACKWARD_FLOPS_PER_FORWARD = PASS_FLOPS_PER_FORWARD["backward"]
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    """The fused attention kernel a step runs on a GPU: the tables' kernel key, the GPU's
+    catalog key and dense bf16 peak, and the in-training share its rates are taken at."""
+
+    kernel: str
+    gpu: str
+    peak_flops_per_second: float
+    in_training: float
+
+    def pass_seconds_per_flop(
+        self, head_dim: int, causal: bool, seq_len: Any, xp: Ops
+    ) -> tuple[Any, Any] | None:
+        """(forward, backward) seconds per FLOP of the forward pass counted without a mask
+        (`compute_time`'s attention FLOPs), at queries of `seq_len` (numbers, or an array of
+        a few distinct values); None where the tables have no curve for this kernel and GPU."""
+        if not xp.is_array:
+            return self._per_flop(head_dim, causal, int(seq_len))
+        import numpy as np
+
+        seq = np.asarray(seq_len)
+        fwd, bwd = np.empty(seq.shape), np.empty(seq.shape)
+        for value in np.unique(seq):
+            rates = self._per_flop(head_dim, causal, int(value))
+            if rates is None:
+                return None
+            at = seq == value
+            fwd[at], bwd[at] = rates
+        return fwd, bwd
+
+    def _per_flop(self, head_dim: int, causal: bool, seq_len: int) -> tuple[float, float] | None:
+        rates = measured_rates(self.kernel, self.gpu, head_dim, causal, max(1, seq_len))
+        if rates is None:
+            return None
+        own = HARDWARE[CURVES_OF.get(self.gpu, self.gpu)].peak_flops_per_second("bf16")
+        scale = self.in_training * self.peak_flops_per_second / own
+        share = CAUSAL_FLOPS_PER_FULL if causal else 1.0
+        forward, backward = rates
+        return (
+            share / (forward * scale),
+            share * BACKWARD_FLOPS_PER_FORWARD / (backward * scale),
+        )
+
+
+def measured_rates(
+    kernel: str, gpu: str, head_dim: int, causal: bool, seq_len: int
+) -> tuple[float, float] | None:
+    """(forward, backward) FLOP/s of `kernel` on `gpu` in the papers' convention (a causal
+    pass counts half the FLOPs), the module docstring's gaps filled; None without a curve."""
+    charted = CURVES_OF.get(gpu, gpu)
+    if charted not in HARDWARE:
+        return None
+
+    def rate(mask: bool, pass_: str) -> float | None:
+        value = attention_tflops_per_second(
+            kernel, charted, head_dim=head_dim, causal=mask, pass_=pass_, seq_len=seq_len
+        )
+        return None if value is None else value * TFLOPS
+
+    both = rate(causal, "forward_backward")
+    forward = rate(causal, "forward") or both
+    backward = rate(causal, "backward") or both
+    if causal and backward is None:
+        full_backward = rate(False, "backward")
+        full_forward = rate(False, "forward")
+        if full_backward is not None and forward is not None and full_forward is not None:
+            backward = full_backward * forward / full_forward
+    if forward is None or backward is None:
+        return None
+    return forward, backward
