@@ -17,6 +17,7 @@ from trainbudget.core.spec.presets import get_preset
 
 H100 = get_hardware("h100-sxm")
 LLAMA = get_preset("llama-3-8b")  # head dim 128
+FLASH3_H100 = AttentionKernel("flash3", "h100-sxm", H100.peak_flops_per_second("bf16"), 1.0)
 
 
 def _kernel(gpu: str = "h100-sxm", kernel: str = "flash3") -> AttentionKernel:
@@ -53,7 +54,8 @@ def test_same_die_gpus_borrow_the_curves_scaled_by_their_peaks():
     ratio = H100.peak_flops_per_second("bf16") / get_hardware("h100-pcie").peak_flops_per_second(
         "bf16"
     )
-    for slow, fast in zip(pcie.pass_seconds_per_flop(*at), h100.pass_seconds_per_flop(*at)):
+    slow_fast = zip(pcie.pass_seconds_per_flop(*at), h100.pass_seconds_per_flop(*at), strict=True)
+    for slow, fast in slow_fast:
         assert slow == pytest.approx(fast * ratio, rel=1e-12)
 
 
@@ -77,7 +79,7 @@ def test_the_grid_takes_each_distinct_length_once():
         assert (grid[0][i], grid[1][i]) == one
 
 
-def _layer(seq_len: int, causal: bool, attention=_kernel(), eff=DEFAULT_EFFICIENCY, cp: int = 1):
+def _layer(seq_len, causal, attention=FLASH3_H100, eff=DEFAULT_EFFICIENCY, cp=1):
     return layer_compute(
         LLAMA,
         PlanNumbers.of(Plan(dp=1, cp=cp)),
