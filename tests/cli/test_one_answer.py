@@ -137,14 +137,14 @@ def test_fits_states_its_rule_and_takes_a_headroom():
 def test_ties_go_to_the_simpler_layout_and_say_why():
     """Point 13: llama-3-8b on 8 H100s at 8192 ranked dp1 cp8 first on a tie broken by memory;
     among plans tied on time the simpler layout wins, and `why` says so. (That case no longer
-    ties once CP's hidden ring slows the attention beside it; llama-2-7b at 16384 ties cp2
-    and cp4 plans.)"""
+    ties once CP's hidden ring slows the attention beside it; at 32768 it ties dp1 cp8 with
+    dp1 tp2+sp cp4.)"""
     out = cli_json(
-        "plan", "--model", "llama-2-7b", "--gpus", "8", "--global-batch", "64",
-        "--seq-len", "16384",
+        "plan", "--model", "llama-3-8b", "--gpus", "8", "--global-batch", "16",
+        "--seq-len", "32768",
     )  # fmt: skip
     best = out["plans"][0]["plan"]
-    assert best["cp"] < 4
+    assert (best["tp"], best["cp"]) == (1, 8)
     assert "the simpler layout" in out["why"]
 
 

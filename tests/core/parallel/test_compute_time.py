@@ -107,15 +107,17 @@ def _layer_of(spec, plan: Plan, seq_len: int, causal: bool = False):
 
 
 # step seconds once GEMMs were timed by shape (tile and wave quantization over the SMs, the
-# row's MAMF, in_training 0.85) and attention by kernel (FlashAttention-2 on H100 for GENERIC),
+# row's MAMF, in_training 0.85 then) and attention by kernel (FlashAttention-2 on H100 for GENERIC),
 # causal, H100, bf16; they pin the model between deliberate changes (the last: the pipeline
 # bubble from every stage's work, the loss's traffic counted once, dropout's bytes; then
-# FlashAttention timed per pass from the measured kernel tables, core.parallel.attention_time)
+# FlashAttention timed per pass from the measured kernel tables, core.parallel.attention_time;
+# then each linear's backward GEMMs at their own shapes, split-K, the output writes after the
+# K loop, kernel launch gaps and CPU dispatch, in_training refitted to 0.90)
 DENSE_PINS = [
-    ("llama-2-7b", Plan(), 4096, 0.39837253571644565),
-    ("llama-2-7b", Plan(dp=2, tp=2, pp=4, grad_accum=8), 4096, 0.5444823773169429),
-    ("llama-3-8b", Plan(dp=4, cp=4, zero=2, grad_accum=2), 32768, 3.1113501727597854),
-    ("mixtral-8x7b", Plan(dp=8, ep=8, zero=1, grad_accum=2), 4096, 1.2678256597672541),
+    ("llama-2-7b", Plan(), 4096, 0.3963458564035168),
+    ("llama-2-7b", Plan(dp=2, tp=2, pp=4, grad_accum=8), 4096, 0.5508288450189236),
+    ("llama-3-8b", Plan(dp=4, cp=4, zero=2, grad_accum=2), 32768, 2.995557517370522),
+    ("mixtral-8x7b", Plan(dp=8, ep=8, zero=1, grad_accum=2), 4096, 1.2429497767176432),
 ]
 
 

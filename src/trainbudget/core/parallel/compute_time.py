@@ -36,12 +36,13 @@ class Efficiency:
     calibration's measured figure (`trainbudget bench`), or None for the row's MAMF
     (`Hardware.matmul_fraction`). Each GEMM then loses its tile and wave quantization
     (`gemm_shape_efficiency`)."""
-    in_training: float = 0.85
-    """Share of that rate a training step's GEMMs keep: launch gaps between kernels, the
-    epilogues (bias, casts) fused into them and clocks that drop further when memory-bound
-    kernels interleave. The one fitted constant: the value of IN_TRAINING_GRID (validation.py)
-    with the smallest mean absolute error over the published runs; docs/validation.md reports
-    the leave-one-source-out error of that choice."""
+    in_training: float = 0.90
+    """Share of that rate a training step's GEMMs keep: the epilogues (bias, casts) fused
+    into them and clocks that drop further when memory-bound kernels interleave (the output
+    writes, launch gaps and the CPU's dispatch are timed apart: `EPILOGUE`,
+    KERNELS_PER_LAYER_FORWARD). The one fitted constant: the value of IN_TRAINING_GRID
+    (validation.py) with the smallest mean absolute error over the published runs;
+    docs/validation.md reports the leave-one-source-out error of that choice."""
     attention: float | None = None
     """Fraction of the dense peak fused attention sustains, forward and backward; None: the
     row's figure for the framework's kernel (`Hardware.attention_fraction`)."""
@@ -101,6 +102,14 @@ FLASH_BLOCK_TOKENS = 128
 """Query/key tile of FlashAttention-2's kernels (Dao 2023, arXiv 2307.08691, Sec. 3.1 and the
 released kernels' 128-row blocks). Under a causal mask the kernel skips every tile above the
 diagonal and computes the diagonal ones whole (Sec. 3.1.1, "Causal masking")."""
+KERNELS_PER_LAYER_FORWARD = 48
+"""Kernels one decoder layer launches forward in eager PyTorch: Hugging Face's Llama layer
+(transformers modeling_llama.py, the v4.38 file) runs 8 per RMSNorm (two), 7 building the
+rotary tables, 10 applying them to q and k, 4 projections, 5 in the MLP, 2 residual adds, and
+the attention with its layout copies: about 45-50 (counted in core/spec/kernel_costs.py's
+notes); the backward, timed as BACKWARD_PER_FORWARD x the rest of the forward, about twice
+as many. Each pays `kernel_costs.kernel_floor_seconds`; a layer whose kernels run shorter than
+the CPU takes to issue them (`kernel_costs.eager_dispatch_seconds_per_op`) waits on the CPU."""
 FLASH_OWN_RECOMPUTE = 0.5
 """FlashAttention's backward recomputes the scores, Q K^T, half of the forward's two matmuls
 (Dao 2023, Sec. 3.1.2): backward = 2.5 x forward in FLOPs, the papers' own count."""
@@ -124,16 +133,29 @@ multiplication, 'Tile quantization' and 'Wave quantization') works its A100 exam
 area, so the same model)."""
 
 
-def gemm_shape_efficiency(m: Any, n: Any, sms: int, batch: Any = 1, xp: Ops = SCALAR) -> Any:
+SPLIT_K_MIN_DEPTH = 512
+"""Shortest slice of the contraction a split-K GEMM gives one thread block (8 iterations of a
+64-deep K tile). A GEMM with fewer output tiles than SMs and a long K -- a weight gradient,
+(in, out) contracted over every token -- is split over K (CUTLASS 'Efficient GEMM in CUDA',
+'Parallelized Reductions': split-K partitions the reduction across thread blocks when M and N
+are small and K large; cuBLAS's heuristics choose it for such shapes), so its slices fill the
+SMs a wave of output tiles alone would leave idle."""
+
+
+def gemm_shape_efficiency(
+    m: Any, n: Any, sms: int, batch: Any = 1, xp: Ops = SCALAR, k: Any = 0
+) -> Any:
     """Share of the GPU's tile slots a `batch` of (m, n) outputs fills: the tiles they need,
     batch x ceil(m / 256) x ceil(n / 128), run in waves of one tile per SM; the useful
     batch x m x n elements over the waves x SMs x tile area the GPU spends (tile quantization:
-    partial tiles at the edges; wave quantization: a last wave that leaves SMs idle). 1 when
-    `sms` is 0 (not stated)."""
+    partial tiles at the edges; wave quantization: a last wave that leaves SMs idle). Fewer
+    tiles than SMs over a contraction `k` (0: not given) are split over K into up to
+    sms // tiles slices of at least SPLIT_K_MIN_DEPTH. 1 when `sms` is 0 (not stated)."""
     if not sms:
         return 1.0
     tiles = batch * xp.ceil(m / GEMM_TILE_ROWS) * xp.ceil(n / GEMM_TILE_COLS)
-    waves = xp.ceil(tiles / sms)
+    splits = xp.maximum(1, xp.minimum(sms // tiles, k // SPLIT_K_MIN_DEPTH))
+    waves = xp.ceil(tiles * splits / sms) / splits
     return batch * m * n / (waves * sms * GEMM_TILE_ROWS * GEMM_TILE_COLS)
 
 
@@ -149,14 +171,32 @@ def matmul_seconds(
     xp: Ops = SCALAR,
     sms: int = 0,
     batch: Any = 1,
+    fraction: float | None = None,
+    serial_epilogue: bool = False,
 ) -> Any:
     """Roofline of one GEMM shape (m, k) @ (k, n), or a batch of them (attention's per-head
-    GEMMs; `flops` covers the batch): compute at the achievable peak (`eff` resolved) less
-    the shape's tile and wave quantization on `sms` SMs, or the bytes of both operands and the
-    result at the achievable HBM bandwidth, whichever is slower."""
+    GEMMs; `flops` covers the batch): compute at the achievable peak (`eff` resolved, or the
+    large-GEMM `fraction` of this dtype's peak where given) less the shape's tile and wave
+    quantization on `sms` SMs, or the bytes of both operands and the result at the achievable
+    HBM bandwidth, whichever is slower. `serial_epilogue`: the output written after the
+    K loop, not beside it (`EPILOGUE`), adds its bytes at the HBM rate."""
     bytes_moved = e * (m * k + k * n + m * n)
-    rate = peak * matmul_rate_fraction(eff) * gemm_shape_efficiency(m, n, sms, batch, xp)
-    return xp.maximum(flops / rate, flops / (2 * m * n * k) * bytes_moved / (hbm * eff.hbm))
+    share = matmul_rate_fraction(eff) if fraction is None else fraction * eff.in_training
+    rate = peak * share * gemm_shape_efficiency(m, n, sms, batch, xp, k)
+    compute = flops / rate
+    if serial_epilogue:
+        compute = compute + flops / (2 * m * n * k) * e * m * n / hbm
+    return xp.maximum(compute, flops / (2 * m * n * k) * bytes_moved / (hbm * eff.hbm))
+
+
+EPILOGUE = (
+    "a Hopper or Ampere GEMM tile writes its output only after its K loop: a GEMM of "
+    "contraction k then keeps k / (k + K_half) of the large-GEMM rate, K_half = e_out x "
+    "fraction x peak / (2 x HBM bytes/s) (237 for bf16, 419 for FP8 on H100 SXM) -- the "
+    "same as adding the output's bytes at the HBM rate; no fitted parameter, it reproduces "
+    "DeepGEMM's FP8 K sweep on H800 within -4.1 to +4.8 % (core.spec.kernel_costs, "
+    "DEEPGEMM_K_SWEEP); Blackwell overlaps it (kernel_costs.EPILOGUE_OVERLAPPED)"
+)
 
 
 def matmul_rate_fraction(eff: Efficiency) -> float:
@@ -225,6 +265,19 @@ class LayerCompute:
     linear_seconds: Any = 0.0
     """The linear layers' GEMMs (projections and MLP): what a tensor-parallel collective can
     be pipelined with (`comm_time`, `Framework.tp_comm_overlap`)."""
+    linear_backward_seconds: Any = 0.0
+    """Their backward: each input-gradient and weight-gradient GEMM at its own shape."""
+
+    @property
+    def backward_seconds(self) -> Any:
+        """The layer's backward: the linear layers' and the attention core's own, and
+        BACKWARD_PER_FORWARD x the forward of the rest (norms, activations, the router)."""
+        rest = self.forward_seconds - self.attention_seconds - self.linear_seconds
+        return (
+            BACKWARD_PER_FORWARD * rest
+            + self.linear_backward_seconds
+            + self.attention_backward_seconds
+        )
 
 
 def _mean(a: Any, n_a: Any, b: Any, n_b: Any, xp: Ops) -> Any:
@@ -248,8 +301,9 @@ def attention_projection_seconds(spec: ModelSpec, rows: Any, t: Any, gemm: Any) 
 class _Roofline:
     """The device and dtypes every op of a layer is timed against: `peak` for the matmuls
     outside a low-precision recipe (the attention core, the head, the router), `linear_peak`
-    for the linear layers' GEMMs (an FP8 recipe's; None: `peak`), whose operands the recipe's
-    cast kernels move `cast_bytes` per element (`Precision.cast_bytes_per_element`)."""
+    for the linear layers' GEMMs (an FP8 recipe's; None: `peak`) at the large-GEMM
+    `linear_fraction` of it (None: `eff.matmul`), whose operands the recipe's cast kernels
+    move (`cast`: bytes per element of the input, the weight and the output gradient)."""
 
     e: int
     peak: float
@@ -258,42 +312,67 @@ class _Roofline:
     xp: Ops
     sms: int = 0
     linear_peak: float | None = None
-    cast_bytes: float = 0.0
+    linear_fraction: float | None = None
+    cast: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    serial_epilogue: bool = False
+    kernel_gap: float = 0.0
+    """GPU seconds each kernel adds beyond its work, queued behind another (launch and tail)."""
+    dispatch: float = 0.0
+    """CPU seconds to issue one op; a layer whose kernels take less waits on the CPU."""
+    kernels_per_layer: int = KERNELS_PER_LAYER_FORWARD
     attention: AttentionKernel | None = None
     """Fused attention's measured rates (`attention_time`); None: the fraction of the peak
     `eff.attention`, forward, and BACKWARD_PER_FORWARD x it plus its own recomputation of
     the scores backward."""
 
-    def mm(self, flops: Any, m: Any, n: Any, k: Any, batch: Any = 1, peak: Any = None) -> Any:
+    def mm(self, flops: Any, m: Any, n: Any, k: Any, batch: Any = 1) -> Any:
         return matmul_seconds(
             flops,
             m,
             n,
             k,
             self.e,
-            self.peak if peak is None else peak,
+            self.peak,
             self.hbm,
             self.eff,
             self.xp,
             self.sms,
             batch,
+            serial_epilogue=self.serial_epilogue,
         )
 
     def gemm(self, m: Any, n: Any, k: Any) -> Any:
         """(m, k) @ (k, n) outside the recipe, its FLOPs from the shape."""
         return self.mm(matmul_flops(m, k, n), m, n, k)
 
-    def linear(self, m: Any, n: Any, k: Any) -> Any:
-        """A linear layer's (m, k) @ (k, n) forward GEMM at the recipe's rate, with its share
-        of the recipe's casts: each operand's elements (m k, k n and the m n output gradient)
-        at `cast_bytes` over forward and backward, entered as forward seconds (the backward is
-        timed as BACKWARD_PER_FORWARD x the forward)."""
+    def _linear_gemm(self, m: Any, n: Any, k: Any) -> Any:
         peak = self.peak if self.linear_peak is None else self.linear_peak
-        seconds = self.mm(matmul_flops(m, k, n), m, n, k, peak=peak)
-        if not self.cast_bytes:
-            return seconds
-        moved = (m * k + k * n + m * n) * self.cast_bytes / (1 + BACKWARD_PER_FORWARD)
-        return seconds + moved / self.hbm_rate
+        return matmul_seconds(
+            matmul_flops(m, k, n),
+            m,
+            n,
+            k,
+            self.e,
+            peak,
+            self.hbm,
+            self.eff,
+            self.xp,
+            self.sms,
+            fraction=self.linear_fraction,
+            serial_epilogue=self.serial_epilogue,
+        )
+
+    def linear(self, m: Any, n: Any, k: Any) -> Any:
+        """A linear layer's forward, (m, k) @ (k, n) at the recipe's rate, with the casts of
+        its input and weight."""
+        x, w, _ = self.cast
+        return self._linear_gemm(m, n, k) + (m * k * x + k * n * w) / self.hbm_rate
+
+    def linear_backward(self, m: Any, n: Any, k: Any) -> Any:
+        """Its backward: the input's gradient (m, n) @ (n, k), the weight's (k, m) @ (m, n),
+        each timed at its own shape, and the cast of the output gradient."""
+        _, _, g = self.cast
+        return self._linear_gemm(m, k, n) + self._linear_gemm(k, n, m) + m * n * g / self.hbm_rate
 
     @property
     def hbm_rate(self) -> float:
@@ -313,7 +392,12 @@ def layer_compute(
     xp: Ops = SCALAR,
     sms: int = 0,
     linear_peak: float | None = None,
-    cast_bytes: float = 0.0,
+    linear_fraction: float | None = None,
+    cast: tuple[float, float, float] = (0.0, 0.0, 0.0),
+    serial_epilogue: bool = False,
+    kernel_gap: float = 0.0,
+    dispatch: float = 0.0,
+    kernels_per_layer: int = 0,
     attention: AttentionKernel | None = None,
 ) -> LayerCompute:
     """`causal`: a causal mask, whose upper tiles FlashAttention skips (the unfused kernel
@@ -328,13 +412,20 @@ def layer_compute(
         xp=xp,
         sms=sms,
         linear_peak=linear_peak,
-        cast_bytes=cast_bytes,
+        linear_fraction=linear_fraction,
+        cast=cast,
+        serial_epilogue=serial_epilogue,
+        kernel_gap=kernel_gap,
+        dispatch=dispatch,
+        kernels_per_layer=kernels_per_layer or KERNELS_PER_LAYER_FORWARD,
         attention=attention,
     )
     rows = L.micro_batch * seq_len / L.cp  # tokens through each weight matmul on this GPU
     mix = stage_mix(spec, L, xp)
     mlp_mm, mlp_act = _mlp_seconds(spec, L, mix, rows, r)
     matmuls = attention_projection_seconds(spec, rows, L.tp, r.linear) + mlp_mm
+    mlp_back, _ = _mlp_seconds(spec, L, mix, rows, r, backward=True)
+    matmuls_back = attention_projection_seconds(spec, rows, L.tp, r.linear_backward) + mlp_back
 
     def core(window: int) -> Any:
         return _attention_core_seconds(spec, L, seq_len, window, rows, r, causal)
@@ -349,28 +440,38 @@ def layer_compute(
         attention = _mean(whole, n_global, band, mix.sliding, xp)
         backward = _mean(whole_b, n_global, band_b, mix.sliding, xp)
     memory_bound = _memory_bound_seconds(spec, L, rows, e, r.hbm_rate, xp) + mlp_act
+    kernels = matmuls + attention + memory_bound
+    n = r.kernels_per_layer
+    forward = xp.maximum(kernels + n * r.kernel_gap, n * r.dispatch)
     return LayerCompute(
-        forward_seconds=matmuls + attention + memory_bound,
+        forward_seconds=forward,
         attention_seconds=attention,
         attention_backward_seconds=backward,
         memory_bound_seconds=memory_bound,
         op_recomputed_matmul_seconds=matmuls * _op_recomputed_share(spec, seq_len),
         linear_seconds=matmuls,
+        linear_backward_seconds=matmuls_back,
     )
 
 
 def _mlp_seconds(
-    spec: ModelSpec, L: PlanNumbers, mix: StageLayers, rows: Any, r: _Roofline
+    spec: ModelSpec,
+    L: PlanNumbers,
+    mix: StageLayers,
+    rows: Any,
+    r: _Roofline,
+    backward: bool = False,
 ) -> tuple[Any, Any]:
     """(matmul, activation-function) seconds of a layer's MLP, the mean over the stage's dense
-    and MoE layers; MoE layers add their router."""
+    and MoE layers; MoE layers add their router. Forward, or the matmuls' `backward`."""
     t, d = L.tp, spec.d_model
+    linear = r.linear_backward if backward else r.linear
 
     def mlp(d_hidden: int, visits: int) -> tuple[Any, Any]:
         """An MLP of width d_hidden each token visits `visits` times (the experts it is routed
         to, and the shared ones)."""
         up = d_hidden / t * (2 if spec.mlp == "swiglu" else 1)
-        mm = r.linear(rows * visits, up, d) + r.linear(rows * visits, d, d_hidden / t)
+        mm = linear(rows * visits, up, d) + linear(rows * visits, d, d_hidden / t)
         act = rows * ACTIVATION_FN_TRAFFIC[spec.mlp] * d_hidden * visits / t * r.e / r.hbm_rate
         return mm, act
 
@@ -379,7 +480,8 @@ def _mlp_seconds(
     moe_mm, moe_act = mlp(spec.d_ff_expert, spec.experts_per_token + spec.n_shared_experts)
     # the router: each TP rank routes 1/tp of the tokens (Megatron-Core's MoE runs with SP)
     router_flops = matmul_flops(rows, d, spec.n_experts) / t
-    moe_mm = moe_mm + r.mm(router_flops, rows, spec.n_experts, d)
+    router = r.mm(router_flops, rows, spec.n_experts, d)
+    moe_mm = moe_mm + (BACKWARD_PER_FORWARD * router if backward else router)
     if not spec.n_dense_layers:
         return moe_mm, moe_act
     dense_mm, dense_act = mlp(spec.d_ff, 1)
@@ -521,13 +623,21 @@ def micro_batch_compute(
     xp: Ops = SCALAR,
     sms: int = 0,
     linear_peak: float | None = None,
-    cast_bytes: float = 0.0,
+    linear_fraction: float | None = None,
+    cast: tuple[float, float, float] = (0.0, 0.0, 0.0),
+    serial_epilogue: bool = False,
+    kernel_gap: float = 0.0,
+    dispatch: float = 0.0,
+    kernels_per_layer: int = 0,
     attention: AttentionKernel | None = None,
 ) -> MicroBatchCompute:
     """`eff` resolved against the GPU (`Efficiency.resolved`), whose SM count is `sms`;
-    `peak` the rate of the matmuls outside a low-precision recipe, `linear_peak` that of the
-    linear layers (None: `peak`), `cast_bytes` the recipe's casts, `attention` the fused
-    attention kernel's measured rates (`_Roofline`)."""
+    `peak` the rate of the matmuls outside a low-precision recipe, `linear_peak` and
+    `linear_fraction` those of the linear layers (None: `peak`, `eff.matmul`), `cast` the
+    recipe's casts, `serial_epilogue` the GEMMs' output writes (`EPILOGUE`), `kernel_gap` and
+    `dispatch` each kernel's launch cost on the GPU and the CPU, for `kernels_per_layer` of
+    them (0: KERNELS_PER_LAYER_FORWARD),
+    `attention` the fused attention kernel's measured rates (`_Roofline`)."""
     layer = layer_compute(
         spec,
         L,
@@ -540,20 +650,23 @@ def micro_batch_compute(
         xp=xp,
         sms=sms,
         linear_peak=linear_peak,
-        cast_bytes=cast_bytes,
+        linear_fraction=linear_fraction,
+        cast=cast,
+        serial_epilogue=serial_epilogue,
+        kernel_gap=kernel_gap,
+        dispatch=dispatch,
+        kernels_per_layer=kernels_per_layer,
         attention=attention,
     )
     fwd, attn = layer.forward_seconds, layer.attention_seconds
-    # a layer's backward: BACKWARD_PER_FORWARD x its forward, but for the attention core,
-    # whose backward is its own (with what the kernel recomputes in it)
-    layer_backward = BACKWARD_PER_FORWARD * (fwd - attn) + layer.attention_backward_seconds
+    layer_backward = layer.backward_seconds
     layers = L.stage_layers(spec.n_layers, "last")
     largest = L.stage_layers(spec.n_layers, "max")
     recompute = _recompute_per_layer(L, layers, layer, xp)
     recompute_largest = _recompute_per_layer(L, largest, layer, xp)
     tokens = L.micro_batch * seq_len / L.cp
     logits = tokens * spec.vocab_size / L.tp  # elements on this GPU (vocab-parallel)
-    r = _Roofline(e=e, peak=peak, hbm=hbm, eff=eff, xp=xp, sms=sms)
+    r = _Roofline(e=e, peak=peak, hbm=hbm, eff=eff, xp=xp, sms=sms, serial_epilogue=serial_epilogue)
     head_gemm = r.gemm(tokens, spec.vocab_size / L.tp, spec.d_model)  # vocab-parallel logits
     # the logits written and read, and the loss's fp32 traffic of both passes: once a step
     loss = logits * (2 * e + LOSS_FP32_TRAFFIC_BYTES) / (hbm * eff.hbm)

@@ -46,7 +46,15 @@ from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.flops import forward_flops
 from trainbudget.core.spec.frameworks import GENERIC, Framework
-from trainbudget.core.spec.hardware import Hardware
+from trainbudget.core.spec.hardware import HARDWARE, Hardware
+from trainbudget.core.spec.kernel_costs import (
+    CUDA_GRAPHS_BLOG,
+    EPILOGUE_OVERLAPPED,
+    FP8_OVER_BF16_FALLBACK,
+    eager_dispatch_seconds_per_op,
+    fp8_matmul_fraction,
+    get_fp8_recipe,
+)
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision
 
@@ -185,7 +193,12 @@ def step_terms(
         xp=xp,
         sms=hw.sm_count,
         linear_peak=hw.peak_flops_per_second(precision.compute_dtype),
-        cast_bytes=precision.cast_bytes_per_element,
+        linear_fraction=_linear_fraction(efficiency, eff, hw, precision),
+        cast=_fp8_casts(framework, precision),
+        serial_epilogue=hw.name not in EPILOGUE_OVERLAPPED,
+        kernel_gap=KERNEL_GAP_SECONDS,
+        dispatch=eager_dispatch_seconds_per_op(),
+        kernels_per_layer=framework.kernels_per_layer_forward,
         attention=_attention_kernel(efficiency, eff, hw, framework, precision),
     )
     stage_mb = mb.stage_seconds
@@ -229,6 +242,37 @@ def step_terms(
         comm=comm,
         optimizer_seconds=xp.where(on_gpu, update, cpu_update),
         offload_seconds=offload,
+    )
+
+
+KERNEL_GAP_SECONDS = CUDA_GRAPHS_BLOG.stream_seconds - CUDA_GRAPHS_BLOG.kernel_seconds
+"""GPU time a kernel adds queued behind another in a stream, for every GPU (one measurement:
+`kernel_costs.kernel_floor_seconds`)."""
+
+
+def _linear_fraction(
+    given: Efficiency, eff: Efficiency, hw: Hardware, precision: Precision
+) -> float | None:
+    """The large-GEMM fraction of the linear layers' peak: under FP8 the GPU's measured FP8
+    one (`kernel_costs.fp8_matmul_fraction`: MAMF's FP8 rows, lower than bf16's on Hopper);
+    None (`eff.matmul`) otherwise or where a calibration gave the matmul fraction."""
+    if precision.compute_dtype != "fp8" or given.matmul is not None:
+        return None
+    if hw.name not in HARDWARE:
+        return eff.matmul * FP8_OVER_BF16_FALLBACK
+    return fp8_matmul_fraction(hw.name, eff.matmul)
+
+
+def _fp8_casts(framework: Framework, precision: Precision) -> tuple[float, float, float]:
+    """Bytes per element the framework's FP8 recipe moves casting a linear layer's input,
+    weight and output gradient (`kernel_costs.FP8_RECIPES`); none outside FP8."""
+    if precision.compute_dtype != "fp8":
+        return (0.0, 0.0, 0.0)
+    r = get_fp8_recipe(framework.fp8_recipe)
+    return (
+        r.input_bytes_per_element,
+        r.weight_bytes_per_element,
+        r.grad_output_bytes_per_element,
     )
 
 

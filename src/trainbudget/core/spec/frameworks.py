@@ -11,6 +11,7 @@ from types import MappingProxyType
 from trainbudget.core.errors import SpecError, unknown_key
 from trainbudget.core.spec.engines import check_engines, get_loss_kernel
 from trainbudget.core.spec.hardware import ATTENTION_KERNELS
+from trainbudget.core.spec.kernel_costs import get_fp8_recipe
 from trainbudget.core.units import MB
 
 
@@ -48,6 +49,14 @@ class Framework:
     --tp-comm-overlap with Transformer Engine's userbuffers, NeMo's ub_tp_comm_overlap; off by
     default in both), timed by `comm_time.tp_exposed_when_pipelined`; `--tp-comm-overlap`
     turns it on for any row."""
+    kernels_per_layer_forward: int = 48
+    """Kernels one decoder layer launches forward (compute_time's launch gaps and CPU
+    dispatch): 48, Hugging Face's eager Llama layer (`compute_time.KERNELS_PER_LAYER_FORWARD`),
+    unless the row's fused layer says otherwise."""
+    fp8_recipe: str = "te-delayed"
+    """Under `--precision fp8`, the recipe whose cast kernels it runs
+    (`core.spec.kernel_costs.FP8_RECIPES`): Transformer Engine's delayed scaling, Megatron-Core's
+    default (--fp8-recipe delayed), unless the row says otherwise."""
     bucket_bytes: float = 25 * MB
     """Gradient bucket of the overlapped data-parallel reduction."""
     runtime_overhead_bytes: float = 0.0
@@ -96,6 +105,7 @@ class Framework:
             rule = "must be one of " + ", ".join(ATTENTION_KERNELS)
             raise SpecError(f"{self.name}.attention_kernel", self.attention_kernel, rule)
         check_engines(self.name, self.engines)
+        get_fp8_recipe(self.fp8_recipe)
         get_loss_kernel(self.loss_kernel)
         for field in ("bucket_bytes", "runtime_overhead_bytes"):
             if not getattr(self, field) >= 0:
@@ -117,6 +127,10 @@ MEGATRON_BUCKET_PARAMS = 40_000_000
 # DeepSpeed's ZeRO reduce_bucket_size default, in elements; bf16 gradients, 2 bytes each
 DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 
+MEGATRON_TE_LAYER_KERNELS = 12
+"""Forward kernels of Megatron-Core's layer with Transformer Engine's fused modules (the
+megatron row's source)."""
+
 NEUTRAL_ENGINES = ("zero-buckets",) * 5
 """ZeRO with size-capped buckets and fused Adam at every stage, no data parallelism included:
 the engine of the stacks that are not PyTorch-native (Megatron, DeepSpeed)."""
@@ -130,6 +144,7 @@ MEGATRON = Framework(
     reduce_every_micro_batch=False,
     bucket_bytes=MEGATRON_BUCKET_PARAMS * 4,
     attention_kernel="flash3",
+    kernels_per_layer_forward=MEGATRON_TE_LAYER_KERNELS,
     description="Megatron-LM / Megatron-Core (NeMo on it): bf16 runs keep an fp32 main_grad "
     "buffer, accumulate micro-batches into it and reduce it in fp32 once per step, in buckets of "
     "40M parameters; Transformer Engine's fused attention (cuDNN on Hopper); runtime overhead "
@@ -149,6 +164,11 @@ MEGATRON = Framework(
         "attention_kernel: Transformer Engine's DotProductAttention picks its FusedAttention "
         "(cuDNN) backend on Hopper and flash-attn's on Ampere (TE docs, 'Attention backends'); "
         "a GPU without a 'flash3' figure times it as 'flash2'",
+        "kernels_per_layer_forward: megatron/core/models/gpt/gpt_layer_specs.py "
+        "get_gpt_layer_with_transformer_engine_spec: TELayerNormColumnParallelLinear (norm and "
+        "GEMM), the fused rotary embedding on q and k, TEDotProductAttention, "
+        "TERowParallelLinear, a fused bias-dropout-add, TELayerNormColumnParallelLinear (fc1), "
+        "the fused bias-SwiGLU, TERowParallelLinear (fc2), a fused bias-dropout-add: 12",
     ),
 )
 
@@ -158,6 +178,7 @@ TORCHTITAN = Framework(
     grad_reduce_bytes=4,
     reduce_every_micro_batch=True,
     gather_copy_out=True,
+    fp8_recipe="torchao-tensorwise",
     description="torchtitan (FSDP2 fully_shard + DTensor): reduce-scatters in fp32 after every "
     "micro-batch's backward; gradients kept in the precision's bytes (FSDP2's fp32 sharded "
     "parameter and gradient total the same 2 + 2 + 4 bytes as bf16 weight, gradient and "
@@ -174,6 +195,9 @@ TORCHTITAN = Framework(
         "wait_for_unshard calls _fsdp_collectives.foreach_all_gather_copy_out, which waits for "
         "the all-gather on the current stream and runs torch.ops.fsdp.split_with_sizes_copy "
         "from the all-gather output into each parameter's unsharded tensor",
+        "fp8_recipe: torchtitan's float8 converter swaps nn.Linear for torchao's Float8Linear "
+        "(torchao/float8/float8_linear_utils.py convert_to_float8_training), whose default "
+        "recipe is tensorwise dynamic scaling (torchao/float8/config.py), under torch.compile",
     ),
 )
 

@@ -39,9 +39,6 @@ class Precision:
     outside_recipe_dtype: str = ""
     """The dtype of the matmuls a low-precision recipe leaves out -- the attention core and
     the output head; '' = compute_dtype (every matmul in it)."""
-    cast_bytes_per_element: float = 0.0
-    """Bytes the recipe's cast kernels move per element of each linear GEMM operand (input,
-    weight, output gradient), forward and backward together; 0 without casts."""
 
     @property
     def other_matmul_dtype(self) -> str:
@@ -58,14 +55,6 @@ FP8_RECIPE_SCOPE = (
     "output projection out (module_filter_fn)"
 )
 """Which matmuls an FP8 recipe runs in FP8 (what `Precision.outside_recipe_dtype` says)."""
-FP8_CAST_BYTES_PER_ELEMENT = 2 + 1 + 1
-"""Bytes moved per element of each FP8 GEMM operand (input, weight and output gradient, each
-cast once per micro-batch): the bf16 tensor read (2 bytes) and two FP8 copies written (1 byte
-each), its row-wise layout for one GEMM and its transpose for the other -- Hopper's FP8 tensor
-cores take only the 'TN' layout, so Transformer Engine's cast_transpose kernel writes both in
-one pass (transformer_engine/common/transpose/cast_transpose.cu) and torchao casts and
-transposes the same three tensors; the amax of delayed scaling is fused into that pass."""
-
 PRECISIONS = MappingProxyType(
     {
         p.name: p
@@ -153,9 +142,9 @@ PRECISIONS = MappingProxyType(
                 state_bytes=4,
                 activation_bytes=2,
                 compute_dtype="fp8",
-                # only the linear layers' GEMMs run in FP8 (see FP8_RECIPE_SCOPE)
+                # only the linear layers' GEMMs run in FP8 (see FP8_RECIPE_SCOPE); their
+                # casts as the framework's recipe moves them (Framework.fp8_recipe)
                 outside_recipe_dtype="bf16",
-                cast_bytes_per_element=FP8_CAST_BYTES_PER_ELEMENT,
             ),
         )
     }
