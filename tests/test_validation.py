@@ -12,6 +12,7 @@ import dataclasses
 import pytest
 
 from clirun import cli, cli_json
+from modern_runs import NEW
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.step_time import step_time
 from trainbudget.core.single.params import count_params
@@ -62,12 +63,17 @@ ZERO3_2021 = {
 }
 
 
-def test_mean_absolute_error_under_seven_percent():
-    """The scored MAE: 10.7 % while the ZeRO-3 rows of Narayanan et al. Table 2 were timed with
-    overlapped per-layer gathers (they were -30 % to -71 %), 6.6 % with DeepSpeed 0.3's
-    tensor-by-tensor collectives and Megatron-LM's pipeline scatter/gather (the legacy rows)."""
+def test_mean_absolute_error_on_each_era():
+    """The scored MAE: on the 2021-2024 sources the model was built on, 10.7 % while the ZeRO-3
+    rows of Narayanan et al. Table 2 were timed with overlapped per-layer gathers (they were
+    -30 % to -71 %), 6.6 % with DeepSpeed 0.3's tensor-by-tensor collectives and Megatron-LM's
+    pipeline scatter/gather (the legacy rows), 5.8 % with today's kernel mechanisms. With
+    the newer sources (tests/modern_runs.py: H100/B200, FP8, long context, nanotron's sweep)
+    12 %: issue "Right on runs nobody tuned for" asks for 5 %, not reached (its notes)."""
     comparisons = scored(compare_all())
-    assert mean_absolute_error(comparisons) < 0.07
+    newer = {r.id for r in NEW}
+    assert mean_absolute_error([c for c in comparisons if c.run_id not in newer]) < 0.07
+    assert mean_absolute_error(comparisons) < 0.13
     zero3 = [c for c in comparisons if c.run_id in ZERO3_2021]
     assert len(zero3) == 6 and all(abs(c.error) < 0.25 for c in zero3)
 
@@ -79,10 +85,12 @@ def test_mean_absolute_error_under_seven_percent():
 )
 def test_each_run_converts_and_is_within_a_factor(run):
     """Every scored row gives a step time, within 50 % of the prediction: a wrong unit or a
-    misread column (samples for tokens, per-GPU for global) is off by far more."""
+    misread column (samples for tokens, per-GPU for global) is off by far more. Beyond it only
+    with an OUTLIERS entry (nanotron's sweep at 64 nodes: its own MFU falls to 5 %, a
+    regime, not a misread: tests/published/test_modern_runs.py re-reads the figure)."""
     c = compare(run)
     assert c is not None
-    assert abs(c.error) < 0.50, f"{run.id}: {100 * c.error:+.1f} %"
+    assert abs(c.error) < 0.50 or run.id in OUTLIERS, f"{run.id}: {100 * c.error:+.1f} %"
 
 
 @pytest.mark.parametrize(("run_id", "days"), ZERO3_2021.items())
@@ -131,12 +139,13 @@ def test_flash_attention2_tflops_use_its_formula():
 
 def test_memory_is_compared_where_a_source_reports_it():
     memory = with_memory(scored(compare_all()))
-    assert {c.run_id.rsplit("-", 1)[0] for c in memory} == {
+    assert {c.run_id.rsplit("-", 1)[0] for c in memory if c.run_id.startswith("zero-b")} == {
         "zero-bubble-1f1b-1.5b",
         "zero-bubble-1f1b-6.2b",
         "zero-bubble-1f1b-14.6b",
         "zero-bubble-1f1b-28.3b",
     }
+    assert {c.source_key for c in memory} == {"qi-2024-zero-bubble", "huggingface-nanotron-bench"}
     # Table 4, 1F1B, 1.5B: "Memory (GB) 30 30 30"
     (first,) = [c for c in memory if c.run_id == "zero-bubble-1f1b-1.5b-m24"]
     assert first.measured_memory_bytes == 30e9
@@ -154,9 +163,13 @@ def test_memory_where_reported_is_within_eight_percent():
     Megatron's default dropout masks (ModelSpec.dropout): without them the 1.5B model's
     stage came out 35.7 % low (19.3 GB)."""
     memory = with_memory(scored(compare_all()))
-    errors = {c.run_id: memory_error(c) for c in memory}
+    errors = {c.run_id: memory_error(c) for c in memory if c.source_key == "qi-2024-zero-bubble"}
     assert len(errors) == 12
     assert max(abs(e) for e in errors.values()) < 0.08, errors
+    # nanotron's sweep states a peak whose definition (allocated or reserved) it does not
+    # give (its record marks it assumed): 19.5 % off on average, the model lower in 24 of 26
+    nanotron = [memory_error(c) for c in memory if c.source_key == "huggingface-nanotron-bench"]
+    assert len(nanotron) == 26 and sum(map(abs, nanotron)) / 26 < 0.20
 
 
 # ---- breakdowns ------------------------------------------------------------------------------
@@ -293,8 +306,8 @@ def test_validate_command():
 @pytest.mark.parametrize(
     ("run_id", "errors"),
     [
-        ("narayanan-7.5b-128gpu", {2: 0.016, 4: -0.020}),
-        ("narayanan-18b-256gpu", {2: 0.075, 4: 0.013}),
+        ("narayanan-7.5b-128gpu", {2: 0.028, 4: -0.014}),
+        ("narayanan-18b-256gpu", {2: 0.072, 4: 0.009}),
     ],
 )
 def test_table1_errors_rest_on_the_assumed_micro_batch(run_id, errors):
@@ -310,7 +323,7 @@ def test_table1_errors_rest_on_the_assumed_micro_batch(run_id, errors):
 def test_bloom_on_its_own_network_is_within_fifteen_percent():
     """validation.OUTLIERS quotes this: BLOOM's Jean Zay nodes have 4 x 100 Gb/s Omni-Path
     (6.25 GB/s a GPU), not the catalog row's 200 Gb/s HDR NIC a GPU; timed at that rate the
-    run's pipeline and data-parallel traffic bring it from -16 % to -11 %."""
+    run's pipeline and data-parallel traffic bring it from -19 % to -14 %."""
     run = get_run("bloom-176b-384gpu")
     assert "Omni-Path" in run.notes
     hw = get_hardware(run.gpu)
@@ -320,8 +333,8 @@ def test_bloom_on_its_own_network_is_within_fifteen_percent():
                   precision=get_precision("bf16-mixed"), optimizer=get_optimizer("adam"),
                   framework=framework_row(run.framework), causal=True)  # fmt: skip
     error = t.step_seconds / measured_step_seconds(run) - 1
-    assert error == pytest.approx(-0.11, abs=0.005)
-    assert compare(run).error == pytest.approx(-0.16, abs=0.005)
+    assert error == pytest.approx(-0.136, abs=0.005)
+    assert compare(run).error == pytest.approx(-0.186, abs=0.005)
 
 
 def _preset_or_none(spec):
@@ -348,6 +361,7 @@ def _cli_args(run) -> list[str]:
     if lay.pp_layers:
         argv += ["--pp-layers", ",".join(map(str, lay.pp_layers))]
     argv += ["--framework", framework_row(run.framework).name, "--precision", run.precision]
+    argv += ["--tp-comm-overlap"] if run.tp_comm_overlap else []
     return [*argv, "--optimizer", "adam", "--json"]
 
 

@@ -13,6 +13,13 @@ from pathlib import Path
 import pytest
 
 import trainbudget.published as published
+from modern_runs import (  # the newer sources' rows and their tables
+    NEW,
+    OVERRIDES_NEW,
+    POSITION_NORM_NEW,
+    SOURCE_DIMS_NEW,
+    SOURCE_KEYS_NEW,
+)
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.params import count_params
 from trainbudget.core.spec.presets import PRESETS, get_preset
@@ -24,7 +31,7 @@ PACKAGE = Path(published.__file__).parent
 
 
 def test_every_run_is_a_validated_record() -> None:
-    assert len(PUBLISHED_RUNS) == 83
+    assert len(PUBLISHED_RUNS) == 83 + len(NEW)  # NEW: tests/modern_runs.py
     assert all(isinstance(r, PublishedRun) for r in PUBLISHED_RUNS)
     with pytest.raises(dataclasses.FrozenInstanceError):
         PUBLISHED_RUNS[0].n_gpus = 1  # type: ignore[misc]
@@ -130,6 +137,7 @@ SOURCE_KEYS = {
     "tinyllama-": "zhang-2024-tinyllama",
     "pythia-": "biderman-2023-pythia",
     "starcoderbase-": "li-2023-starcoder",
+    **SOURCE_KEYS_NEW,  # tests/modern_runs.py
 }
 
 
@@ -257,6 +265,7 @@ POSITION_NORM = {
     "tinyllama-": ("rope", "rmsnorm"),
     "pythia-": ("rope", "layernorm"),  # GPT-NeoX: rotary on 25% of each head
     "starcoderbase-": ("learned", "layernorm"),  # GPTBigCode
+    **POSITION_NORM_NEW,  # tests/modern_runs.py
 }
 
 
@@ -325,6 +334,7 @@ SOURCE_DIMS = {
     "llama2-70b-gpuhours": (80, 8192, 64, 8, 28672, 32000, "swiglu", False, False),
     "llama3-8b-gpuhours": (32, 4096, 32, 8, 14336, 128256, "swiglu", False, False),
     "llama3-70b-gpuhours": (80, 8192, 64, 8, 28672, 128256, "swiglu", False, False),
+    **SOURCE_DIMS_NEW,  # tests/modern_runs.py
 }
 # the fields where a run's source differs from the preset it reuses
 OVERRIDES = {
@@ -350,6 +360,7 @@ OVERRIDES = {
     "flashattn-gpt3-2.7b-8gpu": {"vocab_size", "n_heads", "n_kv_heads"},
     "llama1-7b-gpuhours": {"max_seq_len"},  # Llama 1's 2k context
     "llama1-13b-gpuhours": {"max_seq_len"},
+    **OVERRIDES_NEW,  # tests/modern_runs.py
 }
 
 

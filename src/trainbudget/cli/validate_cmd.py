@@ -58,6 +58,7 @@ class _Results:
     groups: dict
     memory: list
     memory_groups: list
+    memory_by: dict
 
     @classmethod
     def collect(cls) -> _Results:
@@ -85,6 +86,11 @@ class _Results:
             groups={name: breakdown(counted, key) for name, key in BREAKDOWN_KEYS.items()},
             memory=memory,
             memory_groups=breakdown(memory, BREAKDOWN_KEYS["source"], memory_error),
+            memory_by={
+                name: breakdown(memory, key, memory_error)
+                for name, key in BREAKDOWN_KEYS.items()
+                if name != "source"
+            },
         )
 
 
@@ -193,6 +199,25 @@ def _sections(r: _Results) -> list[tuple[str, list[str], list[list[str]]]]:
         *(
             (
                 f"Step-time error by {name}",
+                [name, "runs", "MAE", "mean error", "LOSO MAE"],
+                [
+                    [
+                        g.name,
+                        str(g.n_runs),
+                        f"{100 * g.mean_absolute_error:.1f} %",
+                        _pct(g.mean_error),
+                        f"{100 * _mean_abs(r.loso.errors, r.counted, g.name, name):.1f} %",
+                    ]
+                    for g in r.groups[name]
+                ],
+            )
+            for name in r.groups
+            if name != "source"
+        ),
+        *(
+            (
+                f"Memory error by {name} (no constant is fitted to memory: leave-one-source-out "
+                "is the same)",
                 [name, "runs", "MAE", "mean error"],
                 [
                     [
@@ -201,10 +226,10 @@ def _sections(r: _Results) -> list[tuple[str, list[str], list[list[str]]]]:
                         f"{100 * g.mean_absolute_error:.1f} %",
                         _pct(g.mean_error),
                     ]
-                    for g in r.groups[name]
+                    for g in groups
                 ],
             )
-            for name in ("framework", "GPU generation", "layout family")
+            for name, groups in r.memory_by.items()
         ),
         (
             "Peak memory per GPU, where the source reports it (core plan_memory)",
@@ -225,7 +250,11 @@ def _outliers(r: _Results) -> list:
     return outliers(r.counted)
 
 
-def _mean_abs(errors: dict[str, float], counted: list, source_key: str) -> float:
-    """Mean |leave-one-source-out error| over the scored runs of `source_key`."""
-    errs = [abs(errors[c.run_id]) for c in counted if c.source_key == source_key]
+def _mean_abs(errors: dict[str, float], counted: list, group: str, by: str = "source") -> float:
+    """Mean |leave-one-source-out error| over the scored runs whose `by` breakdown key is
+    `group`."""
+    from trainbudget.validation import BREAKDOWN_KEYS
+
+    key = BREAKDOWN_KEYS[by]
+    errs = [abs(errors[c.run_id]) for c in counted if key(c) == group]
     return sum(errs) / len(errs)

@@ -16,21 +16,36 @@ are validated when this package is imported. One module per family of sources:
   (FlashAttention-1 era; one source with FlashAttention-2's rows)
 - llama_reports.py: Llama 1 (§2.4, Table 15), Llama 2 and Llama 3 model cards (GPU-hours)
 - open_community.py: TinyLlama, Pythia-1B, StarCoderBase
+- nemo_perf.py: NVIDIA's NeMo performance pages on DGX H100 / B200 in FP8: the NeMo 24.07
+  pre-training table, the NeMo long-sequence (context parallel, 32K-1024K) table and the
+  Megatron-Bridge performance summary (NeMo 25.11-26.06)
+- automodel.py: NVIDIA NeMo AutoModel's FSDP2 pre-training benchmark (Llama 3.1 70B, H100)
+- nanotron.py: Hugging Face nanotron's scaling sweep (the Ultra-Scale Playbook): best
+  configuration, MFU and peak memory of four Llama-style models on 1-64 nodes of 8 H100
+- speedrun.py: the modded-nanogpt speedrun records on 8 x H100 (llm.c GPT-2 124M baseline,
+  124M with AdamW under DDP + torch.compile, the 1.5B scale-up)
 
 Excluded sources: the Megatron-LM repository (README tables, CI golden values), torchtitan's
-docs and benchmarks, MosaicML llm-foundry's benchmark tables and IBM fms-fsdp's README. A
-reviewer's held-out runs are drawn from them, so no record may take a number from them
-(tests/published/test_published_runs.py checks every `source`).
+docs and benchmarks (and torchao's float8 tables), MosaicML llm-foundry's benchmark tables, IBM
+fms-fsdp's README (and the blog posts republishing it), MLPerf Training results, NVIDIA
+JAX-Toolbox READMEs, torchtune's README, OLMo-core's README, Colossal-AI's README and examples,
+and the Hugging Face blog's FSDP-vs-DeepSpeed post. A reviewer's held-out runs are drawn from
+them, so no record may take a number from them (tests/published/test_published_runs.py and
+test_modern_runs.py check every `source`; nemo_perf.py leaves out the NeMo 24.07 row whose
+TFLOP/s links to MLPerf).
 """
 
 from __future__ import annotations
 
 from trainbudget.core.errors import unknown_key
+from trainbudget.published.automodel import AUTOMODEL
 from trainbudget.published.flash_attention import FLASH_ATTENTION
 from trainbudget.published.llama_reports import LLAMA1, LLAMA2, LLAMA3_CARD
 from trainbudget.published.megatron import KORTHIKANTI, MTNLG
+from trainbudget.published.nanotron import NANOTRON
 from trainbudget.published.narayanan import NARAYANAN
 from trainbudget.published.nemo import DGXC, NEMOTRON4
+from trainbudget.published.nemo_perf import BRIDGE_PERF, NEMO_LONG_CONTEXT, NEMO_PERF_2407
 from trainbudget.published.open_community import COMMUNITY
 from trainbudget.published.open_models import BLOOM, LLAMA3
 from trainbudget.published.record import (
@@ -43,6 +58,7 @@ from trainbudget.published.record import (
     unique_ids,
 )
 from trainbudget.published.sharded_dp import BLOOMBERG, FSDP_PAPER, OPT
+from trainbudget.published.speedrun import SPEEDRUN
 from trainbudget.published.systems_papers import FLASH_ATTN2, ZERO_BUBBLE
 
 PUBLISHED_RUNS: tuple[PublishedRun, ...] = unique_ids(
@@ -64,6 +80,12 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = unique_ids(
         *LLAMA2,
         *LLAMA3_CARD,
         *COMMUNITY,
+        *NEMO_PERF_2407,
+        *NEMO_LONG_CONTEXT,
+        *BRIDGE_PERF,
+        *AUTOMODEL,
+        *NANOTRON,
+        *SPEEDRUN,
     )
 )
 """Every run, in the order `trainbudget validate` prints them."""

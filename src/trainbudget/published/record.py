@@ -37,6 +37,11 @@ FLOP_CONVENTIONS = {
     "flash-attention-2": "per sequence 6*s*N + 12*l*h*s^2, N every parameter (embeddings "
     "included), non-causal attention, recomputation not counted (Dao 2023, FlashAttention-2, "
     "arXiv:2307.08691, §4.2, the formula under Table 1)",
+    "nemo-causal": "nemo-dgxc with its attention term halved for the causal mask: per token "
+    "12*l*h^2*(1 + kv_groups/heads + s/(2h)) + 18*l*ffn*h (SwiGLU; 12*l*ffn*h non-gated) + "
+    "6*V*h, V NeMo's vocabulary for the family (NeMo nemo/utils/flops_formulas.py from commit "
+    "6251117f4c, 2025-08-09, 'Discount FLOPs in dot-product att'; Megatron-Bridge and NeMo "
+    "AutoModel performance summaries)",
 }
 
 # Who ran the training: the software stack the run's source names (the error is broken down by
@@ -50,6 +55,11 @@ FRAMEWORKS = {
     "2021), whose ZeRO-3 gathered tensor by tensor",
     "deepspeed": "DeepSpeed without Megatron's model code",
     "pytorch-fsdp": "PyTorch FullyShardedDataParallel (or FairScale's FSDP it grew from)",
+    "pytorch-fsdp2": "PyTorch's per-parameter sharding fully_shard (FSDP2) in a torch-native "
+    "trainer (NeMo AutoModel and the like)",
+    "pytorch-ddp": "PyTorch DistributedDataParallel around a torch.compile'd model, no sharding",
+    "nanotron": "Hugging Face nanotron: torch-native 3D parallelism (TP with reduce-scatter, "
+    "1F1B pipeline), ZeRO-0/1, fp32 gradient accumulation",
     "nemo": "NVIDIA NeMo (on Megatron-Core)",
     "other": "any other stack (an in-house trainer, SageMaker model parallelism, ...)",
 }

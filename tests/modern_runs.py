@@ -1,0 +1,64 @@
+"""The newer sources' rows (published/nemo_perf.py, automodel.py, nanotron.py, speedrun.py) and
+the per-row tables tests/published/test_published_runs.py checks every row against."""
+
+from trainbudget.published.automodel import AUTOMODEL
+from trainbudget.published.nanotron import NANOTRON
+from trainbudget.published.nemo_perf import BRIDGE_PERF, NEMO_LONG_CONTEXT, NEMO_PERF_2407
+from trainbudget.published.speedrun import SPEEDRUN
+
+NEW = (*NEMO_PERF_2407, *NEMO_LONG_CONTEXT, *BRIDGE_PERF, *AUTOMODEL, *NANOTRON, *SPEEDRUN)
+
+# run id prefix -> source key (for test_published_runs.SOURCE_KEYS)
+SOURCE_KEYS_NEW = {
+    "nemo2407-": "nvidia-nemo-perf-2407",
+    "nemo-longctx-": "nvidia-nemo-long-context",
+    "mbridge-": "nvidia-megatron-bridge-perf",
+    "automodel-": "nvidia-automodel-perf",
+    "nanotron-": "huggingface-nanotron-bench",
+    "speedrun-": "jordan-modded-nanogpt",
+}
+# run id prefix -> (position, norm) (for test_published_runs.POSITION_NORM)
+POSITION_NORM_NEW = {
+    "nemo2407-gpt3-": ("learned", "layernorm"),  # NeMo megatron_gpt learned_absolute default
+    "nemo2407-nemotron-": ("rope", "layernorm"),  # layernorm1p, rotary_percentage 0.5
+    "nemo2407-llama": ("rope", "rmsnorm"),
+    "nemo-longctx-": ("rope", "rmsnorm"),
+    "mbridge-": ("rope", "rmsnorm"),
+    "automodel-": ("rope", "rmsnorm"),
+    "nanotron-": ("rope", "rmsnorm"),  # nanotron LlamaModel
+    "speedrun-llmc-": ("learned", "layernorm"),  # llm.c GPT-2
+    "speedrun-adamw-": ("rope", "rmsnorm"),  # weightless F.rms_norm, rotary
+    "speedrun-muon-": ("rope", "rmsnorm"),
+}
+# run -> (n_layers, d_model, n_heads, n_kv_heads, d_ff, vocab, mlp, tied, bias) for the runs that
+# reuse a preset (for test_published_runs.SOURCE_DIMS), and the fields overriding it (OVERRIDES)
+_L2_7B = (32, 4096, 32, 32, 11008, 32000, "swiglu", False, False)
+_L3_8B = (32, 4096, 32, 8, 14336, 128256, "swiglu", False, False)
+_L3_70B = (80, 8192, 64, 8, 28672, 128256, "swiglu", False, False)
+SOURCE_DIMS_NEW = {
+    # gpt3_175b.yaml; GPT-2 BPE padded to a multiple of 128 * TP 4
+    "nemo2407-gpt3-175b-128gpu": (96, 12288, 96, 96, 49152, 50688, "gelu", True, True),
+    "nemo2407-llama2-7b-8gpu": _L2_7B,
+    "nemo2407-llama2-13b-16gpu": (40, 5120, 40, 40, 13824, 32000, "swiglu", False, False),
+    "nemo2407-llama2-70b-64gpu": (80, 8192, 64, 8, 28672, 32000, "swiglu", False, False),
+    # nemotron_8b.yaml: GPT-3 6.7B's shapes, Nemotron vocabulary, untied, no bias
+    "nemo2407-nemotron-8b-64gpu": (32, 4096, 32, 32, 16384, 256000, "gelu", False, False),
+    "nemo2407-llama3-8b-8gpu": _L3_8B,
+    "nemo2407-llama3-70b-64gpu": _L3_70B,
+    **{r.id: _L2_7B for r in NEMO_LONG_CONTEXT if "llama2" in r.id},
+    **{r.id: _L3_8B for r in NEMO_LONG_CONTEXT if "llama3" in r.id},
+    "mbridge-2511-llama3-8b-h100-8gpu": _L3_8B,
+    "mbridge-2511-llama3-70b-h100-64gpu": _L3_70B,
+    "mbridge-2511-llama3-8b-b200-8gpu": _L3_8B,
+    "mbridge-2604-llama3-70b-h100-64gpu": _L3_70B,
+    "automodel-llama31-70b-h100-64gpu": _L3_70B,
+    # llm.c pads GPT-2's 50257 to 50304
+    "speedrun-llmc-gpt2-124m-8gpu": (12, 768, 12, 12, 3072, 50304, "gelu", True, True),
+}
+OVERRIDES_NEW = {
+    "nemo2407-gpt3-175b-128gpu": {"vocab_size"},
+    "nemo2407-nemotron-8b-64gpu": {
+        "vocab_size", "max_seq_len", "position", "tied_embeddings", "bias",
+    },
+    "speedrun-llmc-gpt2-124m-8gpu": {"vocab_size"},
+}  # fmt: skip
