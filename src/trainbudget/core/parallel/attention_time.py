@@ -19,6 +19,7 @@ the same launch gaps and clocks under sustained load slow the attention kernels 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,7 @@ class AttentionKernel:
         )
 
 
+@functools.lru_cache(maxsize=4096)
 def measured_rates(
     kernel: str, gpu: str, head_dim: int, causal: bool, seq_len: int
 ) -> tuple[float, float] | None:

@@ -508,6 +508,8 @@ def _attention_core_seconds(
     pair_flops = 2 * (spec.d_q + spec.d_attn_out)  # scores and values, per pair (flops.py)
     flops = s * keys * pair_flops * b / (t * L.cp)  # forward, every pair
     flash, flash_backward = _flash_seconds(spec, L, flops, s, window, r, causal)
+    if L.flash is True:  # every plan runs FlashAttention (the planner's grid holds one flag)
+        return flash, flash_backward
     # unfused: batched GEMMs (s/cp, d_head) @ (d_head, keys) and (s/cp, keys) @ (keys,
     # d_v_head) per head, whose k = d_head makes them memory-bound on the s x keys operand;
     # then softmax (read and write the scores)
