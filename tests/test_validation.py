@@ -67,9 +67,10 @@ def test_mean_absolute_error_on_each_era():
     """The scored MAE: on the 2021-2024 sources the model was built on, 10.7 % while the ZeRO-3
     rows of Narayanan et al. Table 2 were timed with overlapped per-layer gathers (they were
     -30 % to -71 %), 6.6 % with DeepSpeed 0.3's tensor-by-tensor collectives and Megatron-LM's
-    pipeline scatter/gather (the legacy rows), 5.8 % with today's kernel mechanisms. With
-    the newer sources (tests/modern_runs.py: H100/B200, FP8, long context, nanotron's sweep)
-    12 %: issue "Right on runs nobody tuned for" asks for 5 %, not reached (its notes)."""
+    pipeline scatter/gather (the legacy rows), 6.1 % with today's kernel mechanisms. The
+    newer sources (tests/modern_runs.py: H100/B200, FP8, long context, nanotron's sweep), on
+    which nothing was fitted, 17.4 % (30.5 % before those mechanisms); all 129: 11.5 %. Issue
+    "Right on runs nobody tuned for" asks for 5 %: not reached (its notes)."""
     comparisons = scored(compare_all())
     newer = {r.id for r in NEW}
     assert mean_absolute_error([c for c in comparisons if c.run_id not in newer]) < 0.07
@@ -306,13 +307,13 @@ def test_validate_command():
 @pytest.mark.parametrize(
     ("run_id", "errors"),
     [
-        ("narayanan-7.5b-128gpu", {2: 0.028, 4: -0.014}),
-        ("narayanan-18b-256gpu", {2: 0.072, 4: 0.009}),
+        ("narayanan-7.5b-128gpu", {2: 0.063, 4: 0.024}),
+        ("narayanan-18b-256gpu", {2: 0.107, 4: 0.042}),
     ],
 )
 def test_table1_errors_rest_on_the_assumed_micro_batch(run_id, errors):
     """validation.OUTLIERS quotes these: Narayanan et al. Table 1 gives no micro-batch (1 is
-    assumed); at 2 or 4 the two tp-only rows beyond 15 % come within 8 %."""
+    assumed); at 4 the two tp-only rows beyond 15 % come within 5 %."""
     run = get_run(run_id)
     assert "layout.micro_batch" in run.assumed
     for micro, error in errors.items():
@@ -323,7 +324,7 @@ def test_table1_errors_rest_on_the_assumed_micro_batch(run_id, errors):
 def test_bloom_on_its_own_network_is_within_fifteen_percent():
     """validation.OUTLIERS quotes this: BLOOM's Jean Zay nodes have 4 x 100 Gb/s Omni-Path
     (6.25 GB/s a GPU), not the catalog row's 200 Gb/s HDR NIC a GPU; timed at that rate the
-    run's pipeline and data-parallel traffic bring it from -19 % to -14 %."""
+    run's pipeline and data-parallel traffic bring it from -14 % to -9 %."""
     run = get_run("bloom-176b-384gpu")
     assert "Omni-Path" in run.notes
     hw = get_hardware(run.gpu)
@@ -333,8 +334,8 @@ def test_bloom_on_its_own_network_is_within_fifteen_percent():
                   precision=get_precision("bf16-mixed"), optimizer=get_optimizer("adam"),
                   framework=framework_row(run.framework), causal=True)  # fmt: skip
     error = t.step_seconds / measured_step_seconds(run) - 1
-    assert error == pytest.approx(-0.136, abs=0.005)
-    assert compare(run).error == pytest.approx(-0.186, abs=0.005)
+    assert error == pytest.approx(-0.094, abs=0.005)
+    assert compare(run).error == pytest.approx(-0.144, abs=0.005)
 
 
 def _preset_or_none(spec):

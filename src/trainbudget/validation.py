@@ -301,9 +301,9 @@ _DEEPSPEED_PIPELINE = (
 )
 _TABLE1_MICRO_BATCH = (
     "Table 1 does not state the micro-batch; 1 is assumed (Table 2's PTD rows state it). At 2 "
-    "the model predicts narayanan-7.5b-128gpu +2.8 % and narayanan-18b-256gpu +7.2 %, at 4 "
-    "-1.4 % and +0.9 % (tests/test_validation.py): the error rests on the assumption; "
-    "korthikanti-22b-full, as wide on tp8 with a stated micro-batch of 4, is +2.7 %"
+    "the model predicts narayanan-7.5b-128gpu +6.3 % and narayanan-18b-256gpu +10.7 %, at 4 "
+    "+2.4 % and +4.2 % (tests/test_validation.py): the error rests on the assumption; "
+    "korthikanti-22b-full, as wide on tp8 with a stated micro-batch of 4, is +6.3 %"
 )
 OUTLIERS = {
     "mtnlg-530b-2240gpu": _DEEPSPEED_PIPELINE,
@@ -317,7 +317,7 @@ OUTLIERS = {
     "narayanan-18b-256gpu": _TABLE1_MICRO_BATCH,
     "bloom-176b-384gpu": "the network: Jean Zay's nodes have 4 Omni-Path links of 100 Gb/s "
     "(the record's notes), 6.25 GB/s a GPU, where the catalog's a100-80gb row times 25 GB/s "
-    "(one HDR NIC a GPU); at the Omni-Path rate the model predicts -14 % (not -19 %) "
+    "(one HDR NIC a GPU); at the Omni-Path rate the model predicts -9 % (not -14 %) "
     "(tests/test_validation.py). The rest is DeepSpeed's pipeline engine, as for MT-NLG",
     "llama1-65b-2048gpu": "every layout field is assumed (llama_reports.py): the error rests on "
     "the assumption, not on a published layout",
@@ -367,6 +367,10 @@ OUTLIERS.update(
             _LONG_CONTEXT_FP8,
         ),
         "mbridge-2511-llama3-8b-b200-8gpu": _B200,
+        "nemo2407-gpt3-175b-128gpu": "unexplained: GPT-3 175B in FP8 on 128 H100 (NeMo 24.07) "
+        "comes out +15.0 % slow, at the limit, where NeMo's other FP8 rows of the page are "
+        "within -14 to +11 %; its layout's sequence parallelism, recomputation and TP overlap "
+        "are assumed (the record's `assumed`)",
         "speedrun-llmc-gpt2-124m-8gpu": _COMPILED_SMALL,
         "speedrun-adamw-124m-8gpu": _COMPILED_SMALL,
     }

@@ -36,7 +36,7 @@ class Efficiency:
     calibration's measured figure (`trainbudget bench`), or None for the row's MAMF
     (`Hardware.matmul_fraction`). Each GEMM then loses its tile and wave quantization
     (`gemm_shape_efficiency`)."""
-    in_training: float = 0.90
+    in_training: float = 0.85
     """Share of that rate a training step's GEMMs keep: the epilogues (bias, casts) fused
     into them and clocks that drop further when memory-bound kernels interleave (the output
     writes, launch gaps and the CPU's dispatch are timed apart: `EPILOGUE`,
