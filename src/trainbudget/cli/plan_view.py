@@ -93,7 +93,9 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--recompute-every",
         help="with --recompute full: recompute only every K-th layer, the others keep their "
-        "activations (default 1: every layer)",
+        "activations (default 1: every layer); counted as the --framework row does: from the "
+        "first layer, ceil(L/K) of a stage's L (trainbudget's convention), or torchtitan's K-th, "
+        "2K-th, ... (floor(L/K))",
     )
     g.add_argument(
         "--schedule",

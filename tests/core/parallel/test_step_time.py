@@ -554,3 +554,26 @@ def test_cp_sends_k_and_v_at_their_widths():
     narrow_v = st(plan, deepseek).comm_bytes["cp"]
     wide_v = st(plan, deepseek.replace(v_head_dim=192)).comm_bytes["cp"]
     assert narrow_v == pytest.approx((192 + 128) / (2 * 192) * wide_v, rel=1e-12)
+
+
+def test_recompute_every_counts_layers_as_the_framework_does():
+    """`--recompute-every 3` on 32 layers: trainbudget's convention recomputes ceil(32/3) = 11
+    layers (1, 4, ..., 31); torchtitan's _apply_layer_sac, counting from 1 and wrapping when
+    count % 3 == 0, floor(32/3) = 10 (3, 6, ..., 30): fewer recomputed, less time, more memory."""
+    from trainbudget.core.parallel.gpu_memory import plan_memory
+    from trainbudget.core.parallel.layout import PlanNumbers
+    from trainbudget.core.spec.frameworks import get_framework
+
+    plan = Plan(dp=8, recompute="full", recompute_every=3, grad_accum=4)
+    numbers = PlanNumbers.of(plan)
+    assert numbers.recomputed_layers(32) == 11
+    assert numbers.recomputed_layers(32, from_first=False) == 10
+    titan = get_framework("torchtitan")
+    assert not titan.recompute_every_from_first
+    ours = dataclasses.replace(titan, recompute_every_from_first=True)
+    assert st(plan, framework=titan).step_seconds < st(plan, framework=ours).step_seconds
+    kw = dict(seq_len=SEQ, precision=BF16, optimizer=ADAMW)
+    assert (
+        plan_memory(L2_7B, plan, framework=titan, **kw).total_bytes
+        > plan_memory(L2_7B, plan, framework=ours, **kw).total_bytes
+    )

@@ -119,7 +119,8 @@ def communication(
     act_msg = tokens * spec.d_model * e  # one layer's activations for one micro-batch
     # TP: all-reduces, or SP's all-gather + reduce-scatter pairs
     by_op = xp.where(L.recompute == SELECTIVE_OP, layers, 0)
-    recomputed = xp.where(L.recompute == FULL, L.recomputed_layers(layers), by_op)
+    first = framework.recompute_every_from_first
+    recomputed = xp.where(L.recompute == FULL, L.recomputed_layers(layers, first), by_op)
     n_tp = m * (layers * TP_COLLECTIVES_PER_LAYER + recomputed * TP_COLLECTIVES_RECOMPUTED)
     sp_count, ar_count = xp.where(L.sp, n_tp, 0), xp.where(L.sp, 0, n_tp)
     rs_count = sp_count - xp.where(L.sp, m * by_op * TP_COLLECTIVES_RECOMPUTED, 0)
@@ -150,7 +151,7 @@ def communication(
         ep_pn = xp.minimum(L.ep, span["dp"])
         moe_layers = stage_mix(spec, L, xp).moe
         # ceil(moe / K) of every K-th layer recomputed: exact for K = 1
-        redone = xp.where(L.recompute == FULL, L.recomputed_layers(moe_layers), 0)
+        redone = xp.where(L.recompute == FULL, L.recomputed_layers(moe_layers, first), 0)
         n_a2a = m * (moe_layers * EP_ALL_TO_ALLS_PER_LAYER + redone * EP_ALL_TO_ALLS_RECOMPUTED)
         t_ep = run("ep", "all_to_all", a2a, L.ep, ep_pn, n_a2a)
     t_dp = _data_parallel(

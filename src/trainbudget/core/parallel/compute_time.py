@@ -632,6 +632,7 @@ def micro_batch_compute(
     dispatch: float = 0.0,
     kernels_per_layer: int = 0,
     attention: AttentionKernel | None = None,
+    recompute_from_first: bool = True,
 ) -> MicroBatchCompute:
     """`eff` resolved against the GPU (`Efficiency.resolved`), whose SM count is `sms`;
     `peak` the rate of the matmuls outside a low-precision recipe, `linear_peak` and
@@ -639,7 +640,9 @@ def micro_batch_compute(
     recipe's casts, `serial_epilogue` the GEMMs' output writes (`EPILOGUE`), `kernel_gap` and
     `dispatch` each kernel's launch cost on the GPU and the CPU, for `kernels_per_layer` of
     them (0: KERNELS_PER_LAYER_FORWARD),
-    `attention` the fused attention kernel's measured rates (`_Roofline`)."""
+    `attention` the fused attention kernel's measured rates (`_Roofline`);
+    `recompute_from_first` how every-K-th recomputation counts its layers
+    (`PlanNumbers.recomputed_layers`)."""
     layer = layer_compute(
         spec,
         L,
@@ -664,8 +667,8 @@ def micro_batch_compute(
     layer_backward = layer.backward_seconds
     layers = L.stage_layers(spec.n_layers, "last")
     largest = L.stage_layers(spec.n_layers, "max")
-    recompute = _recompute_per_layer(L, layers, layer, xp)
-    recompute_largest = _recompute_per_layer(L, largest, layer, xp)
+    recompute = _recompute_per_layer(L, layers, layer, xp, recompute_from_first)
+    recompute_largest = _recompute_per_layer(L, largest, layer, xp, recompute_from_first)
     tokens = L.micro_batch * seq_len / L.cp
     logits = tokens * spec.vocab_size / L.tp  # elements on this GPU (vocab-parallel)
     r = _Roofline(e=e, peak=peak, hbm=hbm, eff=eff, xp=xp, sms=sms, serial_epilogue=serial_epilogue)
@@ -691,14 +694,16 @@ def micro_batch_compute(
     )
 
 
-def _recompute_per_layer(L: PlanNumbers, layers: Any, layer: LayerCompute, xp: Ops) -> Any:
+def _recompute_per_layer(
+    L: PlanNumbers, layers: Any, layer: LayerCompute, xp: Ops, from_first: bool = True
+) -> Any:
     """Backward seconds per layer that recomputation adds on a stage of `layers`: the attention
     core's forward (selective; nothing under FlashAttention, which keeps no scores and whose
     backward recomputes them itself, in `attention_backward_seconds`), the memory-bound ops
     and the unsaved matmuls (selective-op) or the whole layer's forward (full; of every K-th
     layer, ceil(layers / K) of them, spread over the stage's layers)."""
     fwd, attn = layer.forward_seconds, layer.attention_seconds
-    full = L.recomputed_layers(layers) * fwd / layers
+    full = L.recomputed_layers(layers, from_first) * fwd / layers
     by_op = layer.memory_bound_seconds + layer.op_recomputed_matmul_seconds
     recompute = xp.where(L.recompute == SELECTIVE_OP, by_op, full)
     recompute = xp.where(L.recompute == SELECTIVE, xp.where(L.flash, 0.0, attn), recompute)

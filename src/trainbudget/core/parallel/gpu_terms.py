@@ -200,7 +200,7 @@ class GpuTerms:
         L, xp, spec, e = self.L, self.xp, self.spec, self.e
         layer = self.layer_bytes
         checkpoint = self.tokens * spec.d_model * self.residual / self.split
-        recomputed = L.recomputed_layers(layers)
+        recomputed = L.recomputed_layers(layers, self.fw.recompute_every_from_first)
         kept = recomputed * checkpoint + (layers - recomputed) * layer
         per = xp.where(L.recompute == FULL, kept, layers * layer)
         self.working = xp.where(L.recompute == FULL, layer - checkpoint, 0.0)

@@ -101,10 +101,14 @@ class PlanNumbers:
         rows = [cls.of(p) for p in plans]
         return cls(**{f: np.array([getattr(r, f) for r in rows]) for f in cls.__dataclass_fields__})
 
-    def recomputed_layers(self, layers: Any) -> Any:
+    def recomputed_layers(self, layers: Any, from_first: bool = True) -> Any:
         """Layers of a stage of `layers` whose activations full recomputation rebuilds: every
-        recompute_every-th one, starting with the first (ceil(layers / K))."""
-        return (layers + self.recompute_every - 1) // self.recompute_every
+        recompute_every-th one, starting with the first (ceil(layers / K)), or counted from
+        1 as torchtitan counts, the K-th, 2K-th, ... (floor(layers / K)): the framework's
+        convention (`Framework.recompute_every_from_first`)."""
+        if from_first:
+            return (layers + self.recompute_every - 1) // self.recompute_every
+        return layers // self.recompute_every
 
     def stage_layers(self, n_layers: int, stage: str) -> Any:
         """Layers of a stage ('first', 'middle', 'last' or 'max': the largest); the even split

@@ -199,6 +199,7 @@ def step_terms(
         kernel_gap=KERNEL_GAP_SECONDS,
         dispatch=eager_dispatch_seconds_per_op(),
         kernels_per_layer=framework.kernels_per_layer_forward,
+        recompute_from_first=framework.recompute_every_from_first,
         attention=_attention_kernel(efficiency, eff, hw, framework, precision),
     )
     stage_mb = mb.stage_seconds
@@ -336,7 +337,8 @@ def step_time(
     if plan.recompute_every > 1:  # every stage recomputes ceil(its layers / K)
         counts = plan.stage_layer_counts(spec.n_layers)
         recomputed_layers = PlanNumbers.of(plan).recomputed_layers
-        full = fwd.layers * sum(recomputed_layers(n) for n in counts) / spec.n_layers
+        first = framework.recompute_every_from_first
+        full = fwd.layers * sum(recomputed_layers(n, first) for n in counts) / spec.n_layers
     recomputed = {"none": 0, "selective": fwd.scores + fwd.attn_values, "full": full}
     if plan.recompute == "selective-op":
         recomputed["selective-op"] = op_checkpoint.recomputed_flops(spec, seq_len)

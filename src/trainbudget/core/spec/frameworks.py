@@ -49,6 +49,12 @@ class Framework:
     --tp-comm-overlap with Transformer Engine's userbuffers, NeMo's ub_tp_comm_overlap; off by
     default in both), timed by `comm_time.tp_exposed_when_pipelined`; `--tp-comm-overlap`
     turns it on for any row."""
+    recompute_every_from_first: bool = True
+    """How `--recompute-every K` counts the layers it recomputes: from the first (layers 1,
+    K + 1, ...: ceil(L / K) of a stage's L, the convention of trainbudget's own plans), or, as
+    torchtitan's layer-selective checkpointing counts, the K-th, 2K-th, ... (floor(L / K)).
+    Megatron has no every-K-th policy: its --recompute-method block recomputes the first N
+    layers of each stage (emit.megatron translates)."""
     kernels_per_layer_forward: int = 48
     """Kernels one decoder layer launches forward (compute_time's launch gaps and CPU
     dispatch): 48, Hugging Face's eager Llama layer (`compute_time.KERNELS_PER_LAYER_FORWARD`),
@@ -179,6 +185,7 @@ TORCHTITAN = Framework(
     reduce_every_micro_batch=True,
     gather_copy_out=True,
     fp8_recipe="torchao-tensorwise",
+    recompute_every_from_first=False,
     description="torchtitan (FSDP2 fully_shard + DTensor): reduce-scatters in fp32 after every "
     "micro-batch's backward; gradients kept in the precision's bytes (FSDP2's fp32 sharded "
     "parameter and gradient total the same 2 + 2 + 4 bytes as bf16 weight, gradient and "
@@ -198,6 +205,9 @@ TORCHTITAN = Framework(
         "fp8_recipe: torchtitan's float8 converter swaps nn.Linear for torchao's Float8Linear "
         "(torchao/float8/float8_linear_utils.py convert_to_float8_training), whose default "
         "recipe is tensorwise dynamic scaling (torchao/float8/config.py), under torch.compile",
+        "recompute_every_from_first: torchtitan's _apply_layer_sac counts the blocks it wraps "
+        "from 1 and checkpoints those whose count % selective_ac_option == 0 (the K-th, 2K-th, "
+        "...): floor(L / K) of a stage's L blocks",
     ),
 )
 
