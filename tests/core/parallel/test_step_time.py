@@ -577,3 +577,35 @@ def test_recompute_every_counts_layers_as_the_framework_does():
         plan_memory(L2_7B, plan, framework=titan, **kw).total_bytes
         > plan_memory(L2_7B, plan, framework=ours, **kw).total_bytes
     )
+
+
+def test_fsdp2_under_a_pipeline_gathers_and_reduces_once_a_step():
+    """torch's pipelining keeps FSDP2's parameters unsharded and its gradients unsynced for
+    every micro-batch (torch 2.13 pipelining/stage.py: set_reshard_after_backward(False),
+    set_requires_gradient_sync(False)), so the stage gathers once and reduce-scatters once per
+    step (engines.Engine.pipeline_keeps_unsharded), where without a pipeline torchtitan's
+    FSDP2 reduce-scatters every micro-batch and gathers each layer forward and backward."""
+    from trainbudget.core.parallel.step_time import step_terms
+    from trainbudget.core.spec.frameworks import get_framework
+
+    titan = get_framework("torchtitan")
+
+    def calls(plan):
+        cluster = Cluster(hardware=H100, n_gpus=plan.n_gpus)
+        comm = step_terms(
+            L2_7B, plan, cluster, seq_len=SEQ, precision=BF16, optimizer=ADAMW, framework=titan
+        ).comm
+        counts: dict[str, int] = {}
+        for name, c in comm.collectives:
+            counts[name] = counts.get(name, 0) + c.count
+        return counts
+
+    m = 8
+    flat, piped = (
+        calls(Plan(dp=8, zero=3, grad_accum=m)),
+        calls(Plan(dp=4, pp=2, zero=3, grad_accum=m)),
+    )
+    assert flat["dp_grad_reduce"] == m * 32  # every micro-batch, one per layer
+    assert flat["dp_param_gather"] == 2 * m * 32  # forward and backward, each layer
+    assert piped["dp_grad_reduce"] == 16  # once a step, one per layer of the stage's 16
+    assert piped["dp_param_gather"] == 16

@@ -15,6 +15,7 @@ from trainbudget.core.parallel.compute_time import (
     MicroBatchCompute,
     stage_mix,
 )
+from trainbudget.core.parallel.gpu_terms import engine_columns
 from trainbudget.core.parallel.layout import FULL, SELECTIVE_OP, PlanNumbers
 from trainbudget.core.parallel.parallel_memory import StageParams
 from trainbudget.core.parallel.plan import members_per_node
@@ -206,13 +207,17 @@ def _data_parallel(
         )
         groups.append((stage.experts, dp_group // L.ep, e_pn, e_shard, e_shard_pn, e_shard))
     sharded = z > 0
+    # an engine that keeps the stage's parameters unsharded under torch's pipelining (FSDP2:
+    # pipelining/stage.py turns resharding and gradient sync off for every micro-batch)
+    # gathers them once and reduce-scatters the gradients once per step
+    piped = (L.pp > 1) & engine_columns(framework, z, dp_group == 1, xp).pipeline_keeps_unsharded
     # sharded gradients reduced after every micro-batch's backward (FSDP), else once per step
-    every = (z >= 2) & framework.reduce_every_micro_batch
+    every = (z >= 2) & framework.reduce_every_micro_batch & xp.not_(piped)
     reductions = xp.where(every, m, 1)
     # the updated weights once per step (ZeRO-1/2), every micro-batch's forward and backward (3)
     # and its recomputed forward where the framework fetches them again for it
     per_mb = zero3_gathers_per_micro_batch(L, framework)
-    gathers = xp.where(z == 3, per_mb * m, sharded * 1)
+    gathers = xp.where(z == 3, xp.where(piped, 1, per_mb * m), sharded * 1)
     layers = L.stage_layers(spec.n_layers, "last")  # the stage whose gradients these are
     # collectives per pass under ZeRO-3: one per layer, or one per parameter tensor
     per_layer = parameter_tensors(spec) / spec.n_layers if framework.zero3_serial_per_tensor else 1
@@ -240,7 +245,8 @@ def _data_parallel(
     # framework synchronizes the device before each gather
     overlapped = xp.maximum(layer, total - compute_seconds)
     zero3 = total if framework.zero3_serial_per_tensor else overlapped
-    exposed = xp.where(z == 3, zero3, step)
+    # kept unsharded under a pipeline, ZeRO-3 gathers and reduces once a step, as ZeRO-1/2 do
+    exposed = xp.where((z == 3) & xp.not_(piped), zero3, step)
     hidden = xp.maximum(0.0, total - exposed)
     return xp.where(dp_group > 1, exposed + overlap_cost(hidden), 0.0)
 
