@@ -21,6 +21,7 @@ from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency, step_time
 from trainbudget.core.single.flops import palm_flops_per_token
 from trainbudget.core.single.params import count_params
+from trainbudget.core.spec.defaults import DEFAULT_MEMORY_HEADROOM
 from trainbudget.core.spec.frameworks import GENERIC, Framework, get_framework
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision
@@ -433,6 +434,14 @@ BREAKDOWN_KEYS: dict[str, Callable[[Comparison], str]] = {
     "layout family": lambda c: c.layout_family,
 }
 """The breakdowns `trainbudget validate` prints, in order."""
+
+
+def predicted_not_to_fit(
+    comparisons: Iterable[Comparison], headroom: float = DEFAULT_MEMORY_HEADROOM
+) -> list[Comparison]:
+    """The runs, all of which completed, whose predicted peak exceeds `headroom` of their GPU's
+    memory: the plan `fits` rule of `estimate` and `plan` would have rejected them."""
+    return [c for c in comparisons if c.predicted_memory_bytes > headroom * c.gpu_memory_bytes]
 
 
 def with_memory(comparisons: Iterable[Comparison]) -> list[Comparison]:

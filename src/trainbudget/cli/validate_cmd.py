@@ -127,7 +127,14 @@ def _as_json(r: _Results) -> dict:
         "mean_absolute_error": r.mae,
         "leave_one_source_out_mean_absolute_error": r.loso_mae,
         "scored": len(r.counted),
+        "predicted_not_to_fit": [c.run_id for c in _not_fitting(r)],
     }
+
+
+def _not_fitting(r: _Results) -> list:
+    from trainbudget.validation import predicted_not_to_fit
+
+    return predicted_not_to_fit(r.counted)
 
 
 def _as_text(r: _Results, md: bool) -> list[str]:
@@ -140,6 +147,13 @@ def _as_text(r: _Results, md: bool) -> list[str]:
         f"memory: {g.name}: mean absolute error {100 * g.mean_absolute_error:.1f} % over "
         f"{g.n_runs} runs"
         for g in r.memory_groups
+    )
+    rejected = _not_fitting(r)
+    out.append(
+        f"completed runs predicted to fit: {len(r.counted) - len(rejected)} of {len(r.counted)} "
+        f"(the fits rule, 90 % of the GPU's memory; not: {', '.join(c.run_id for c in rejected)})"
+        if rejected
+        else f"completed runs predicted to fit: all {len(r.counted)}"
     )
     out.append(
         f"mean absolute error over {len(r.counted)} runs from {len(r.groups['source'])} sources: "
