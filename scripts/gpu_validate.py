@@ -37,6 +37,7 @@ import json
 import platform
 import statistics
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -69,6 +70,12 @@ QUICK = (
     ("gpt2-2l", 8, 2048, "fp32", "sgd"),
     ("llama-small", 8, 2048, "bf16-mixed", "adamw"),
 )
+
+ASSUMED_FLOPS_PER_SECOND = {"cpu": 2e11, "cuda": 1e14}
+"""Model FLOP/s (steps and set-up together) assumed for the estimate printed before the first
+case; after each case the estimate uses the rate measured so far. cpu: the full matrix (3.9e14
+model FLOPs at 5 + 2 steps) took 30-40 minutes on a CPU (issue "A trainer a newcomer can
+walk"), about 2e11 FLOP/s; cuda: about a tenth of an H100's dense bf16 peak (small cases)."""
 
 ERROR_KEYS = {
     "allocated_error": "peak vs max_memory_allocated",
@@ -202,6 +209,27 @@ def predict_step(case: Case, hw: Hardware) -> dict:
     }
 
 
+def case_flops(case: Case, *, steps: int, warmup: int) -> float:
+    """The model FLOPs a case runs (its warm-up and timed steps, and the MemTracker step): its
+    weight in the duration estimate."""
+    per_token = training_flops(case.spec, case.seq_len).model_flops_per_token
+    return per_token * case.seq_len * case.micro_batch * (steps + warmup + 1)
+
+
+def duration_text(seconds: float) -> str:
+    """'45s', '12m05s', '1h02m'."""
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes >= 60:
+        return f"{minutes // 60}h{minutes % 60:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def eta_text(done_flops: float, left_flops: float, elapsed_seconds: float) -> str:
+    """The time spent and left, the rest at the rate measured so far."""
+    left = left_flops * elapsed_seconds / done_flops if done_flops else 0.0
+    return f"{duration_text(elapsed_seconds)} elapsed, about {duration_text(left)} left"
+
+
 def run_case(case: Case, *, device: str, hw: Hardware | None, steps: int, warmup: int) -> dict:
     """Every figure of one case; a case that fails records its error instead."""
     from trainbudget.profile.memory import measure_step_memory, time_steps
@@ -327,6 +355,34 @@ def render_markdown(header: Sequence[str], rows: Sequence[dict], summary: dict) 
     return "\n".join(lines)
 
 
+def run_cases(cases: Sequence[Case], args: argparse.Namespace, hw: Hardware | None) -> list[dict]:
+    """Every case, with the estimated duration before the first and a line after each (its
+    figures, the time spent and the time left)."""
+    flops = [case_flops(c, steps=args.steps, warmup=args.warmup) for c in cases]
+    rate = ASSUMED_FLOPS_PER_SECOND[args.device]
+    print(
+        f"estimated duration: about {duration_text(sum(flops) / rate)} ({sum(flops):.3g} model "
+        f"FLOPs at an assumed {rate:.0e} FLOP/s; revised after each case)",
+        flush=True,
+    )
+    rows, start = [], time.perf_counter()
+    for i, case in enumerate(cases, 1):
+        row = run_case(case, device=args.device, hw=hw, steps=args.steps, warmup=args.warmup)
+        rows.append(row)
+        eta = eta_text(sum(flops[:i]), sum(flops[i:]), time.perf_counter() - start)
+        if "error" in row:
+            print(f"[{i}/{len(cases)}] {case.id}: FAILED {row['error']}; {eta}", flush=True)
+        else:
+            print(
+                f"[{i}/{len(cases)}] {case.id}: step {_ms(row['measured_step_seconds'])} ms "
+                f"(predicted {_ms(row.get('predicted_step_seconds'))} ms), peak error "
+                f"{_pct(row.get('allocated_error'))} allocated, "
+                f"{_pct(row.get('memtracker_error'))} MemTracker; {eta}",
+                flush=True,
+            )
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -387,20 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     for line in header:
         print(line, flush=True)
-    rows = []
-    for i, case in enumerate(cases, 1):
-        row = run_case(case, device=args.device, hw=hw, steps=args.steps, warmup=args.warmup)
-        rows.append(row)
-        if "error" in row:
-            print(f"[{i}/{len(cases)}] {case.id}: FAILED {row['error']}", flush=True)
-        else:
-            print(
-                f"[{i}/{len(cases)}] {case.id}: step {_ms(row['measured_step_seconds'])} ms "
-                f"(predicted {_ms(row.get('predicted_step_seconds'))} ms), peak error "
-                f"{_pct(row.get('allocated_error'))} allocated, "
-                f"{_pct(row.get('memtracker_error'))} MemTracker",
-                flush=True,
-            )
+    rows = run_cases(cases, args, hw)
     summary = summarise(rows)
     markdown = render_markdown(header, rows, summary)
     print()

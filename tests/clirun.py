@@ -23,3 +23,12 @@ def cli_json(*argv: str) -> dict:
     code, out, err = cli(*argv, "--json")
     assert code == 0, err
     return json.loads(out)
+
+
+def one_line_error(argv: tuple[str, ...]) -> str:
+    """The single stderr line of a refused command (exit 2, nothing on stdout)."""
+    code, out, err = cli(*argv)
+    assert code == 2, (code, out, err)
+    assert out == "" and "Traceback" not in err
+    assert err.count("\n") == 1, err
+    return err.strip()

@@ -203,3 +203,26 @@ def test_cuda_run(tmp_path):
     assert abs(case["memtracker_error"]) < 0.1, case
     if doc["device"]["catalog_key"] is not None:
         assert 0 < case["mfu"] < 1 and case["predicted_step_seconds"] > 0
+
+
+@pytest.mark.torch
+@needs_torch
+def test_development_mode_states_its_duration_and_progress_per_case(dev_run):
+    # the failure: --device cpu ran 30-40 minutes with no duration stated
+    r, _ = dev_run
+    lines = r.stdout.splitlines()
+    (estimate,) = [line for line in lines if line.startswith("estimated duration: about ")]
+    assert "model FLOPs at an assumed 2e+11 FLOP/s; revised after each case" in estimate
+    progress = [line for line in lines if line.startswith("[")]
+    assert [line.split("]")[0] for line in progress] == ["[1/2", "[2/2"]
+    assert all(" elapsed, about " in line and line.endswith(" left") for line in progress)
+    assert progress[-1].endswith("about 0s left")
+
+
+def test_duration_and_eta_texts():
+    assert [gv.duration_text(s) for s in (5, 65, 3725)] == ["5s", "1m05s", "1h02m"]
+    # a third of the work done in 10 s: twice that left
+    assert gv.eta_text(1e12, 2e12, 10.0) == "10s elapsed, about 20s left"
+    case = gv.select_cases(quick=True, dtype=None, limit=1, overrides=[])[0]
+    one, two = (gv.case_flops(case, steps=s, warmup=2) for s in (1, 5))
+    assert two / one == pytest.approx(8 / 4)  # (steps + warm-up + the MemTracker step)

@@ -69,10 +69,21 @@ def test_S_max_model():
     assert fit_max_params(
         n_gpus=8, memory_bytes_per_gpu=80 * GB, precision="fp32", optimizer="adamw"
     ) == pytest.approx(40e9)
-    j = cli_json(
-        "fit", "--gpus", "8", "--gpu", "h100-sxm", "--optimizer", "adamw", "--precision", "fp32"
+    argv = (
+        "fit",
+        "--gpus",
+        "8",
+        "--gpu",
+        "h100-sxm",
+        "--optimizer",
+        "adamw",
+        "--precision",
+        "fp32",
     )
+    # the seed counts all of each GPU's memory; fit keeps estimate's 10 % headroom unless told
+    j = cli_json(*argv, "--memory-headroom", "1")
     assert j["max_params_state_only"] == pytest.approx(40e9)  # the seed's rule, printed
+    assert cli_json(*argv)["max_params_state_only"] == pytest.approx(0.9 * 40e9)
     assert j["bytes_per_param"] == 16
 
 

@@ -251,8 +251,8 @@ CASES = [
     case("fit-gpus-zero", ("fit", "--gpus", "0", "--gpu", "h100-sxm"), opt("gpus"), "0"),
     case("fit-unknown-gpu", ("fit", "--gpus", "8", "--gpu", "v100"), "gpu", "v100"),
     case("fit-adafactor", (*FIT, "--optimizer", "adafactor"), "optimizer", "adafactor"),
-    case("fit-reserve-above-one", (*FIT, "--reserve", "1.5"), "reserve", "1.5"),
-    case("fit-reserve-word", (*FIT, "--reserve", "half"), "reserve", "half"),
+    case("fit-headroom-above-one", (*FIT, "--memory-headroom", "1.5"), "memory_headroom", "1.5"),
+    case("fit-headroom-word", (*FIT, "--memory-headroom", "half"), "memory_headroom", "half"),
     case("fit-unknown-precision", (*FIT, "--precision", "fp12"), "precision", "fp12"),
     case("fit-missing-gpu", ("fit", "--gpus", "8"), "--gpu"),
     # intensity
@@ -310,7 +310,7 @@ CASES = [
     ),
     case(
         "mfu-impossible-above-peak",
-        ("mfu", "--model", "dense:7e9", "--step-seconds", "1", "--sequences", "8"),
+        ("mfu", "--model", "dense:7e9", "--step-seconds", "1", "--sequences", "16"),
         opt("step-seconds"),
         ("> 1", "peak"),
     ),

@@ -9,19 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from clirun import cli, cli_json
+from clirun import cli, cli_json, one_line_error
 
 ROOT = Path(__file__).resolve().parents[2]
 GPT2 = ("estimate", "--model", "gpt2")
-
-
-def one_line_error(argv: tuple[str, ...]) -> str:
-    """The single stderr line of a refused command (exit 2, nothing on stdout)."""
-    code, out, err = cli(*argv)
-    assert code == 2, (code, out, err)
-    assert out == "" and "Traceback" not in err
-    assert err.count("\n") == 1, err
-    return err.strip()
 
 
 def _calibration(folder: Path, **changes: object) -> Path:

@@ -67,3 +67,26 @@ def test_profile_on_fake_tensors_prints_only_its_table_when_captured():
     code, out, err = cli("profile", "--model", "gpt2", *TINY_FLAGS, "--seq-len", "16")
     assert code == 0 and err == ""  # not a terminal, seconds-long: no progress lines
     assert out.startswith("gpt2[")
+
+
+def test_profile_of_too_many_layers_is_refused_and_names_the_override():
+    # the failure: `--set n_layers=100000` stepped every layer for days, without a word
+    code, out, err = cli(
+        "profile", "--model", "gpt2", "--set", "n_layers=100000", "--seq-len", "16"
+    )
+    assert code == 2 and out == ""
+    assert err == (
+        "trainbudget profile: error: n_layers = 100000: profiling steps every layer, so at most "
+        "128 (every preset fits); give --allow-large to profile it anyway\n"
+    )
+
+
+@pytest.mark.torch
+def test_allow_large_lifts_the_layer_bound(monkeypatch):
+    from trainbudget.cli import profile_cmd
+
+    monkeypatch.setattr(profile_cmd, "MAX_PROFILE_LAYERS", 1)
+    argv = ("profile", "--model", "gpt2", *TINY_FLAGS, "--set", "n_layers=2", "--seq-len", "8")
+    assert cli(*argv)[0] == 2
+    code, _, err = cli(*argv, "--allow-large")
+    assert code == 0, err

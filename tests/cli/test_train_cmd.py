@@ -182,3 +182,62 @@ def test_train_speaks_from_the_start_and_at_step_1(tmp_path, data):
     # metrics.jsonl keeps the log_interval rule: only the logged step
     records = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "event" not in r] == [3]
+
+
+def _config(*argv: str):
+    from trainbudget.cli.main import build_parser
+    from trainbudget.cli.train_cmd import config_from_args
+
+    return config_from_args(build_parser(only="train").parse_args(["train", *argv]))
+
+
+def test_train_step_counts_take_integral_scientific_notation_like_set():
+    # `--set n_layers=32e3` took it and `--steps 1e3` did not
+    cfg = _config("--steps", "1e3", "--warmup-steps", "2e2", "--eval-interval", "1k")
+    assert (cfg.steps, cfg.warmup_steps, cfg.eval_interval) == (1000, 200, 1000)
+    code, out, err = cli("train", "--steps", "1.5e0")
+    assert code == 2 and out == ""
+    assert err == (
+        "trainbudget train: error: steps = '1.5e0': must be an integer such as 1000, 1e3 or 4k\n"
+    )
+
+
+def test_train_pp_in_one_process_names_torchrun_not_grad_accum(tmp_path, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    code, out, err = cli("train", "--pp", "2", "--out", str(tmp_path / "run"))
+    assert code == 2 and out == ""
+    assert err == (
+        "trainbudget train: error: pp = 2: runs one pipeline stage per process and this run "
+        "has 1 process(es); launch it with torchrun --nproc-per-node 2 -m trainbudget train "
+        "...\n"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_prints_the_largest_measured_rank_peak(capsys):
+    # off CUDA with several ranks: memory_bytes has no measured peak, the ranks' rows do
+    from types import SimpleNamespace
+
+    from trainbudget.cli.train_cmd import _print_summary
+
+    rows = [
+        {"rank": 0, "peak_bytes_measured": 20_000_000, "instrument": "tracked CPU tensors"},
+        {"rank": 1, "peak_bytes_measured": 31_400_000, "instrument": "tracked CPU tensors"},
+    ]
+    summary = {
+        "step_seconds": {"measured_median": 0.1, "predicted": 0.1},
+        "memory_bytes": {"predicted_peak": 28_100_000, "measured_peak": None},
+        "peak_memory_bytes_per_rank": {"ranks": rows},
+        "loss_first_logged": 5.0,
+        "loss_final": 4.0,
+        "unigram_entropy_nats": 4.5,
+        "plan": "dp2",
+        "tokens_per_second": 1000.0,
+        "notes": [],
+    }
+    _print_summary(SimpleNamespace(steps=2, out="run"), summary)
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("peak memory")]
+    assert line == (
+        "peak memory: predicted 28.1 MB, measured 31.4 MB on rank 1, the largest of 2 rank(s) "
+        "(tracked CPU tensors)"
+    )

@@ -97,7 +97,7 @@ def test_resume_cuts_a_torn_last_line_and_names_it(tmp_path: Path) -> None:
     run = _log(tmp_path / "run", [1, 2, 3, 4, 5, 6], tail='{"step": 7, "loss": 2.2')
     done = resume_metrics(run, 6)
     assert len(done) == 1 and "\n" not in done[0]
-    assert "metrics.jsonl:7 is cut short" in done[0] and "(line 6)" in done[0]
+    assert "metrics.jsonl:7 is cut short" in done[0] and "set aside 1 unreadable line" in done[0]
     assert "metrics.after-step-00000006.jsonl" in done[0]
     assert [r["step"] for r in _lines(run)] == [1, 2, 3, 4, 5, 6]
     assert (run / "metrics.after-step-00000006.jsonl").read_text() == '{"step": 7, "loss": 2.2\n'
@@ -133,15 +133,19 @@ def test_resume_of_a_clean_file_changes_nothing(tmp_path: Path) -> None:
     assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]
 
 
-def test_a_damaged_line_inside_the_file_ends_what_is_kept(tmp_path: Path) -> None:
-    # two writers once interleaved their lines: everything from the first bad one is moved
+def test_a_damaged_line_inside_the_file_is_set_aside_alone(tmp_path: Path) -> None:
+    # the failure: a garbage line in the middle moved every valid record after it aside
     run = _log(tmp_path / "run", [1, 2], tail='{"step": 3, "lo{"step": 3, "loss": 1}\n')
     with open(run / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"step": 4, "loss": 2.0}) + "\n")
     done = resume_metrics(run, 6)
-    assert len(done) == 1 and "metrics.jsonl:3 is not JSON" in done[0]
-    assert [r["step"] for r in _lines(run)] == [1, 2]
-    assert len((run / "metrics.after-step-00000006.jsonl").read_text().splitlines()) == 2
+    assert done == [
+        f"{run / 'metrics.jsonl'}:3 is not JSON (Expecting ':' delimiter, column 18): set "
+        "aside 1 unreadable line in metrics.after-step-00000006.jsonl; every whole record is kept"
+    ]
+    assert [r["step"] for r in _lines(run)] == [1, 2, 4]
+    aside = (run / "metrics.after-step-00000006.jsonl").read_text()
+    assert aside == '{"step": 3, "lo{"step": 3, "loss": 1}\n'
     assert read_run(run).skipped is None
 
 

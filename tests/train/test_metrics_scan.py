@@ -15,11 +15,12 @@ def test_a_last_line_without_its_newline_is_torn_even_where_it_parses() -> None:
     assert "cut short" in scan.damage.rule
 
 
-def test_blank_lines_are_skipped_and_everything_from_the_first_bad_line_is_rest() -> None:
-    text = '{"step": 1}\n\n{"step": -1}\n{"step": 3}\n'
+def test_blank_lines_are_skipped_and_only_the_damaged_lines_are_rest() -> None:
+    # a garbage line in the middle costs that line, not the records logged after it
+    text = '{"step": 1}\n\n{"step": -1}\n{"step": 3}\nnot json\n{"step": 4}\n'
     scan = scan_metrics(text, "m.jsonl")
-    assert [n for n, _, _ in scan.records] == [1]
-    assert scan.rest == ('{"step": -1}', '{"step": 3}')
+    assert [n for n, _, _ in scan.records] == [1, 4, 6]
+    assert scan.rest == ('{"step": -1}', "not json")
     assert scan.damage.field == "m.jsonl:3: step"
 
 

@@ -256,6 +256,31 @@ def test_eval_reads_the_newest_checkpoint(built) -> None:
     assert run_json("eval", "--checkpoint", str(run / CHECKPOINTS_DIR))["step"] == 2
 
 
+def test_sample_longer_than_the_context_is_refused_before_loading(run_dir: Path) -> None:
+    # the failure: --max-new-tokens 1000000 ran on for hours with no word
+    argv = ("sample", "--checkpoint", str(run_dir), "--prompt", "The ")
+    code, out, err = cli(*argv, "--max-new-tokens", "1000000")
+    assert code == 2 and out == ""
+    assert err == (
+        "trainbudget sample: error: max_new_tokens = 1000000: must be at most the model's "
+        "context, max_seq_len (64): past it the model no longer sees the prompt\n"
+    )
+
+
+def test_a_long_sample_shows_its_progress_on_stderr(run_dir: Path, monkeypatch) -> None:
+    from trainbudget.cli import sample_cmd
+
+    monkeypatch.setattr(sample_cmd, "LONG_SAMPLE_TOKENS", 10)
+    argv = ("sample", "--checkpoint", str(run_dir), "--prompt", "The ", "--max-new-tokens")
+    code, _, err = cli(*argv, "20")
+    assert code == 0, err
+    lines = err.splitlines()
+    assert [line.split("  ")[0] for line in lines] == [f"step {n}/20" for n in range(2, 21, 2)]
+    assert all("new tokens  ETA " in line for line in lines)
+    code, _, err = cli(*argv, "10")  # short: silent
+    assert code == 0 and err == ""
+
+
 def test_sample_reads_the_newest_checkpoint(built) -> None:
     run, _, _ = built
     d = run_json("sample", "--checkpoint", str(run), "--prompt", "The ", "--max-new-tokens", "5")
@@ -387,6 +412,20 @@ def test_plot_draws_the_valid_prefix_and_names_what_it_skipped(tmp_path: Path) -
     (note,) = [line for line in out.splitlines() if "metrics.jsonl:3" in line]
     assert "is cut short" in note and "skipped 1 line" in note
     assert_png(tmp_path / "x.png")
+
+
+def test_plot_to_an_unwritable_out_is_one_line_naming_out(tmp_path: Path) -> None:
+    # a folder in the PNG's place fails the write as a read-only folder would (root writes
+    # anywhere): one line, not the OSError's traceback
+    pytest.importorskip("matplotlib")
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    (tmp_path / "l.png").mkdir()
+    code, out, err = cli("plot", str(tmp_path), "--out", str(tmp_path / "l.png"))
+    assert code == 2 and out == ""
+    assert err == (
+        f"trainbudget plot: error: out = '{tmp_path / 'l.png'}': cannot be written "
+        "(Is a directory); choose a writable --out\n"
+    )
 
 
 def _bad_cases(run: Path, tmp: Path) -> dict[str, tuple[list[str], tuple[str, ...]]]:

@@ -303,7 +303,24 @@ def test_sequences_longer_than_a_source_are_refused(tmp_path, data_dir):
     start, end = meta["sources"][0]["ranges"]["train"]
     overrides = (*TrainConfig().overrides, "position=rope")
     err = refused(config(tmp_path, data=str(data_dir), seq_len=end - start, overrides=overrides))
-    assert err.field == "seq_len" and "seq_len + 1" in err.rule
+    assert err.field == "seq_len" and "seq_len + 1" in err.rule and "train tokens" in err.rule
+    cfg = config(tmp_path, data=str(data_dir), seq_len=end - start - 1, overrides=overrides)
+    # one train window fits; the shorter held-out split is what is refused now (below)
+    assert "held-out split (val)" in refused(cfg).rule
+
+
+def test_a_held_out_split_shorter_than_one_sequence_is_refused(tmp_path, data_dir):
+    # the failure: a val split of fewer than seq_len + 1 tokens was scored on no window, and
+    # every evaluation of the run came out empty without a word
+    meta = json.loads((data_dir / "meta.json").read_text())
+    start, end = meta["sources"][0]["ranges"]["val"]
+    overrides = (*TrainConfig().overrides, "position=rope")
+    err = refused(config(tmp_path, data=str(data_dir), seq_len=end - start, overrides=overrides))
+    assert str(err) == (
+        f"seq_len = {end - start}: the held-out split (val) of source 'tiny' has {end - start} "
+        "tokens, shorter than one window of seq_len + 1, so it would evaluate to nothing; "
+        "lower seq_len or prepare the data with a larger --val-fraction"
+    )
     cfg = config(tmp_path, data=str(data_dir), seq_len=end - start - 1, overrides=overrides)
     assert preflight(cfg).config.seq_len == end - start - 1
 

@@ -166,21 +166,21 @@ def test_a_torn_last_line_is_skipped_and_named(tmp_path: Path) -> None:
     r = read_run(run)
     assert [p.step for p in r.points] == [1, 2]
     assert r.skipped is not None and "metrics.jsonl:3" in r.skipped
-    assert "is cut short" in r.skipped and "skipped 1 line from there on" in r.skipped
+    assert "is cut short" in r.skipped and "skipped 1 line, read the 2 records" in r.skipped
     assert r.skipped in r.notes
 
 
-def test_the_valid_prefix_is_read_up_to_the_first_damaged_line(tmp_path: Path) -> None:
+def test_the_records_around_a_damaged_line_are_read(tmp_path: Path) -> None:
     # the failure: after a resume appended onto a torn line ('...2.{"step": 21, ...'), the
-    # whole run was refused; now the records before it are read and the rest named
+    # whole run was refused; now the damaged line is skipped and named, the rest read
     run = _write(tmp_path / "mixed", [{"step": s, "loss": 3.0 - s / 10} for s in (1, 2, 3)])
     lines = (run / "metrics.jsonl").read_text().splitlines()
     lines[1] = lines[1][:-3] + lines[2]  # line 2 cut short, the next record glued onto it
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     r = read_run(run)
-    assert [p.step for p in r.points] == [1]
+    assert [p.step for p in r.points] == [1, 3]
     assert "metrics.jsonl:2 = " in r.skipped and "is not JSON" in r.skipped
-    assert "read the 1 records before it and skipped 2 lines from there on" in r.skipped
+    assert "skipped 1 line, read the 2 records around it" in r.skipped
     assert read_run(synthetic_run_path(tmp_path)).skipped is None
 
 

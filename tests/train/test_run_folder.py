@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -185,7 +186,7 @@ def test_a_torn_last_line_is_cut_back_by_resume_and_named(tmp_path, data, refere
     assert not (out / "metrics.jsonl").read_text().endswith("\n")  # the torn line is there
     r = ok(train_cli(out, data, *MB, "--resume"))
     (cut,) = [x for x in r.stderr.splitlines() if "is cut short" in x]
-    assert "metrics.jsonl:" in cut and "cut back to the last complete record" in cut
+    assert "metrics.jsonl:" in cut and "set aside 1 unreadable line" in cut
     assert newest_model_sha256(out) == newest_model_sha256(reference)
     parsed_lines(out)
     assert_same_run(out, reference)
@@ -213,3 +214,69 @@ def test_a_fresh_run_refuses_an_earlier_runs_metrics_and_overwrite_starts_afresh
     # over checkpoints too: the earlier run's are deleted, so a later --resume cannot pick one
     ok(train_cli(out, data, *MB, "--steps", "2", "--overwrite"))
     assert [p.name for p in list_checkpoints(out / "checkpoints")] == ["step-00000002"]
+
+
+# ---- "A trainer a newcomer can walk": refused and finishing resumes ------------------------
+
+
+def _copy(reference: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    return out
+
+
+def test_a_refused_resume_changes_nothing_in_the_run_folder(tmp_path, data, reference):
+    # the failure: a resume refused for another model rewrote config.json with its settings
+    out = _copy(reference, tmp_path)
+    before = {k: v for k, v in tree(out).items() if k != "run.lock"}
+    config = (out / "config.json").read_bytes()
+    r = train_cli(out, data, *MB, "--resume", "--steps", "15", "--set", "n_layers=2")
+    assert r.returncode == 2, r.stderr[-3000:]
+    (line,) = message_lines(r.stderr)
+    assert "n_layers = 2: differs from 1" in line and "resume needs the same model" in line
+    assert (out / "config.json").read_bytes() == config
+    assert {k: v for k, v in tree(out).items() if k != "run.lock"} == before
+
+
+@pytest.mark.parametrize("damage", ["missing", "torn"])
+def test_a_run_killed_after_its_last_checkpoint_is_finished_by_resume(
+    tmp_path, data, reference, damage
+):
+    # the failure: killed after its final checkpoint (or while writing summary.json), the run
+    # had no summary, and `--resume` refused it: "already at step 12"
+    out = _copy(reference, tmp_path)
+    if damage == "missing":
+        (out / "summary.json").unlink()
+        (out / "comm.json").unlink()
+    else:
+        text = (out / "summary.json").read_text()
+        (out / "summary.json").write_text(text[: len(text) // 2])
+    checkpoints = {k: v for k, v in tree(out).items() if k.startswith("checkpoints")}
+    r = ok(train_cli(out, data, *MB, "--resume"))
+    assert f"the run is at its last step ({STEPS}) without its summary: writing it" in r.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    want = json.loads((reference / "summary.json").read_text())
+    assert summary["loss_final"] == want["loss_final"]
+    assert json.loads((out / "comm.json").read_text())
+    assert {k: v for k, v in tree(out).items() if k.startswith("checkpoints")} == checkpoints
+    assert_same_run(out, reference)
+    # finished: a further --resume has nothing to do and says so
+    r = train_cli(out, data, *MB, "--resume")
+    assert r.returncode == 2 and f"already at step {STEPS}" in r.stderr
+
+
+def test_a_second_signal_while_a_checkpoint_is_written_waits_for_it(tmp_path, data, reference):
+    # the failure: the second SIGTERM raised inside torch.save, which turned it into a
+    # RuntimeError traceback, and the checkpoint being written was lost
+    out = tmp_path / "run"
+    r = train_cli(out, data, *MB, faults={"term_twice_in_save_step": 6})
+    assert r.returncode == 143, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    (line,) = [x for x in message_lines(r.stderr) if not x.startswith("step ")]
+    assert line == (
+        "trainbudget train: second SIGTERM at step 6: stopped once the checkpoint of step 6 "
+        "was whole; continue with --resume"
+    )
+    assert list_checkpoints(out / "checkpoints")[0].name == "step-00000006"
+    ok(train_cli(out, data, *MB, "--resume"))
+    assert_same_run(out, reference)

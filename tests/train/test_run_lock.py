@@ -185,3 +185,24 @@ def test_a_file_system_without_locks_gets_one_line(tmp_path: Path, monkeypatch) 
         lock_run_folder(tmp_path / "run", "run")
     assert "\n" not in str(err.value)
     refuse_if_locked(tmp_path / "run", "run")  # the look before the start stays quiet
+
+
+def test_a_folder_named_run_lock_gets_one_line_naming_out(tmp_path: Path) -> None:
+    (tmp_path / "run" / LOCK_FILE).mkdir(parents=True)
+    with pytest.raises(SpecError, match=r"run\.lock is a folder; the run's lock must be a file"):
+        lock_run_folder(tmp_path / "run", "run")
+    assert (tmp_path / "run" / LOCK_FILE).is_dir()  # left as it was
+
+
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EROFS])
+def test_an_unwritable_out_gets_one_line_naming_out(tmp_path: Path, monkeypatch, code: int) -> None:
+    # root writes anywhere, so the read-only folder or file system is the kernel's answer, faked
+    def refuse(path, *_args, **_kwargs):
+        raise OSError(code, os.strerror(code), str(path))
+
+    monkeypatch.setattr(run_lock.os, "open", refuse)
+    with pytest.raises(SpecError) as err:
+        lock_run_folder(tmp_path / "run", "ro/t")
+    line = str(err.value)
+    assert line.startswith(f"out = 'ro/t': cannot be written ({os.strerror(code)}")
+    assert "\n" not in line and line.endswith("choose a writable --out")

@@ -9,6 +9,7 @@ import pytest
 from trainbudget.core.errors import SpecError
 from trainbudget.train.strategy import (
     STRATEGIES,
+    alone_note,
     check_strategy,
     get_strategy,
     mesh_shape,
@@ -73,3 +74,13 @@ def test_zero1_refuses_master_weights_under_torchrun_only():
         check_strategy("zero1", zero_shard=0, world_size=2, precision="bf16-mixed")
     check_strategy("zero1", zero_shard=0, world_size=1, precision="bf16-mixed")  # alone: no wrapper
     check_strategy("zero2", zero_shard=0, world_size=2, precision="bf16-mixed")
+
+
+def test_a_sharding_strategy_in_one_process_is_said_not_silent():
+    # `train --strategy fsdp` without torchrun ran unwrapped and said nothing
+    assert alone_note("ddp", world_size=1) is None
+    assert alone_note("fsdp", world_size=4) is None
+    assert alone_note("fsdp", world_size=1) == (
+        "strategy fsdp shards over several processes and this run has one: it runs unwrapped "
+        "(single); launch it with torchrun --nproc-per-node N to run fsdp"
+    )

@@ -35,6 +35,15 @@ class OneLineParser(argparse.ArgumentParser):
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         sys.exit(2)
 
+    def _get_values(self, action, arg_strings):
+        # argparse before 3.13 drops a '--' given as an option's value (`--tokens=--`) and
+        # hands on [] instead: keep the text, so that the option's check quotes what was typed
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            value = self._get_value(action, "--")
+            self._check_value(action, value)
+            return value
+        return super()._get_values(action, arg_strings)
+
 
 def positive_int(field: str, text: str) -> int:
     """A count of things (GPUs, steps, sequences): '8', '4k', '1e3'. Zero, negatives,
@@ -51,6 +60,31 @@ def positive_int(field: str, text: str) -> int:
 def nonnegative_float(field: str, text: str) -> float:
     """A count that may be fractional or zero: tokens, samples, epochs ('15T', '1.5e12')."""
     return parse_count(text, field)
+
+
+def token_count(field: str, text: str) -> float:
+    """Training tokens ('15T', '300e9'): at least one, since 0 or half a token trains nothing."""
+    value = parse_count(text, field)
+    if value < 1:
+        raise SpecError(field, text, "must be at least 1 token, e.g. 15T or 300e9")
+    return value
+
+
+def comma_list(field: str, text: str) -> list[str]:
+    """'a,b' -> ['a', 'b']. No entries, an empty entry ('a,,b') or one given twice is an
+    error: each would quietly change what is compared."""
+    items = [item.strip() for item in text.split(",")]
+    if "" in items:
+        raise SpecError(field, text, "must be a comma-separated list with no empty entry")
+    refuse_repeats(field, text, items)
+    return items
+
+
+def refuse_repeats(field: str, text: str, items: list) -> None:
+    """An error naming the entries of `items` given more than once."""
+    repeated = sorted({str(item) for item in items if items.count(item) > 1})
+    if repeated:
+        raise SpecError(field, text, f"names {', '.join(repeated)} more than once")
 
 
 def money(field: str, text: str) -> float:

@@ -42,7 +42,9 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
         help="fraction of each source's documents held out, in [0, 0.5] (default 0.05)",
     )
     prep.add_argument(
-        "--text-field", default="text", metavar="NAME", help="JSONL key holding the text"
+        "--text-field",
+        metavar="NAME",
+        help="JSONL key holding the text (default text; .jsonl sources only)",
     )
     prep.add_argument("--seed", default="0", help="seed of the held-out choice (default 0)")
     prep.add_argument(
@@ -66,7 +68,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         seed = int(args.seed)
     except ValueError:
-        raise SpecError("seed", args.seed, "must be an integer") from None
+        seed = -1
+    if seed < 0:  # numpy's generators take none below zero
+        raise SpecError("seed", args.seed, "must be an integer >= 0")
+    if not args.out.strip():
+        raise SpecError("out", args.out, "must name a folder (it is created)")
+    _check_text_field(args)
 
     from trainbudget.data.prepare import prepare
 
@@ -77,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         vocab_size=vocab_size,
         val_fraction=val_fraction,
         seed=seed,
-        text_field=args.text_field,
+        text_field=args.text_field or "text",
         progress=_progress,
         allow_binary=args.allow_binary,
     )
@@ -86,6 +93,21 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_text(args.out, meta)
     return 0
+
+
+def _check_text_field(args: argparse.Namespace) -> None:
+    """--text-field names a key of JSONL objects: given with no JSONL source, it would do
+    nothing."""
+    if args.text_field is None:
+        return
+    from trainbudget.data.sources import parse_source
+
+    if not any(parse_source(s).kind == "jsonl" for s in args.sources):
+        raise SpecError(
+            "text_field",
+            args.text_field,
+            "applies to .jsonl sources only, and none is given (text files are read whole)",
+        )
 
 
 def _progress(line: str) -> None:

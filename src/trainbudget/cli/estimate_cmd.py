@@ -39,6 +39,7 @@ from trainbudget.cli.plan_view import (
 )
 from trainbudget.cli.question import (
     add_policy_args,
+    search_options_given,
     seq_len_from_args,
 )
 from trainbudget.cli.reliability_view import (
@@ -54,6 +55,7 @@ from trainbudget.cli.uncertainty_view import (
     sensitivity_line,
     take_assumptions,
 )
+from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan, validate_layout, validate_plan
 from trainbudget.core.parallel.plan_space import RankedPlan
@@ -63,6 +65,7 @@ from trainbudget.core.single.estimate import (
     Estimate,
     estimate,
 )
+from trainbudget.core.spec.defaults import DEFAULT_GPU
 from trainbudget.core.spec.frameworks import Framework
 from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -82,7 +85,11 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
         help="number of GPUs (default 1); more than one and no layout: the planner picks the "
         "fastest layout that fits, as `trainbudget plan` does",
     )
-    p.add_argument("--gpu", default="h100-sxm", help="accelerator (see `trainbudget hardware`)")
+    p.add_argument(
+        "--gpu",
+        default=DEFAULT_GPU,
+        help=f"accelerator (default {DEFAULT_GPU}; see `trainbudget hardware`)",
+    )
     p.add_argument(
         "--mfu",
         help="model FLOPs utilisation, 0-1: the 6ND back-of-envelope at this MFU instead of the "
@@ -220,6 +227,27 @@ def answer_kind(args: argparse.Namespace, model, n_gpus: int) -> str:
     return "one-gpu"
 
 
+def refuse_unused(args: argparse.Namespace, kind: str) -> None:
+    """Options the chosen answer would ignore are errors, not silence."""
+    no_tokens = args.tokens is None and args.epochs is None
+    if kind == "layout" and args.mfu is not None and no_tokens:
+        raise SpecError(
+            "--mfu",
+            args.mfu,
+            "with a layout (--tp, --dp, ...) only adds a what-if time at this MFU, which needs "
+            "--tokens; the layout's step is timed by its own model, not an assumed MFU",
+        )
+    given = search_options_given(args) if kind != "planner" else {}
+    if given:
+        option, value = next(iter(given.items()))
+        raise SpecError(
+            option,
+            value,
+            "bounds the layout search, which estimate runs only with --gpus > 1, an "
+            "architecture and no layout flag (--tp, --dp, ...) or --mfu: here it would do nothing",
+        )
+
+
 def _useful_seconds(e: Estimate, planned: tuple[RankedPlan, Cluster] | None) -> float | None:
     """Failure-free training time: from the plan's predicted step when there is one."""
     if e.request.tokens is None:
@@ -233,6 +261,7 @@ def run(args: argparse.Namespace) -> int:
     explicit = explicit_options(args)
     model = resolve_model(args.model, args.overrides)
     kind = answer_kind(args, model, positive_int("gpus", args.gpus))
+    refuse_unused(args, kind)
     if kind == "planner":
         from trainbudget.cli.estimate_planned import run_planner  # numpy and the search
 

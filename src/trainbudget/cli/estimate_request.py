@@ -10,6 +10,7 @@ from trainbudget.cli.args import (
     money,
     nonnegative_float,
     positive_int,
+    token_count,
 )
 from trainbudget.cli.uncertainty_view import (
     take_assumptions,
@@ -34,7 +35,7 @@ def _tokens(args: argparse.Namespace) -> float | None:
                 args.tokens,
                 "give either --tokens or --epochs/--samples/--mean-length, not both",
             )
-        return nonnegative_float("tokens", args.tokens)
+        return token_count("tokens", args.tokens)
     if all(a is None for a in epoch_args):
         return None
     if any(a is None for a in epoch_args):
@@ -52,13 +53,21 @@ def request_from_args(args: argparse.Namespace, seq_len: int | None = None) -> E
     take_assumptions(args)
     if seq_len is None and args.seq_len:
         seq_len = positive_int("seq_len", args.seq_len)
+    tokens = _tokens(args)
     price = None
     if args.price_per_gpu_hour is not None:
         price = money("price_per_gpu_hour", args.price_per_gpu_hour)
+        if tokens is None:
+            raise SpecError(
+                "price_per_gpu_hour",
+                args.price_per_gpu_hour,
+                "prices the run's GPU-hours, which need --tokens (or --epochs, --samples and "
+                "--mean-length)",
+            )
     return EstimateRequest(
         model=resolve_model(args.model, args.overrides),
         hardware=get_hardware(args.gpu),
-        tokens=_tokens(args),
+        tokens=tokens,
         n_gpus=positive_int("gpus", args.gpus),
         mfu=fraction("mfu", args.mfu) if args.mfu is not None else DEFAULT_MFU,
         precision=get_precision(args.precision).name,

@@ -196,6 +196,12 @@ def _load_sharded_model(ckpt: Checkpoint, device):
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainbudget.cli.interrupt import run_interruptible
+
+    return run_interruptible("eval", lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     ckpt = open_checkpoint(args.checkpoint)
     cfg = ckpt.config
     eval_cfg = SimpleNamespace(

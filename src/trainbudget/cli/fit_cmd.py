@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from trainbudget.cli.args import add_optimizer_arg, dumps_json, positive_int
-from trainbudget.core.errors import SpecError
+from trainbudget.cli.args import add_optimizer_arg, dumps_json, fraction, positive_int
 from trainbudget.core.single.fit import FIT_SHAPE_RULE, fit_with_activations
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
+from trainbudget.core.spec.defaults import DEFAULT_MEMORY_HEADROOM
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import dense_bytes_per_param, get_optimizer, get_precision
 from trainbudget.core.units import format_bytes, format_count
@@ -25,9 +25,11 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
         "--precision", default="bf16-mixed", help="precision policy (default bf16-mixed)"
     )
     p.add_argument(
-        "--reserve",
-        default="0",
-        help="fraction of each GPU's memory kept free for buffers and fragmentation (default 0)",
+        "--memory-headroom",
+        default=str(DEFAULT_MEMORY_HEADROOM),
+        help="a model fits when its state and activations take at most this fraction of each "
+        f"GPU's memory (default {DEFAULT_MEMORY_HEADROOM}, as estimate and plan: the rest is "
+        "CUDA context, NCCL buffers, fragmentation)",
     )
     p.add_argument(
         "--seq-len",
@@ -44,20 +46,12 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _reserve(text: str) -> float:
-    try:
-        reserve = float(text)
-    except ValueError:
-        raise SpecError("reserve", text, "must be a number in [0, 1)") from None
-    if not 0 <= reserve < 1:
-        raise SpecError("reserve", text, "must be a number in [0, 1)")
-    return reserve
-
-
 def run(args: argparse.Namespace) -> int:
     hw = get_hardware(args.gpu)
     n_gpus = positive_int("gpus", args.gpus)
-    reserve = _reserve(args.reserve)
+    headroom = fraction("memory_headroom", args.memory_headroom)
+    # the precision's compute dtype must have a peak on this GPU, as estimate requires
+    hw.peak_flops_per_second(get_precision(args.precision).compute_dtype)
     seq_len = positive_int("seq_len", args.seq_len)
     micro_batch = positive_int("micro_batch", args.micro_batch)
     fit = fit_with_activations(
@@ -65,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         memory_bytes_per_gpu=hw.memory_bytes,
         precision=args.precision,
         optimizer=args.optimizer,
-        reserve_fraction=reserve,
+        reserve_fraction=1 - headroom,
         seq_len=seq_len,
         micro_batch=micro_batch,
         recompute=args.recompute,
@@ -73,14 +67,14 @@ def run(args: argparse.Namespace) -> int:
     per_param = dense_bytes_per_param(get_precision(args.precision), get_optimizer(args.optimizer))
     acts = f"one micro-batch of {micro_batch} x {seq_len:,} tokens, recompute {args.recompute}"
     if args.json:
-        print(dumps_json(_json(args, fit, hw, n_gpus, per_param, reserve, acts)))
+        print(dumps_json(_json(args, fit, hw, n_gpus, per_param, headroom, acts)))
         return 0
     print(
         f"{n_gpus} x {hw.name} ({format_bytes(hw.memory_bytes)} each) with {args.optimizer}, "
         f"{args.precision}: {per_param:g} bytes/parameter"
     )
     print(
-        f"state only   {n_gpus} x {format_bytes(hw.memory_bytes)} x (1 - {reserve:g}) / "
+        f"state only   {n_gpus} x {format_bytes(hw.memory_bytes)} x {headroom:g} / "
         f"{per_param:g} B = {fit.state_only_params:.4g} ({format_count(fit.state_only_params)}) "
         "(seed 000's rule: no activations)"
     )
@@ -91,13 +85,14 @@ def run(args: argparse.Namespace) -> int:
         f"max params   {fit.params:.4g} ({format_count(fit.params)}): {fit.model.n_layers} layers "
         f"x d_model {fit.model.d_model}; per GPU state {format_bytes(fit.state_bytes_per_gpu)} + "
         f"activations {format_bytes(fit.activation_bytes_per_gpu)} <= "
-        f"{format_bytes(fit.limit_bytes_per_gpu)}"
+        f"{format_bytes(fit.limit_bytes_per_gpu)} ({100 * headroom:g} % of "
+        f"{format_bytes(hw.memory_bytes)}, --memory-headroom)"
     )
     print(f"assuming     ZeRO-3 over all GPUs, no tensor parallelism; {acts}; {FIT_SHAPE_RULE}")
     return 0
 
 
-def _json(args, fit, hw, n_gpus, per_param, reserve, acts) -> dict:
+def _json(args, fit, hw, n_gpus, per_param, headroom, acts) -> dict:
     return {
         "max_params": fit.params,
         "max_params_state_only": fit.state_only_params,
@@ -112,7 +107,7 @@ def _json(args, fit, hw, n_gpus, per_param, reserve, acts) -> dict:
         "bytes_per_param": per_param,
         "precision": args.precision,
         "optimizer": args.optimizer,
-        "reserve": reserve,
+        "memory_headroom": headroom,
         "seq_len": int(args.seq_len),
         "micro_batch": int(args.micro_batch),
         "recompute": args.recompute,
@@ -120,6 +115,8 @@ def _json(args, fit, hw, n_gpus, per_param, reserve, acts) -> dict:
             "weights, gradients and optimizer state fully sharded over the GPUs (ZeRO-3/FSDP), "
             "no tensor or pipeline parallelism",
             f"activations of {acts}, FlashAttention, on every GPU",
+            f"fits: state and activations at most {headroom:g} of each GPU's memory "
+            "(--memory-headroom)",
             FIT_SHAPE_RULE,
             "max_params_state_only is seed 000's rule: pooled memory / bytes per parameter, "
             "activations excluded",

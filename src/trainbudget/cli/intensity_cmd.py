@@ -7,6 +7,7 @@ import argparse
 from trainbudget.cli.args import add_peak_flops_arg, dumps_json, peak_flops_from_args, positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.intensity import dot_intensity, matmul_intensity, ridge_intensity
+from trainbudget.core.spec.defaults import DEFAULT_GPU
 from trainbudget.core.spec.dtypes import bytes_per_element, get_format
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.units import format_flops_rate
@@ -24,12 +25,22 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument("--d", help="matmul inner dimension")
     p.add_argument("--f", help="matmul output columns")
     p.add_argument("--dtype", default="bf16", help="element type (default bf16)")
-    p.add_argument("--gpu", default="h100-sxm", help="chip whose ridge point to compare with")
+    p.add_argument("--gpu", default=DEFAULT_GPU, help="chip whose ridge point to compare with")
     add_peak_flops_arg(p)
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
+OP_SIZES = {"dot": ("n",), "matmul": ("b", "d", "f")}
+"""The sizes each op takes."""
+
+
 def _need(args: argparse.Namespace, *names: str) -> list[int]:
+    for other in sorted({n for sizes in OP_SIZES.values() for n in sizes} - set(names)):
+        if getattr(args, other) is not None:
+            takes = ", ".join(f"--{n}" for n in names)
+            raise SpecError(
+                f"--{other}", getattr(args, other), f"is not a size of --op {args.op} ({takes})"
+            )
     for name in names:
         if getattr(args, name) is None:
             raise SpecError(f"--{name}", None, f"is required for --op {args.op}")
@@ -40,10 +51,10 @@ def run(args: argparse.Namespace) -> int:
     hw = get_hardware(args.gpu)
     size = bytes_per_element(args.dtype)
     if args.op == "dot":
-        (n,) = _need(args, "n")
+        (n,) = _need(args, *OP_SIZES["dot"])
         value = dot_intensity(n, size)
     else:
-        b, d, f = _need(args, "b", "d", "f")
+        b, d, f = _need(args, *OP_SIZES["matmul"])
         value = matmul_intensity(b, d, f, size)
     # the chip's peak table is keyed by compute type; both fp8 encodings share the fp8 peak
     fmt = get_format(args.dtype).name

@@ -15,7 +15,7 @@ from trainbudget.cli.args import (
 from trainbudget.core.single.estimate import BARE_MODEL_SEQ_LEN
 from trainbudget.core.single.flops import training_flops
 from trainbudget.core.single.training_time import mfu_from_measurement
-from trainbudget.core.spec.defaults import default_seq_len
+from trainbudget.core.spec.defaults import DEFAULT_GPU, default_seq_len
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -35,7 +35,11 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
         help="tokens per sequence (default: the model's pre-training length; dense:N 2048)",
     )
     p.add_argument("--gpus", default="1", help="GPUs the step ran on (default 1)")
-    p.add_argument("--gpu", default="a100-80gb", help="accelerator")
+    p.add_argument(
+        "--gpu",
+        default=DEFAULT_GPU,
+        help=f"accelerator whose peak to divide by (default {DEFAULT_GPU}, as every command)",
+    )
     p.add_argument("--dtype", default="bf16", help="whose peak to divide by (default bf16)")
     add_peak_flops_arg(p)
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -11,12 +11,14 @@ from trainbudget.cli.args import (
     add_framework_arg,
     add_model_args,
     add_optimizer_arg,
+    comma_list,
     dumps_json,
     duration_days,
     framework_from_args,
     money,
-    nonnegative_float,
     positive_int,
+    refuse_repeats,
+    token_count,
 )
 from trainbudget.cli.plan_emit import add_emit_args, run_emit
 from trainbudget.cli.plan_view import (
@@ -41,13 +43,14 @@ from trainbudget.cli.reliability_view import (
     reliability_json,
     reliability_line,
 )
-from trainbudget.core.errors import SpecError
+from trainbudget.core.errors import SpecError, lookup
 from trainbudget.core.parallel.planner import why_best
 from trainbudget.core.parallel.planner_fast import search_fast
 from trainbudget.core.parallel.procurement import Candidate, cheapest
 from trainbudget.core.single.memory import checkpoint_bytes
+from trainbudget.core.spec.defaults import DEFAULT_GPU
 from trainbudget.core.spec.frameworks import Framework
-from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.spec.hardware import HARDWARE, get_hardware
 from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
@@ -57,7 +60,11 @@ from trainbudget.core.units import GB
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     add_model_args(p)
     p.add_argument("--gpus", required=True, help="GPUs in the cluster")
-    p.add_argument("--gpu", default="h100-sxm", help="accelerator (see `trainbudget hardware`)")
+    p.add_argument(
+        "--gpu",
+        default=DEFAULT_GPU,
+        help=f"accelerator (default {DEFAULT_GPU}; see `trainbudget hardware`)",
+    )
     p.add_argument("--global-batch", help=GLOBAL_BATCH_HELP)
     p.add_argument("--seq-len", help=SEQ_LEN_HELP)
     p.add_argument("--tokens", help="training tokens: adds days and GPU-hours per plan")
@@ -79,19 +86,47 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
 
 
 def _prices(args: argparse.Namespace, names: list[str]) -> dict[str, float]:
+    """A price per GPU option: one for all, or NAME=PRICE for each (names as --gpu-options
+    spells them, case ignored); a missing, repeated or extra name is an error."""
     if args.prices is None:
         raise SpecError("--prices", None, "is required with --within-days (price per GPU-hour)")
     if "=" not in args.prices:
         price = money("prices", args.prices)
         return dict.fromkeys(names, price)
-    out: dict[str, float] = {}
-    for item in args.prices.split(","):
-        name, _, value = item.partition("=")
-        out[name.strip()] = money(f"prices[{name.strip()}]", value)
+    items = [item.partition("=") for item in comma_list("prices", args.prices)]
+    keys = [lookup("prices", name.strip(), HARDWARE).name for name, _, _ in items]
+    refuse_repeats("prices", args.prices, keys)
+    extra = [k for k in keys if k not in names]
+    if extra:
+        raise SpecError(
+            "--prices",
+            args.prices,
+            f"prices {', '.join(extra)}, which is not among the GPU options ({', '.join(names)})",
+        )
+    out = {k: money(f"prices[{k}]", value) for k, (_, _, value) in zip(keys, items, strict=True)}
     missing = [n for n in names if n not in out]
     if missing:
         raise SpecError("--prices", args.prices, f"has no price for {', '.join(missing)}")
     return out
+
+
+CHEAPEST_ONLY = ("gpu_options", "gpu_counts", "prices")
+"""Options that only the cheapest-cluster search (--within-days) reads."""
+
+
+def _refuse_unused(args: argparse.Namespace) -> None:
+    """Options that this run would ignore are errors, not silence."""
+    if args.emit_out is not None and args.emit is None:
+        raise SpecError("--emit-out", args.emit_out, "is where --emit writes; give --emit ENGINE")
+    if args.within_days is None:
+        for name in CHEAPEST_ONLY:
+            if getattr(args, name) is not None:
+                raise SpecError(
+                    f"--{name.replace('_', '-')}",
+                    getattr(args, name),
+                    "compares GPU types and counts for --within-days D (with --tokens); "
+                    "without it plan searches one cluster (--gpu, --gpus)",
+                )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
     if not isinstance(model, ModelSpec):
         raise SpecError("--model", args.model, "the planner needs an architecture, not dense:N")
     fw = framework_from_args(args)
+    _refuse_unused(args)
     if args.within_days is not None:
         if args.calibration is not None:
             raise SpecError(
@@ -133,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         top=positive_int("top", args.top),
     )
     result, cluster = found.result, found.cluster
-    tokens = nonnegative_float("tokens", args.tokens) if args.tokens else None
+    tokens = token_count("tokens", args.tokens) if args.tokens else None
     if args.emit is not None:
         return run_emit(args, result, model, found.seq_len.value, tokens)
     reliability = None
@@ -195,8 +231,12 @@ def _result_lines(found: Search, tokens, reliability, fw: Framework) -> list[str
 def _run_cheapest(args: argparse.Namespace, run_search, fw: Framework) -> int:
     if args.tokens is None:
         raise SpecError("--tokens", None, "is required with --within-days")
-    names = (args.gpu_options or args.gpu).split(",")
-    counts = [positive_int("gpu_counts", c) for c in (args.gpu_counts or args.gpus).split(",")]
+    names_text = args.gpu if args.gpu_options is None else args.gpu_options
+    names = [lookup("gpu_options", n, HARDWARE).name for n in comma_list("gpu_options", names_text)]
+    refuse_repeats("gpu_options", names_text, names)
+    counts_text = args.gpus if args.gpu_counts is None else args.gpu_counts
+    counts = [positive_int("gpu_counts", c) for c in comma_list("gpu_counts", counts_text)]
+    refuse_repeats("gpu_counts", counts_text, counts)
     prices = _prices(args, names)
     candidates = [
         Candidate(hardware=get_hardware(n), n_gpus=c, price_per_gpu_hour=prices[n])
@@ -205,7 +245,7 @@ def _run_cheapest(args: argparse.Namespace, run_search, fw: Framework) -> int:
     ]
     quotes = cheapest(
         candidates,
-        tokens=nonnegative_float("tokens", args.tokens),
+        tokens=token_count("tokens", args.tokens),
         max_days=duration_days("within_days", args.within_days),
         search=run_search,
     )

@@ -15,7 +15,7 @@ from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.precision import get_precision
 from trainbudget.core.units import format_bytes
 
-PLAN_FLAGS = (
+LAYOUT_FLAGS = (
     "dp",
     "tp",
     "pp",
@@ -25,9 +25,10 @@ PLAN_FLAGS = (
     "ep",
     "zero",
     "zero_shard",
-    "global_batch",
     "recompute_every",
 )
+"""The options that name one layout. --global-batch is not one: it describes the run, and with
+no layout the planner searches the layouts that reach it."""
 
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
@@ -104,7 +105,8 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--global-batch",
-        help="sequences per optimizer step (default: micro-batch x grad-accum x dp)",
+        help="sequences per optimizer step (with a layout, default micro-batch x grad-accum x "
+        "dp; alone it picks no layout: the planner searches those that reach it)",
     )
     g.add_argument("--offload-optimizer", choices=("none", "cpu", "nvme"), default="none")
     g.add_argument("--offload-params", choices=("none", "cpu", "nvme"), default="none")
@@ -112,9 +114,9 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def wants_plan(args: argparse.Namespace) -> bool:
-    """Any plan option given; --calibration is one (it calibrates the plan's step time)."""
+    """Any layout option given; --calibration is one (it calibrates the plan's step time)."""
     return (
-        any(getattr(args, f) is not None for f in PLAN_FLAGS)
+        any(getattr(args, f) is not None for f in LAYOUT_FLAGS)
         or args.calibration is not None
         or args.sp
         or args.offload_optimizer != "none"

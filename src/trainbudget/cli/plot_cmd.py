@@ -63,6 +63,16 @@ def _out_path(args: argparse.Namespace, runs: list[RunLog]) -> Path:
     return out
 
 
+def _write(out: Path, png: bytes) -> None:
+    """The chart to `out`; a read-only folder or file system is a one-line error naming --out."""
+    try:
+        out.write_bytes(png)
+    except OSError as err:
+        raise SpecError(
+            "out", str(out), f"cannot be written ({err.strerror}); choose a writable --out"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from trainbudget.report.figures import require_matplotlib
     from trainbudget.train.run_files import read_runs
@@ -72,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     require_matplotlib()
     from trainbudget.report.run_charts import curves_chart
 
-    out.write_bytes(curves_chart(runs).png)
+    _write(out, curves_chart(runs).png)
     digests = [_digest(r) for r in runs]
     if args.json:
         print(dumps_json({"out": str(out), "runs": digests}))

@@ -35,10 +35,35 @@ GLOBAL_BATCH_HELP = (
 )
 
 
+SEARCH_DEFAULTS = {
+    "max_tp": None,
+    "zero_stages": "0,1,2,3",
+    "recompute_options": None,
+    "allow_offload": False,
+    "no_cp": False,
+    "no_hsdp": False,
+    "max_micro_batch": "16",
+}
+"""The options that only bound the layout search, as parsed when not given."""
+
+
+def search_options_given(args: argparse.Namespace) -> dict[str, object]:
+    """{'--max-tp': '4', ...}: the search-only options the user gave."""
+    return {
+        "--" + name.replace("_", "-"): getattr(args, name)
+        for name, default in SEARCH_DEFAULTS.items()
+        if getattr(args, name, default) != default
+    }
+
+
 def add_policy_args(g, *, flash: bool = True, recompute: bool = True) -> None:
     """The layout search's options (what policy_from_args reads), for plan, estimate, report."""
     g.add_argument("--max-tp", help="largest TP degree (default: GPUs per node)")
-    g.add_argument("--zero-stages", default="0,1,2,3", help="ZeRO stages to try (default 0-3)")
+    g.add_argument(
+        "--zero-stages",
+        default=SEARCH_DEFAULTS["zero_stages"],
+        help="ZeRO stages to try (default 0-3)",
+    )
     g.add_argument(
         "--recompute-options", help="recomputation policies to try (default none,selective,full)"
     )
@@ -64,7 +89,11 @@ def add_policy_args(g, *, flash: bool = True, recompute: bool = True) -> None:
             help="FlashAttention: no s x s attention matrix stored (default on; "
             "--no-flash-attention stores it, as eager attention does)",
         )
-    g.add_argument("--max-micro-batch", default="16", help="largest micro-batch (default 16)")
+    g.add_argument(
+        "--max-micro-batch",
+        default=SEARCH_DEFAULTS["max_micro_batch"],
+        help=f"largest micro-batch (default {SEARCH_DEFAULTS['max_micro_batch']})",
+    )
     g.add_argument(
         "--memory-headroom",
         default=str(DEFAULT_MEMORY_HEADROOM),

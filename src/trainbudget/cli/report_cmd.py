@@ -15,8 +15,8 @@ from trainbudget.cli.args import (
     duration_seconds,
     framework_from_args,
     money,
-    nonnegative_float,
     positive_int,
+    token_count,
 )
 from trainbudget.cli.plan_view import add_cluster_args, cluster_from_args, efficiency_from_args
 from trainbudget.cli.question import (
@@ -28,6 +28,7 @@ from trainbudget.cli.question import (
 from trainbudget.cli.reliability_cmd import parse_probability
 from trainbudget.cli.reliability_view import add_reliability_options
 from trainbudget.core.errors import SpecError
+from trainbudget.core.spec.defaults import DEFAULT_GPU
 from trainbudget.core.units import GB, parse_bandwidth
 
 # Llama 3 405B saw 419 unexpected interruptions in 54 days on 16,384 H100s (Dubey et al. 2024,
@@ -65,7 +66,11 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
         help="override a model field, e.g. --set n_layers=40 (repeatable)",
     )
     g.add_argument("--gpus", help="GPUs in the cluster")
-    g.add_argument("--gpu", default="h100-sxm", help="accelerator (see `trainbudget hardware`)")
+    g.add_argument(
+        "--gpu",
+        default=DEFAULT_GPU,
+        help=f"accelerator (default {DEFAULT_GPU}; see `trainbudget hardware`)",
+    )
     g.add_argument(
         "--global-batch",
         help="sequences per optimizer step (default: about 4M tokens, a power of two: 512 "
@@ -104,9 +109,9 @@ def run(args: argparse.Namespace) -> int:
                     getattr(args, name),
                     "is for --model reports; a --run report reads everything from the run",
                 )
-        check_out(Path(args.out))
+        check_out(Path(args.out), _png_dir(args))
         return _run_report(args)
-    check_out(Path(args.out))
+    check_out(Path(args.out), _png_dir(args))
     return _plan_report(args)
 
 
@@ -164,7 +169,7 @@ def _question(args: argparse.Namespace):
     return PlanQuestion(
         model=model,
         cluster=cluster_from_args(args, hardware, positive_int("gpus", args.gpus)),
-        tokens=nonnegative_float("tokens", args.tokens),
+        tokens=token_count("tokens", args.tokens),
         global_batch=global_batch,
         seq_len=seq_len,
         precision=get_precision(args.precision),

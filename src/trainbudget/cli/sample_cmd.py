@@ -17,12 +17,19 @@ from trainbudget.cli.eval_cmd import (
 )
 from trainbudget.core.errors import SpecError
 
+DEFAULT_NEW_TOKENS = 200
+LONG_SAMPLE_TOKENS = DEFAULT_NEW_TOKENS
+"""Generations longer than this (the default length) show their progress on stderr."""
+
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     add_checkpoint_args(p)
     p.add_argument("--prompt", required=True, metavar="TEXT", help="the text to continue")
     p.add_argument(
-        "--max-new-tokens", default="200", metavar="N", help="tokens to generate (default 200)"
+        "--max-new-tokens",
+        metavar="N",
+        help=f"tokens to generate, at most the model's context (max_seq_len); default "
+        f"{DEFAULT_NEW_TOKENS}, or the context where it is shorter",
     )
     p.add_argument(
         "--temperature",
@@ -58,9 +65,16 @@ class _Recorder:
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainbudget.cli.interrupt import run_interruptible
+
+    return run_interruptible("sample", lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.prompt == "":
         raise SpecError("prompt", args.prompt, "must not be empty (the model continues a text)")
-    max_new = positive_int("max_new_tokens", args.max_new_tokens)
+    asked = args.max_new_tokens
+    asked = None if asked is None else positive_int("max_new_tokens", asked)
     try:
         temperature = float(args.temperature)
     except ValueError:
@@ -71,10 +85,12 @@ def run(args: argparse.Namespace) -> int:
     seed = _int("seed", args.seed, minimum=0)
 
     ckpt = open_checkpoint(args.checkpoint)
+    max_new = _length(asked, ckpt.spec.max_seq_len)
     data_dir = open_data_dir(ckpt, args.data)
 
     from trainbudget.data.tokenizers import load_tokenizer
     from trainbudget.train.evaluate import sample  # imports torch: only when run
+    from trainbudget.train.metrics import Progress
 
     tokenizer = _Recorder(load_tokenizer(data_dir))
     prompt_ids = tokenizer.tokenizer.encode(args.prompt)
@@ -86,16 +102,22 @@ def run(args: argparse.Namespace) -> int:
         )
     device = pick_device(args.device)
     model = load_model(ckpt, device)
-    text = sample(
-        model,
-        tokenizer,
-        args.prompt,
-        max_new_tokens=max_new,
-        temperature=temperature,
-        top_k=top_k,
-        device=device,
-        seed=seed,
-    )
+    progress = Progress(max_new, enabled=max_new > LONG_SAMPLE_TOKENS)
+    tenth = max(1, max_new // 10)
+    try:
+        text = sample(
+            model,
+            tokenizer,
+            args.prompt,
+            max_new_tokens=max_new,
+            temperature=temperature,
+            top_k=top_k,
+            device=device,
+            seed=seed,
+            on_token=lambda n: progress.update(n, "new tokens") if n % tenth == 0 else None,
+        )
+    finally:
+        progress.close()
     if args.json:
         ids = tokenizer.decoded
         out = {
@@ -114,6 +136,22 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(text)
     return 0
+
+
+def _length(asked: int | None, context: int) -> int:
+    """The tokens to generate: at most the model's context, which bounds the work, and past
+    which the model would no longer see the prompt (sampling slides a window of max_seq_len
+    tokens); not given: the default, or the context where it is shorter."""
+    if asked is None:
+        return min(DEFAULT_NEW_TOKENS, context)
+    if asked > context:
+        raise SpecError(
+            "max_new_tokens",
+            asked,
+            f"must be at most the model's context, max_seq_len ({context}): past it the model "
+            "no longer sees the prompt",
+        )
+    return asked
 
 
 def _int(field: str, text: str, *, minimum: int) -> int:

@@ -11,6 +11,7 @@ import os
 import sys
 
 from trainbudget.cli.args import dumps_json
+from trainbudget.core.units import MB
 
 # the flags, grouped for --help; each is its config field with "-" for "_" (--micro-batch)
 GROUPS = {
@@ -71,8 +72,25 @@ GROUPS = {
 }
 _METAVARS = {"model": "M", "data": "DIR", "out": "DIR", "probes": "FILE", "plan": "FILE"}
 _KIND_METAVARS = {"int": "N", "float": "X", "float | str": "{X,auto}"}
+
+
+def _whole_number(text: str) -> int:
+    """'1000', '-1', '1e3', '32e3', '4k': an integer as --set takes counts (core.units)."""
+    from trainbudget.core.errors import SpecError
+    from trainbudget.core.units import parse_int_count
+
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return parse_int_count(text)
+    except SpecError:
+        raise ValueError(text) from None
+
+
 _PARSE_RULES = {
-    "int": (int, "must be an integer"),
+    "int": (_whole_number, "must be an integer such as 1000, 1e3 or 4k"),
     "float": (float, "must be a number"),
     "float | str": (lambda v: v if v == "auto" else float(v), 'must be a number or "auto"'),
 }
@@ -156,9 +174,11 @@ def _given(args: argparse.Namespace) -> dict:
 def config_and_given(args: argparse.Namespace):
     """(TrainConfig, the names of the fields the file or the flags set)."""
     from trainbudget.train.config import load_config_file, make_config
+    from trainbudget.train.preflight import check_pipeline_processes
 
     file_values = load_config_file(args.config) if args.config else {}
     flags = _given(args)
+    check_pipeline_processes({**file_values, **flags}.get("pp"))
     cfg = make_config(file_values, flags, source=args.config or "")
     return cfg, set(file_values) | set(flags)
 
@@ -228,12 +248,25 @@ def _print_summary(cfg, s: dict) -> None:
         f"predicted {num(step['predicted'], '.4g', 'n/a (no catalog peak)')} s; "
         f"{num(s['tokens_per_second'], ',.0f')} tokens/s"
     )
-    if mem.get("measured_peak"):
-        measured = f"{mem['measured_peak'] / 1e6:.1f} MB"
-    elif mem.get("measured_peak_fake_tensors"):
-        measured = f"{mem['measured_peak_fake_tensors'] / 1e6:.1f} MB (MemTracker, fake tensors)"
-    else:
-        measured = "n/a"
-    print(f"peak memory: predicted {mem['predicted_peak'] / 1e6:.1f} MB, measured {measured}")
+    print(f"peak memory: predicted {mem['predicted_peak'] / MB:.1f} MB, measured {_peak(s)}")
     for note in s["notes"]:
         print(f"note: {note}")
+
+
+def _peak(s: dict) -> str:
+    """The measured peak as summary.json holds it: the CUDA allocator's, MemTracker's on fake
+    tensors, or else the largest of the ranks' own measurements (and which rank)."""
+    mem = s["memory_bytes"]
+    if mem.get("measured_peak"):
+        return f"{mem['measured_peak'] / MB:.1f} MB"
+    if mem.get("measured_peak_fake_tensors"):
+        return f"{mem['measured_peak_fake_tensors'] / MB:.1f} MB (MemTracker, fake tensors)"
+    ranks = s.get("peak_memory_bytes_per_rank", {}).get("ranks", [])
+    measured = [r for r in ranks if r.get("peak_bytes_measured") is not None]
+    if not measured:
+        return "n/a"
+    top = max(measured, key=lambda r: r["peak_bytes_measured"])
+    return (
+        f"{top['peak_bytes_measured'] / MB:.1f} MB on rank {top['rank']}, the largest of "
+        f"{len(measured)} rank(s)" + (f" ({top['instrument']})" if top.get("instrument") else "")
+    )

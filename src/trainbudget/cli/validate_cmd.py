@@ -13,8 +13,9 @@ from trainbudget.core.units import GB
 
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
-    p.add_argument("--markdown", action="store_true", help="print the docs/validation.md tables")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    form = p.add_mutually_exclusive_group()  # one output form: tables or JSON
+    form.add_argument("--markdown", action="store_true", help="print the docs/validation.md tables")
+    form.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _pct(x: float | None) -> str:

@@ -119,7 +119,7 @@ def _parse(
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return _finite_nonnegative(field, str(text), float(text))
     s = str(text).strip()
-    if s.startswith("-"):
+    if s.startswith("-") and pattern.match(s[1:].strip()):  # '-5', not a stray '--'
         raise SpecError(field, s, "must not be negative")
     m = pattern.match(s)
     unit = None if m is None else m.group(2)

@@ -40,7 +40,9 @@ class Source:
 
     def __post_init__(self) -> None:
         if not self.name or any(c.isspace() for c in self.name):
-            raise SpecError("source", self.name, "a name must be non-empty, without spaces")
+            raise SpecError(
+                "source", self.name, "a name must be non-empty, without spaces (NAME=PATH)"
+            )
         if not (math.isfinite(self.weight) and self.weight > 0):
             raise SpecError("weight", self.weight, f"of source {self.name!r} must be > 0")
 
@@ -65,25 +67,37 @@ def parse_source(spec: str | os.PathLike, text_field: str = "text") -> Source:
     """`[NAME=]PATH[:WEIGHT]`: NAME defaults to the file's stem, WEIGHT to 1."""
     if not isinstance(spec, str):
         path = Path(spec)
-        return Source(name=path.stem or path.name, path=path, text_field=text_field)
+        return Source(name=_default_name(path), path=path, text_field=text_field)
     text, name, weight = spec, None, 1.0
     head, eq, rest = text.partition("=")
     if eq and os.sep not in head and "/" not in head:
         name, text = head, rest
     body, colon, tail = text.rpartition(":")
-    if colon and body:
-        try:
-            weight = float(tail)
-        except ValueError:
-            pass  # a colon inside the path, not a weight
-        else:
-            if not (math.isfinite(weight) and weight > 0):
-                raise SpecError("weight", tail, f"of source {spec!r} must be a number > 0")
-            text = body
+    if colon and body and not Path(text).exists():  # a file named with a colon is that file
+        parsed = _weight(tail, spec, names_a_file=Path(body).exists())
+        if parsed is not None:
+            text, weight = body, parsed
     path = Path(text)
-    return Source(
-        name=name or path.stem or path.name, path=path, weight=weight, text_field=text_field
-    )
+    return Source(name=name or _default_name(path), path=path, weight=weight, text_field=text_field)
+
+
+def _weight(tail: str, spec: str, *, names_a_file: bool) -> float | None:
+    """The WEIGHT after the last colon; None when it is part of the path instead (not a
+    number, and what precedes it is no file)."""
+    try:
+        weight = float(tail)
+    except ValueError:
+        if not names_a_file:
+            return None
+        weight = math.nan  # 'small.txt:abc': a file, then a weight that is not a number
+    if not (math.isfinite(weight) and weight > 0):
+        raise SpecError("weight", tail, f"of source {spec!r} must be a number > 0")
+    return weight
+
+
+def _default_name(path: Path) -> str:
+    """The file's stem, its spaces made underscores ('my data.txt' -> my_data)."""
+    return "_".join((path.stem or path.name).split()) or path.name
 
 
 def check_source(source: Source, *, allow_binary: bool = False) -> None:
@@ -92,7 +106,9 @@ def check_source(source: Source, *, allow_binary: bool = False) -> None:
     if source.path is None:
         return
     if not source.path.exists():
-        raise SpecError("source", str(source.path), "no such file or folder")
+        raise SpecError(
+            "source", str(source.path), "no such file or folder (a source is [NAME=]PATH[:WEIGHT])"
+        )
     files = folder_files(source.path) if source.kind == "folder" else [source.path]
     if not files:
         raise SpecError("source", str(source.path), "folder has no *.txt or *.md files")

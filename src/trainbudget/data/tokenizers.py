@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from trainbudget.core.errors import SpecError
+from trainbudget.core.errors import SpecError, unknown_key
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer as _HFTokenizerObject
@@ -26,6 +26,8 @@ EOT_CANDIDATES = (EOT_TEXT, "<|end_of_text|>", "</s>", "<eos>", "<|im_end|>", "[
 BYTE_VOCAB_SIZE = 257  # 256 byte values + end-of-text
 MIN_BPE_VOCAB_SIZE = BYTE_VOCAB_SIZE  # the byte alphabet and end-of-text, before any merge
 TOKENIZER_FILE = "tokenizer.json"
+NAMED_TOKENIZERS = ("byte", "bpe")
+"""The tokenizers named by a word; anything else is the path of a tokenizer.json."""
 INSTALL_HINT = "needs the Hugging Face `tokenizers` library: pip install 'trainbudget[data]'"
 
 
@@ -152,9 +154,11 @@ def load_tokenizer_file(path: str | os.PathLike, kind: str = "pretrained") -> HF
     p = os.fspath(path)
     if os.path.isdir(p):
         p = os.path.join(p, TOKENIZER_FILE)
+    if not os.path.isfile(p):  # a misspelt name ('bytes') is no file: say so, not "install"
+        unknown = unknown_key("tokenizer", p, NAMED_TOKENIZERS)
+        rule = f"{unknown.rule}, or the path of a Hugging Face {TOKENIZER_FILE} (no such file)"
+        raise SpecError("tokenizer", p, rule)
     hf = _require_hf("tokenizer", p)
-    if not os.path.isfile(p):
-        raise SpecError("tokenizer", p, "no such file (expected byte, bpe or a tokenizer.json)")
     try:
         tok = hf.Tokenizer.from_file(p)
     except Exception as err:  # the Rust side raises its own Exception type

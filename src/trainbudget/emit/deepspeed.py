@@ -83,7 +83,8 @@ def _checks(job: Job) -> None:
             "cp",
             p.cp,
             "its sequence parallelism (Ulysses) splits heads by "
-            "all-to-all, not the sequence by ring attention",
+            "all-to-all, not the sequence by ring attention; plan --no-cp to search without "
+            "context parallelism, or try --emit megatron",
         )
     if p.sp:
         raise refuse(ENGINE, "sp", True, "AutoTP keeps norms and dropout whole on each rank")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -101,28 +102,44 @@ def default_png_dir(out: Path) -> Path:
     return out.with_name(out.stem + "_files")
 
 
-def check_out(out: Path) -> None:
-    """An .html file in an existing folder (checked before any work is done)."""
+def check_out(out: Path, png_dir: Path | None = None) -> None:
+    """An .html file in an existing folder, and a folder for the PNGs that can be made and
+    written (checked before any work is done)."""
     if out.suffix.lower() not in (".html", ".htm"):
         raise SpecError("out", str(out), "must be an .html file")
     if not out.parent.is_dir():
         raise SpecError("out", str(out), f"its folder {out.parent} does not exist")
+    if png_dir is not None:
+        _check_png_dir(png_dir)
+
+
+def _check_png_dir(png_dir: Path) -> None:
+    if png_dir.exists() and not png_dir.is_dir():
+        raise SpecError("png_dir", str(png_dir), "is a file; expected a folder")
+    made = next(p for p in (png_dir, *png_dir.absolute().parents) if p.exists())
+    if not made.is_dir():
+        raise SpecError("png_dir", str(png_dir), f"cannot be made: {made} is a file")
+    if not os.access(made, os.W_OK):
+        raise SpecError("png_dir", str(png_dir), f"cannot be written ({made}: permission denied)")
 
 
 def write_report(
     out: Path, page: str, charts: dict[str, Chart], png_dir: Path | None = None
 ) -> list[Path]:
     """Write the page and each chart as `png_dir/NAME.png`; returns the PNG paths."""
-    check_out(out)
     png_dir = png_dir if png_dir is not None else default_png_dir(out)
+    check_out(out, png_dir)
+    try:
+        out.write_text(page, encoding="utf-8")
+    except OSError as err:
+        raise SpecError("out", str(out), f"cannot be written ({err.strerror})") from None
     try:
         png_dir.mkdir(parents=True, exist_ok=True)
-        out.write_text(page, encoding="utf-8")
         paths = []
         for name, chart in charts.items():
             path = png_dir / f"{name}.png"
             path.write_bytes(chart.png)
             paths.append(path)
     except OSError as err:
-        raise SpecError("out", str(out), f"cannot be written ({err.strerror})") from None
+        raise SpecError("png_dir", str(png_dir), f"cannot be written ({err.strerror})") from None
     return paths

@@ -4,6 +4,7 @@ probes (the article's Prob('北京' | '中国的首都是')), and sampling."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -90,13 +91,16 @@ def sample(
     top_k: int,
     device,
     seed: int = 0,
+    on_token: Callable[[int], None] | None = None,
 ) -> str:
-    """Autoregressive sampling (temperature, top-k) within the model's context."""
+    """Autoregressive sampling (temperature, top-k) within the model's context; `on_token`
+    is called with the count of new tokens after each one (progress)."""
     if temperature <= 0:
         raise SpecError("temperature", temperature, "must be positive")
     gen = torch.Generator(device=device).manual_seed(seed)
     # an empty prompt starts from the end-of-text token, as a new document would
     ids = torch.tensor([tokenizer.encode(prompt) or [tokenizer.eot_id]], device=device)
+    n_prompt = ids.shape[1]
     context = model.spec.max_seq_len
     model.eval()
     for _ in range(max_new_tokens):
@@ -106,4 +110,6 @@ def sample(
             logits = logits.masked_fill(logits < kth, float("-inf"))
         nxt = torch.multinomial(logits.softmax(-1), 1, generator=gen)
         ids = torch.cat([ids, nxt], dim=1)
+        if on_token is not None:
+            on_token(ids.shape[1] - n_prompt)
     return tokenizer.decode(ids[0].tolist())

@@ -31,17 +31,21 @@ class RanksLost(RuntimeError):
 
 
 class SecondSignal(KeyboardInterrupt):
-    """A second SIGTERM/SIGINT: the run stops at once, without a checkpoint. A
-    KeyboardInterrupt, so that no `except Exception` on the way holds it up."""
+    """A second SIGTERM/SIGINT: the run stops at once, without a checkpoint (or, while one is
+    written, once it is whole: train.run.RunState.saving_checkpoint). A KeyboardInterrupt, so
+    that no `except Exception` on the way holds it up."""
 
-    def __init__(self, signum: int, step: int) -> None:
+    def __init__(self, signum: int, step: int, *, saved: bool = False) -> None:
         self.signum = signum
         self.exit_code = 128 + signum
         name = signal.Signals(signum).name
-        super().__init__(
-            f"second {name} at step {step}: stopped at once, without a checkpoint (the "
-            "newest one is kept; continue with --resume)"
+        # `saved`: it came while a checkpoint was written, and was held until that was whole
+        what = (
+            f"stopped once the checkpoint of step {step} was whole"
+            if saved
+            else "stopped at once, without a checkpoint (the newest one is kept)"
         )
+        super().__init__(f"second {name} at step {step}: {what}; continue with --resume")
 
 
 def interrupted_line(err: KeyboardInterrupt) -> tuple[str, int]:

@@ -21,6 +21,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -69,6 +70,21 @@ class Faults:
     interrupt_twice_step: int = 0
     """Send SIGINT twice to this process (every rank) right after step N's update (0: never):
     Ctrl-C pressed twice."""
+    term_twice_in_save_step: int = 0
+    """Send SIGTERM twice to this process while step N's checkpoint is written, after its first
+    file (0: never): a second signal in the middle of a save."""
+
+    def save_fault(self, step: int) -> Callable[[str], None] | None:
+        """The `fault` hook of train.checkpointing.checkpoint.save_checkpoint for `step`."""
+        if self.term_twice_in_save_step != step:
+            return None
+
+        def fault(point: str) -> None:
+            if point.startswith("file-written:"):
+                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        return fault
 
     @classmethod
     def from_env(cls) -> Faults:

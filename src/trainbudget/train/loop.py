@@ -73,12 +73,19 @@ from trainbudget.train.pipeline_step import evaluate_pipeline, forward_backward,
 from trainbudget.train.preflight import preflight
 from trainbudget.train.rank_memory import PeakMeter, tracks_cpu_peak
 from trainbudget.train.run import Run
-from trainbudget.train.run_files import COMM_FILE, CONFIG_FILE, SUMMARY_FILE
+from trainbudget.train.run_files import (
+    COMM_FILE,
+    CONFIG_FILE,
+    SUMMARY_FILE,
+    has_summary,
+    read_run,
+)
 from trainbudget.train.run_lock import make_room, own_run_folder
 from trainbudget.train.schedule import Schedule, apply_lr
 from trainbudget.train.setup import seed_everything
 from trainbudget.train.source_loss import SourceLoss, log_line_part
 from trainbudget.train.startup import Say, log_rule, logged_step, on_terminal
+from trainbudget.train.strategy import alone_note
 from trainbudget.train.summary import memory_bytes, summarize
 from trainbudget.train.tensor_parallel import loss_context, per_token_loss
 
@@ -166,6 +173,9 @@ def _start(
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
     plan = _plan(cfg, info)
+    alone = alone_note(cfg.strategy, world_size=info.world_size)
+    if alone:
+        say(f"note: {alone}")
     _claim(cfg, spec, plan, device, info, held, say)
     root = _run_folder(cfg, info)
     say("preparing the data" if not cfg.data else f"opening the data in {cfg.data}")
@@ -225,7 +235,8 @@ def _start(
     if cfg.resume:
         say("resuming")
         arrive(info, "the resume")
-        _resume(run)
+        _resume(run)  # a refused resume leaves config.json as the run wrote it
+        _write_config(cfg, info)
     return run, say
 
 
@@ -290,16 +301,22 @@ def _batches(cfg: TrainConfig, data, dp_rank: int, dp_size: int):
 
 def _run_folder(cfg: TrainConfig, info: DistInfo) -> Path:
     """Refuse a fresh run into a folder holding an earlier run (or, --overwrite, delete that
-    run's files), seed, and (rank 0) write the run's config; the checkpoint root."""
+    run's files), seed, and (rank 0) write a fresh run's config; the checkpoint root."""
     run_dir = cfg.run_dir
     if not cfg.resume:
         for path in make_room(run_dir, cfg.out, overwrite=cfg.overwrite, main=info.is_main):
             print(f"trainbudget train: --overwrite: deleted {path}", file=sys.stderr)
     seed_everything(cfg.seed)
-    if info.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+    if not cfg.resume:  # a resume's, once its checkpoint is accepted (see _start)
+        _write_config(cfg, info)
     return run_dir / CHECKPOINTS_DIR
+
+
+def _write_config(cfg: TrainConfig, info: DistInfo) -> None:
+    """(Rank 0) the run's settings to config.json."""
+    if info.is_main:
+        cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        (cfg.run_dir / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
 
 
 def _plan(cfg: TrainConfig, info: DistInfo) -> Plan:
@@ -352,6 +369,11 @@ def _resume(run: Run) -> None:
     step = int(restore_run(run, path)["step"])
     run.state.restored(step, saved=True)
     log_main(run, f"resumed from {path} (step {step}, {step * run.tokens_per_step:,} tokens)")
+    if step == run.cfg.steps and not has_summary(run.cfg.run_dir):
+        # killed after its last checkpoint or while summarising: finish it, steps done
+        _losses_from_log(run)
+        log_main(run, f"the run is at its last step ({step}) without its summary: writing it")
+        return
     if step >= run.cfg.steps:
         raise SpecError(
             "steps",
@@ -360,12 +382,24 @@ def _resume(run: Run) -> None:
         )
 
 
+def _losses_from_log(run: Run) -> None:
+    """The first and last logged losses from metrics.jsonl, for the summary of a run whose
+    steps are all done (a damaged or empty log: left unknown)."""
+    with contextlib.suppress(SpecError):
+        losses = [p.loss for p in read_run(run.cfg.run_dir).points if p.loss is not None]
+        for loss in losses[:1] + losses[-1:]:
+            run.state.logged(loss)
+
+
 @contextlib.contextmanager
 def _signals(run: Run):
     """SIGTERM/SIGINT set a flag; the step in progress finishes, every rank learns of it in the
     step's all-reduce, and the run saves a checkpoint and stops. A second signal stops at once."""
 
     def handler(signum, _frame):
+        if run.state.signal and run.state.saving:
+            run.state.held_signal = signum  # raised once the checkpoint is whole
+            return
         if run.state.signal:
             raise SecondSignal(signum, run.state.step)
         run.state.interrupted(signum)

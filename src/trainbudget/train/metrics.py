@@ -145,8 +145,8 @@ def tensorboard_scalars(record: dict) -> dict[str, float]:
 
 
 def resume_metrics(run_dir: Path, step: int) -> list[str]:
-    """Before a resumed run appends to metrics.jsonl: cut a damaged end (a torn last line, a
-    line that is not a record, and what follows it) back to the last complete record, and move
+    """Before a resumed run appends to metrics.jsonl: set its damaged lines aside (a torn last
+    line, a line that is not a record; the whole records around them stay), and move
     the records logged after `step`, the checkpoint resumed from, aside, so that the run's
     records stay one history. What was removed goes to metrics.after-step-NNNNNNNN.jsonl as it
     was; the file is replaced atomically. Returns what was done, one line each."""
@@ -166,10 +166,10 @@ def resume_metrics(run_dir: Path, step: int) -> list[str]:
     _fsync_dir(run_dir)
     done = []
     if scan.damage is not None:
-        last = scan.records[-1][0] if scan.records else 0
+        n = len(scan.rest)
         done.append(
-            f"{scan.damage.field} {scan.damage.rule}: cut back to the last complete record "
-            f"(line {last}); what followed is kept in {aside.name}"
+            f"{scan.damage.field} {scan.damage.rule}: set aside {n} unreadable "
+            f"line{'s' if n > 1 else ''} in {aside.name}; every whole record is kept"
         )
     if later:
         done.append(

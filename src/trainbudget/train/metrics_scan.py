@@ -1,4 +1,4 @@
-"""metrics.jsonl split at its first damaged line: the records it starts with, and the rest.
+"""metrics.jsonl split into its whole records and its damaged lines, wherever they are.
 The one rule for what a complete record is, shared by the reader (`train.run_files`, for plot
 and report) and the resume that heals the file (`train.metrics.resume_metrics`). Pure: json
 only."""
@@ -14,39 +14,39 @@ from trainbudget.core.errors import SpecError
 
 @dataclass(frozen=True, kw_only=True)
 class MetricsScan:
-    """A metrics.jsonl split into the records it starts with and the damaged rest."""
+    """A metrics.jsonl split into its whole records and its damaged lines."""
 
     records: tuple[tuple[int, str, dict], ...]
-    """(line number, the line, its record) of every record before the first damaged line."""
+    """(line number, the line, its record) of every whole record, in file order: a garbage line
+    in the middle costs that line only, not the records logged after it."""
     rest: tuple[str, ...]
-    """The damaged line and every line after it, as they are (empty when nothing is damaged)."""
+    """Every damaged line, as it is (empty when nothing is damaged)."""
     damage: SpecError | None
     """What is wrong with the first damaged line (it names file:line), or None."""
 
 
 def scan_metrics(text: str, path: str | os.PathLike) -> MetricsScan:
-    """Split a metrics.jsonl's text at its first damaged line: one that is not a JSON object
-    with an integer step >= 0, or a last line without its newline (the writer ends every record
-    with one, so a line without it is a write that did not finish, even where it happens to
-    parse: a number cut short is still a number). Blank lines are skipped."""
+    """Split a metrics.jsonl's text into its records and its damaged lines: those that are not
+    a JSON object with an integer step >= 0, and a last line without its newline (the writer
+    ends every record with one, so a line without it is a write that did not finish, even
+    where it happens to parse: a number cut short is still a number). Blank lines are
+    skipped."""
     lines = text.split("\n")
     ended = lines[-1] == ""  # the text ends with a newline (or is empty)
     if ended:
         lines.pop()
-    records = []
+    records, rest, damage = [], [], None
     for index, line in enumerate(lines):
         if not line.strip():
             continue
         cut = not ended and index == len(lines) - 1
         found = _record(f"{path}:{index + 1}", line, cut=cut)
         if isinstance(found, SpecError):
-            return MetricsScan(
-                records=tuple(records),
-                rest=tuple(lines[index:]),
-                damage=found,
-            )
-        records.append((index + 1, line, found))
-    return MetricsScan(records=tuple(records), rest=(), damage=None)
+            rest.append(line)
+            damage = damage or found
+        else:
+            records.append((index + 1, line, found))
+    return MetricsScan(records=tuple(records), rest=tuple(rest), damage=damage)
 
 
 def _record(where: str, line: str, *, cut: bool) -> dict | SpecError:

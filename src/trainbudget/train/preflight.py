@@ -141,6 +141,20 @@ def _check_auto_interval(cfg: TrainConfig, world_size: int) -> None:
         )
 
 
+def check_pipeline_processes(pp: object, world_size: int | None = None) -> None:
+    """A pipeline runs one stage per process, so pp must divide the processes (default:
+    $WORLD_SIZE). Checked before the config's pipeline rules, which would otherwise blame
+    grad_accum for a run started without torchrun."""
+    world = world_size if world_size is not None else _env_world_size()
+    if isinstance(pp, int) and pp > 1 and world % pp:
+        raise SpecError(
+            "pp",
+            pp,
+            f"runs one pipeline stage per process and this run has {world} process(es); "
+            f"launch it with torchrun --nproc-per-node {pp} -m trainbudget train ...",
+        )
+
+
 def _env_world_size() -> int:
     text = os.environ.get("WORLD_SIZE", "1")
     if not text.isdigit() or int(text) < 1:
@@ -212,7 +226,9 @@ def read_data_meta(data: str) -> dict:
 
 def _check_windows(meta: dict, seq_len: int) -> None:
     """Every source that is sampled (weight > 0) must hold one window of seq_len + 1 tokens
-    (the input and its next-token targets), as the loader requires."""
+    (the input and its next-token targets), as the loader requires; and a source's held-out
+    split, unless empty, one too: a shorter one would be scored on nothing, without a word
+    (data.loader.eval_batches skips it)."""
     for s in meta["sources"]:
         start, end = s["ranges"]["train"]
         if s["weight"] > 0 and end - start < seq_len + 1:
@@ -221,6 +237,15 @@ def _check_windows(meta: dict, seq_len: int) -> None:
                 seq_len,
                 f"source {s.get('name')!r} has {end - start} train tokens; a window needs "
                 "seq_len + 1 (lower seq_len or give it weight 0)",
+            )
+        start, end = s["ranges"]["val"]
+        if 0 < end - start < seq_len + 1:
+            raise SpecError(
+                "seq_len",
+                seq_len,
+                f"the held-out split (val) of source {s.get('name')!r} has {end - start} "
+                "tokens, shorter than one window of seq_len + 1, so it would evaluate to "
+                "nothing; lower seq_len or prepare the data with a larger --val-fraction",
             )
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trainbudget.train.exits import SecondSignal
+
 if TYPE_CHECKING:  # annotations only: importing these here would load torch and the trainer
     import torch
     from torch.distributed.device_mesh import DeviceMesh
@@ -54,6 +56,11 @@ class RunState:
     """The first loss logged by this process."""
     last_loss: float | None = None
     """The newest loss logged."""
+    saving: bool = False
+    """A checkpoint is being written: a second signal is held until it is whole (torch.save
+    turns an exception raised inside it into a RuntimeError, and the checkpoint is lost)."""
+    held_signal: int = 0
+    """A second signal that came while `saving` (0: none)."""
 
     def advance(self, seconds: float | None, cpu_seconds: float = 0.0) -> None:
         """One iteration done; `seconds`: its time, None to leave it out of the statistics;
@@ -82,6 +89,17 @@ class RunState:
 
     def interrupted(self, signum: int) -> None:
         self.signal = signum
+
+    @contextlib.contextmanager
+    def saving_checkpoint(self):
+        """Around a checkpoint's write: a second signal meanwhile is raised once it is whole."""
+        self.saving = True
+        try:
+            yield
+        finally:
+            self.saving = False
+        if self.held_signal:
+            raise SecondSignal(self.held_signal, self.step, saved=True)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -12,9 +12,10 @@ plot` and `trainbudget report --run` both read through `read_run`. Pure: json on
   (train.comm_report).
 
 Reading metrics.jsonl: every line is a JSON object with an integer step >= 0 ending with a
-newline; the file is read up to its first line that is not (a torn last line after a crash or a
-full disk, lines glued together), and what was skipped is said in `RunLog.skipped` and the
-notes (train.metrics_scan; only a file without one such record is an error). A step record
+newline; a line that is not (a torn last line after a crash or a full disk, lines glued
+together) is skipped, the records around it read, and what was skipped is said in
+`RunLog.skipped` and the notes (train.metrics_scan; only a file without one record is an
+error). A step record
 (one without an "event" key) holds "loss"; a value the reader knows must have its type (a
 number or null; an object for eval, memory_bytes, phases_seconds, per_source,
 train_loss_by_source), otherwise the error names file:line, the key and the value. Null (a
@@ -180,9 +181,9 @@ def metrics_path(run: RunArg) -> Path:
 
 
 def read_metrics(path: RunArg) -> tuple[list[tuple[str, dict]], str | None]:
-    """(`file:line`, record) for each record of a metrics.jsonl's valid prefix, and what was
-    skipped after it (None: nothing). A file whose first line is damaged, or that holds no
-    record, is a SpecError naming file:line."""
+    """(`file:line`, record) for each whole record of a metrics.jsonl, and what was skipped
+    (None: nothing). A file that holds no record is a SpecError (naming file:line of its first
+    damaged line, if any)."""
     path = Path(path)
     try:
         text = path.read_bytes().decode("utf-8", "surrogateescape")
@@ -196,10 +197,10 @@ def read_metrics(path: RunArg) -> tuple[list[tuple[str, dict]], str | None]:
     records = [(f"{path}:{number}", record) for number, _, record in scan.records]
     if scan.damage is None:
         return records, None
-    lines = sum(1 for line in scan.rest if line.strip())
+    lines = len(scan.rest)
     skipped = (
-        f"{scan.damage}; read the {len(records)} records before it and skipped "
-        f"{lines} line{'s' if lines > 1 else ''} from there on"
+        f"{scan.damage}; skipped {lines} line{'s' if lines > 1 else ''}, read the "
+        f"{len(records)} records around {'them' if lines > 1 else 'it'}"
     )
     return records, skipped
 
@@ -308,6 +309,13 @@ def _read_json(path: Path) -> dict | None:
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def has_summary(run_dir: RunArg) -> bool:
+    """Whether the run's end was written: summary.json and comm.json, each a whole JSON object
+    (a run killed after its last checkpoint, or while writing them, lacks one)."""
+    folder = Path(run_dir)
+    return all(_read_json(folder / name) is not None for name in (SUMMARY_FILE, COMM_FILE))
 
 
 def _sub(doc: dict, key: str) -> dict:

@@ -126,10 +126,13 @@ def lock_run_folder(run_dir: Path, out: str) -> RunLock:
     """Take `run_dir`'s lock (creating the folder and the file, nothing else) or raise a
     SpecError naming the process that holds it. `out`: the folder as the user gave it."""
     _require_flock(out)
-    run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK_FILE
-    # no O_TRUNC: the file is the holder's until the flock is ours
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        # no O_TRUNC: the file is the holder's until the flock is ours
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:  # read-only folder or file system, a folder named run.lock
+        raise _unwritable(out, path, err) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -153,6 +156,22 @@ def lock_run_folder(run_dir: Path, out: str) -> RunLock:
     os.pwrite(fd, (text + "\n").encode(), 0)
     os.fsync(fd)  # a shared file system: the other ranks read it from another node
     return RunLock(fd, path, holder)
+
+
+def _unwritable(out: str, path: Path, err: OSError) -> SpecError:
+    """The error for a lock file that cannot be created or opened for writing."""
+    if isinstance(err, IsADirectoryError):
+        return SpecError(
+            "out",
+            out,
+            f"{path} is a folder; the run's lock must be a file there: remove it or choose "
+            "another --out",
+        )
+    return SpecError(
+        "out",
+        out,
+        f"cannot be written ({err.strerror}: {path}); choose a writable --out",
+    )
 
 
 def refuse_if_locked(run_dir: Path, out: str) -> None:

@@ -154,6 +154,18 @@ def mesh_shape(
     return MeshShape(axes=("dp_replicate", "dp_shard"), sizes=(replicas, zero_shard))
 
 
+def alone_note(strategy: str, *, world_size: int) -> str | None:
+    """What a one-process run does with a strategy other than the default: no wrapper at all
+    (FSDP2 or ZeroRedundancyOptimizer over one rank would shard nothing), said rather than
+    silent; None when it runs as asked."""
+    if world_size > 1 or strategy == "ddp":
+        return None
+    return (
+        f"strategy {strategy} shards over several processes and this run has one: it runs "
+        f"unwrapped (single); launch it with torchrun --nproc-per-node N to run {strategy}"
+    )
+
+
 def check_strategy(
     strategy: str,
     *,

@@ -18,7 +18,7 @@ from trainbudget.train import expert_parallel
 from trainbudget.train.pipeline_split import pipeline_engine
 from trainbudget.train.rank_memory import gather_records, rank_record
 from trainbudget.train.step_roofline import BUSY_CPU_SHARE
-from trainbudget.train.strategy import engine_name
+from trainbudget.train.strategy import alone_note, engine_name
 
 PEAK_TOLERANCE_PERCENT = 3.0
 """How far a rank's measured peak may be from the prediction before the run says so (issue 14:
@@ -189,6 +189,9 @@ def summarize(run: Run) -> dict:
         },
         "notes": list(budget.notes),
     }
+    alone = alone_note(cfg.strategy, world_size=world_size)
+    if alone:
+        out["notes"].append(alone)
     if budget.roofline is not None:  # off the catalog: what the predicted step time stands on
         out["roofline"] = budget.roofline.as_dict()
         share = _cpu_share(state)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,19 @@ def test_bad_config_file_via_resolve(tmp_path):
     path.write_text(json.dumps({"model_type": "llama", "hidden_size": "4096"}))
     err = _err(str(path))
     assert err.field == "config.json:hidden_size"
+
+
+@pytest.mark.parametrize("name", ["pipe", "pipe.json"])
+def test_a_named_pipe_is_refused_not_read(tmp_path, name):
+    # reading a FIFO waits for a writer forever: the path is refused before it is opened
+    pipe = tmp_path / name
+    os.mkfifo(pipe)
+    with pytest.raises(SpecError, match="not a regular file") as err:
+        resolve_model(str(pipe))
+    assert err.value.field == "model"
+
+
+def test_a_folder_whose_config_is_a_pipe_is_refused(tmp_path):
+    os.mkfifo(tmp_path / "config.json")
+    with pytest.raises(SpecError, match=r"config\.json is not a regular file"):
+        resolve_model(str(tmp_path))

@@ -152,10 +152,13 @@ def layout_problems(
         )
     if plan.zero not in (0, 1, 2, 3):
         problems.append(f"zero ({plan.zero}) must be 0, 1, 2 or 3")
-    if plan.zero_shard and (plan.zero == 0 or plan.dp % plan.zero_shard):
+    if plan.zero_shard and plan.zero == 0:
         problems.append(
-            f"zero_shard ({plan.zero_shard}) must divide dp ({plan.dp}) and needs zero >= 1"
+            f"zero_shard ({plan.zero_shard}) needs zero > 0 (zero 0 shards nothing: give "
+            "--zero 1, 2 or 3)"
         )
+    elif plan.zero_shard and plan.dp % plan.zero_shard:
+        problems.append(f"zero_shard ({plan.zero_shard}) must divide dp ({plan.dp})")
     if plan.sp and plan.tp == 1:
         problems.append("sp needs tp > 1 (it splits along the TP group)")
     if plan.vpp > 1 and plan.pp == 1:
@@ -164,8 +167,16 @@ def layout_problems(
         )
     if plan.schedule not in SCHEDULES:
         problems.append(f"schedule ({plan.schedule!r}) must be one of {', '.join(SCHEDULES)}")
-    elif (plan.schedule == "interleaved") != (plan.vpp > 1):
-        problems.append(f"vpp ({plan.vpp}) > 1 goes with schedule 'interleaved' and only with it")
+    elif plan.schedule == "interleaved" and plan.vpp == 1:
+        problems.append(
+            f"vpp ({plan.vpp}) must be > 1 for schedule 'interleaved' (it interleaves virtual "
+            "stages per GPU)"
+        )
+    elif plan.schedule != "interleaved" and plan.vpp > 1:
+        problems.append(
+            f"vpp ({plan.vpp}) needs schedule 'interleaved', not {plan.schedule!r} (only the "
+            "interleaved schedule runs virtual stages)"
+        )
     if plan.schedule == "interleaved" and plan.grad_accum % plan.pp:
         problems.append(
             f"grad_accum ({plan.grad_accum}) must be a multiple of pp ({plan.pp}) for the "

@@ -222,6 +222,14 @@ def goodput(
     m = _positive("mtbf_seconds", mtbf_seconds)
     delta = _nonnegative("checkpoint_seconds", checkpoint_seconds)
     r = _nonnegative("restart_seconds", restart_seconds)
+    if delta >= m:
+        raise SpecError(
+            "checkpoint_seconds",
+            delta,
+            f"must be shorter than mtbf_seconds ({m:g}): a job that fails before one checkpoint "
+            "is written keeps none (a faster write, a smaller checkpoint, fewer GPUs or a lower "
+            "failure rate)",
+        )
     if interval_seconds is None:
         tau = daly_interval_seconds(delta, m)
     else:

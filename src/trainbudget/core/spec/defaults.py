@@ -19,6 +19,10 @@ and torchtitan recipes train with."""
 DEFAULT_OPTIMIZER = "adamw"
 """AdamW (Loshchilov & Hutter 2019): the optimizer of every open LLM pre-training report."""
 
+DEFAULT_GPU = "h100-sxm"
+"""The accelerator of every command that takes --gpu without requiring it: the H100 SXM, the
+most common GPU of the published training runs this project is checked against."""
+
 DEFAULT_FLASH_ATTENTION = True
 """FlashAttention (or PyTorch SDPA's fused kernels): no s x s score matrix stored; the default
 of PyTorch >= 2.0, Megatron-LM and torchtitan. `--no-flash-attention` stores it."""

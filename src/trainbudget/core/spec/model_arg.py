@@ -37,6 +37,7 @@ def resolve_model(arg: str, overrides: Sequence[str] = ()) -> ModelSpec | BareMo
     elif _is_path(text):
         from trainbudget.core.spec.hf_config import load_hf_config  # only for a file: start-up
 
+        _require_regular_file(text)
         model = load_hf_config(text)
     elif folded_key(text, PRESETS) is not None:  # 'Llama-3-8B': a preset, case ignored
         model = PRESETS[folded_key(text, PRESETS)]
@@ -58,7 +59,19 @@ def resolve_model(arg: str, overrides: Sequence[str] = ()) -> ModelSpec | BareMo
 
 
 def _is_path(text: str) -> bool:
-    return text.lower().endswith(".json") or os.path.isfile(text) or os.path.isdir(text)
+    return text.lower().endswith(".json") or os.path.exists(text)
+
+
+def _require_regular_file(text: str) -> None:
+    """A config path (or a folder's config.json) that exists must be a regular file: reading a
+    named pipe waits for a writer forever, and a device or socket is no config either."""
+    path = os.path.join(text, "config.json") if os.path.isdir(text) else text
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise SpecError(
+            "model",
+            text,
+            f"{path} is not a regular file (a named pipe, device or socket); give a config.json",
+        )
 
 
 def _dense(text: str) -> BareModel:
@@ -89,6 +102,8 @@ def _whole(text: str, field: str) -> int:
 
 def _parse_value(field: str, kind: type, raw: str) -> object:
     value = raw.strip()
+    if not value:
+        raise SpecError(field, raw, f"is empty: --set {field}=VALUE needs a value after '='")
     if kind is bool:
         low = value.lower()
         if low in _TRUE:

@@ -121,11 +121,12 @@ def maybe_save(run: Run, writer: MetricsWriter, *, time_due: bool, force: bool) 
     if not due or run.state.last_save_step == step:
         return
     t = time.perf_counter()
-    try:
-        path = save_run(run)
-    except NoSpaceError as err:  # the disk filled up: stop, the newest checkpoint is intact
-        writer.write({"step": step, "event": "checkpoint_failed", "reason": "no space left"})
-        raise TrainingHalted(str(err)) from None
-    seconds = time.perf_counter() - t
-    run.state.checkpoint_written(seconds)
-    writer.write({"step": step, "event": "checkpoint", "path": str(path), "seconds": seconds})
+    with run.state.saving_checkpoint():  # a second signal meanwhile: once it is whole
+        try:
+            path = save_run(run)
+        except NoSpaceError as err:  # the disk filled up: stop, the newest checkpoint is intact
+            writer.write({"step": step, "event": "checkpoint_failed", "reason": "no space left"})
+            raise TrainingHalted(str(err)) from None
+        seconds = time.perf_counter() - t
+        run.state.checkpoint_written(seconds)
+        writer.write({"step": step, "event": "checkpoint", "path": str(path), "seconds": seconds})

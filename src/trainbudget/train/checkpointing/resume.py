@@ -139,6 +139,7 @@ def save_run(run: Run) -> Path:
         world_size=run.info.world_size,
         barrier=lambda: barrier(run.info),
         writer=writer,
+        fault=run.faults.save_fault(run.state.step),
         create=open_on_full_disk if run.faults.full_disk_step == run.state.step else None,
     )
 
