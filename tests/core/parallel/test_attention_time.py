@@ -8,7 +8,7 @@ import pytest
 
 from trainbudget.core.ops import SCALAR, numpy_ops
 from trainbudget.core.parallel.attention_time import AttentionKernel, measured_rates
-from trainbudget.core.parallel.compute_time import DEFAULT_EFFICIENCY, layer_compute
+from trainbudget.core.parallel.compute_time import DEFAULT_EFFICIENCY, KernelModel, layer_compute
 from trainbudget.core.parallel.layout import PlanNumbers
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.spec.attention_kernels import attention_tflops_per_second
@@ -89,7 +89,7 @@ def _layer(seq_len, causal, attention=FLASH3_H100, eff=DEFAULT_EFFICIENCY, cp=1)
         hbm=H100.hbm_bytes_per_second,
         eff=eff.resolved(H100, "flash3"),
         causal=causal,
-        attention=attention,
+        kernels=KernelModel(attention=attention),
     )
 
 

@@ -297,13 +297,37 @@ def attention_projection_seconds(spec: ModelSpec, rows: Any, t: Any, gemm: Any) 
     return seconds
 
 
+@dataclass(frozen=True, kw_only=True)
+class KernelModel:
+    """What a GPU's kernels do beyond the roofline of their FLOPs and bytes (the step model's
+    mechanisms from kernel benchmarks, core.spec.kernel_costs): `linear_peak` and
+    `linear_fraction`, the linear layers' rate under a low-precision recipe (None: the other
+    matmuls' peak and `eff.matmul`); `cast`, the recipe's cast kernels' bytes per element of
+    each linear's input, weight and output gradient; `serial_epilogue`, the output written
+    after the K loop (`EPILOGUE`); `kernel_gap` and `dispatch`, each kernel's launch cost on the
+    GPU and the CPU, for `kernels_per_layer` of them; `attention`, fused attention's measured
+    rates (`attention_time`; None: the fraction of the peak `eff.attention`, the backward
+    BACKWARD_PER_FORWARD x the forward plus its own recomputation of the scores)."""
+
+    linear_peak: float | None = None
+    linear_fraction: float | None = None
+    cast: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    serial_epilogue: bool = False
+    kernel_gap: float = 0.0
+    dispatch: float = 0.0
+    kernels_per_layer: int = KERNELS_PER_LAYER_FORWARD
+    attention: AttentionKernel | None = None
+
+
+ROOFLINE_ONLY = KernelModel()
+"""No mechanism beyond the roofline (a calibration's measured rates hold them already)."""
+
+
 @dataclass(frozen=True)
 class _Roofline:
     """The device and dtypes every op of a layer is timed against: `peak` for the matmuls
-    outside a low-precision recipe (the attention core, the head, the router), `linear_peak`
-    for the linear layers' GEMMs (an FP8 recipe's; None: `peak`) at the large-GEMM
-    `linear_fraction` of it (None: `eff.matmul`), whose operands the recipe's cast kernels
-    move (`cast`: bytes per element of the input, the weight and the output gradient)."""
+    outside a low-precision recipe (the attention core, the head, the router), and what its
+    kernels do beyond the roofline (`k`)."""
 
     e: int
     peak: float
@@ -311,19 +335,7 @@ class _Roofline:
     eff: Efficiency
     xp: Ops
     sms: int = 0
-    linear_peak: float | None = None
-    linear_fraction: float | None = None
-    cast: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    serial_epilogue: bool = False
-    kernel_gap: float = 0.0
-    """GPU seconds each kernel adds beyond its work, queued behind another (launch and tail)."""
-    dispatch: float = 0.0
-    """CPU seconds to issue one op; a layer whose kernels take less waits on the CPU."""
-    kernels_per_layer: int = KERNELS_PER_LAYER_FORWARD
-    attention: AttentionKernel | None = None
-    """Fused attention's measured rates (`attention_time`); None: the fraction of the peak
-    `eff.attention`, forward, and BACKWARD_PER_FORWARD x it plus its own recomputation of
-    the scores backward."""
+    k: KernelModel = ROOFLINE_ONLY
 
     def mm(self, flops: Any, m: Any, n: Any, k: Any, batch: Any = 1) -> Any:
         return matmul_seconds(
@@ -338,7 +350,7 @@ class _Roofline:
             self.xp,
             self.sms,
             batch,
-            serial_epilogue=self.serial_epilogue,
+            serial_epilogue=self.k.serial_epilogue,
         )
 
     def gemm(self, m: Any, n: Any, k: Any) -> Any:
@@ -346,7 +358,7 @@ class _Roofline:
         return self.mm(matmul_flops(m, k, n), m, n, k)
 
     def _linear_gemm(self, m: Any, n: Any, k: Any) -> Any:
-        peak = self.peak if self.linear_peak is None else self.linear_peak
+        peak = self.peak if self.k.linear_peak is None else self.k.linear_peak
         return matmul_seconds(
             matmul_flops(m, k, n),
             m,
@@ -358,20 +370,20 @@ class _Roofline:
             self.eff,
             self.xp,
             self.sms,
-            fraction=self.linear_fraction,
-            serial_epilogue=self.serial_epilogue,
+            fraction=self.k.linear_fraction,
+            serial_epilogue=self.k.serial_epilogue,
         )
 
     def linear(self, m: Any, n: Any, k: Any) -> Any:
         """A linear layer's forward, (m, k) @ (k, n) at the recipe's rate, with the casts of
         its input and weight."""
-        x, w, _ = self.cast
+        x, w, _ = self.k.cast
         return self._linear_gemm(m, n, k) + (m * k * x + k * n * w) / self.hbm_rate
 
     def linear_backward(self, m: Any, n: Any, k: Any) -> Any:
         """Its backward: the input's gradient (m, n) @ (n, k), the weight's (k, m) @ (m, n),
         each timed at its own shape, and the cast of the output gradient."""
-        _, _, g = self.cast
+        _, _, g = self.k.cast
         return self._linear_gemm(m, k, n) + self._linear_gemm(k, n, m) + m * n * g / self.hbm_rate
 
     @property
@@ -391,35 +403,13 @@ def layer_compute(
     causal: bool = True,
     xp: Ops = SCALAR,
     sms: int = 0,
-    linear_peak: float | None = None,
-    linear_fraction: float | None = None,
-    cast: tuple[float, float, float] = (0.0, 0.0, 0.0),
-    serial_epilogue: bool = False,
-    kernel_gap: float = 0.0,
-    dispatch: float = 0.0,
-    kernels_per_layer: int = 0,
-    attention: AttentionKernel | None = None,
+    kernels: KernelModel = ROOFLINE_ONLY,
 ) -> LayerCompute:
     """`causal`: a causal mask, whose upper tiles FlashAttention skips (the unfused kernel
     computes the whole s x s scores and masks them, so it costs the same). A sliding-window
     layer's queries see min(s, w) keys in both kernels (an unfused kernel that built the
     whole s x s scores and masked the band would cost what a global layer costs)."""
-    r = _Roofline(
-        e=e,
-        peak=peak,
-        hbm=hbm,
-        eff=eff,
-        xp=xp,
-        sms=sms,
-        linear_peak=linear_peak,
-        linear_fraction=linear_fraction,
-        cast=cast,
-        serial_epilogue=serial_epilogue,
-        kernel_gap=kernel_gap,
-        dispatch=dispatch,
-        kernels_per_layer=kernels_per_layer or KERNELS_PER_LAYER_FORWARD,
-        attention=attention,
-    )
+    r = _Roofline(e=e, peak=peak, hbm=hbm, eff=eff, xp=xp, sms=sms, k=kernels)
     rows = L.micro_batch * seq_len / L.cp  # tokens through each weight matmul on this GPU
     mix = stage_mix(spec, L, xp)
     mlp_mm, mlp_act = _mlp_seconds(spec, L, mix, rows, r)
@@ -440,9 +430,9 @@ def layer_compute(
         attention = _mean(whole, n_global, band, mix.sliding, xp)
         backward = _mean(whole_b, n_global, band_b, mix.sliding, xp)
     memory_bound = _memory_bound_seconds(spec, L, rows, e, r.hbm_rate, xp) + mlp_act
-    kernels = matmuls + attention + memory_bound
-    n = r.kernels_per_layer
-    forward = xp.maximum(kernels + n * r.kernel_gap, n * r.dispatch)
+    kernels_seconds = matmuls + attention + memory_bound
+    n = r.k.kernels_per_layer
+    forward = xp.maximum(kernels_seconds + n * r.k.kernel_gap, n * r.k.dispatch)
     return LayerCompute(
         forward_seconds=forward,
         attention_seconds=attention,
@@ -535,9 +525,9 @@ def _flash_seconds(
     (`flash_tile_fraction`), the backward BACKWARD_PER_FORWARD x the forward and half a
     forward more (the scores recomputed)."""
     banded = bool(window) and window < s
-    if r.attention is not None:
+    if r.k.attention is not None:
         seq = window if banded else s / L.cp
-        rates = r.attention.pass_seconds_per_flop(spec.d_head, causal and not banded, seq, r.xp)
+        rates = r.k.attention.pass_seconds_per_flop(spec.d_head, causal and not banded, seq, r.xp)
         if rates is not None:
             share = flash_tile_fraction(s, window) * 2 if banded and causal else 1.0
             return flops * share * rates[0], flops * share * rates[1]
@@ -624,25 +614,13 @@ def micro_batch_compute(
     causal: bool = True,
     xp: Ops = SCALAR,
     sms: int = 0,
-    linear_peak: float | None = None,
-    linear_fraction: float | None = None,
-    cast: tuple[float, float, float] = (0.0, 0.0, 0.0),
-    serial_epilogue: bool = False,
-    kernel_gap: float = 0.0,
-    dispatch: float = 0.0,
-    kernels_per_layer: int = 0,
-    attention: AttentionKernel | None = None,
+    kernels: KernelModel = ROOFLINE_ONLY,
     recompute_from_first: bool = True,
 ) -> MicroBatchCompute:
     """`eff` resolved against the GPU (`Efficiency.resolved`), whose SM count is `sms`;
-    `peak` the rate of the matmuls outside a low-precision recipe, `linear_peak` and
-    `linear_fraction` those of the linear layers (None: `peak`, `eff.matmul`), `cast` the
-    recipe's casts, `serial_epilogue` the GEMMs' output writes (`EPILOGUE`), `kernel_gap` and
-    `dispatch` each kernel's launch cost on the GPU and the CPU, for `kernels_per_layer` of
-    them (0: KERNELS_PER_LAYER_FORWARD),
-    `attention` the fused attention kernel's measured rates (`_Roofline`);
-    `recompute_from_first` how every-K-th recomputation counts its layers
-    (`PlanNumbers.recomputed_layers`)."""
+    `peak` the rate of the matmuls outside a low-precision recipe; `kernels` what the GPU's
+    kernels do beyond the roofline (`KernelModel`); `recompute_from_first` how every-K-th
+    recomputation counts its layers (`PlanNumbers.recomputed_layers`)."""
     layer = layer_compute(
         spec,
         L,
@@ -654,14 +632,7 @@ def micro_batch_compute(
         causal=causal,
         xp=xp,
         sms=sms,
-        linear_peak=linear_peak,
-        linear_fraction=linear_fraction,
-        cast=cast,
-        serial_epilogue=serial_epilogue,
-        kernel_gap=kernel_gap,
-        dispatch=dispatch,
-        kernels_per_layer=kernels_per_layer,
-        attention=attention,
+        kernels=kernels,
     )
     fwd, attn = layer.forward_seconds, layer.attention_seconds
     layer_backward = layer.backward_seconds
@@ -671,7 +642,7 @@ def micro_batch_compute(
     recompute_largest = _recompute_per_layer(L, largest, layer, xp, recompute_from_first)
     tokens = L.micro_batch * seq_len / L.cp
     logits = tokens * spec.vocab_size / L.tp  # elements on this GPU (vocab-parallel)
-    r = _Roofline(e=e, peak=peak, hbm=hbm, eff=eff, xp=xp, sms=sms, serial_epilogue=serial_epilogue)
+    r = _Roofline(e=e, peak=peak, hbm=hbm, eff=eff, xp=xp, sms=sms, k=kernels)
     head_gemm = r.gemm(tokens, spec.vocab_size / L.tp, spec.d_model)  # vocab-parallel logits
     # the logits written and read, and the loss's fp32 traffic of both passes: once a step
     loss = logits * (2 * e + LOSS_FP32_TRAFFIC_BYTES) / (hbm * eff.hbm)

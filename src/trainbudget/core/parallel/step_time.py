@@ -37,6 +37,7 @@ from trainbudget.core.parallel.compute_time import (
     BACKWARD_PER_FORWARD,
     DEFAULT_EFFICIENCY,
     Efficiency,
+    KernelModel,
     MicroBatchCompute,
     micro_batch_compute,
 )
@@ -192,15 +193,8 @@ def step_terms(
         causal=causal,
         xp=xp,
         sms=hw.sm_count,
-        linear_peak=hw.peak_flops_per_second(precision.compute_dtype),
-        linear_fraction=_linear_fraction(efficiency, eff, hw, precision),
-        cast=_fp8_casts(framework, precision),
-        serial_epilogue=hw.name not in EPILOGUE_OVERLAPPED,
-        kernel_gap=KERNEL_GAP_SECONDS,
-        dispatch=eager_dispatch_seconds_per_op(),
-        kernels_per_layer=framework.kernels_per_layer_forward,
+        kernels=_kernel_model(efficiency, eff, hw, framework, precision),
         recompute_from_first=framework.recompute_every_from_first,
-        attention=_attention_kernel(efficiency, eff, hw, framework, precision),
     )
     stage_mb = mb.stage_seconds
     compute = L.grad_accum * stage_mb
@@ -249,6 +243,23 @@ def step_terms(
 KERNEL_GAP_SECONDS = CUDA_GRAPHS_BLOG.stream_seconds - CUDA_GRAPHS_BLOG.kernel_seconds
 """GPU time a kernel adds queued behind another in a stream, for every GPU (one measurement:
 `kernel_costs.kernel_floor_seconds`)."""
+
+
+def _kernel_model(
+    given: Efficiency, eff: Efficiency, hw: Hardware, framework: Framework, precision: Precision
+) -> KernelModel:
+    """What this GPU's kernels do beyond the roofline under this framework and precision
+    (`compute_time.KernelModel`)."""
+    return KernelModel(
+        linear_peak=hw.peak_flops_per_second(precision.compute_dtype),
+        linear_fraction=_linear_fraction(given, eff, hw, precision),
+        cast=_fp8_casts(framework, precision),
+        serial_epilogue=hw.name not in EPILOGUE_OVERLAPPED,
+        kernel_gap=KERNEL_GAP_SECONDS,
+        dispatch=eager_dispatch_seconds_per_op(),
+        kernels_per_layer=framework.kernels_per_layer_forward,
+        attention=_attention_kernel(given, eff, hw, framework, precision),
+    )
 
 
 def _linear_fraction(
