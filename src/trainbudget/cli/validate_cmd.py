@@ -211,41 +211,7 @@ def _sections(r: _Results) -> list[tuple[str, list[str], list[list[str]]]]:
             ["source", "runs", "MAE", "mean error", "LOSO MAE", "LOSO in-training"],
             sources,
         ),
-        *(
-            (
-                f"Step-time error by {name}",
-                [name, "runs", "MAE", "mean error", "LOSO MAE"],
-                [
-                    [
-                        g.name,
-                        str(g.n_runs),
-                        f"{100 * g.mean_absolute_error:.1f} %",
-                        _pct(g.mean_error),
-                        f"{100 * _mean_abs(r.loso.errors, r.counted, g.name, name):.1f} %",
-                    ]
-                    for g in r.groups[name]
-                ],
-            )
-            for name in r.groups
-            if name != "source"
-        ),
-        *(
-            (
-                f"Memory error by {name} (no constant is fitted to memory: leave-one-source-out "
-                "is the same)",
-                [name, "runs", "MAE", "mean error"],
-                [
-                    [
-                        g.name,
-                        str(g.n_runs),
-                        f"{100 * g.mean_absolute_error:.1f} %",
-                        _pct(g.mean_error),
-                    ]
-                    for g in groups
-                ],
-            )
-            for name, groups in r.memory_by.items()
-        ),
+        *_group_sections(r),
         (
             "Peak memory per GPU, where the source reports it (core plan_memory)",
             ["run", "measured GB", "predicted GB", "error"],
@@ -257,6 +223,37 @@ def _sections(r: _Results) -> list[tuple[str, list[str], list[list[str]]]]:
             [[c.run_id, _pct(c.error), why or "-"] for c, why in _outliers(r)],
         ),
     ]
+
+
+def _group_sections(r: _Results) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The step-time error by every breakdown but the source (with its leave-one-source-out
+    error), then the memory error by each."""
+
+    def row(g) -> list[str]:
+        return [g.name, str(g.n_runs), f"{100 * g.mean_absolute_error:.1f} %", _pct(g.mean_error)]
+
+    step = [
+        (
+            f"Step-time error by {name}",
+            [name, "runs", "MAE", "mean error", "LOSO MAE"],
+            [
+                [*row(g), f"{100 * _mean_abs(r.loso.errors, r.counted, g.name, name):.1f} %"]
+                for g in r.groups[name]
+            ],
+        )
+        for name in r.groups
+        if name != "source"
+    ]
+    memory = [
+        (
+            f"Memory error by {name} (no constant is fitted to memory: leave-one-source-out "
+            "is the same)",
+            [name, "runs", "MAE", "mean error"],
+            [row(g) for g in groups],
+        )
+        for name, groups in r.memory_by.items()
+    ]
+    return step + memory
 
 
 def _outliers(r: _Results) -> list:

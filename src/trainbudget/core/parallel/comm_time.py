@@ -118,20 +118,7 @@ def communication(
     e, m, layers = precision.activation_bytes, L.grad_accum, L.stage_layers(spec.n_layers, "max")
     tokens = L.micro_batch * seq_len / L.cp
     act_msg = tokens * spec.d_model * e  # one layer's activations for one micro-batch
-    # TP: all-reduces, or SP's all-gather + reduce-scatter pairs
-    by_op = xp.where(L.recompute == SELECTIVE_OP, layers, 0)
-    first = framework.recompute_every_from_first
-    recomputed = xp.where(L.recompute == FULL, L.recomputed_layers(layers, first), by_op)
-    n_tp = m * (layers * TP_COLLECTIVES_PER_LAYER + recomputed * TP_COLLECTIVES_RECOMPUTED)
-    sp_count, ar_count = xp.where(L.sp, n_tp, 0), xp.where(L.sp, 0, n_tp)
-    rs_count = sp_count - xp.where(L.sp, m * by_op * TP_COLLECTIVES_RECOMPUTED, 0)
-    t_tp = run("tp", "all_gather", act_msg, L.tp, span["tp"], sp_count)
-    t_tp = t_tp + run("tp", "reduce_scatter", act_msg, L.tp, span["tp"], rs_count)
-    t_tp = t_tp + run("tp", "all_reduce", act_msg, L.tp, span["tp"], ar_count)
-    if framework.tp_comm_overlap:
-        # the GEMMs beside the collectives, forward, backward (2 x) and recomputed
-        gemms = m * (layers * 3 + recomputed) * micro_batch.linear_seconds
-        t_tp = tp_exposed_when_pipelined(t_tp, gemms, L.tp, xp)
+    t_tp = _tensor_parallel(L, span, act_msg, layers, framework, micro_batch, run, xp)
     t_pp = _pipeline(L, span, act_msg, framework, run, xp)
     # CP: K and V around the ring (cp - 1 hops per pass), overlapped with the attention, at
     # their own widths (a KV head shared by several TP ranks is sent whole). MLA exchanges
@@ -152,6 +139,7 @@ def communication(
         ep_pn = xp.minimum(L.ep, span["dp"])
         moe_layers = stage_mix(spec, L, xp).moe
         # ceil(moe / K) of every K-th layer recomputed: exact for K = 1
+        first = framework.recompute_every_from_first
         redone = xp.where(L.recompute == FULL, L.recomputed_layers(moe_layers, first), 0)
         n_a2a = m * (moe_layers * EP_ALL_TO_ALLS_PER_LAYER + redone * EP_ALL_TO_ALLS_RECOMPUTED)
         t_ep = run("ep", "all_to_all", a2a, L.ep, ep_pn, n_a2a)
@@ -167,6 +155,27 @@ def communication(
         dp_seconds=t_dp,
         collectives=tuple(out),
     )
+
+
+def _tensor_parallel(L, span, act_msg, layers, framework, micro_batch, run, xp: Ops):
+    """TP: the all-reduces, or SP's all-gather + reduce-scatter pairs, of the largest stage's
+    layers and what recomputation repeats; exposed, or pipelined with their GEMMs where the
+    framework overlaps them (`Framework.tp_comm_overlap`)."""
+    m = L.grad_accum
+    by_op = xp.where(L.recompute == SELECTIVE_OP, layers, 0)
+    first = framework.recompute_every_from_first
+    recomputed = xp.where(L.recompute == FULL, L.recomputed_layers(layers, first), by_op)
+    n_tp = m * (layers * TP_COLLECTIVES_PER_LAYER + recomputed * TP_COLLECTIVES_RECOMPUTED)
+    sp_count, ar_count = xp.where(L.sp, n_tp, 0), xp.where(L.sp, 0, n_tp)
+    rs_count = sp_count - xp.where(L.sp, m * by_op * TP_COLLECTIVES_RECOMPUTED, 0)
+    t_tp = run("tp", "all_gather", act_msg, L.tp, span["tp"], sp_count)
+    t_tp = t_tp + run("tp", "reduce_scatter", act_msg, L.tp, span["tp"], rs_count)
+    t_tp = t_tp + run("tp", "all_reduce", act_msg, L.tp, span["tp"], ar_count)
+    if not framework.tp_comm_overlap:
+        return t_tp
+    # the GEMMs beside the collectives, forward, backward (2 x) and recomputed
+    gemms = m * (layers * 3 + recomputed) * micro_batch.linear_seconds
+    return tp_exposed_when_pipelined(t_tp, gemms, L.tp, xp)
 
 
 def _pipeline(L: PlanNumbers, span: dict, act_msg: Any, framework: Framework, run, xp: Ops):
