@@ -123,6 +123,34 @@ def _raw_description(plan: Plan) -> str:
     return " ".join(f"{k}={getattr(plan, k)!r}" for k in ("dp", "tp", "pp", "cp", "zero"))
 
 
+def _schedule_problems(plan: Plan) -> list[str]:
+    """The pipeline schedule's rules: virtual stages need a pipeline and the interleaved
+    schedule, and that schedule needs them and whole rounds of pp micro-batches."""
+    problems = []
+    if plan.vpp > 1 and plan.pp == 1:
+        problems.append(
+            f"vpp ({plan.vpp}) > 1 needs pp > 1 (virtual stages interleave a pipeline's stages)"
+        )
+    if plan.schedule not in SCHEDULES:
+        problems.append(f"schedule ({plan.schedule!r}) must be one of {', '.join(SCHEDULES)}")
+    elif plan.schedule == "interleaved" and plan.vpp == 1:
+        problems.append(
+            f"vpp ({plan.vpp}) must be > 1 for schedule 'interleaved' (it interleaves virtual "
+            "stages per GPU)"
+        )
+    elif plan.schedule != "interleaved" and plan.vpp > 1:
+        problems.append(
+            f"vpp ({plan.vpp}) needs schedule 'interleaved', not {plan.schedule!r} (only the "
+            "interleaved schedule runs virtual stages)"
+        )
+    if plan.schedule == "interleaved" and plan.grad_accum % plan.pp:
+        problems.append(
+            f"grad_accum ({plan.grad_accum}) must be a multiple of pp ({plan.pp}) for the "
+            "interleaved schedule (Megatron's rule)"
+        )
+    return problems
+
+
 def layout_problems(
     plan: Plan, *, n_gpus: int, seq_len: int, global_batch: int | None = None
 ) -> list[str]:
@@ -161,27 +189,7 @@ def layout_problems(
         problems.append(f"zero_shard ({plan.zero_shard}) must divide dp ({plan.dp})")
     if plan.sp and plan.tp == 1:
         problems.append("sp needs tp > 1 (it splits along the TP group)")
-    if plan.vpp > 1 and plan.pp == 1:
-        problems.append(
-            f"vpp ({plan.vpp}) > 1 needs pp > 1 (virtual stages interleave a pipeline's stages)"
-        )
-    if plan.schedule not in SCHEDULES:
-        problems.append(f"schedule ({plan.schedule!r}) must be one of {', '.join(SCHEDULES)}")
-    elif plan.schedule == "interleaved" and plan.vpp == 1:
-        problems.append(
-            f"vpp ({plan.vpp}) must be > 1 for schedule 'interleaved' (it interleaves virtual "
-            "stages per GPU)"
-        )
-    elif plan.schedule != "interleaved" and plan.vpp > 1:
-        problems.append(
-            f"vpp ({plan.vpp}) needs schedule 'interleaved', not {plan.schedule!r} (only the "
-            "interleaved schedule runs virtual stages)"
-        )
-    if plan.schedule == "interleaved" and plan.grad_accum % plan.pp:
-        problems.append(
-            f"grad_accum ({plan.grad_accum}) must be a multiple of pp ({plan.pp}) for the "
-            "interleaved schedule (Megatron's rule)"
-        )
+    problems += _schedule_problems(plan)
     if seq_len % (2 * plan.cp) and plan.cp > 1:
         problems.append(
             f"seq_len ({seq_len}) must be divisible by 2 * cp ({2 * plan.cp}) (load-balanced "
