@@ -371,3 +371,29 @@ def test_cli_imports_no_torch_for_bench_help() -> None:
         [sys.executable, "-c", probe], env=env, check=True, capture_output=True, text=True
     ).stdout
     assert out.strip() == "False"
+
+
+def test_a_copy_buffer_larger_than_the_machine_is_refused_before_any_work() -> None:
+    """`bench --bandwidth-bytes 1TB` was an allocator traceback; the two buffers of the copy
+    benchmark are checked against this machine's physical memory before torch is loaded."""
+    code, out, err = cli("bench", "--dtype", "fp32", "--repeats", "1", "--sizes", "64",
+                         "--bandwidth-bytes", "1PB")  # fmt: skip
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert "bandwidth-bytes = '1PB'" in err and "two buffers" in err
+
+
+@needs_torch
+def test_a_copy_buffer_the_allocator_refuses_is_one_line(monkeypatch) -> None:
+    """Where the device cannot hold the buffers (a GPU's memory, checked only when they are
+    allocated), the allocator's error becomes the field's one-line rule."""
+    import torch
+
+    from trainbudget.profile.bench import bandwidth_bench
+
+    def refuse(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(torch, "ones", refuse)
+    with pytest.raises(SpecError, match="two buffers of that size cannot be allocated on cpu"):
+        bandwidth_bench(1 << 20, "cpu")

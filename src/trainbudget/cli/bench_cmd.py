@@ -7,6 +7,7 @@ torch is imported inside run() only: `trainbudget --help` and the other commands
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         n_bytes = int(parse_bytes(args.bandwidth_bytes, "bandwidth-bytes"))
         if n_bytes <= 0:
             raise SpecError("bandwidth-bytes", args.bandwidth_bytes, "must be positive")
+        _fits_host_memory(args.bandwidth_bytes, n_bytes)
 
     from trainbudget.profile import bench
     from trainbudget.profile.device import resolve_device
@@ -179,3 +181,18 @@ def _print_text(report: BenchReport, notes: list[str]) -> None:
         print(line)
     for note in notes:
         print(f"note: {note}")
+
+
+def _fits_host_memory(given: str, n_bytes: int) -> None:
+    """The copy benchmark holds two buffers of `n_bytes`: refused before any work where they
+    exceed this machine's physical memory (a GPU's is checked when they are allocated)."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # no sysconf here: the allocation decides
+        return
+    if 2 * n_bytes > physical:
+        rule = (
+            f"the copy benchmark holds two buffers of it, more than this machine's "
+            f"{format_bytes(physical)} of memory"
+        )
+        raise SpecError("bandwidth-bytes", given, rule)

@@ -176,8 +176,12 @@ def bandwidth_bench(n_bytes: int, device: object, *, warmup: int = 2, repeats: i
 
     if n_bytes <= 0:
         raise SpecError("bandwidth_bytes", n_bytes, "must be a positive integer")
-    src = torch.ones(n_bytes, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
+    try:
+        src = torch.ones(n_bytes, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+    except (RuntimeError, MemoryError):  # torch.OutOfMemoryError is a RuntimeError
+        rule = f"two buffers of that size cannot be allocated on {device}: give a smaller one"
+        raise SpecError("bandwidth_bytes", n_bytes, rule) from None
     seconds = _median_seconds(lambda: dst.copy_(src), device, warmup, repeats)
     return 2 * n_bytes / seconds
 
