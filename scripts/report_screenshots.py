@@ -46,7 +46,10 @@ def chromium() -> str:
         path = shutil.which(name)
         if path:
             return path
-    sys.exit("no chromium, chromium-browser or google-chrome on PATH")
+    sys.exit(
+        "no chromium, chromium-browser or google-chrome on PATH: install one (Debian/Ubuntu: "
+        "sudo apt-get install -y chromium; macOS: brew install --cask chromium)"
+    )
 
 
 def screenshot(html: Path, png: Path, browser: str) -> None:
