@@ -44,7 +44,7 @@ from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 
 SETTINGS = settings(max_examples=100, deadline=None, derandomize=True)
-PLANNER_SETTINGS = settings(max_examples=30, deadline=None, derandomize=True)
+PLANNER_SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
 H100 = get_hardware("h100-sxm")
 EPS = 1e-9  # relative tolerance for float sums
 BF16 = get_precision("bf16-mixed")
