@@ -481,6 +481,7 @@ def test_mfu_text() -> None:
 # ---------------------------------------------------------------- help and no arguments
 
 SUBCOMMAND_OPTIONS = {
+    "serve": ("--host", "--port"),
     "report": (
         "--model",
         "--run",

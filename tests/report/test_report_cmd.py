@@ -14,7 +14,7 @@ import pytest
 from page_check import assert_self_contained, parse_page
 
 from clirun import cli, cli_json
-from trainbudget.core.parallel.compute_time import DEFAULT_EFFICIENCY
+from trainbudget.core.parallel.timing.compute_time import DEFAULT_EFFICIENCY
 
 pytest.importorskip("matplotlib")
 
@@ -103,7 +103,7 @@ def test_run_report_from_the_command_line(synthetic_run: Path, tmp_path: Path) -
 
 
 def test_the_run_report_shows_comm_json(synthetic_run: Path, tmp_path: Path) -> None:
-    # rows as train.comm_report writes them (a zero1 run's, shortened)
+    # rows as train.observe.comm_report writes them (a zero1 run's, shortened)
     row = {"axis": "dp", "op": "broadcast", "measured_bytes": 109696, "predicted_bytes": 0.0}
     row |= {"count": 28, "predicted_count": 0.0, "explained_bytes": 109696.0}
     row |= {"equal": False, "explained": True, "difference": "ZeroRedundancyOptimizer: ..."}
@@ -192,6 +192,10 @@ def test_headless_chromium_renders_the_plots(tmp_path: Path) -> None:
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
+            # no network here: without these Chromium keeps dialling Google's hosts, refused
+            *("--disable-quic", "--no-first-run", "--disable-background-networking"),
+            *("--disable-component-update", "--disable-sync"),
+            f"--user-data-dir={tmp_path / 'profile'}",
             f"--screenshot={shot}",
             "--window-size=1200,3000",
             out.resolve().as_uri(),
