@@ -1,171 +1,21 @@
-"""`trainbudget estimate` with GPUs and no layout: `plan`'s search for the same question, its
-best plan the answer (days, layout and per-GPU memory equal to `plan`'s)."""
+"""`trainbudget estimate` with GPUs and no layout, as text: the planner's answer
+(trainbudget.api.estimate_planned) in the lines `plan` prints for its best plan."""
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-from dataclasses import dataclass
-
-from trainbudget.cli.args import (
-    dumps_json,
-    framework_from_args,
-)
-from trainbudget.cli.estimate_request import request_from_args
-from trainbudget.cli.estimate_views import (
-    ANSWERS,
-    derivation_json,
-    explain,
-    head_lines,
-    layout_assumptions,
-    to_json,
-)
-from trainbudget.cli.plan_view import (
-    efficiency_from_args,
-)
-from trainbudget.cli.question import (
-    Search,
-    best_json,
-    best_lines,
-    inputs_json,
-    inputs_lines,
-    search_from_args,
-)
-from trainbudget.cli.reliability_view import (
-    reliability_json,
-    reliability_line,
-)
-from trainbudget.cli.uncertainty_view import (
-    sensitivity,
-    sensitivity_line,
-    take_assumptions,
-)
-from trainbudget.core.errors import SpecError
-from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.planner import RankedPlan, evaluate, why_best
-from trainbudget.core.single.estimate import (
-    Estimate,
-    estimate,
-)
-from trainbudget.core.spec.frameworks import Framework
-from trainbudget.core.spec.model_arg import resolve_model
-from trainbudget.core.spec.precision import get_optimizer, get_precision
+from trainbudget.api.estimate_json import ANSWERS
+from trainbudget.api.results import Estimate as Answer
+from trainbudget.cli.estimate_views import explain, head_lines
+from trainbudget.cli.question import best_lines, inputs_lines
+from trainbudget.cli.reliability_view import reliability_line
+from trainbudget.cli.uncertainty_view import sensitivity_line
 from trainbudget.core.units import format_bytes
 
 
-def run_planner(args: argparse.Namespace, explicit: dict) -> int:
-    """--gpus > 1 and no layout: `plan`'s search for the same question; its best plan is the
-    answer (days, layout, per-GPU memory equal to `plan`'s)."""
-    _refuse_half_a_layout(args, explicit)
-    answer = _answer(args, explicit)
-    if args.json:
-        print(dumps_json(_answer_json(answer, args)))
-    else:
-        print("\n".join(_answer_lines(answer, args)))
-    return 0
-
-
-@dataclass(frozen=True)
-class _Answer:
-    """The planner's answer and what is printed around it."""
-
-    e: Estimate
-    found: Search
-    fw: Framework
-    reliability: dict | None
-    sensitivity: list[dict]
-
-    @property
-    def best(self) -> RankedPlan:
-        return self.found.result.plans[0]
-
-
-def _refuse_half_a_layout(args: argparse.Namespace, explicit: dict) -> None:
-    if explicit["micro_batch"] is not None:
-        raise SpecError(
-            "--micro-batch",
-            explicit["micro_batch"],
-            "fixes part of a layout: give the layout too (--dp, --tp, ...), or leave the "
-            "planner to choose it (--max-micro-batch bounds it)",
-        )
-    if args.grad_accum != "1":
-        raise SpecError(
-            "--grad-accum",
-            args.grad_accum,
-            "fixes part of a layout: give the layout too, or --global-batch for the planner",
-        )
-
-
-def _answer(args: argparse.Namespace, explicit: dict) -> _Answer:
-    """Search, refuse when nothing fits, and estimate the model at the best plan's settings."""
-    unstated = take_assumptions(args)
-    search_args = argparse.Namespace(**vars(args))
-    search_args.recompute = explicit["recompute"]  # stated: the search tries only it
-    model = resolve_model(args.model, args.overrides)
-    fw = framework_from_args(args)
-    req = request_from_args(args)
-    found = search_from_args(search_args, model, req.hardware, req.n_gpus, fw, top=5)
-    best = found.result.plans[0]
-    if not best.fits:
-        raise SpecError(
-            "--gpus",
-            req.n_gpus,
-            f"no layout of {model.name} fits in {found.headroom_text()}: the least memory is "
-            f"{format_bytes(best.memory.total_bytes)} per GPU ({best.plan.describe()}); add "
-            "GPUs, allow offload (--allow-offload) or shorten --seq-len",
-        )
-    plan = best.plan
-    e = estimate(
-        dataclasses.replace(
-            req,
-            seq_len=found.seq_len.value,
-            micro_batch=plan.micro_batch,
-            grad_accum=plan.grad_accum,
-            recompute=plan.recompute,
-            flash_attention=plan.flash_attention,
-        )
-    )
-    tokens = req.tokens
-    reliability = reliability_json(
-        args,
-        n_gpus=req.n_gpus,
-        checkpoint_bytes=e.checkpoint_bytes,
-        useful_seconds=tokens / best.time.tokens_per_second if tokens is not None else None,
-    )
-
-    def run_plan(plan: Plan, framework: Framework) -> RankedPlan:
-        return evaluate(
-            model,
-            plan,
-            found.cluster,
-            seq_len=found.seq_len.value,
-            precision=get_precision(req.precision),
-            optimizer=get_optimizer(req.optimizer),
-            efficiency=efficiency_from_args(args, req.hardware),
-            causal=args.causal,
-            count_causal=req.causal,
-            framework=framework,
-            headroom=found.policy.memory_headroom,
-        )
-
-    sens = sensitivity(best, fw, tuple(u for u in unstated if u != "micro_batch"), run_plan)
-    return _Answer(e, found, fw, reliability, sens)
-
-
-def _answer_json(a: _Answer, args: argparse.Namespace) -> dict:
-    out = _planner_json(a.e, a.found, a.e.request.tokens)
-    out["sensitivity"] = a.sensitivity
-    if a.reliability is not None:
-        out["reliability"] = a.reliability
-    out["framework"] = a.fw.name
-    out["assumptions"] = _planner_assumptions(a.found, a.e, a.fw.assumption(), args.causal)
-    if args.explain:
-        out["derivation"] = derivation_json(a.e, a.best)
-    return out
-
-
-def _answer_lines(a: _Answer, args: argparse.Namespace) -> list[str]:
-    e, found, result = a.e, a.found, a.found.result
+def planner_lines(a: Answer, explained: bool) -> list[str]:
+    """The answer's lines; `explained`: the derivation after them (--explain)."""
+    e, found = a.single, a.search
+    result = found.result
     head = head_lines(e, found.seq_len)
     out = [f"answer       {ANSWERS['planner']}", head[0], *inputs_lines(found), *head[2:]]
     out.append(
@@ -177,70 +27,9 @@ def _answer_lines(a: _Answer, args: argparse.Namespace) -> list[str]:
     if line is not None:
         out.append(line)
     out.append(f"checkpoint   {format_bytes(e.checkpoint_bytes)}")
-    out.append(f"framework    {a.fw.assumption().removeprefix('framework: ')}")
+    out.append(f"framework    {a.framework.assumption().removeprefix('framework: ')}")
     if a.reliability is not None:
         out.append(reliability_line(a.reliability))
-    if args.explain:
-        assumptions = _planner_assumptions(found, e, a.fw.assumption(), args.causal)
-        out += ["", explain(e, assumptions, a.best)]
+    if explained:
+        out += ["", explain(e, a.to_json()["assumptions"], a.ranked)]
     return out
-
-
-def _planner_assumptions(found, e: Estimate, fw_line: str, causal: bool) -> list[str]:
-    policy = found.policy
-    searched = (
-        "layouts searched: recomputation "
-        + ", ".join(policy.recompute)
-        + "; ZeRO "
-        + ",".join(str(z) for z in policy.zero_stages)
-        + ("; HSDP shard groups" if policy.hsdp else "")
-        + ("; context parallelism" if policy.allow_cp else "")
-        + f"; micro-batch up to {policy.max_micro_batch}"
-    )
-    return [
-        f"sequence length {found.seq_len.value:,}: {found.seq_len.source}",
-        f"global batch {found.global_batch.value:,}: {found.global_batch.source}",
-        searched,
-        *layout_assumptions(e, policy.memory_headroom, fw_line, causal),
-    ]
-
-
-def _planner_json(e: Estimate, found, tokens: float | None) -> dict:
-    """The model's counts, then `plan --json`'s best plan at the top level (equal fields); the
-    one-GPU figures the answer does not use are left out."""
-    plans = best_json(found, tokens)
-    out = {k: v for k, v in to_json(e).items() if k not in ONE_GPU_KEYS}
-    out.update(
-        {
-            "answer": {"kind": "planner", "how": ANSWERS["planner"]},
-            **inputs_json(found),
-            **plans[0],
-            "fits_in_gpu_memory": plans[0]["fits"],
-            "evaluated": found.result.evaluated,
-            "fitting": found.result.n_fitting,
-            "why": why_best(found.result),
-            "plans": plans,
-        }
-    )
-    price = e.request.price_per_gpu_hour
-    out["cost"] = out["gpu_hours"] * price if tokens is not None and price is not None else None
-    return out
-
-
-ONE_GPU_KEYS = frozenset(
-    {
-        "time_seconds",
-        "time_days",
-        "gpu_hours",
-        "cost",
-        "mfu",
-        "memory_bytes",
-        "memory_model",
-        "activations_breakdown",
-        "fits_in_gpu_memory",
-        "tokens_per_step",
-        "flops_per_step",
-        "assumptions",
-    }
-)
-"""to_json's fields of the one-GPU estimate, replaced by the plan's in a planned answer."""

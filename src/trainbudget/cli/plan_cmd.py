@@ -1,11 +1,14 @@
 """`trainbudget plan`: search every layout, show the fastest that fit and why; or, with
---within-days, which GPU and how many finish the tokens at the least cost."""
+--within-days, which GPU and how many finish the tokens at the least cost. The search's answer
+is trainbudget.api's (api.plan_answer, which `trainbudget.plan` calls too)."""
 
 from __future__ import annotations
 
 import argparse
 import functools
 
+from trainbudget.api.plan_answer import answer_plan, plan_question
+from trainbudget.api.question import Search
 from trainbudget.cli.args import (
     add_causal_args,
     add_framework_arg,
@@ -14,44 +17,30 @@ from trainbudget.cli.args import (
     comma_list,
     dumps_json,
     duration_days,
-    framework_from_args,
     money,
     positive_int,
     refuse_repeats,
     token_count,
 )
 from trainbudget.cli.plan_emit import add_emit_args, run_emit
-from trainbudget.cli.plan_view import (
-    add_cluster_args,
-)
+from trainbudget.cli.plan_view import add_cluster_args
 from trainbudget.cli.question import (
     GLOBAL_BATCH_HELP,
     SEQ_LEN_HELP,
-    Search,
     add_policy_args,
-    best_json,
     best_lines,
     global_batch_from_args,
-    inputs_json,
     inputs_lines,
     policy_from_args,
-    search_from_args,
     seq_len_from_args,
 )
-from trainbudget.cli.reliability_view import (
-    add_reliability_options,
-    reliability_json,
-    reliability_line,
-)
+from trainbudget.cli.reliability_view import add_reliability_options, reliability_line
 from trainbudget.core.errors import SpecError, lookup
-from trainbudget.core.parallel.planner import why_best
-from trainbudget.core.parallel.planner_fast import search_fast
-from trainbudget.core.parallel.procurement import Candidate, cheapest
-from trainbudget.core.single.memory import checkpoint_bytes
+from trainbudget.core.parallel.search.planner_fast import search_fast
+from trainbudget.core.parallel.search.procurement import Candidate, cheapest
 from trainbudget.core.spec.defaults import DEFAULT_GPU
 from trainbudget.core.spec.frameworks import Framework
 from trainbudget.core.spec.hardware import HARDWARE, get_hardware
-from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.core.units import GB
@@ -110,99 +99,50 @@ def _prices(args: argparse.Namespace, names: list[str]) -> dict[str, float]:
     return out
 
 
-CHEAPEST_ONLY = ("gpu_options", "gpu_counts", "prices")
-"""Options that only the cheapest-cluster search (--within-days) reads."""
-
-
-def _refuse_unused(args: argparse.Namespace) -> None:
-    """Options that this run would ignore are errors, not silence."""
-    if args.emit_out is not None and args.emit is None:
-        raise SpecError("--emit-out", args.emit_out, "is where --emit writes; give --emit ENGINE")
-    if args.within_days is None:
-        for name in CHEAPEST_ONLY:
-            if getattr(args, name) is not None:
-                raise SpecError(
-                    f"--{name.replace('_', '-')}",
-                    getattr(args, name),
-                    "compares GPU types and counts for --within-days D (with --tokens); "
-                    "without it plan searches one cluster (--gpu, --gpus)",
-                )
-
-
 def run(args: argparse.Namespace) -> int:
-    model = resolve_model(args.model, args.overrides)
-    if not isinstance(model, ModelSpec):
-        raise SpecError("--model", args.model, "the planner needs an architecture, not dense:N")
-    fw = framework_from_args(args)
-    _refuse_unused(args)
+    question = plan_question(args)
     if args.within_days is not None:
-        if args.calibration is not None:
-            raise SpecError(
-                "--calibration",
-                args.calibration,
-                "describes one GPU; it cannot be used with --within-days, which compares GPU types",
-            )
-        if args.emit is not None:
-            raise SpecError("--emit", args.emit, "emits one plan; not with --within-days")
-        seq_len = seq_len_from_args(args, model).value
-        run_search = functools.partial(
-            search_fast,
-            model,
-            global_batch=global_batch_from_args(args, seq_len).value,
-            seq_len=seq_len,
-            precision=get_precision(args.precision),
-            optimizer=get_optimizer(args.optimizer),
-            policy=policy_from_args(args),
-            top=positive_int("top", args.top),
-            causal=args.causal,
-            count_causal=args.count_causal,
-            framework=fw,
-        )
-        return _run_cheapest(args, run_search, fw)
-    hardware = get_hardware(args.gpu)
-    found = search_from_args(
-        args,
-        model,
-        hardware,
-        positive_int("gpus", args.gpus),
-        fw,
-        top=positive_int("top", args.top),
-    )
-    result, cluster = found.result, found.cluster
-    tokens = token_count("tokens", args.tokens) if args.tokens else None
+        return _run_cheapest_from_args(args, *question)
+    answer = answer_plan(args, question)
     if args.emit is not None:
-        return run_emit(args, result, model, found.seq_len.value, tokens)
-    reliability = None
-    if result.plans and result.plans[0].fits:
-        best = result.plans[0]
-        reliability = reliability_json(
-            args,
-            n_gpus=cluster.n_gpus,
-            checkpoint_bytes=checkpoint_bytes(
-                model, precision=args.precision, optimizer=args.optimizer
-            ),
-            useful_seconds=tokens / best.time.tokens_per_second if tokens else None,
-        )
+        model = question[0]
+        return run_emit(args, answer.search.result, model, answer.seq_len.value, answer.tokens)
     if args.json:
-        print(dumps_json(_result_json(found, tokens, reliability, fw)))
+        print(answer.json_text())
     else:
-        print("\n".join(_result_lines(found, tokens, reliability, fw)))
+        print(
+            "\n".join(
+                _result_lines(answer.search, answer.tokens, answer.reliability, answer.framework)
+            )
+        )
     return 0
 
 
-def _result_json(found: Search, tokens, reliability, fw: Framework) -> dict:
-    result = found.result
-    return {
-        **inputs_json(found),
-        "plans": best_json(found, tokens),
-        "evaluated": result.evaluated,
-        "fitting": result.n_fitting,
-        "search_seconds": result.search_seconds,
-        "why": why_best(result),
-        "reliability": reliability,
-        "framework": fw.name,
-        "assumptions": [fw.assumption()],
-    }
+def _run_cheapest_from_args(args: argparse.Namespace, model: ModelSpec, fw: Framework) -> int:
+    """--within-days: the cheapest GPU type and count that finish the tokens in time."""
+    if args.calibration is not None:
+        raise SpecError(
+            "--calibration",
+            args.calibration,
+            "describes one GPU; it cannot be used with --within-days, which compares GPU types",
+        )
+    if args.emit is not None:
+        raise SpecError("--emit", args.emit, "emits one plan; not with --within-days")
+    seq_len = seq_len_from_args(args, model).value
+    run_search = functools.partial(
+        search_fast,
+        model,
+        global_batch=global_batch_from_args(args, seq_len).value,
+        seq_len=seq_len,
+        precision=get_precision(args.precision),
+        optimizer=get_optimizer(args.optimizer),
+        policy=policy_from_args(args),
+        top=positive_int("top", args.top),
+        causal=args.causal,
+        count_causal=args.count_causal,
+        framework=fw,
+    )
+    return _run_cheapest(args, run_search, fw)
 
 
 def _result_lines(found: Search, tokens, reliability, fw: Framework) -> list[str]:

@@ -1,10 +1,11 @@
-"""`trainbudget estimate`'s request: the arguments read into the core's EstimateRequest,
-and the options a planned answer reads before the assumed values fill in."""
+"""An estimate question's options read into the core's EstimateRequest, and the options a
+planned answer reads before the assumed values fill in."""
 
 from __future__ import annotations
 
 import argparse
 
+from trainbudget.api.model_input import resolve
 from trainbudget.cli.args import (
     fraction,
     money,
@@ -22,7 +23,6 @@ from trainbudget.core.single.estimate import (
 )
 from trainbudget.core.single.training_time import tokens_from_epochs
 from trainbudget.core.spec.hardware import get_hardware
-from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.precision import get_precision
 
 
@@ -65,7 +65,7 @@ def request_from_args(args: argparse.Namespace, seq_len: int | None = None) -> E
                 "--mean-length)",
             )
     return EstimateRequest(
-        model=resolve_model(args.model, args.overrides),
+        model=resolve(args.model, args.overrides),
         hardware=get_hardware(args.gpu),
         tokens=tokens,
         n_gpus=positive_int("gpus", args.gpus),

@@ -1,0 +1,9 @@
+"""The Python API: `estimate` and `plan` take the CLI's options as keywords and return frozen
+results whose `to_json()` is the CLI's `--json` document for the same question. The CLI's
+`estimate` and `plan` commands call the same functions (api.estimate_answer, api.plan_answer)."""
+
+from trainbudget.api.entry import estimate, plan
+from trainbudget.api.results import Estimate, Memory, PlanResult
+from trainbudget.core.errors import SpecError
+
+__all__ = ["Estimate", "Memory", "PlanResult", "SpecError", "estimate", "plan"]
