@@ -1,12 +1,24 @@
-"""The newer sources' rows (published/nemo_perf.py, automodel.py, nanotron.py, speedrun.py) and
-the per-row tables tests/published/test_published_runs.py checks every row against."""
+"""The newer sources' rows (published/nemo_perf.py, automodel.py, nanotron.py, speedrun.py, and
+for item 6 internlm.py, nanochat.py, mlengineering.py, llmc.py, accelerate_fp8.py and
+flagperf.py) and the per-row tables that tests/published/test_published_runs.py checks every
+row against."""
 
 from trainbudget.published.automodel import AUTOMODEL
 from trainbudget.published.nanotron import NANOTRON
 from trainbudget.published.nemo_perf import BRIDGE_PERF, NEMO_LONG_CONTEXT, NEMO_PERF_2407
+from trainbudget.published.runs.accelerate_fp8 import ACCELERATE_FP8
+from trainbudget.published.runs.flagperf import FLAGPERF
+from trainbudget.published.runs.internlm import INTERNLM
+from trainbudget.published.runs.llmc import LLMC
+from trainbudget.published.runs.mlengineering import MLENGINEERING
+from trainbudget.published.runs.nanochat import NANOCHAT
 from trainbudget.published.speedrun import SPEEDRUN
 
-NEW = (*NEMO_PERF_2407, *NEMO_LONG_CONTEXT, *BRIDGE_PERF, *AUTOMODEL, *NANOTRON, *SPEEDRUN)
+# the rows tests/published/test_modern_runs.py counts (issue "Right on runs nobody tuned for")
+MODERN = (*NEMO_PERF_2407, *NEMO_LONG_CONTEXT, *BRIDGE_PERF, *AUTOMODEL, *NANOTRON, *SPEEDRUN)
+# the rows added for its item 6, each source with its own tests file in tests/published/
+ITEM6 = (*INTERNLM, *NANOCHAT, *MLENGINEERING, *LLMC, *ACCELERATE_FP8, *FLAGPERF)
+NEW = (*MODERN, *ITEM6)
 
 # run id prefix -> source key (for test_published_runs.SOURCE_KEYS)
 SOURCE_KEYS_NEW = {
@@ -16,6 +28,12 @@ SOURCE_KEYS_NEW = {
     "automodel-": "nvidia-automodel-perf",
     "nanotron-": "huggingface-nanotron-bench",
     "speedrun-": "jordan-modded-nanogpt",
+    "internlm-": "internlm-train-performance",
+    "nanochat-": "karpathy-nanochat",
+    "mleng-": "bekman-ml-engineering",
+    "llmc-": "karpathy-llmc",
+    "accelerate-": "huggingface-accelerate-fsdp2-fp8",
+    "flagperf-": "baai-flagperf",
 }
 # run id prefix -> (position, norm) (for test_published_runs.POSITION_NORM)
 POSITION_NORM_NEW = {
@@ -29,6 +47,12 @@ POSITION_NORM_NEW = {
     "speedrun-llmc-": ("learned", "layernorm"),  # llm.c GPT-2
     "speedrun-adamw-": ("rope", "rmsnorm"),  # weightless F.rms_norm, rotary
     "speedrun-muon-": ("rope", "rmsnorm"),
+    "internlm-": ("rope", "rmsnorm"),  # InternLM configs: norm_type="rmsnorm", rotary
+    "nanochat-": ("rope", "rmsnorm"),  # weightless F.rms_norm, rotary
+    "mleng-": ("rope", "rmsnorm"),  # Hugging Face Llama-3.1-8B
+    "llmc-": ("learned", "layernorm"),  # llm.c GPT-2
+    "accelerate-": ("rope", "rmsnorm"),  # Hugging Face Llama
+    "flagperf-": ("rope", "rmsnorm"),  # Megatron-Core --normalization RMSNorm, rotary
 }
 # run -> (n_layers, d_model, n_heads, n_kv_heads, d_ff, vocab, mlp, tied, bias) for the runs that
 # reuse a preset (for test_published_runs.SOURCE_DIMS), and the fields overriding it (OVERRIDES)
@@ -54,6 +78,14 @@ SOURCE_DIMS_NEW = {
     "automodel-llama31-70b-h100-64gpu": _L3_70B,
     # llm.c pads GPT-2's 50257 to 50304
     "speedrun-llmc-gpt2-124m-8gpu": (12, 768, 12, 12, 3072, 50304, "gelu", True, True),
+    # InternLM configs/7B_sft.py: Llama 2 7B's shapes (MLP ratio 8/3 -> 11008), vocabulary 103168
+    **{r.id: (32, 4096, 32, 32, 11008, 103168, "swiglu", False, False) for r in INTERNLM},
+    **{r.id: _L3_8B for r in MLENGINEERING},  # Llama 3.1 8B: Llama 3 8B's shapes
+    # llm.c pads GPT-2's 50257 to 50304
+    "llmc-gpt2-124m-8gpu": (12, 768, 12, 12, 3072, 50304, "gelu", True, True),
+    "llmc-gpt2-350m-8gpu": (24, 1024, 16, 16, 4096, 50304, "gelu", True, True),
+    **{r.id: _L3_8B for r in ACCELERATE_FP8},  # Hermes-3-Llama-3.1-8B's config
+    **{r.id: _L3_8B if "-8b-" in r.id else _L3_70B for r in FLAGPERF},  # pretrain_llama3.sh
 }
 OVERRIDES_NEW = {
     "nemo2407-gpt3-175b-128gpu": {"vocab_size"},
@@ -61,4 +93,6 @@ OVERRIDES_NEW = {
         "vocab_size", "max_seq_len", "position", "tied_embeddings", "bias",
     },
     "speedrun-llmc-gpt2-124m-8gpu": {"vocab_size"},
+    **{r.id: {"vocab_size"} for r in INTERNLM},
+    **{r.id: {"vocab_size"} for r in LLMC},
 }  # fmt: skip

@@ -12,9 +12,9 @@ import dataclasses
 import pytest
 
 from clirun import cli, cli_json
-from modern_runs import NEW
+from modern_runs import ITEM6, NEW
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.step_time import step_time
+from trainbudget.core.parallel.timing.step_time import step_time
 from trainbudget.core.single.params import count_params
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision
@@ -70,7 +70,8 @@ def test_mean_absolute_error_on_each_era():
     pipeline scatter/gather (the legacy rows), 6.1 % with today's kernel mechanisms. The
     newer sources (tests/modern_runs.py: H100/B200, FP8, long context, nanotron's sweep), on
     which nothing was fitted, 17.4 % (30.5 % before those mechanisms); all 129: 11.5 %. Issue
-    "Right on runs nobody tuned for" asks for 5 %: not reached (its notes)."""
+    "Right on runs nobody tuned for" asks for 5 %: not reached (its notes). Its item 6 added
+    50 runs from six more sources (tests/modern_runs.py ITEM6: 16.6 %); all 179: 12.9 %."""
     comparisons = scored(compare_all())
     newer = {r.id for r in NEW}
     assert mean_absolute_error([c for c in comparisons if c.run_id not in newer]) < 0.07
@@ -146,7 +147,10 @@ def test_memory_is_compared_where_a_source_reports_it():
         "zero-bubble-1f1b-14.6b",
         "zero-bubble-1f1b-28.3b",
     }
-    assert {c.source_key for c in memory} == {"qi-2024-zero-bubble", "huggingface-nanotron-bench"}
+    assert {c.source_key for c in memory} == {
+        "qi-2024-zero-bubble", "huggingface-nanotron-bench",
+        "karpathy-nanochat", "bekman-ml-engineering", "baai-flagperf",  # issue 23 item 6
+    }  # fmt: skip
     # Table 4, 1F1B, 1.5B: "Memory (GB) 30 30 30"
     (first,) = [c for c in memory if c.run_id == "zero-bubble-1f1b-1.5b-m24"]
     assert first.measured_memory_bytes == 30e9
@@ -363,6 +367,7 @@ def _cli_args(run) -> list[str]:
         argv += ["--pp-layers", ",".join(map(str, lay.pp_layers))]
     argv += ["--framework", framework_row(run.framework).name, "--precision", run.precision]
     argv += ["--tp-comm-overlap"] if run.tp_comm_overlap else []
+    argv += ["--offload-optimizer", lay.offload_optimizer]
     return [*argv, "--optimizer", "adam", "--json"]
 
 
@@ -392,7 +397,16 @@ def test_validate_counts_the_completed_runs_predicted_not_to_fit():
     counted = scored(compare_all())
     rejected = predicted_not_to_fit(counted)
     assert all(c.predicted_memory_bytes > 0.9 * c.gpu_memory_bytes for c in rejected)
-    assert len(rejected) <= 26
+    # the ratchet holds on the rows it was set on; item 6's rows (tests/modern_runs.py ITEM6)
+    # add 10 more: nanochat's d32 (72.1 GB predicted, 78 GB held by nvidia-smi: the flat 90 %
+    # rule), 7 of Bekman's long-context rows (Liger's fused cross-entropy never holds the
+    # logits the deepspeed row's torch cross-entropy sizes), llm.c's 350M (99 GB predicted
+    # on an 80 GB A100; llm.c computes its classifier in fused, in-place kernels) and
+    # Accelerate's FP8 FSDP2 run (75.6 GB: the fp8 row's fp32 master and Adam state where the
+    # run keeps bf16 ones)
+    item6 = {r.id for r in ITEM6}
+    assert len([c for c in rejected if c.run_id not in item6]) <= 26
+    assert len([c for c in rejected if c.run_id in item6]) <= 10
     out = cli_json("validate")
     assert out["predicted_not_to_fit"] == [c.run_id for c in rejected]
     _, text, _ = cli("validate")

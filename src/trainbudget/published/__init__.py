@@ -24,6 +24,9 @@ are validated when this package is imported. One module per family of sources:
   configuration, MFU and peak memory of four Llama-style models on 1-64 nodes of 8 H100
 - speedrun.py: the modded-nanogpt speedrun records on 8 x H100 (llm.c GPT-2 124M baseline,
   124M with AdamW under DDP + torch.compile, the 1.5B scale-up)
+- runs/: the runs added for issue 23's item 6, one module per source (runs/__init__.py lists
+  them): InternLM, nanochat, Bekman's ML Engineering book, llm.c, Accelerate's FSDP2 example,
+  BAAI FlagPerf
 
 Excluded sources: the Megatron-LM repository (README tables, CI golden values), torchtitan's
 docs and benchmarks (and torchao's float8 tables), MosaicML llm-foundry's benchmark tables, IBM
@@ -57,6 +60,12 @@ from trainbudget.published.record import (
     RunDataError,
     unique_ids,
 )
+from trainbudget.published.runs.accelerate_fp8 import ACCELERATE_FP8
+from trainbudget.published.runs.flagperf import FLAGPERF
+from trainbudget.published.runs.internlm import INTERNLM
+from trainbudget.published.runs.llmc import LLMC
+from trainbudget.published.runs.mlengineering import MLENGINEERING
+from trainbudget.published.runs.nanochat import NANOCHAT
 from trainbudget.published.sharded_dp import BLOOMBERG, FSDP_PAPER, OPT
 from trainbudget.published.speedrun import SPEEDRUN
 from trainbudget.published.systems_papers import FLASH_ATTN2, ZERO_BUBBLE
@@ -86,6 +95,12 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = unique_ids(
         *AUTOMODEL,
         *NANOTRON,
         *SPEEDRUN,
+        *INTERNLM,
+        *NANOCHAT,
+        *MLENGINEERING,
+        *LLMC,
+        *ACCELERATE_FP8,
+        *FLAGPERF,
     )
 )
 """Every run, in the order `trainbudget validate` prints them."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.parallel.plan import OFFLOAD_TARGETS
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.spec.hardware import ATTENTION_KERNELS, HARDWARE
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -37,6 +38,11 @@ FLOP_CONVENTIONS = {
     "flash-attention-2": "per sequence 6*s*N + 12*l*h*s^2, N every parameter (embeddings "
     "included), non-causal attention, recomputation not counted (Dao 2023, FlashAttention-2, "
     "arXiv:2307.08691, §4.2, the formula under Table 1)",
+    "arctic-causal": "per sequence 6*s*(l*(3*h*ffn + h*(2*q + 2*kv)) + V*h) + 6*s^2*l*h: "
+    "every linear layer and one V x h matrix (embedding and head counted once), attention "
+    "causal (half of 12*s^2*l*h), recomputation not counted (ArcticTraining's FlopsCounter as "
+    "S. Bekman's ml-engineering insights/when-to-upgrade-gpus/benchmark.py estimate_tflos "
+    "ports it)",
     "nemo-causal": "nemo-dgxc with its attention term halved for the causal mask: per token "
     "12*l*h^2*(1 + kv_groups/heads + s/(2h)) + 18*l*ffn*h (SwiGLU; 12*l*ffn*h non-gated) + "
     "6*V*h, V NeMo's vocabulary for the family (NeMo nemo/utils/flops_formulas.py from commit "
@@ -61,6 +67,9 @@ FRAMEWORKS = {
     "nanotron": "Hugging Face nanotron: torch-native 3D parallelism (TP with reduce-scatter, "
     "1F1B pipeline), ZeRO-0/1, fp32 gradient accumulation",
     "nemo": "NVIDIA NeMo (on Megatron-Core)",
+    "pytorch-native": "a PyTorch trainer of its own, neither Megatron, DeepSpeed nor FSDP: "
+    "InternLM/InternEvo (flash-attention, apex kernels, its hybrid ZeRO-1), nanochat "
+    "(torch.compile, optimizers sharding their state ZeRO-2 style)",
     "other": "any other stack (an in-house trainer, SageMaker model parallelism, ...)",
 }
 
@@ -110,6 +119,9 @@ class Layout:
     flash_attention: bool
     """Fused attention that never stores the score matrix (FlashAttention or an equivalent);
     False for the 2021-2022 Megatron/DeepSpeed runs, which used unfused softmax kernels."""
+    offload_optimizer: str = "none"
+    """Where the fp32 master weights and Adam state live: 'none' (on the GPU), 'cpu' (DeepSpeed
+    ZeRO-Offload's offload_optimizer: the optimizer step runs on the host) or 'nvme'."""
 
     @property
     def n_gpus(self) -> int:
@@ -313,6 +325,12 @@ def _validate_layout(fail: _Fail, lay: Layout, n_gpus: int) -> None:
         fail("layout.recompute", lay.recompute, "must be one of " + ", ".join(RECOMPUTE_KINDS))
     if lay.zero not in (0, 1, 2, 3) or isinstance(lay.zero, bool):
         fail("layout.zero", lay.zero, "must be 0, 1, 2 or 3")
+    if lay.offload_optimizer not in OFFLOAD_TARGETS:
+        fail(
+            "layout.offload_optimizer",
+            lay.offload_optimizer,
+            "must be one of " + ", ".join(OFFLOAD_TARGETS),
+        )
     if n_gpus != lay.n_gpus:
         factors = f"{lay.tp}*{lay.pp}*{lay.dp}*{lay.cp} = {lay.n_gpus}"
         fail("n_gpus", n_gpus, f"must equal tp*pp*dp*cp ({factors})")
