@@ -25,7 +25,7 @@ class Answer:
     [
         (estimate_cmd, "answer_estimate", ["estimate", "--model", "gpt2"]),
         (estimate_cmd, "answer_estimate", ["estimate", "--model", "llama-3-8b", "--gpus", "64"]),
-        (plan_cmd, "answer_plan", ["plan", "--model", "gpt2", "--gpus", "8"]),
+        (plan_cmd, "answer_plan_command", ["plan", "--model", "gpt2", "--gpus", "8"]),
     ],
 )
 def test_the_json_printed_is_the_answers(monkeypatch, module, name, argv):
@@ -45,4 +45,4 @@ def test_the_entry_points_call_the_same_functions():
     from trainbudget.api import estimate_answer, plan_answer
 
     assert estimate_cmd.answer_estimate is estimate_answer.answer_estimate
-    assert plan_cmd.answer_plan is plan_answer.answer_plan
+    assert plan_cmd.answer_plan_command is plan_answer.answer_plan_command

@@ -123,6 +123,23 @@ def test_results_are_frozen_and_to_json_is_a_fresh_copy():
         ({"gpus": 8, "tp": 3}, ["--gpus", "8", "--tp", "3"]),
         ({"price_per_gpu_hour": 2}, ["--price-per-gpu-hour", "2"]),
         ({"gpus": 8, "micro_batch": 2}, ["--gpus", "8", "--micro-batch", "2"]),
+        # options naming one of a few values: the core's line, not argparse's "invalid choice"
+        ({"recompute": "ful"}, ["--recompute", "ful"]),
+        ({"gpus": 8, "recompute": "ful"}, ["--gpus", "8", "--recompute", "ful"]),
+        ({"optimizer": "adamw8"}, ["--optimizer", "adamw8"]),
+        ({"flops_formula": "6N"}, ["--flops-formula", "6N"]),
+        (
+            {"gpus": 8, "tp": 2, "schedule": "1F1B"},
+            ["--gpus", "8", "--tp", "2", "--schedule", "1F1B"],
+        ),
+        (
+            {"gpus": 8, "zero": 3, "offload_optimizer": "disk"},
+            ["--gpus", "8", "--zero", "3", "--offload-optimizer", "disk"],
+        ),
+        (
+            {"gpus": 8, "zero": 3, "offload_params": "ssd"},
+            ["--gpus", "8", "--zero", "3", "--offload-params", "ssd"],
+        ),
     ],
 )
 def test_bad_input_is_the_clis_line(kwargs, argv):
@@ -144,6 +161,15 @@ def test_a_bad_model_and_a_bad_plan_question_are_the_clis_lines():
     assert one_line_error(("plan", "--model", "dense:70e9", "--gpus", "8")) == (
         f"trainbudget plan: error: {err.value}"
     )
+    for kwargs, argv in (
+        ({"recompute": "ful"}, ["--recompute", "ful"]),
+        ({"optimizer": "adamw8"}, ["--optimizer", "adamw8"]),
+    ):
+        with pytest.raises(SpecError, match=r"^(recompute|optimizer) = ") as err:
+            tb.plan("llama-3-8b", gpus=8, **kwargs)
+        assert one_line_error(("plan", "--model", "llama-3-8b", "--gpus", "8", *argv)) == (
+            f"trainbudget plan: error: {err.value}"
+        )
     with pytest.raises(SpecError, match=r"^config:model_type: missing"):
         tb.estimate({"hidden_size": 4096})
 

@@ -107,9 +107,9 @@ CASES = [
     ),
     case("unknown-precision", (*E, "--precision", "fp12"), "precision", "fp12", "bf16-mixed"),
     case("unknown-optimizer", (*E, "--optimizer", "adamww"), "optimizer", "adamww", "adamw"),
-    # argparse choices
-    case("bad-recompute", (*E, "--recompute", "half"), "--recompute", "half"),
-    case("bad-flops-formula", (*E, "--flops-formula", "8n"), "--flops-formula", "8n"),
+    # named choices: the core's line (api.choices), which also lists the accepted names
+    case("bad-recompute", (*E, "--recompute", "half"), opt("recompute"), "half", "selective"),
+    case("bad-flops-formula", (*E, "--flops-formula", "8n"), opt("flops-formula"), "8n", "6n"),
     # --tokens
     case("tokens-negative", (*E, "--tokens", "-5"), opt("tokens"), "-5"),
     case("tokens-word", (*E, "--tokens", "abc"), opt("tokens"), "abc"),

@@ -9,9 +9,9 @@ import pytest
 
 from clirun import cli, cli_json
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.gpu_memory import plan_memory
+from trainbudget.core.parallel.memory.gpu_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.step_time import step_time
+from trainbudget.core.parallel.timing.step_time import step_time
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.core.spec.presets import get_preset
@@ -365,7 +365,7 @@ BAD = [
     ((*EST, "--tp", "2", "--link-efficiency", "2"), "link_efficiency"),
     ((*EST, "--tp", "2", "--gpus-per-node", "0"), "gpus_per_node"),
     ((*EST, "--gpus", "12", "--tp", "2"), "gpus"),
-    ((*EST, "--schedule", "zigzag"), "--schedule"),
+    ((*EST, "--schedule", "zigzag"), "schedule = 'zigzag': must be one of 1f1b"),
     ((*PLAN, "--zero-stages", "7"), "zero_stages"),
     ((*PLAN, "--zero-stages", "one"), "zero_stages"),
     ((*PLAN, "--recompute-options", "bogus"), "recompute_options"),

@@ -15,14 +15,16 @@ import pytest
 
 from clirun import cli
 from trainbudget.core.errors import SpecError
-from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY
+from trainbudget.core.parallel.timing.calibration import (
+    efficiency_from_calibration,
+    load_calibration,
+)
+from trainbudget.core.parallel.timing.step_time import DEFAULT_EFFICIENCY
 from trainbudget.core.spec.hardware import HARDWARE
 from trainbudget.profile.bench import (
     BenchReport,
     MatmulResult,
     calibration_from,
-    efficiency_from_calibration,
-    load_calibration,
     roofline,
     save_calibration,
 )

@@ -3,7 +3,7 @@ results whose `to_json()` is the CLI's `--json` document for the same question. 
 `estimate` and `plan` commands call the same functions (api.estimate_answer, api.plan_answer)."""
 
 from trainbudget.api.entry import estimate, plan
-from trainbudget.api.results import Estimate, Memory, PlanResult
+from trainbudget.api.results import Estimate, Memory, PlanResult, Quotes
 from trainbudget.core.errors import SpecError
 
-__all__ = ["Estimate", "Memory", "PlanResult", "SpecError", "estimate", "plan"]
+__all__ = ["Estimate", "Memory", "PlanResult", "Quotes", "SpecError", "estimate", "plan"]

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from trainbudget.api.model_input import model_input
 from trainbudget.api.options import ESTIMATE_DEFAULTS, PLAN_DEFAULTS, namespace
-from trainbudget.api.results import Estimate, PlanResult
+from trainbudget.api.results import Estimate, PlanResult, Quotes
 from trainbudget.core.spec.defaults import DEFAULT_GPU
 
 Number = int | float | str
@@ -118,21 +118,32 @@ def plan(
     gpu_failure_rate_per_day: Number | None = None,
     checkpoint_write_bytes_per_second: Number | None = None,
     restart_seconds: Number | None = None,
+    within_days: Number | None = None,
+    gpu_options: str | Sequence[str] | None = None,
+    gpu_counts: str | Sequence[int] | None = None,
+    prices: Number | Mapping[str, Number] | None = None,
     overrides: Sequence[str] = (),
-) -> PlanResult:
+) -> PlanResult | Quotes:
     """`trainbudget plan --model MODEL --gpus N ...`: every layout searched, the fastest that
-    fit ranked (`.plans`, `.best`), each with its memory, step time and fit."""
-    given = {k: v for k, v in locals().items() if k != "model"}  # first: the options only
-    from trainbudget.api.plan_answer import answer_plan
+    fit ranked (`.plans`, `.best`), each with its memory, step time and fit.
 
-    return answer_plan(_checked(namespace(PLAN_DEFAULTS, model_input(model), given)))
+    With `within_days` (and `tokens`, `prices`) it is `plan --within-days D`: the quotes of
+    each GPU type in `gpu_options` (default `gpu`) and count in `gpu_counts` (default `gpus`),
+    cheapest first (`.quotes`, `.best`). `prices` is one price per GPU-hour for all, or a
+    mapping GPU name -> price ({"h100-sxm": 3, "a100-80gb": 1.5})."""
+    if isinstance(prices, Mapping):  # --prices NAME=PRICE,...
+        prices = ",".join(f"{name}={price}" for name, price in prices.items())
+    given = {k: v for k, v in locals().items() if k != "model"}  # first: the options only
+    from trainbudget.api.plan_answer import answer_plan_command
+
+    return answer_plan_command(_checked(namespace(PLAN_DEFAULTS, model_input(model), given)))
 
 
 def _checked(args: argparse.Namespace) -> argparse.Namespace:
     """What the CLI's parser checks before the command runs: a --calibration file is read
     whenever it is given (cli.plan_view.calibration_path), even where no step is timed."""
     if args.calibration is not None:
-        from trainbudget.profile.bench import load_calibration
+        from trainbudget.core.parallel.timing.calibration import load_calibration
 
         load_calibration(args.calibration)
     return args

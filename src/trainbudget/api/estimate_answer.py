@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from trainbudget.api.choices import check_choices
 from trainbudget.api.estimate_json import (
     ANSWERS,
     derivation_json,
@@ -23,12 +24,12 @@ from trainbudget.api.layout import (
 )
 from trainbudget.api.model_input import resolve
 from trainbudget.api.question import search_options_given, seq_len_from_args
+from trainbudget.api.reliability import reliability_json
 from trainbudget.api.request import explicit_options, headroom_from_args, request_from_args
 from trainbudget.api.results import Estimate as Answer
 from trainbudget.api.results import plan_memory, single_memory
-from trainbudget.cli.args import dumps_json, framework_from_args, positive_int
-from trainbudget.cli.reliability_view import reliability_json
-from trainbudget.cli.uncertainty_view import range_json, sensitivity, take_assumptions
+from trainbudget.api.sensitivity import range_json, sensitivity, take_assumptions
+from trainbudget.api.values import dumps_json, framework_from_args, positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan, validate_layout, validate_plan
@@ -43,6 +44,7 @@ from trainbudget.core.units import SECONDS_PER_DAY
 def answer_estimate(args: argparse.Namespace) -> Answer:
     """The answer to the question `args` asks (the options as `trainbudget estimate` parses
     them; unstated assumptions are filled in place)."""
+    check_choices(args)
     explicit = explicit_options(args)
     model = resolve(args.model, args.overrides)
     kind = answer_kind(args, model, positive_int("gpus", args.gpus))

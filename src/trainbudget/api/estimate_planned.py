@@ -15,12 +15,12 @@ from trainbudget.api.estimate_json import (
 from trainbudget.api.layout import efficiency_from_args
 from trainbudget.api.model_input import resolve
 from trainbudget.api.question import Search, best_json, inputs_json, search_from_args
+from trainbudget.api.reliability import reliability_json
 from trainbudget.api.request import request_from_args
 from trainbudget.api.results import Estimate as Answer
 from trainbudget.api.results import plan_memory
-from trainbudget.cli.args import dumps_json, framework_from_args
-from trainbudget.cli.reliability_view import reliability_json
-from trainbudget.cli.uncertainty_view import sensitivity, take_assumptions
+from trainbudget.api.sensitivity import sensitivity, take_assumptions
+from trainbudget.api.values import dumps_json, framework_from_args
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.search.planner import RankedPlan, evaluate, why_best

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from trainbudget.cli.args import positive_int
+from trainbudget.api.values import positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan
@@ -62,7 +62,10 @@ def efficiency_from_args(args: argparse.Namespace, hardware: Hardware) -> Effici
     """The step-time efficiencies: measured ones from --calibration, else the defaults."""
     if args.calibration is None:
         return DEFAULT_EFFICIENCY
-    from trainbudget.profile.bench import efficiency_from_calibration, load_calibration
+    from trainbudget.core.parallel.timing.calibration import (
+        efficiency_from_calibration,
+        load_calibration,
+    )
 
     cal = load_calibration(args.calibration)
     if cal.catalog_key != hardware.name:

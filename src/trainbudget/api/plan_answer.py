@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import argparse
 
+from trainbudget.api.choices import check_choices
 from trainbudget.api.model_input import resolve
 from trainbudget.api.question import Search, best_json, inputs_json, search_from_args
-from trainbudget.api.results import PlanResult
-from trainbudget.cli.args import dumps_json, framework_from_args, positive_int, token_count
-from trainbudget.cli.reliability_view import reliability_json
+from trainbudget.api.reliability import reliability_json
+from trainbudget.api.results import PlanResult, Quotes
+from trainbudget.api.values import dumps_json, framework_from_args, positive_int, token_count
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.search.planner import why_best
 from trainbudget.core.single.memory import checkpoint_bytes
@@ -22,12 +23,24 @@ from trainbudget.core.spec.model_spec import ModelSpec
 def plan_question(args: argparse.Namespace) -> tuple[ModelSpec, Framework]:
     """The model and framework of a plan question, after the checks every plan run makes: an
     architecture (not dense:N), a known framework, no option this run would ignore."""
+    check_choices(args)
     model = resolve(args.model, args.overrides)
     if not isinstance(model, ModelSpec):
         raise SpecError("--model", args.model, "the planner needs an architecture, not dense:N")
     fw = framework_from_args(args)
     _refuse_unused(args)
     return model, fw
+
+
+def answer_plan_command(args: argparse.Namespace) -> PlanResult | Quotes:
+    """What `trainbudget plan` answers: the ranked plans of one cluster, or, with
+    --within-days, the quotes of every GPU type and count."""
+    question = plan_question(args)
+    if args.within_days is not None:
+        from trainbudget.api.cheapest import answer_cheapest  # the procurement search
+
+        return answer_cheapest(args, *question)
+    return answer_plan(args, question)
 
 
 def answer_plan(
@@ -68,6 +81,9 @@ def answer_plan(
         search=found,
         tokens=tokens,
         reliability=reliability,
+        model=model,
+        precision=args.precision,
+        optimizer=args.optimizer,
         _json_text=dumps_json(_result_json(found, tokens, reliability, fw)),
     )
 

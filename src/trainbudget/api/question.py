@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from trainbudget.api.choices import one_of
 from trainbudget.api.layout import cluster_from_args, efficiency_from_args
-from trainbudget.cli.args import fraction, positive_int
+from trainbudget.api.values import fraction, positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.search.plan_space import Policy
@@ -52,7 +53,7 @@ def _recompute_options(args: argparse.Namespace) -> tuple[str, ...]:
             "--recompute", one, "give either --recompute or --recompute-options, not both"
         )
     if one is not None:
-        return (one,)
+        return (one_of("recompute", one, RECOMPUTE_KINDS),)
     if args.recompute_options is None:
         return Policy().recompute
     rec = tuple(args.recompute_options.split(","))
@@ -165,7 +166,7 @@ def best_json(found: Search, tokens: float | None) -> list[dict]:
     """Each plan shown, the best first: the fields `plan --json` prints under "plans", which
     `estimate --json` prints for its answer."""
     from trainbudget.api.layout import plan_json
-    from trainbudget.cli.uncertainty_view import range_json
+    from trainbudget.api.sensitivity import range_json
 
     result, cluster = found.result, found.cluster
     plans = []

@@ -6,15 +6,15 @@ from __future__ import annotations
 import argparse
 
 from trainbudget.api.model_input import resolve
-from trainbudget.cli.args import (
+from trainbudget.api.sensitivity import (
+    take_assumptions,
+)
+from trainbudget.api.values import (
     fraction,
     money,
     nonnegative_float,
     positive_int,
     token_count,
-)
-from trainbudget.cli.uncertainty_view import (
-    take_assumptions,
 )
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.estimate import (

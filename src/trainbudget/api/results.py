@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # annotations only: a one-GPU answer loads no step-time or pl
     from trainbudget.core.single.estimate import Estimate as SingleEstimate
     from trainbudget.core.spec.defaults import Chosen
     from trainbudget.core.spec.frameworks import Framework
+    from trainbudget.core.spec.model_spec import ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +117,14 @@ class Estimate:
         """The plan's predicted MFU, or the MFU assumed without a plan."""
         return self._doc.get("mfu")
 
+    def emit(self, engine: str) -> str:
+        """The plan as `engine`'s config (torchtitan, megatron, deepspeed): the text
+        `trainbudget plan --emit ENGINE` writes (a method, not `trainbudget.emit`, which is
+        the emitters' package)."""
+        from trainbudget.api.engine_config import emit
+
+        return emit(self, engine)
+
     def __repr__(self) -> str:
         from trainbudget.api.display import estimate_repr
 
@@ -143,6 +152,10 @@ class PlanResult:
     """The search run (api.question.Search): its policy, cluster and result."""
     tokens: float | None = None
     reliability: dict | None = field(default=None, repr=False)
+    model: ModelSpec | None = field(default=None, repr=False)
+    """The architecture planned for (what `emit` writes into an engine's config)."""
+    precision: str = field(default="bf16-mixed", repr=False)
+    optimizer: str = field(default="adamw", repr=False)
     _json_text: str = field(repr=False, compare=False)
 
     @property
@@ -158,6 +171,14 @@ class PlanResult:
         """to_json() as the CLI prints it."""
         return self._json_text
 
+    def emit(self, engine: str) -> str:
+        """The plan as `engine`'s config (torchtitan, megatron, deepspeed): the text
+        `trainbudget plan --emit ENGINE` writes (a method, not `trainbudget.emit`, which is
+        the emitters' package)."""
+        from trainbudget.api.engine_config import emit
+
+        return emit(self, engine)
+
     def __repr__(self) -> str:
         from trainbudget.api.display import plan_repr
 
@@ -167,6 +188,30 @@ class PlanResult:
         from trainbudget.api.display import plan_html
 
         return plan_html(self)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Quotes:
+    """`trainbudget plan --within-days D`'s answer: each GPU type and count with its fastest
+    plan, days and cost, best first as core.parallel.search.procurement ranks them: those that
+    meet the deadline by cost, then the rest by days."""
+
+    quotes: tuple[dict, ...]
+    """One row per candidate: gpu, gpus, price_per_gpu_hour, plan, days, cost, meets_deadline
+    (plan, days and cost None where no layout fits)."""
+    framework: str
+    _json_text: str = field(repr=False, compare=False)
+
+    @property
+    def best(self) -> dict:
+        return self.quotes[0]
+
+    def to_json(self) -> dict:
+        """The document `trainbudget plan --within-days D --json` prints."""
+        return json.loads(self._json_text)
+
+    def json_text(self) -> str:
+        return self._json_text
 
 
 def plan_memory(r: RankedPlan, cluster: Cluster, headroom: float) -> Memory:

@@ -3,25 +3,31 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from dataclasses import replace
 from typing import TYPE_CHECKING, NoReturn
 
+# the values' readers live in the API, so that a keyword and an option read the same text the
+# same way; the other commands import them from here
+from trainbudget.api.values import (  # noqa: F401
+    comma_list,
+    dumps_json,
+    duration_days,
+    duration_seconds,
+    fraction,
+    framework_from_args,
+    money,
+    nonnegative_float,
+    positive_int,
+    refuse_repeats,
+    token_count,
+)
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
-from trainbudget.core.spec.frameworks import FRAMEWORKS, GENERIC_NAME, Framework, get_framework
+from trainbudget.core.spec.frameworks import FRAMEWORKS, GENERIC_NAME
 from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.precision import OPTIMIZERS, PRECISIONS, TRAINABLE_OPTIMIZERS
-from trainbudget.core.units import (
-    SECONDS_PER_DAY,
-    parse_count,
-    parse_duration,
-    parse_flops_rate,
-    parse_int_count,
-    parse_money,
-)
+from trainbudget.core.units import parse_flops_rate
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -45,63 +51,6 @@ class OneLineParser(argparse.ArgumentParser):
         return super()._get_values(action, arg_strings)
 
 
-def positive_int(field: str, text: str) -> int:
-    """A count of things (GPUs, steps, sequences): '8', '4k', '1e3'. Zero, negatives,
-    fractions and words all break the same rule."""
-    try:
-        value = parse_int_count(text, field)
-    except SpecError:
-        value = 0
-    if value <= 0:
-        raise SpecError(field, text, "must be a positive integer")
-    return value
-
-
-def nonnegative_float(field: str, text: str) -> float:
-    """A count that may be fractional or zero: tokens, samples, epochs ('15T', '1.5e12')."""
-    return parse_count(text, field)
-
-
-def token_count(field: str, text: str) -> float:
-    """Training tokens ('15T', '300e9'): at least one, since 0 or half a token trains nothing."""
-    value = parse_count(text, field)
-    if value < 1:
-        raise SpecError(field, text, "must be at least 1 token, e.g. 15T or 300e9")
-    return value
-
-
-def comma_list(field: str, text: str) -> list[str]:
-    """'a,b' -> ['a', 'b']. No entries, an empty entry ('a,,b') or one given twice is an
-    error: each would quietly change what is compared."""
-    items = [item.strip() for item in text.split(",")]
-    if "" in items:
-        raise SpecError(field, text, "must be a comma-separated list with no empty entry")
-    refuse_repeats(field, text, items)
-    return items
-
-
-def refuse_repeats(field: str, text: str, items: list) -> None:
-    """An error naming the entries of `items` given more than once."""
-    repeated = sorted({str(item) for item in items if items.count(item) > 1})
-    if repeated:
-        raise SpecError(field, text, f"names {', '.join(repeated)} more than once")
-
-
-def money(field: str, text: str) -> float:
-    """A price: '2.5' or '$2.5'."""
-    return parse_money(text, field)
-
-
-def duration_seconds(field: str, text: str) -> float:
-    """A duration in seconds: '90', '90s', '755ms', '15min', '2h'."""
-    return parse_duration(text, field)
-
-
-def duration_days(field: str, text: str) -> float:
-    """A duration in days: '30', '30days', '12h'."""
-    return parse_duration(text, field, bare_unit_seconds=SECONDS_PER_DAY) / SECONDS_PER_DAY
-
-
 def writable_file(field: str, text: str) -> Path:
     """An output file that can be written: checked before any work is done, so that a long
     benchmark or search does not end in a failed write."""
@@ -116,16 +65,6 @@ def writable_file(field: str, text: str) -> Path:
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise SpecError(field, text, "cannot be written here (permission denied)")
     return path
-
-
-def fraction(field: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise SpecError(field, text, "must be a number in (0, 1]") from None
-    if not 0 < value <= 1:
-        raise SpecError(field, text, "must be a number in (0, 1]")
-    return value
 
 
 def add_peak_flops_arg(p: argparse.ArgumentParser) -> None:
@@ -165,14 +104,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_optimizer_arg(p, *, trainable_only: bool = False) -> None:
+def add_optimizer_arg(p, *, trainable_only: bool = False, parser_checks: bool = True) -> None:
     """--optimizer on a parser or argument group, its choices and help from the core's table:
-    every row for the estimators, the trainable rows where a real optimizer is built."""
+    every row for the estimators, the trainable rows where a real optimizer is built.
+    parser_checks=False leaves the check to the core (`estimate` and `plan`, whose answers the
+    API gives too, so that both print the core's line for an unknown name)."""
     names = TRAINABLE_OPTIMIZERS if trainable_only else tuple(OPTIMIZERS)
     p.add_argument(
         "--optimizer",
         default="adamw",
-        choices=names,
+        choices=names if parser_checks else None,
         metavar="O",
         help=" | ".join(n + " (default)" if n == "adamw" else n for n in names),
     )
@@ -201,15 +142,6 @@ def _framework_choice(name: str) -> str:
     return name + (" (a past release's, for published runs)" if FRAMEWORKS[name].historical else "")
 
 
-def framework_from_args(args: argparse.Namespace) -> Framework:
-    """The named row (with --tp-comm-overlap where given); an unknown name is a one-line
-    error listing the known ones."""
-    row = get_framework(args.framework)
-    if getattr(args, "tp_comm_overlap", False):
-        row = replace(row, tp_comm_overlap=True)
-    return row
-
-
 def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precision",
@@ -218,7 +150,7 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
             n + " (fp32 master, default)" if n == "bf16-mixed" else n for n in PRECISIONS
         ),
     )
-    add_optimizer_arg(p)
+    add_optimizer_arg(p, parser_checks=False)
     p.add_argument(
         "--seq-len",
         help="tokens per sequence (default: the model's pre-training length: a config's "
@@ -228,7 +160,7 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--recompute",
         default="none",
-        choices=RECOMPUTE_KINDS,
+        metavar="{" + ",".join(RECOMPUTE_KINDS) + "}",  # checked by api.choices, as the API's
         help="activation recomputation policy (default none); selective-op: torchtitan's "
         "per-op policy (keep matmul and attention outputs, recompute the rest)",
     )
@@ -258,8 +190,3 @@ def add_causal_args(p: argparse.ArgumentParser) -> None:
         help="count only the unmasked (causal) query-key pairs in model FLOPs and MFU "
         "(default: every pair, as the seeds and PaLM count)",
     )
-
-
-def dumps_json(obj: object, indent: int = 2) -> str:
-    """JSON that other tools can read: NaN or Infinity anywhere is a bug, not output."""
-    return json.dumps(obj, indent=indent, allow_nan=False)

@@ -60,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument(
         "--flops-formula",
         default="exact",
-        choices=FLOPS_FORMULAS,
+        metavar="{" + ",".join(FLOPS_FORMULAS) + "}",  # checked by api.choices
         help="exact per-part count (default), 6n, or palm (6N + 12LHQT)",
     )
     add_training_args(p)

@@ -8,15 +8,14 @@ engine, when PATH is a folder) and the plan, the path and the notes are printed.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
-from trainbudget.cli.args import dumps_json
-from trainbudget.core.errors import SpecError, unknown_key
-from trainbudget.core.spec.model_spec import ModelSpec
-from trainbudget.emit.engines import ENGINES, VERSIONS, emit
-from trainbudget.emit.job import Job
+from trainbudget.api.engine_config import emitted as engine_file
+from trainbudget.api.results import PlanResult
+from trainbudget.api.values import dumps_json
+from trainbudget.core.errors import SpecError
+from trainbudget.emit.engines import VERSIONS
 
 
 def add_emit_args(p: argparse.ArgumentParser) -> None:
@@ -32,21 +31,6 @@ def add_emit_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _job(args: argparse.Namespace, result, model: ModelSpec, seq_len: int, tokens) -> Job:
-    if not result.plans or not result.plans[0].fits:
-        raise SpecError("--emit", args.emit, "no plan fits in memory: nothing to emit")
-    plan = result.plans[0].plan
-    steps = math.ceil(tokens / (plan.global_batch * seq_len)) if tokens else None
-    return Job(
-        model=model,
-        plan=plan,
-        seq_len=seq_len,
-        precision=args.precision,
-        optimizer=args.optimizer,
-        train_steps=steps,
-    )
-
-
 def _out_path(args: argparse.Namespace, file_name: str) -> Path:
     path = Path(args.emit_out)
     if path.is_dir():
@@ -56,13 +40,11 @@ def _out_path(args: argparse.Namespace, file_name: str) -> Path:
     return path
 
 
-def run_emit(args: argparse.Namespace, result, model: ModelSpec, seq_len: int, tokens) -> int:
-    """Emit the best plan of `result` for args.emit; 0, or a SpecError naming what the
-    engine cannot carry."""
-    if args.emit not in ENGINES:
-        raise unknown_key("--emit", args.emit, list(ENGINES))
-    job = _job(args, result, model, seq_len, tokens)
-    emitted = emit(args.emit, job)
+def run_emit(args: argparse.Namespace, answer: PlanResult) -> int:
+    """Emit the best plan of `answer` for args.emit (api.engine_config, as the result's
+    `.emit(engine)` does); 0, or a SpecError naming what the engine cannot carry."""
+    emitted = engine_file(answer, args.emit)
+    plan = answer.best.plan
     if args.emit_out is None:
         sys.stdout.write(emitted.text)
         for note in emitted.notes:
@@ -74,7 +56,7 @@ def run_emit(args: argparse.Namespace, result, model: ModelSpec, seq_len: int, t
         print(
             dumps_json(
                 {
-                    "plan": job.plan.describe(),
+                    "plan": plan.describe(),
                     "engine": VERSIONS[args.emit],
                     "path": str(path),
                     "notes": list(emitted.notes),
@@ -82,7 +64,7 @@ def run_emit(args: argparse.Namespace, result, model: ModelSpec, seq_len: int, t
             )
         )
         return 0
-    print(f"plan         {job.plan.describe()}")
+    print(f"plan         {plan.describe()}")
     print(f"emitted      {path} ({VERSIONS[args.emit]})")
     for note in emitted.notes:
         print(f"note         {note}")

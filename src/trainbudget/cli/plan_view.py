@@ -10,6 +10,7 @@ from trainbudget.api.layout import cluster_from_args as cluster_from_args
 from trainbudget.api.layout import efficiency_from_args as efficiency_from_args
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.plan import OFFLOAD_TARGETS, SCHEDULES
 from trainbudget.core.parallel.search.plan_space import RankedPlan
 from trainbudget.core.spec.defaults import DEFAULT_MEMORY_HEADROOM
 from trainbudget.core.units import format_bytes
@@ -30,7 +31,7 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
 def calibration_path(text: str) -> str:
     """--calibration's type: the file is read and checked whenever the option is given, so a
     missing, binary or malformed file is an error even where no step time is computed."""
-    from trainbudget.profile.bench import load_calibration
+    from trainbudget.core.parallel.timing.calibration import load_calibration
 
     try:
         load_calibration(text)
@@ -65,7 +66,7 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--schedule",
-        choices=("1f1b", "gpipe", "interleaved"),
+        metavar="{" + ",".join(SCHEDULES) + "}",  # checked by api.choices, as the API's
         help="pipeline schedule (default 1f1b; interleaved when --vpp > 1)",
     )
     g.add_argument(
@@ -73,8 +74,9 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
         help="sequences per optimizer step (with a layout, default micro-batch x grad-accum x "
         "dp; alone it picks no layout: the planner searches those that reach it)",
     )
-    g.add_argument("--offload-optimizer", choices=("none", "cpu", "nvme"), default="none")
-    g.add_argument("--offload-params", choices=("none", "cpu", "nvme"), default="none")
+    offload = "{" + ",".join(OFFLOAD_TARGETS) + "}"
+    g.add_argument("--offload-optimizer", metavar=offload, default="none")
+    g.add_argument("--offload-params", metavar=offload, default="none")
     add_cluster_args(p)
 
 

@@ -39,7 +39,7 @@ def add_policy_args(g, *, flash: bool = True, recompute: bool = True) -> None:
     if recompute:
         g.add_argument(
             "--recompute",
-            choices=RECOMPUTE_KINDS,
+            metavar="{" + ",".join(RECOMPUTE_KINDS) + "}",  # checked by api.choices
             help="one recomputation policy: the search tries only it (as --recompute-options X)",
         )
     g.add_argument("--allow-offload", action="store_true", help="also try CPU optimizer offload")
@@ -80,8 +80,9 @@ def inputs_lines(found: Search) -> list[str]:
 
 def best_lines(found: Search, tokens: float | None) -> list[str]:
     """The best plan's lines, as `plan` and `estimate` print them."""
+    from trainbudget.api.sensitivity import range_json
     from trainbudget.cli.plan_view import plan_lines
-    from trainbudget.cli.uncertainty_view import range_json, range_line
+    from trainbudget.cli.uncertainty_view import range_line
     from trainbudget.core.parallel.search.planner import why_best
 
     best, cluster = found.result.plans[0], found.cluster

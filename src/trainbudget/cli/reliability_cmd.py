@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from trainbudget.cli.args import dumps_json, duration_days, duration_seconds, positive_int
+from trainbudget.api.values import (
+    dumps_json,
+    duration_days,
+    duration_seconds,
+    parse_probability,
+    positive_int,
+)
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.reliability import (
     ASSUMPTIONS,
@@ -56,20 +62,6 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
         "--train-days", help="failure-free training days; gives wall-clock days and failures"
     )
     p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def parse_probability(field: str, text: str) -> float:
-    """'0.0027' or '0.27%' -> 0.0027; must lie in (0, 1)."""
-    rule = "must be a probability in (0, 1), e.g. 0.0027 or 0.27%"
-    s = text.strip()
-    scale = 100 if s.endswith("%") else 1
-    try:
-        value = float(s.removesuffix("%")) / scale
-    except ValueError:
-        raise SpecError(field, text, rule) from None
-    if not 0 < value < 1:  # also rejects nan
-        raise SpecError(field, text, rule)
-    return value
 
 
 def _positive(field: str, text: str, value: float) -> float:

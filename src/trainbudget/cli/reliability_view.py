@@ -1,13 +1,11 @@
-"""Failure and checkpoint figures inside `estimate` and `plan`, when the rates are given."""
+"""Failure and checkpoint options of `estimate` and `plan`, and their block printed as a line
+(the block itself: api/reliability.py)."""
 
 from __future__ import annotations
 
 import argparse
 
-from trainbudget.cli.args import duration_seconds
-from trainbudget.core.errors import SpecError
-from trainbudget.core.parallel.reliability import DEFAULT_RESTART_SECONDS, reliability_report
-from trainbudget.core.units import SECONDS_PER_DAY, SECONDS_PER_HOUR, parse_bandwidth
+from trainbudget.core.parallel.reliability import DEFAULT_RESTART_SECONDS
 
 
 def add_reliability_options(p: argparse.ArgumentParser) -> None:
@@ -25,45 +23,6 @@ def add_reliability_options(p: argparse.ArgumentParser) -> None:
         default=str(int(DEFAULT_RESTART_SECONDS)),
         help="detect, restart and reload after a failure (default 600)",
     )
-
-
-def reliability_json(
-    args: argparse.Namespace, *, n_gpus: int, checkpoint_bytes: float, useful_seconds: float | None
-) -> dict | None:
-    """The reliability block, or None when neither rate option was given."""
-    rate, write = args.gpu_failure_rate_per_day, args.checkpoint_write_bytes_per_second
-    if rate is None and write is None:
-        return None
-    if rate is None or write is None:
-        missing = (
-            "--gpu-failure-rate-per-day" if rate is None else "--checkpoint-write-bytes-per-second"
-        )
-        raise SpecError(missing, None, "is needed with the other failure/checkpoint option")
-    from trainbudget.cli.reliability_cmd import parse_probability  # only when the rates are given
-
-    bandwidth = parse_bandwidth(write, "checkpoint_write_bytes_per_second")
-    if bandwidth <= 0:
-        raise SpecError("checkpoint_write_bytes_per_second", write, "must be positive")
-    report = reliability_report(
-        n_gpus=n_gpus,
-        gpu_failure_rate_per_day=parse_probability("gpu_failure_rate_per_day", rate),
-        checkpoint_bytes=checkpoint_bytes,
-        write_bytes_per_second=bandwidth,
-        useful_seconds=useful_seconds or SECONDS_PER_DAY,
-        restart_seconds=duration_seconds("restart_seconds", args.restart_seconds),
-    )
-    g = report.plan
-    return {
-        "job_failure_probability_per_day": report.job_failure_probability_per_day,
-        "mtbf_hours": report.mtbf_seconds / SECONDS_PER_HOUR,
-        "checkpoint_bytes": checkpoint_bytes,
-        "checkpoint_write_seconds": report.checkpoint_seconds,
-        "optimal_checkpoint_interval_seconds": g.interval_seconds,
-        "young_interval_seconds": report.young_interval_seconds,
-        "goodput": g.goodput,
-        "expected_failures": g.expected_failures if useful_seconds else None,
-        "wall_clock_days": g.wall_clock_seconds / SECONDS_PER_DAY if useful_seconds else None,
-    }
 
 
 def reliability_line(block: dict) -> str:

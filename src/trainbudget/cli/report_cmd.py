@@ -209,7 +209,7 @@ def _global_batch(args: argparse.Namespace, seq_len: int) -> tuple[int, list[str
 def _measured(path: str | None):
     if path is None:
         return None
-    from trainbudget.profile.bench import load_calibration
+    from trainbudget.core.parallel.timing.calibration import load_calibration
     from trainbudget.report.roofline_data import MeasuredRoofline
 
     cal = load_calibration(path)
@@ -250,7 +250,7 @@ def _plan_report(args: argparse.Namespace) -> int:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from trainbudget.train.run_files import read_run
+    from trainbudget.train.spec.run_files import read_run
 
     report = read_run(args.run)  # bad input fails here, before matplotlib is imported
     from trainbudget.report.figures import require_matplotlib

@@ -3,17 +3,17 @@ plan as a training engine's config file (the emitters of `trainbudget plan --emi
 
 from __future__ import annotations
 
-import math
 import shlex
 from dataclasses import fields
 
+from trainbudget.api.engine_config import engine_job
 from trainbudget.api.model_input import model_input, resolve
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.spec.defaults import DEFAULT_OPTIMIZER, DEFAULT_PRECISION
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.emit.engines import emit
-from trainbudget.emit.job import Emitted, Job
+from trainbudget.emit.job import Emitted
 from trainbudget.serve.answer import answer
 from trainbudget.serve.question import Question
 
@@ -104,14 +104,12 @@ def engine_file(question: Question, rank: int, engine: str) -> Emitted:
     plan = plan_of(document, rank)
     if not document["plans"][rank]["fits"]:
         raise SpecError("rank", rank, "that plan does not fit in memory: nothing to emit")
-    tokens, seq_len = document.get("tokens"), int(document["seq_len"])
-    steps = math.ceil(tokens / (plan["global_batch"] * seq_len)) if tokens else None
-    job = Job(
-        model=_model(question),
-        plan=_plan(plan),
-        seq_len=seq_len,
+    job = engine_job(  # the job `plan --emit` and trainbudget.emit build
+        _model(question),
+        _plan(plan),
+        seq_len=int(document["seq_len"]),
+        tokens=document.get("tokens"),
         precision=question.precision or DEFAULT_PRECISION,
         optimizer=DEFAULT_OPTIMIZER,
-        train_steps=steps,
     )
     return emit(engine, job)
