@@ -1,13 +1,20 @@
 """Speed of the planner on one core, and the agreement of its two paths.
 
-- The whole search, enumeration included (the grid of layouts, its HSDP shard sizes, every
-  plan's memory, the step time of those that fit, the ranking, the one-plan re-evaluation of
-  the top 5), in plans per second: Llama 3 70B on 1,024 H100 at global batch 512, sequence
-  8192 (53,202 plans), and MT-NLG 530B on 2,240 A100-80GB at global batch 1920, sequence 2048.
-  Each stage's share of the search is printed beside it (the search's own calls, timed).
-- Plan evaluations per second on the grid (numpy, every plan of a search at once) and one plan
-  at a time (plain numbers, what `estimate` runs), through the same term functions: the
-  one-plan rate, measured in the same run, is the yardstick the grid's is read against.
+- The whole search, enumeration included (the grid of layouts, its HSDP shard sizes, the
+  plans laid on the product of their axes, every plan's memory, the step time of those that
+  fit, the ranking, the one-plan re-evaluation of the top 5), in plans per second: Llama 3 70B
+  on 1,024 H100 at global batch 512, sequence 8192 (53,202 plans), and MT-NLG 530B on 2,240
+  A100-80GB at global batch 1920, sequence 2048. Each stage's share of the search is printed
+  beside it (the search's own calls, timed).
+- Each search is timed twice: wall time, and the CPU time of this process
+  (`time.process_time`). The machine is shared: on a busy one the process waits for its core,
+  and its wall time says more about the others than about the search; the CPU time is what
+  the search costs, about what an idle core takes. The targets are judged on the CPU time
+  (the wall time, and the load average, are printed beside it).
+- Plan evaluations per second on the grid (numpy, every plan of a search at once, laid on the
+  product of its axes: `search.product_grid`) and one plan at a time (plain numbers, what
+  `estimate` runs), through the same term functions: the one-plan rate, measured in the same
+  run, is the yardstick the grid's is read against.
 - The grid and the one-plan path agree to rel 1e-12 on every plan of three searches: dense (the
   530B one), MoE (Mixtral 8x7B on 64 H100) and long context (Llama 3 8B at 32K on 64 H100).
 
@@ -15,7 +22,7 @@ Target (issue "One memory model from plan to run", section 5): the search, enume
 included, at >= 1,000,000 plans per second on one core; the grid's evaluation at the same rate.
 Prints each figure (medians of --repeats runs) and its ratio to the target (> 1 is better,
 achieved / needed) and the largest relative difference between the paths; exits 1 if a target
-is missed or the paths differ by more than 1e-12.
+is missed (on CPU time) or the paths differ by more than 1e-12.
 
     python benchmarks/bench_planner.py [--repeats 7]
 """
@@ -39,10 +46,10 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from trainbudget.core.parallel import planner_fast  # noqa: E402
 from trainbudget.core.parallel.cluster import Cluster  # noqa: E402
-from trainbudget.core.parallel.planner import evaluate  # noqa: E402
-from trainbudget.core.parallel.planner_fast import (  # noqa: E402
+from trainbudget.core.parallel.search import planner_fast  # noqa: E402
+from trainbudget.core.parallel.search.planner import evaluate  # noqa: E402
+from trainbudget.core.parallel.search.planner_fast import (  # noqa: E402
     enumerate_plan_arrays,
     evaluate_arrays,
     search_fast,
@@ -85,6 +92,7 @@ SEARCHES = [
 ]
 STAGES = {
     "enumerate_plan_arrays": "enumerate (grid + HSDP)",
+    "product_grid": "lay the plans on their product",
     "memory_arrays": "memory of every plan",
     "step_arrays": "step time of the fitting",
     "_rank_fitting": "rank",
@@ -103,11 +111,12 @@ def _pin_one_core() -> str:
 
 
 def _best(fn, repeats: int) -> float:
+    """The fastest of `repeats` runs of fn, in CPU seconds of this process."""
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return min(times)
 
 
@@ -143,26 +152,26 @@ def _fresh_process_seconds() -> float:
 
 
 def _timed_stages(run) -> tuple[float, dict[str, float]]:
-    """(wall seconds of run(), seconds spent in each of STAGES' functions during it)."""
+    """(CPU seconds of run(), CPU seconds spent in each of STAGES' functions during it)."""
     spent = dict.fromkeys(STAGES, 0.0)
     originals = {name: getattr(planner_fast, name) for name in STAGES}
 
     def timed(name, fn):
         def wrapper(*args, **kwargs):
-            start = time.perf_counter()
+            start = time.process_time()
             try:
                 return fn(*args, **kwargs)
             finally:
-                spent[name] += time.perf_counter() - start
+                spent[name] += time.process_time() - start
 
         return wrapper
 
     for name, fn in originals.items():
         setattr(planner_fast, name, timed(name, fn))
     try:
-        start = time.perf_counter()
+        start = time.process_time()
         run()
-        return time.perf_counter() - start, spent
+        return time.process_time() - start, spent
     finally:
         for name, fn in originals.items():
             setattr(planner_fast, name, fn)
@@ -174,14 +183,15 @@ def _full_search(case, repeats: int) -> bool:
     cluster = Cluster(hardware=get_hardware(gpu), n_gpus=n)
     kw = dict(global_batch=gbs, seq_len=seq, precision=PRECISION, optimizer=OPTIMIZER)
     run = functools.partial(search_fast, spec, cluster, **kw)
-    walls = []
+    walls, cpus = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         result = run()
         walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - start_cpu)
     arrays = enumerate_plan_arrays(spec, cluster, global_batch=gbs, seq_len=seq)
-    wall = statistics.median(walls)
-    rate = result.evaluated / wall
+    wall, cpu = statistics.median(walls), statistics.median(cpus)
+    rate = result.evaluated / cpu
     ratio = rate / TARGET_PLANS_PER_SECOND
     print(f"\nfull search, {label}, global batch {gbs}, seq {seq}")
     print(
@@ -189,8 +199,9 @@ def _full_search(case, repeats: int) -> bool:
         f"fitting {result.n_fitting:,}; best: {result.plans[0].plan.describe()}"
     )
     print(
-        f"  search wall: first {walls[0]:.4f} s, median {wall:.4f} s; {rate:,.0f} plans/s "
-        f"(target {TARGET_PLANS_PER_SECOND:,}, ratio {ratio:.2f})"
+        f"  search CPU: median {cpu:.4f} s, {rate:,.0f} plans/s (target "
+        f"{TARGET_PLANS_PER_SECOND:,}, ratio {ratio:.2f}); wall: first {walls[0]:.4f} s, median "
+        f"{wall:.4f} s ({result.evaluated / wall:,.0f} plans/s)"
     )
     staged = [_timed_stages(run) for _ in range(repeats)]
     total = sum(w for w, _ in staged)  # shares of all the timed runs together: they sum to 100
@@ -239,6 +250,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=7)
     repeats = parser.parse_args().repeats
     print(f"one core: {_pin_one_core()}; OMP/MKL/OPENBLAS threads = 1")
+    print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     ok = True
     for case in SEARCHES:
         ok &= _full_search(case, repeats)

@@ -70,8 +70,8 @@ from torch import nn  # noqa: E402
 from trainbudget.core.single.params import count_params  # noqa: E402
 from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
-from trainbudget.train.config import TrainConfig  # noqa: E402
 from trainbudget.train.loop import train  # noqa: E402
+from trainbudget.train.spec.config import TrainConfig  # noqa: E402
 
 TARGET_RATIO = 1.0
 NOISE_ALLOWANCE = 0.05  # exit 1 only below TARGET_RATIO - NOISE_ALLOWANCE

@@ -28,13 +28,13 @@ from pathlib import Path
 
 import trainbudget
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.comm import (
+from trainbudget.core.parallel.memory.parallel_memory import zero_model_state
+from trainbudget.core.parallel.reliability import daily_rate_linear, job_failure_probability
+from trainbudget.core.parallel.timing.comm import (
     collective_cost,
     data_parallel_gradient_bytes_per_iteration,
 )
-from trainbudget.core.parallel.parallel_memory import zero_model_state
-from trainbudget.core.parallel.reliability import daily_rate_linear, job_failure_probability
-from trainbudget.core.parallel.step_time import step_bounds
+from trainbudget.core.parallel.timing.step_time import step_bounds
 from trainbudget.core.single.flops import (
     forward_flops,
     hidden_state_bytes,

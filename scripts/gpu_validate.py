@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan, validate_plan
-from trainbudget.core.parallel.step_time import step_time
+from trainbudget.core.parallel.timing.step_time import step_time
 from trainbudget.core.single.flops import training_flops
 from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.hardware import HARDWARE, Hardware

@@ -23,7 +23,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="compare only, write nothing")
     check = parser.parse_args().check
     errors = uncertainty.computed_errors()
-    fresh = uncertainty.errors_to_json(errors)
+    fresh = uncertainty.errors_to_json(errors, uncertainty.computed_memory_ratios())
     path = Path(uncertainty.LOSO_FILE)
     current = path.read_text(encoding="utf-8") if path.exists() else ""
     if check:

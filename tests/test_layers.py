@@ -1,13 +1,12 @@
 """The package tree is layered: every import between packages points down an explicit table.
 
 Each module of src/trainbudget is parsed (ast, so imports inside functions count too, and nothing
-is executed) and every `trainbudget.*` import becomes an edge between two parts of the tree: the
-core's base (the modules directly in core/: errors, units), core.spec, core.single,
-core.parallel, data, model, profile, train, train.checkpointing, report, cli, the top-level
-package published, the modules validation and uncertainty, and `trainbudget/__main__.py`. An
-edge not in ALLOWED fails, printed as `module -> imported (a may not import b)`. The Layout
-sections of README.md and README.zh-CN.md state the same table; the last test checks they name
-every part.
+is executed) and every `trainbudget.*` import becomes an edge between two parts of the tree. A
+part is a folder (the modules directly in it and its `__init__`: core's base is errors and
+units, core.parallel's the cluster and the plan), or one top-level module (validation,
+uncertainty, `trainbudget/__main__.py`), so a new folder needs a row. An edge not in ALLOWED
+fails, printed as `module -> imported (a may not import b)`. The Layout sections of README.md
+and README.zh-CN.md state the same table; the last test checks they name every part.
 """
 
 from __future__ import annotations
@@ -20,66 +19,104 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "trainbudget"
 
 CORE = frozenset({"core", "core.spec", "core.single", "core.parallel"})
+CORE |= {"core.parallel.memory", "core.parallel.timing", "core.parallel.search"}
 
 # part -> the other parts its modules may import (imports inside a part are free)
 ALLOWED: dict[str, frozenset[str]] = {
-    "trainbudget": frozenset(),  # the package's __init__: a docstring and __version__
+    # the package's __init__: __version__, and trainbudget.estimate / plan loaded on first use
+    "trainbudget": frozenset({"api"}),
     "core": frozenset(),  # core/__init__.py, errors.py, units.py: the base of everything
     "core.spec": frozenset({"core"}),
     "core.single": frozenset({"core", "core.spec"}),
-    "core.parallel": frozenset({"core", "core.spec", "core.single"}),
+    "core.parallel": frozenset({"core", "core.spec", "core.single"}),  # cluster, plan, layout
+    # memory per GPU reads the plan's layout
+    "core.parallel.memory": frozenset({"core", "core.spec", "core.single", "core.parallel"}),
+    # communication is sized by the sharded state (StageParams) and the engines' buffers
+    "core.parallel.timing": frozenset({"core", "core.spec", "core.single", "core.parallel"})
+    | {"core.parallel.memory"},
+    # the planner ranks plans by both answers
+    "core.parallel.search": frozenset({"core", "core.spec", "core.single", "core.parallel"})
+    | {"core.parallel.memory", "core.parallel.timing"},
     "data": CORE,
     "model": CORE,
     "profile": CORE | {"data", "model"},
-    "train.checkpointing": CORE | {"model", "train"},  # of train: only NARROW's modules
-    "train": CORE | {"data", "model", "profile", "train.checkpointing"},
-    "published": CORE,
+    # the trainer's rooms, lowest first. What a run is, pure (no torch): preflight reads the
+    # data folder's meta
+    "train.spec": CORE | {"data"},
+    # a process started and stopped; of checkpointing only NARROW's (the run-folder lock looks
+    # for checkpoints)
+    "train.launch": CORE | {"train.spec", "train.checkpointing"},
+    # the engines wrap the model for the run's strategy, over the process group
+    "train.parallel": CORE | {"model", "train.spec", "train.launch"},
+    # the measurements read the engines' layouts and the device's roofline
+    "train.observe": CORE | {"model", "profile", "train.spec", "train.launch", "train.parallel"},
+    # the loop and the run's state: every room below
+    "train": CORE
+    | {"data", "model", "profile", "train.checkpointing"}
+    | {"train.spec", "train.launch", "train.parallel", "train.observe"},
+    # of train (the loop's level): only NARROW's modules, the run's state that resume restores
+    "train.checkpointing": CORE
+    | {"model", "train", "train.spec", "train.launch", "train.parallel", "train.observe"},
+    "published": CORE | {"published.runs"},
+    # issue 23 item 6's sources, one module each; of published only the record (NARROW)
+    "published.runs": CORE | {"published"},
     "validation": CORE | {"published"},
     "uncertainty": CORE | {"validation"},
-    "report": CORE | {"train"},  # of train: only its reader of run folders, see NARROW
+    "report": CORE | {"train.spec"},  # of train: only its reader of run folders, see NARROW
     "emit": CORE,
-    "cli": CORE
-    | {"data", "model", "profile", "train", "train.checkpointing", "report", "emit"}
-    | {"published", "validation", "uncertainty"},
+    # the Python API: estimate and plan, and the option readers the CLI imports from it
+    "api": CORE | {"published", "validation", "uncertainty", "emit"},
+    # the planner page's server: the API's answers, the emitters' files; no torch, no cli
+    "serve": CORE | {"api", "emit", "published", "validation", "uncertainty"},
+    # the command line's rooms. Its base: `main` (which reaches each command by its module's
+    # name, not by an import), the shared option parsers (whose values the API reads) and Ctrl-C
+    "cli": CORE | {"api"},
+    # catalogs and one-formula answers; validate scores the published runs
+    "cli.tools": CORE | {"cli", "api", "validation"},
+    # estimate, plan, report and serve: the API's answers printed, drawn or served; report
+    # --run reads a run folder, and prints the reliability block the tools print
+    "cli.plan": CORE
+    | {"cli", "cli.tools", "api", "emit", "report", "serve", "train.spec", "uncertainty"},
+    # the trainer and the device: everything with torch
+    "cli.run": CORE
+    | {"cli", "data", "model", "profile", "report", "train", "train.checkpointing"}
+    | {"train.spec", "train.launch", "train.observe"},
     "__main__": frozenset({"cli"}),
 }
 
 # (part, imported part) -> the only modules of the imported part it may use
 NARROW: dict[tuple[str, str], frozenset[str]] = {
     # plain JSON, no torch: the report draws a run without torch
-    ("report", "train"): frozenset({"trainbudget.train.run_files"}),
-    # the trainer's building blocks below the loop, and the run's set-up and state that resume
-    # and recovery restore; none of them imports checkpointing
+    ("report", "train.spec"): frozenset({"trainbudget.train.spec.run_files"}),
+    # the run's state and set-up that resume and recovery restore; none imports checkpointing
     ("train.checkpointing", "train"): frozenset(
         {
-            "trainbudget.train.distributed",
             "trainbudget.train.guard",
             "trainbudget.train.rng",
             "trainbudget.train.run",
             "trainbudget.train.data",
-            "trainbudget.train.metrics",
-            # an expert-parallel run's layout, and its twin's optimizer (checkpointing.experts)
-            "trainbudget.train.expert_parallel",
-            "trainbudget.train.setup",
         }
     ),
+    # the run-folder lock refuses a fresh run over an earlier run's checkpoints
+    ("train.launch", "train.checkpointing"): frozenset(
+        {"trainbudget.train.checkpointing.manifest"}
+    ),
+    # a source's rows are records; published/__init__.py registers them
+    ("published.runs", "published"): frozenset({"trainbudget.published.record"}),
 }
 
 
 def part_of(module: str) -> str:
-    """trainbudget.core.spec.hardware -> core.spec; trainbudget.core.units -> core;
-    trainbudget.train.checkpointing.x -> train.checkpointing; trainbudget.report.page -> report;
-    trainbudget -> trainbudget."""
+    """The folder a module sits in (a package is its own folder), or a top-level module itself:
+    trainbudget.core.spec.hardware -> core.spec; trainbudget.core.units -> core;
+    trainbudget.core.parallel.memory -> core.parallel.memory; trainbudget.report.page -> report;
+    trainbudget.validation -> validation; trainbudget -> trainbudget."""
     parts = module.split(".")[1:]
     if not parts:
         return PACKAGE
-    if parts[0] == "core" and len(parts) > 2:  # a module of a core subpackage
-        return f"core.{parts[1]}"
-    if parts[0] == "core" and len(parts) == 2 and f"core.{parts[1]}" in CORE:
-        return f"core.{parts[1]}"  # the subpackage's __init__
-    if parts[:2] == ["train", "checkpointing"]:
-        return "train.checkpointing"
-    return parts[0]
+    if len(parts) == 1 or (SRC / PACKAGE).joinpath(*parts).is_dir():
+        return ".".join(parts)
+    return ".".join(parts[:-1])
 
 
 def module_name(path: Path) -> str:
@@ -147,19 +184,22 @@ def test_every_package_has_a_row() -> None:
 
 
 def test_the_table_is_layered() -> None:
-    # apart from the two narrow edges, no two parts may import each other, even through a
+    # apart from the narrow edges, no two parts may import each other, even through a
     # third; the narrow ones are checked module by module below
     wide = {a: {b for b in allowed if (a, b) not in NARROW} for a, allowed in ALLOWED.items()}
     try:
         order = list(TopologicalSorter(wide).static_order())
     except CycleError as err:
         raise AssertionError(f"the allowed imports form a cycle: {err.args[1]}") from None
-    assert order.index("core") < order.index("train") < order.index("cli")
+    assert order.index("core") < order.index("train") < order.index("cli.run")
+    assert order.index("train.spec") < order.index("train.launch") < order.index("train.parallel")
+    assert order.index("train.parallel") < order.index("train.observe") < order.index("train")
 
 
 def test_the_narrow_modules_do_not_import_back() -> None:
-    # what makes the two narrow edges layers too: train.run_files imports nothing of report,
-    # train.distributed, guard and rng nothing of train.checkpointing
+    # what makes the narrow edges layers too: train.spec.run_files imports nothing of report;
+    # train.run, data, guard and rng nothing of train.checkpointing; its manifest nothing of
+    # train.launch
     found = edges()
     for (a, _), modules in NARROW.items():
         for module in sorted(modules):
@@ -167,11 +207,14 @@ def test_the_narrow_modules_do_not_import_back() -> None:
             assert not back, f"{module} imports {back}: it is below {a}, which imports it"
 
 
-def test_report_never_imports_cli_and_core_imports_only_core() -> None:
+def test_report_and_api_never_import_cli_and_core_imports_only_core() -> None:
     for module, imported in edges().items():
         parts = {part_of(t) for t in imported}
         if part_of(module) == "report":
             assert "cli" not in parts, f"{module} imports the CLI: {sorted(imported)}"
+        if part_of(module) in ("api", "serve"):  # below the CLI, and torch-free by layering
+            above = sorted(parts & {"cli", "profile", "train"})
+            assert not above, f"{module} imports {above}: {sorted(imported)}"
         if part_of(module) in CORE:
             assert parts <= CORE, f"{module} imports outside core: {sorted(imported)}"
 
@@ -184,11 +227,11 @@ def test_the_check_sees_an_import_inside_a_function_and_names_the_edge() -> None
         "trainbudget.report.fake -> trainbudget.cli.main (report may not import cli)"
     ]
     # `from package import module` is the module; a narrow edge names what it allows
-    known = {"trainbudget.train.loop", "trainbudget.train.run_files"}
-    found = imports("trainbudget.report.fake", "from trainbudget.train import loop\n", known)
+    known = {"trainbudget.train.spec.config", "trainbudget.train.spec.run_files"}
+    found = imports("trainbudget.report.fake", "from trainbudget.train.spec import config\n", known)
     assert violations("trainbudget.report.fake", found) == [
-        "trainbudget.report.fake -> trainbudget.train.loop (report may not import train, "
-        "except trainbudget.train.run_files)"
+        "trainbudget.report.fake -> trainbudget.train.spec.config (report may not import "
+        "train.spec, except trainbudget.train.spec.run_files)"
     ]
     relative = imports("trainbudget.core.spec.fake", "from ..single import flops\n", set())
     assert part_of("trainbudget.core.units") == "core" != part_of("trainbudget.core.spec")

@@ -23,8 +23,11 @@ def _modules_after(code: str) -> set[str]:
     return set(out.split())
 
 
-# the planner's grid evaluation is the one core module that uses numpy
-NUMPY_MODULES = {"trainbudget.core.parallel.planner_fast"}
+# the planner's grid evaluation (and the product its plans are laid on) uses numpy
+NUMPY_MODULES = {
+    "trainbudget.core.parallel.search.planner_fast",
+    "trainbudget.core.parallel.search.product_grid",
+}
 
 
 def _core_modules() -> list[str]:
@@ -66,7 +69,7 @@ def _modules_of(package: str) -> list[str]:
 
 
 def test_report_and_the_run_reader_import_no_torch_and_draw_lazily():
-    modules = [*_modules_of("report"), "trainbudget.train.run_files"]
+    modules = [*_modules_of("report"), "trainbudget.train.spec.run_files"]
     loaded = _modules_after("\n".join(f"import {m}" for m in modules))
     assert "torch" not in loaded
     assert "matplotlib" not in loaded  # imported when a figure is drawn, not before

@@ -12,13 +12,13 @@ import pytest
 
 from clirun import cli_json
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.comm import (
+from trainbudget.core.parallel.memory.parallel_memory import zero_model_state
+from trainbudget.core.parallel.reliability import daily_rate_linear, job_failure_probability
+from trainbudget.core.parallel.timing.comm import (
     collective_cost,
     data_parallel_gradient_bytes_per_iteration,
 )
-from trainbudget.core.parallel.parallel_memory import zero_model_state
-from trainbudget.core.parallel.reliability import daily_rate_linear, job_failure_probability
-from trainbudget.core.parallel.step_time import step_bounds
+from trainbudget.core.parallel.timing.step_time import step_bounds
 from trainbudget.core.single.flops import forward_flops, hidden_state_bytes, matmul_flops
 from trainbudget.core.single.intensity import dot_intensity, matmul_intensity, ridge_intensity
 from trainbudget.core.single.linear_chain import cruncher_memory, linear_chain_flops

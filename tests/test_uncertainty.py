@@ -141,3 +141,39 @@ def test_the_published_errors_are_read_once_and_never_computed(monkeypatch, fres
     published_errors()
     published_errors()
     assert uncertainty.published_errors.cache_info().hits == 1
+
+
+def test_the_memory_range_comes_from_the_same_framework_rows_without_the_own_source():
+    from trainbudget.uncertainty import MemoryRatio, memory_error_range
+
+    rows = [MemoryRatio(f"a{i}", "src-a", "megatron", 1.0 + i / 10) for i in range(5)]
+    rows += [MemoryRatio(f"b{i}", "src-b", "deepspeed", 2.0) for i in range(3)]
+    same = memory_error_range(rows, "megatron")
+    assert (same.n_runs, same.basis) == (5, "memory rows of the megatron row")
+    assert same.high == pytest.approx(1.36)  # 90th percentile of 1.0 .. 1.4
+    # too few deepspeed rows: every memory row; leaving src-a out leaves the three
+    assert memory_error_range(rows, "deepspeed").n_runs == 8
+    assert memory_error_range(rows, "megatron", held_out_source="src-a").high == 2.0
+
+
+def test_the_stored_memory_ratios_are_current():
+    from trainbudget.uncertainty import computed_memory_ratios, published_memory_ratios
+
+    stale = f"{uncertainty.LOSO_FILE} is stale: run {REFRESH_COMMAND}"
+    stored, fresh = published_memory_ratios(), computed_memory_ratios()
+    assert [r.run_id for r in stored] == [r.run_id for r in fresh], stale
+    for a, b in zip(stored, fresh, strict=True):
+        assert a.ratio == pytest.approx(b.ratio, rel=1e-9), stale
+    assert len(stored) >= 40 and len({r.source_key for r in stored}) >= 5
+
+
+def test_fits_with_the_measured_memory_error_is_the_rule_written_out():
+    from trainbudget.uncertainty import memory_error_range
+
+    counted = validation.scored(validation.compare_all())
+    rows = validation.memory_ratios(counted)
+    rejected = {c.run_id for c in validation.predicted_not_to_fit_with_measured_error(counted)}
+    for c in counted:
+        fw = validation.framework_row(c.framework).name
+        margin = memory_error_range(rows, fw, c.source_key).high
+        assert (c.run_id in rejected) == (c.predicted_memory_bytes * margin > c.gpu_memory_bytes)

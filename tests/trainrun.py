@@ -80,7 +80,7 @@ def train_cli(
 def ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     """A run that succeeded: exit 0 (under torchrun: every rank exited 0) and no rank aborted
     on its way out ("terminate called ..." is what a C++ thread of the process group left
-    running into interpreter exit prints; see train.distributed.shutdown)."""
+    running into interpreter exit prints; see train.launch.distributed.shutdown)."""
     assert r.returncode == 0, f"{' '.join(r.args)}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     assert "terminate called" not in r.stderr, f"{' '.join(r.args)}\n{r.stderr[-3000:]}"
     return r
@@ -152,7 +152,7 @@ def kill(proc: subprocess.Popen) -> None:
 
 
 PROGRESS = re.compile(r"^trainbudget train: (loading PyTorch|.* \[t = [0-9.]+ s\])$")
-"""A start-up progress line (train.startup.Say, and the line before torch loads)."""
+"""A start-up progress line (train.observe.startup.Say, and the line before torch loads)."""
 
 
 def message_lines(stderr: str) -> list[str]:

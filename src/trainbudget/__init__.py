@@ -10,7 +10,9 @@ milliseconds and imports no numpy or torch (the CLI's start-up and every subproc
 
 __version__ = "0.1.0"
 
-API_NAMES = frozenset({"estimate", "plan", "Estimate", "Memory", "PlanResult", "SpecError"})
+API_NAMES = frozenset(
+    {"estimate", "plan", "Estimate", "Memory", "PlanResult", "Quotes", "SpecError"}
+)
 """The names `trainbudget.<name>` resolves from trainbudget.api on first use."""
 
 

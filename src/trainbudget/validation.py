@@ -186,12 +186,15 @@ RUN_FRAMEWORK_ROWS = {
 }
 
 
-def framework_row(run_framework: str, attention_kernel: str = "") -> Framework:
+def framework_row(
+    run_framework: str, attention_kernel: str = "", loss_kernel: str | None = None
+) -> Framework:
     """The Framework a published run is predicted with; GENERIC where no row matches, with
-    the attention kernel the run's code pins where it names one."""
+    the attention kernel and the loss kernel the run's code pins where it names one."""
     name = RUN_FRAMEWORK_ROWS.get(run_framework)
     row = GENERIC if name is None else get_framework(name)
-    return replace(row, attention_kernel=attention_kernel) if attention_kernel else row
+    row = replace(row, attention_kernel=attention_kernel) if attention_kernel else row
+    return replace(row, loss_kernel=loss_kernel) if loss_kernel else row
 
 
 def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> Comparison | None:
@@ -211,7 +214,7 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
         precision=prec,
         optimizer=opt,
         framework=replace(
-            framework_row(run.framework, run.attention_kernel),
+            framework_row(run.framework, run.attention_kernel, run.loss_kernel),
             tp_comm_overlap=run.tp_comm_overlap,
         ),
     )
@@ -512,6 +515,39 @@ def predicted_not_to_fit(
     """The runs, all of which completed, whose predicted peak exceeds `headroom` of their GPU's
     memory: the plan `fits` rule of `estimate` and `plan` would have rejected them."""
     return [c for c in comparisons if c.predicted_memory_bytes > headroom * c.gpu_memory_bytes]
+
+
+def predicted_not_to_fit_with_measured_error(comparisons: list[Comparison]) -> list[Comparison]:
+    """The runs whose predicted peak times the model's own memory error on similar runs -- the
+    90th percentile of measured / predicted peak over the memory rows of its framework row,
+    its own source left out (uncertainty.memory_error_range) -- exceeds the GPU's memory: the
+    fits rule with a measured margin in place of the flat `DEFAULT_MEMORY_HEADROOM`."""
+    from trainbudget.uncertainty import memory_error_range
+
+    rows = memory_ratios(comparisons)
+    return [
+        c
+        for c in comparisons
+        if c.predicted_memory_bytes
+        * memory_error_range(rows, framework_row(c.framework).name, c.source_key).high
+        > c.gpu_memory_bytes
+    ]
+
+
+def memory_ratios(comparisons: Iterable[Comparison]) -> list:
+    """measured / predicted peak of each comparison with a measured peak, with its source and
+    framework row (uncertainty.MemoryRatio)."""
+    from trainbudget.uncertainty import MemoryRatio
+
+    return [
+        MemoryRatio(
+            c.run_id,
+            c.source_key,
+            framework_row(c.framework).name,
+            c.measured_memory_bytes / c.predicted_memory_bytes,
+        )
+        for c in with_memory(comparisons)
+    ]
 
 
 def with_memory(comparisons: Iterable[Comparison]) -> list[Comparison]:

@@ -12,7 +12,7 @@ from tests.clirun import cli, cli_json, one_line_error
 import trainbudget as tb
 from trainbudget.core.errors import SpecError
 
-# a narrow policy keeps the four searches fast (as tests/cli/test_plan_cmd.py's CHEAP)
+# a narrow policy keeps the four searches fast (as tests/cli/plan/test_plan_cmd.py's CHEAP)
 NARROW = {"no_cp": True, "zero_stages": "0,1", "recompute_options": "none"}
 NARROW_ARGV = ("--no-cp", "--zero-stages", "0,1", "--recompute-options", "none")
 CHEAP_ARGV = (
@@ -20,7 +20,7 @@ CHEAP_ARGV = (
     *("--tokens", "1e10", "--within-days", "365", "--gpu-options", "h100-sxm,a100-80gb"),
     *("--gpu-counts", "8,16", "--prices", "h100-sxm=3,a100-80gb=1.5"),
 )
-# the README's 70B question on 1,024 H100s (tests/cli/test_plan_emit.py's PLAN_70B)
+# the README's 70B question on 1,024 H100s (tests/cli/plan/test_plan_emit.py's PLAN_70B)
 Q70 = {"gpus": 1024, "gpu": "h100-sxm", "global_batch": 512, "seq_len": 8192, "tokens": "15T"}
 PLAN_70B = (
     *("plan", "--model", "llama-3-70b", "--gpus", "1024", "--gpu", "h100-sxm"),

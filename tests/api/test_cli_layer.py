@@ -9,8 +9,8 @@ import json
 import pytest
 from tests.clirun import cli
 
-import trainbudget.cli.estimate_cmd as estimate_cmd
-import trainbudget.cli.plan_cmd as plan_cmd
+import trainbudget.cli.plan.estimate_cmd as estimate_cmd
+import trainbudget.cli.plan.plan_cmd as plan_cmd
 
 
 class Answer:

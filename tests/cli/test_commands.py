@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from clirun import cli, cli_json
-from trainbudget.cli.estimate_cmd import request_from_args
 from trainbudget.cli.main import COMMANDS, build_parser
+from trainbudget.cli.plan.estimate_cmd import request_from_args
 from trainbudget.core.single.estimate import estimate
 
 PRESET_NAMES = [

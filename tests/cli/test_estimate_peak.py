@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from clirun import cli_json
-from trainbudget.cli.estimate_cmd import to_json
+from trainbudget.cli.plan.estimate_cmd import to_json
 from trainbudget.core.single.estimate import EstimateRequest, estimate
 from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.hardware import get_hardware

@@ -65,7 +65,7 @@ def _other_commands(name: str) -> set[str]:
 
 def test_estimate_json_in_planner_mode_imports_no_other_command_and_nothing_heavy():
     blas_threads, loaded = _run_as_program(README_1 + " --json")
-    assert "trainbudget.cli.estimate_cmd" in loaded
+    assert "trainbudget.cli.plan.estimate_cmd" in loaded
     assert not loaded & _other_commands("estimate")
     assert not loaded & NOT_FOR_ESTIMATE
     assert "numpy" in loaded  # the planner's grid: one array element per layout
@@ -89,7 +89,7 @@ def test_estimate_without_a_search_imports_no_numpy(argv):
 
 def test_a_catalog_command_imports_no_estimator():
     _, loaded = _run_as_program("models")
-    assert not loaded & _other_commands("models") - {"trainbudget.cli.catalog_cmd"}
+    assert not loaded & _other_commands("models") - {"trainbudget.cli.tools.catalog_cmd"}
     assert not {m for m in loaded if m.startswith("trainbudget.core.parallel")}
     assert "numpy" not in loaded
 

@@ -10,7 +10,7 @@ import pytest
 from clirun import cli, cli_json
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.planner import evaluate
+from trainbudget.core.parallel.search.planner import evaluate
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.core.spec.presets import get_preset

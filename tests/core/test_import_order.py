@@ -41,6 +41,7 @@ def test_core_modules_import_one_way():
 
 def test_the_planner_is_imported_by_its_search_not_the_reverse():
     graph = _core_imports()
-    planner, search = "trainbudget.core.parallel.planner", "trainbudget.core.parallel.planner_fast"
+    planner = "trainbudget.core.parallel.search.planner"
+    search = "trainbudget.core.parallel.search.planner_fast"
     assert planner in graph[search]
     assert search not in graph[planner]

@@ -155,7 +155,7 @@ def test_missing_out_is_an_argparse_error() -> None:
 def test_prepare_never_imports_torch(tmp_path: Path) -> None:
     code = (
         "import argparse, contextlib, io, sys\n"
-        "from trainbudget.cli import data_cmd\n"
+        "from trainbudget.cli.run import data_cmd\n"
         "data_cmd.add_arguments(argparse.ArgumentParser(), 'data')\n"
         "assert 'numpy' not in sys.modules, 'the data parser imported numpy'\n"
         "from trainbudget.cli.main import main\n"

@@ -421,3 +421,14 @@ def test_an_unknown_attention_kernel_is_refused() -> None:
     run = get_run("flashattn-gpt3-125m-8gpu")
     with pytest.raises(RunDataError, match=r"attention_kernel = 'flash9'.*flash1, flash2, flash3"):
         dataclasses.replace(run, attention_kernel="flash9")
+
+
+def test_a_loss_kernel_is_the_framework_rows_unless_the_source_turns_on_another() -> None:
+    """Only the runs whose source names a fused linear cross-entropy (Liger-Kernel in Bekman's
+    long-context configuration) set one; an unknown name is refused naming the known ones."""
+    fused = {r.id for r in PUBLISHED_RUNS if r.loss_kernel == "fused-linear-cross-entropy"}
+    assert fused and all(i.startswith("mleng-") and not i.endswith("zero2") for i in fused)
+    assert all(r.loss_kernel is None for r in PUBLISHED_RUNS if r.id not in fused)
+    run = get_run("mleng-llama31-8b-h200-8k")
+    with pytest.raises(RunDataError, match=r"loss_kernel = 'liger'.*torch-cross-entropy"):
+        dataclasses.replace(run, loss_kernel="liger")

@@ -23,7 +23,7 @@ from trainbudget.report.plan_data import PlanQuestion, plan_report
 from trainbudget.report.plan_page import headline, plan_page
 from trainbudget.report.run_charts import run_charts
 from trainbudget.report.run_page import run_page
-from trainbudget.train.run_files import read_run
+from trainbudget.train.spec.run_files import read_run
 
 PLAN_SECTIONS = {"question", "answer", "candidates", "memory", "step-time", "scaling"}
 PLAN_SECTIONS |= {"roofline", "failures", "assumptions"}

@@ -151,7 +151,7 @@ def test_a_scaling_count_without_a_layout_is_listed_not_fatal() -> None:
 
 def test_no_torch_no_matplotlib() -> None:
     code = (
-        "import sys, trainbudget.report.plan_data, trainbudget.train.run_files\n"
+        "import sys, trainbudget.report.plan_data, trainbudget.train.spec.run_files\n"
         "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))"
     )
     out = subprocess.run(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trainbudget.core.parallel.compute_time import gemm_shape_efficiency
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY as EFF
+from trainbudget.core.parallel.timing.compute_time import gemm_shape_efficiency
+from trainbudget.core.parallel.timing.step_time import DEFAULT_EFFICIENCY as EFF
 from trainbudget.core.single.intensity import matmul_intensity, ridge_intensity
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_arg import resolve_model

@@ -44,7 +44,7 @@ def test_serve_prints_a_loopback_url_answers_there_and_stops_on_ctrl_c():
 
 def test_the_server_process_imports_no_torch():
     probe = (
-        "import sys, trainbudget.cli.serve_cmd, trainbudget.serve.server;"
+        "import sys, trainbudget.cli.plan.serve_cmd, trainbudget.serve.server;"
         "print('torch' in sys.modules)"
     )
     env = {**os.environ, "PYTHONPATH": SRC}

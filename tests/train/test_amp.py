@@ -15,8 +15,8 @@ pytestmark = pytest.mark.torch
 from trainbudget.core.spec.precision import get_precision  # noqa: E402
 from trainbudget.model.optim import mixed_precision  # noqa: E402
 from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa: E402
-from trainbudget.train.config import TrainConfig  # noqa: E402
 from trainbudget.train.loop import train  # noqa: E402
+from trainbudget.train.spec.config import TrainConfig  # noqa: E402
 
 TINY = ("n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=257", "max_seq_len=64")
 

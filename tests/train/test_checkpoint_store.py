@@ -58,7 +58,7 @@ def test_names() -> None:
 
 def test_the_manifest_half_and_the_cli_need_no_torch() -> None:
     code = (
-        "import sys, trainbudget.train.checkpointing.manifest, trainbudget.cli.eval_cmd\n"
+        "import sys, trainbudget.train.checkpointing.manifest, trainbudget.cli.run.eval_cmd\n"
         "assert 'torch' not in sys.modules"
     )
     env = {**os.environ, "PYTHONPATH": str(SRC)}

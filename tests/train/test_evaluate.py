@@ -10,9 +10,9 @@ torch = pytest.importorskip("torch")
 from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.model.transformer import build_model  # noqa: E402
-from trainbudget.train.config import TrainConfig  # noqa: E402
 from trainbudget.train.data import RunData  # noqa: E402
 from trainbudget.train.evaluate import EVAL_WINDOWS_PER_BATCH, evaluate  # noqa: E402
+from trainbudget.train.spec.config import TrainConfig  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -21,8 +21,8 @@ pytestmark = pytest.mark.torch
 from clirun import cli  # noqa: E402  (after the importorskip above)
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa: E402
-from trainbudget.train.config import TrainConfig  # noqa: E402
 from trainbudget.train.loop import train  # noqa: E402
+from trainbudget.train.spec.config import TrainConfig  # noqa: E402
 
 TINY = ("n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=257", "max_seq_len=32")
 TINY_FLAGS = [arg for o in TINY for arg in ("--set", o)]

@@ -16,9 +16,9 @@ torch = pytest.importorskip("torch")
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa: E402
 from trainbudget.train.checkpointing.recovery import TrainingHalted  # noqa: E402
-from trainbudget.train.config import make_config  # noqa: E402
-from trainbudget.train.faults import Faults  # noqa: E402
+from trainbudget.train.launch.faults import Faults  # noqa: E402
 from trainbudget.train.loop import train  # noqa: E402
+from trainbudget.train.spec.config import make_config  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -268,7 +268,7 @@ def test_sample_longer_than_the_context_is_refused_before_loading(run_dir: Path)
 
 
 def test_a_long_sample_shows_its_progress_on_stderr(run_dir: Path, monkeypatch) -> None:
-    from trainbudget.cli import sample_cmd
+    from trainbudget.cli.run import sample_cmd
 
     monkeypatch.setattr(sample_cmd, "LONG_SAMPLE_TOKENS", 10)
     argv = ("sample", "--checkpoint", str(run_dir), "--prompt", "The ", "--max-new-tokens")

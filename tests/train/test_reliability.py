@@ -8,7 +8,7 @@ are tests/train/test_checkpoint_store.py.)
 "Bitwise" is exact here: the same computation on the same CPU in the same order gives the same
 bits (no tolerance), so any state a checkpoint failed to carry -- the batch position, the
 optimizer's step count, the spike detector's window -- shows up as a difference.
-Faults are injected through train.faults (TRAINBUDGET_FAULTS for subprocesses).
+Faults are injected through train.launch.faults (TRAINBUDGET_FAULTS for subprocesses).
 Timing on a 2-core CPU: about 60 s (six 1-process runs of ~3 s, five 2-rank runs of ~8 s).
 """
 

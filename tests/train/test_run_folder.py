@@ -3,7 +3,7 @@
 first brings about the failure the issue reported -- two runs in one folder at once, a disk
 that fills up inside a write, a crash inside a write, a fresh run over an earlier one -- and
 then checks what the trainer does instead. The tiny model and the bitwise comparison are
-test_reliability's; faults come through train.faults (TRAINBUDGET_FAULTS).
+test_reliability's; faults come through train.launch.faults (TRAINBUDGET_FAULTS).
 Timing: thirteen 1-process runs of ~3 s; about 2 minutes on a busy 2-core CPU.
 """
 

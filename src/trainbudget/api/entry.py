@@ -53,6 +53,8 @@ def estimate(
     sp: bool = False,
     vpp: Number | None = None,
     pp_layers: str | Sequence[int] | None = None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
     recompute_every: Number | None = None,
     schedule: str | None = None,
     offload_optimizer: str | None = None,
@@ -141,7 +143,7 @@ def plan(
 
 def _checked(args: argparse.Namespace) -> argparse.Namespace:
     """What the CLI's parser checks before the command runs: a --calibration file is read
-    whenever it is given (cli.plan_view.calibration_path), even where no step is timed."""
+    whenever it is given (cli.plan.plan_view.calibration_path), even where no step is timed."""
     if args.calibration is not None:
         from trainbudget.core.parallel.timing.calibration import load_calibration
 

@@ -38,6 +38,8 @@ def wants_plan(args: argparse.Namespace) -> bool:
         any(getattr(args, f) is not None for f in LAYOUT_FLAGS)
         or args.calibration is not None
         or args.sp
+        or getattr(args, "account_for_embedding", False)
+        or getattr(args, "account_for_loss", False)
         or args.offload_optimizer != "none"
         or args.offload_params != "none"
         or args.schedule is not None
@@ -119,6 +121,8 @@ def plan_from_args(
         tp=tp,
         pp=pp,
         pp_layers=pp_layers,
+        embedding_in_pp_split=getattr(args, "account_for_embedding", False),
+        loss_in_pp_split=getattr(args, "account_for_loss", False),
         cp=cp,
         ep=opt("ep", 1),
         zero=opt("zero", 0),

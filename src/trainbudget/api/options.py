@@ -62,6 +62,8 @@ ESTIMATE_DEFAULTS: dict[str, object] = {
     "tp": None,
     "pp": None,
     "pp_layers": None,
+    "account_for_embedding": False,
+    "account_for_loss": False,
     "vpp": None,
     "cp": None,
     "ep": None,

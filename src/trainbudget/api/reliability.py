@@ -1,5 +1,5 @@
 """Failure and checkpoint figures inside the `estimate` and `plan` answers, when the two rates
-are given: the block the API returns and the CLI prints (cli/reliability_view.py)."""
+are given: the block the API returns and the CLI prints (cli/tools/reliability_view.py)."""
 
 from __future__ import annotations
 

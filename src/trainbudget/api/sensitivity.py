@@ -1,7 +1,7 @@
 """How sure a plan's figures are, as the answers' JSON holds it: the range from the model's error
 on similar published runs, and what each unstated assumption (micro-batch, recomputation,
 FlashAttention, framework) would change. The CLI prints these blocks as lines
-(cli/uncertainty_view.py); the API and the planner page return them as they are."""
+(cli/plan/uncertainty_view.py); the API and the planner page return them as they are."""
 
 from __future__ import annotations
 

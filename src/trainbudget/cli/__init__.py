@@ -1,1 +1,3 @@
-"""The command line: parsing, formatting and printing. The arithmetic lives in trainbudget.core."""
+"""The command line: parsing, formatting and printing; the arithmetic lives in trainbudget.core.
+Here `main` (the entry point, which reaches each command by name), the shared options and
+Ctrl-C; the commands are in plan/, tools/ and run/."""

@@ -2,7 +2,7 @@
 `sample`): one line and the shell's exit code, 128 + the signal, not a KeyboardInterrupt
 traceback. The first signal stops the command; later ones are ignored while it unwinds, so a
 second Ctrl-C cannot turn the stop into a traceback either. (`train` has its own handling:
-train.exits.)"""
+train.launch.exits.)"""
 
 from __future__ import annotations
 

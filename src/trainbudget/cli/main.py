@@ -14,60 +14,67 @@ if TYPE_CHECKING:
 
 COMMANDS = {
     "estimate": (
-        "trainbudget.cli.estimate_cmd",
+        "trainbudget.cli.plan.estimate_cmd",
         "parameters, FLOPs, memory, time and cost of a training run",
     ),
-    "fit": ("trainbudget.cli.fit_cmd", "the largest model a set of GPUs can train"),
-    "models": ("trainbudget.cli.catalog_cmd", "list model presets with parameter counts"),
-    "hardware": ("trainbudget.cli.catalog_cmd", "list accelerators with peaks and bandwidths"),
-    "dtypes": ("trainbudget.cli.catalog_cmd", "number formats: bits, range, epsilon"),
+    "fit": ("trainbudget.cli.tools.fit_cmd", "the largest model a set of GPUs can train"),
+    "models": ("trainbudget.cli.tools.catalog_cmd", "list model presets with parameter counts"),
+    "hardware": (
+        "trainbudget.cli.tools.catalog_cmd",
+        "list accelerators with peaks and bandwidths",
+    ),
+    "dtypes": ("trainbudget.cli.tools.catalog_cmd", "number formats: bits, range, epsilon"),
     "intensity": (
-        "trainbudget.cli.intensity_cmd",
+        "trainbudget.cli.tools.intensity_cmd",
         "arithmetic intensity of a dot product or matmul vs a chip's ridge point",
     ),
-    "mfu": ("trainbudget.cli.mfu_cmd", "model FLOPs utilisation from a measured step time"),
+    "mfu": ("trainbudget.cli.tools.mfu_cmd", "model FLOPs utilisation from a measured step time"),
     "plan": (
-        "trainbudget.cli.plan_cmd",
+        "trainbudget.cli.plan.plan_cmd",
         "search every parallel layout; the fastest that fit, and why",
     ),
     "reliability": (
-        "trainbudget.cli.reliability_cmd",
+        "trainbudget.cli.tools.reliability_cmd",
         "failure probability, MTBF, optimal checkpoint interval and goodput",
     ),
     "validate": (
-        "trainbudget.cli.validate_cmd",
+        "trainbudget.cli.tools.validate_cmd",
         "predicted vs published step times of real training runs",
     ),
     "bench": (
-        "trainbudget.cli.bench_cmd",
+        "trainbudget.cli.run.bench_cmd",
         "matmul FLOP/s and memory bandwidth of this device (its roofline)",
     ),
     "profile": (
-        "trainbudget.cli.profile_cmd",
+        "trainbudget.cli.run.profile_cmd",
         "predicted vs measured memory and FLOPs of a real PyTorch training step",
     ),
     "data": (
-        "trainbudget.cli.data_cmd",
+        "trainbudget.cli.run.data_cmd",
         "prepare token files from text (byte or BPE tokenizer), with sources, weights and a "
         "held-out split",
     ),
     "train": (
-        "trainbudget.cli.train_cmd",
+        "trainbudget.cli.run.train_cmd",
         "train the reference model with predicted vs measured on every log line",
     ),
     "report": (
-        "trainbudget.cli.report_cmd",
+        "trainbudget.cli.plan.report_cmd",
         "one HTML page with plots: a planned run (--model) or a training run (--run)",
     ),
     "plot": (
-        "trainbudget.cli.plot_cmd",
+        "trainbudget.cli.run.plot_cmd",
         "loss curves (train, validation) and tokens/s of training runs as a PNG",
     ),
     "eval": (
-        "trainbudget.cli.eval_cmd",
+        "trainbudget.cli.run.eval_cmd",
         "validation loss and perplexity of a checkpoint, per data source",
     ),
-    "sample": ("trainbudget.cli.sample_cmd", "generate text from a checkpoint"),
+    "sample": ("trainbudget.cli.run.sample_cmd", "generate text from a checkpoint"),
+    "serve": (
+        "trainbudget.cli.plan.serve_cmd",
+        "a local planner page: inputs on the left, plans, memory and days updating on the right",
+    ),
 }
 
 
@@ -126,7 +133,7 @@ def _one_blas_thread(command: str | None) -> None:
 
 # commands that may search the planner's grid: arrays of hundreds of KiB (one element per
 # layout), made and dropped by the thousand
-GRID_COMMANDS = frozenset({"estimate", "plan", "report"})
+GRID_COMMANDS = frozenset({"estimate", "plan", "report", "serve"})
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 
 
@@ -153,8 +160,9 @@ def _keep_freed_memory(command: str | None) -> None:
 
 
 # commands that answer from the core's tables in well under a second: no torch, no corpus, no
-# figures (matplotlib's artists hold cycles)
-SHORT_COMMANDS = frozenset(COMMANDS) - TORCH_COMMANDS - {"data", "report", "plot"}
+# figures (matplotlib's artists hold cycles); `serve` runs until stopped, so it keeps the
+# collector
+SHORT_COMMANDS = frozenset(COMMANDS) - TORCH_COMMANDS - {"data", "report", "plot", "serve"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,8 +19,8 @@ and FSDP2 reduce-scatters a block's gradients in an order that must be the same 
 So each expert runs on its slice of tokens even when the slice is empty: a (0, D) input still
 adds the matmuls to the graph, and backward gives the expert a zero gradient.
 
-Expert parallelism (train.expert_parallel) replaces `runner`: the kept assignments, sorted by
-expert, go to the ranks that hold their experts and come back in the same order. Routing and
+Expert parallelism (train.parallel.expert_parallel) replaces `runner`: the kept assignments, sorted
+by expert, go to the ranks that hold their experts and come back in the same order. Routing and
 capacity are decided here, before that, on this rank's own tokens, so the routing is the same
 computation with or without expert parallelism.
 
@@ -120,7 +120,7 @@ class MoE(nn.Module):
         self.n_experts = spec.n_experts
         self.runner: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None
         """(x (n_kept, D) grouped by expert, counts (E,)) -> the experts' outputs, same rows:
-        train.expert_parallel's all-to-all round trip; None: `run_local`."""
+        train.parallel.expert_parallel's all-to-all round trip; None: `run_local`."""
         self.stats: RouterStats | None = None
         """The last training forward's figures, until `router_stats` takes them."""
 

@@ -14,6 +14,7 @@ Shapes: B batch, T sequence, D d_model, H query heads, K kv heads, E head dim, F
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -69,13 +70,23 @@ def _norm(spec: ModelSpec, factory: dict, width: int | None = None) -> nn.Module
     return nn.LayerNorm(width, bias=spec.bias, **factory)
 
 
-def rope_tables(seq_len: int, d_head: int, device, base: float = 10000.0) -> tuple:
+def rope_tables(
+    seq_len: int,
+    d_head: int,
+    device,
+    base: float = 10000.0,
+    *,
+    positions: torch.Tensor | None = None,
+) -> tuple:
     """cos, sin of shape (T, 1, E/2) for rotary embeddings (Su et al. 2021, arXiv 2104.09864),
-    broadcasting over (B, T, H, E/2)."""
+    broadcasting over (B, T, H, E/2). `positions`: (T,) the tokens' places in the whole
+    sequence when the rank holds only some of them (context parallelism); default 0..T-1."""
     inv_freq = 1.0 / base ** (
         torch.arange(0, d_head, 2, device=device, dtype=torch.float32) / d_head
     )
-    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    if positions is None:
+        positions = torch.arange(seq_len, device=device)
+    angles = torch.outer(positions.to(device=device, dtype=torch.float32), inv_freq)
     return angles.cos()[:, None, :], angles.sin()[:, None, :]
 
 
@@ -101,6 +112,22 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> to
     return F.scaled_dot_product_attention(q, k, v, attn_mask=band, enable_gqa=gqa)
 
 
+class SequenceShard(Protocol):
+    """This rank's part of each training sequence under context parallelism (the trainer's
+    train.parallel.context implements it): the model runs embeddings, norms, MLPs and the head
+    on the local tokens only, and reaches the other ranks' keys and values in attention."""
+
+    def positions(self, n_local: int, device) -> torch.Tensor:
+        """(n_local,) int64: the local tokens' places in the whole sequence."""
+        ...
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int
+    ) -> torch.Tensor:
+        """`attend`'s causal attention of the local queries over the whole sequence's keys."""
+        ...
+
+
 class Attention(nn.Module):
     """Multi-head / grouped-query attention, with QK-norm (an RMSNorm over each q and k head,
     Dehghani et al. 2023, arXiv:2302.05442) when the spec asks for it.
@@ -108,8 +135,8 @@ class Attention(nn.Module):
     One fused projection `qkv` whose output rows are grouped by kv head: for each of the K kv
     heads, its G = H / K query heads, then its key, then its value ([q_g | k_g | v_g], g = 0..K-1).
     Grouped so that a split of the rows into tp equal parts (tensor parallelism's column split,
-    train.tensor_parallel) gives each rank whole kv groups with their own query heads; [q | k | v]
-    in three blocks would give the first rank all of q and part of k. The forward reads the
+    train.parallel.tensor_parallel) gives each rank whole kv groups with their own query heads; [q |
+    k | v] in three blocks would give the first rank all of q and part of k. The forward reads the
     number of kv heads from the output's width (-1), so a rank's part runs as it is."""
 
     def __init__(self, spec: ModelSpec, factory: dict) -> None:
@@ -121,7 +148,14 @@ class Attention(nn.Module):
         self.q_norm = _norm(spec, factory, spec.d_head) if spec.qk_norm else None
         self.k_norm = _norm(spec, factory, spec.d_head) if spec.qk_norm else None
 
-    def forward(self, x: torch.Tensor, rope: tuple | None, window: int = 0) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple | None,
+        window: int = 0,
+        *,
+        shard: SequenceShard | None = None,
+    ) -> torch.Tensor:
         s = self.spec
         b, t, _ = x.shape
         g = s.n_heads // s.n_kv_heads  # query heads per kv head
@@ -140,7 +174,7 @@ class Attention(nn.Module):
         q = q.flatten(2, 3)
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, T, E), (B, K, T, E)
         v = v.transpose(1, 2)  # (B, K, T, Ev)
-        y = attend(q, k, v, window)  # (B, H, T, Ev)
+        y = attend(q, k, v, window) if shard is None else shard.attend(q, k, v, window)
         return self.proj(y.transpose(1, 2).flatten(2))  # (B, T, H*Ev) in, (B, T, D) out
 
 
@@ -167,7 +201,14 @@ class LatentAttention(nn.Module):
         self.kv_up = nn.Linear(spec.kv_lora_rank, kv_width, bias=False, **factory)
         self.proj = nn.Linear(spec.d_attn_out, d, bias=False, **factory)
 
-    def forward(self, x: torch.Tensor, rope: tuple, window: int = 0) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple,
+        window: int = 0,
+        *,
+        shard: SequenceShard | None = None,
+    ) -> torch.Tensor:
         s = self.spec
         b, t, _ = x.shape
         h, r = s.n_heads, s.rope_head_dim
@@ -179,7 +220,8 @@ class LatentAttention(nn.Module):
         k_rope = apply_rope(k_rope[:, :, None, :], *rope).expand(b, t, h, r)  # (B, T, H, R)
         q = torch.cat((q_nope, apply_rope(q_rope, *rope)), dim=-1).transpose(1, 2)  # (B,H,T,E)
         k = torch.cat((k_nope, k_rope), dim=-1).transpose(1, 2)  # (B, H, T, E)
-        y = attend(q, k, v.transpose(1, 2), window)  # (B, H, T, Ev)
+        v = v.transpose(1, 2)  # (B, H, T, Ev)
+        y = attend(q, k, v, window) if shard is None else shard.attend(q, k, v, window)
         return self.proj(y.transpose(1, 2).reshape(b, t, s.d_attn_out))
 
 
@@ -197,8 +239,12 @@ class Block(nn.Module):
         self.post_norm1 = _norm(spec, factory) if spec.post_norms else None
         self.post_norm2 = _norm(spec, factory) if spec.post_norms else None
 
-    def forward(self, x: torch.Tensor, rope: tuple | None) -> torch.Tensor:
-        a = self.attn(self.norm1(x), rope, self.window)
+    def forward(
+        self, x: torch.Tensor, rope: tuple | None, *, shard: SequenceShard | None = None
+    ) -> torch.Tensor:
+        """`shard` a keyword: tensor parallelism's input plans (train.tensor_parallel) count
+        the positional inputs."""
+        a = self.attn(self.norm1(x), rope, self.window, shard=shard)
         x = x + (a if self.post_norm1 is None else self.post_norm1(a))
         m = self.mlp(self.norm2(x))
         return x + (m if self.post_norm2 is None else self.post_norm2(m))
@@ -220,6 +266,9 @@ class Transformer(nn.Module):
             )
         self.spec, self.recompute = spec, recompute
         self.checkpoint_early_stop = False
+        self.sequence_shard: SequenceShard | None = None
+        """Context parallelism (set by the trainer): training forwards see this rank's tokens
+        only; in eval mode (evaluation, probes, sampling) the model runs whole sequences."""
         self.tok = nn.Embedding(spec.vocab_size, spec.d_model, **factory)
         self.pos = (
             nn.Embedding(spec.max_seq_len, spec.d_model, **factory)
@@ -233,23 +282,26 @@ class Transformer(nn.Module):
             self.head.weight = self.tok.weight
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        """idx, targets: (B, T) token ids. Returns logits (B, T, V), and the mean loss."""
+        """idx, targets: (B, T) token ids (under a sequence shard, in training: this rank's T
+        tokens of each sequence). Returns logits (B, T, V), and the mean loss over those."""
         b, t = idx.shape
+        shard = self.sequence_shard if self.training else None
+        where = None if shard is None else shard.positions(t, idx.device)  # (T,) global places
         x = self.tok(idx)  # (B, T, D)
         rope = None
         if self.pos is not None:
-            x = x + self.pos(torch.arange(t, device=idx.device))
+            x = x + self.pos(torch.arange(t, device=idx.device) if where is None else where)
         else:
-            rope = rope_tables(t, self.spec.d_rope, idx.device)
+            rope = rope_tables(t, self.spec.d_rope, idx.device, positions=where)
         for block in self.blocks:
             if self.recompute == "full" and self.training:
                 # every layer's forward runs again in backward (Megatron's full recomputation,
                 # what the core counts) unless checkpoint_early_stop lets torch skip each
                 # block's last matmul, whose output nothing saves
                 with set_checkpoint_early_stop(self.checkpoint_early_stop):
-                    x = checkpoint(block, x, rope, use_reentrant=False)
+                    x = checkpoint(block, x, rope, shard=shard, use_reentrant=False)
             else:
-                x = block(x, rope)
+                x = block(x, rope, shard=shard)
         logits = self.head(self.norm(x))  # (B, T, V)
         if targets is None:
             return logits, None

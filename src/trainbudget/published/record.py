@@ -18,6 +18,7 @@ from typing import NoReturn
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import OFFLOAD_TARGETS
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
+from trainbudget.core.spec.engines import LOSS_KERNELS
 from trainbudget.core.spec.hardware import ATTENTION_KERNELS, HARDWARE
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import PRECISIONS
@@ -195,6 +196,10 @@ class PublishedRun:
     """The fused attention kernel the run used (hardware.ATTENTION_KERNELS) where its code pins
     one the framework row does not: the first FlashAttention of flash-attn before 2.0; ''
     for the framework row's."""
+    loss_kernel: str | None = None
+    """The loss kernel the run used (core.spec.engines.LOSS_KERNELS) where it is not the
+    framework row's: 'fused-linear-cross-entropy' where the source or its code turns on a
+    fused linear cross-entropy (Liger-Kernel); None for the framework row's."""
     assumed: frozenset[str] = frozenset()
     """Fields the source does not state, filled in as the notes explain ('layout.vpp',
     'model.vocab_size', 'seq_len', ...); every other field is reported or derived exactly."""
@@ -278,6 +283,8 @@ def _validate(run: PublishedRun) -> None:
     if run.attention_kernel and run.attention_kernel not in ATTENTION_KERNELS:
         rule = "must be '' or one of " + ", ".join(ATTENTION_KERNELS)
         fail("attention_kernel", run.attention_kernel, rule)
+    if run.loss_kernel is not None and run.loss_kernel not in LOSS_KERNELS:
+        fail("loss_kernel", run.loss_kernel, "must be None or one of " + ", ".join(LOSS_KERNELS))
     for name, cls in (("model", ModelSpec), ("layout", Layout), ("measured", Measurement)):
         if not isinstance(getattr(run, name), cls):
             fail(name, type(getattr(run, name)).__name__, f"must be a {cls.__name__}")

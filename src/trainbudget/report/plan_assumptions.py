@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainbudget.core.parallel import step_time as step_time_module
-from trainbudget.core.parallel.planner import RankedPlan
 from trainbudget.core.parallel.reliability import ASSUMPTIONS as RELIABILITY_ASSUMPTIONS
+from trainbudget.core.parallel.search.planner import RankedPlan
+from trainbudget.core.parallel.timing import step_time as step_time_module
 from trainbudget.core.units import format_bytes, format_flops_rate
 
 MICROSECONDS_PER_SECOND = 1e6

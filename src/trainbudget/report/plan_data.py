@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.parallel.planner import PlannerResult, RankedPlan, why_best
+from trainbudget.core.parallel.search.planner import PlannerResult, RankedPlan, why_best
 from trainbudget.core.single.memory import checkpoint_bytes
 from trainbudget.core.single.params import count_params
 from trainbudget.core.single.training_time import TrainingTime

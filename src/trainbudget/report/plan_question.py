@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.plan_space import PlannerResult, Policy, RankedPlan
-from trainbudget.core.parallel.planner_fast import DEFAULT_POLICY, search_fast
 from trainbudget.core.parallel.reliability import DEFAULT_RESTART_SECONDS
-from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency
+from trainbudget.core.parallel.search.plan_space import PlannerResult, Policy, RankedPlan
+from trainbudget.core.parallel.search.planner_fast import DEFAULT_POLICY, search_fast
+from trainbudget.core.parallel.timing.step_time import DEFAULT_EFFICIENCY, Efficiency
 from trainbudget.core.single.training_time import TrainingTime, training_time
 from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -17,7 +17,7 @@ from trainbudget.core.spec.precision import Optimizer, Precision
 from trainbudget.report.roofline_data import MeasuredRoofline
 
 MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "temporaries", "buffers")
-"""The parts alive at the peak phase of the heaviest GPU (core.parallel.gpu_peak)."""
+"""The parts alive at the peak phase of the heaviest GPU (core.parallel.memory.gpu_peak)."""
 STEP_PARTS = ("compute", "exposed_comm", "pipeline_bubble", "optimizer", "offload")
 
 

@@ -16,15 +16,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from trainbudget.core.parallel.plan import Plan
+
 # the step-time model's roofline of one GEMM; private there, used here so that the points sit
 # exactly where the step time puts them rather than on a second copy of the formula
-from trainbudget.core.parallel.compute_time import (
+from trainbudget.core.parallel.timing.compute_time import (
     Efficiency,
     gemm_shape_efficiency,
     matmul_rate_fraction,
     matmul_seconds,
 )
-from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single.flops import matmul_flops
 from trainbudget.core.single.intensity import matmul_intensity, ridge_intensity
 from trainbudget.core.spec.hardware import Hardware

@@ -2,7 +2,7 @@
 validation per source, throughput and MFU against the prediction, step time by phase, memory
 against the prediction, learning rate and gradient norm) and `trainbudget plot`'s figure (loss,
 throughput and MFU stacked, one colour per run to compare several). The runs come from
-`train.run_files.read_run`. Missing values are left out; a series with no value draws a note
+`train.spec.run_files.read_run`. Missing values are left out; a series with no value draws a note
 instead of a line."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from trainbudget.core.units import MB
 from trainbudget.report.figures import COLORS, Chart, draw
-from trainbudget.train.run_files import RunLog, RunPoint
+from trainbudget.train.spec.run_files import RunLog, RunPoint
 
 PHASES = ("data", "forward", "backward", "optimizer")
 PHASE_COLORS = {

@@ -9,7 +9,7 @@ import json
 from trainbudget.core.units import format_bytes
 from trainbudget.report.figures import Chart
 from trainbudget.report.page import Raw, bullets, document, esc, figure, paragraph, table
-from trainbudget.train.run_files import RunLog, RunPoint
+from trainbudget.train.spec.run_files import RunLog, RunPoint
 
 
 def _last(points: tuple[RunPoint, ...], attr: str) -> float | None:
@@ -139,7 +139,7 @@ def _comm_table(r: RunLog) -> Raw:
     body = table((*headers, "calls", "predicted calls"), rows, numeric=4) if rows else ""
     notes = bullets(c.notes, "notes") if c.notes else ""
     return Raw(
-        paragraph(where + " Bytes in the core's convention (core.parallel.comm).", "muted")
+        paragraph(where + " Bytes in the core's convention (core.parallel.timing.comm).", "muted")
         + body
         + notes
     )

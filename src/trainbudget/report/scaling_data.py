@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.parallel.planner import PlannerResult, RankedPlan
+from trainbudget.core.parallel.search.planner import PlannerResult, RankedPlan
 from trainbudget.core.single.training_time import TrainingTime
 from trainbudget.report.plan_question import PlanQuestion, search, step_parts, train_time
 

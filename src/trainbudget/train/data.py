@@ -15,7 +15,7 @@ from trainbudget.core.errors import SpecError
 from trainbudget.data.loader import Batches, TokenDataset, eval_batches, to_device
 from trainbudget.data.prepare import prepare
 from trainbudget.data.tokenizers import load_tokenizer
-from trainbudget.train.config import TrainConfig
+from trainbudget.train.spec.config import TrainConfig
 
 GLOBAL_STATE_VERSION = 1
 

@@ -18,7 +18,7 @@ run's micro-batch: runs with different batch sizes are scored on the same held-o
 
 def full_logits(logits: torch.Tensor) -> torch.Tensor:
     """Logits (B, T, V) as a plain tensor: tensor parallelism's vocabulary-sharded DTensor
-    logits (train.tensor_parallel) gathered on every rank."""
+    logits (train.parallel.tensor_parallel) gathered on every rank."""
     return logits.full_tensor() if hasattr(logits, "full_tensor") else logits
 
 

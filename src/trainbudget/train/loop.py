@@ -23,8 +23,6 @@ from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.model.optim import mixed_precision, weight_dtype
 from trainbudget.model.transformer import build_model
 from trainbudget.profile.device import identify_device, resolve_device
-from trainbudget.train import expert_parallel
-from trainbudget.train.accounting import Budget, make_budget, run_plan
 from trainbudget.train.checkpointing.checkpoint import CHECKPOINTS_DIR, clean_partial
 from trainbudget.train.checkpointing.recovery import (
     Interrupted,
@@ -39,11 +37,11 @@ from trainbudget.train.checkpointing.space import (
     predicted_checkpoint_bytes,
     prepare_checkpoint_folder,
 )
-from trainbudget.train.collective_watch import ranks_lost_named, signal_watch
-from trainbudget.train.comm_count import make_counter, run_comm
-from trainbudget.train.config import TrainConfig
 from trainbudget.train.data import open_data
-from trainbudget.train.distributed import (
+from trainbudget.train.evaluate import evaluate, probe_probabilities
+from trainbudget.train.guard import StepGuard, Verdict
+from trainbudget.train.launch.collective_watch import ranks_lost_named, signal_watch
+from trainbudget.train.launch.distributed import (
     DistInfo,
     all_reduce_sum,
     arrive,
@@ -55,44 +53,52 @@ from trainbudget.train.distributed import (
     shutdown,
     total_grad_norm,
 )
-from trainbudget.train.evaluate import evaluate, probe_probabilities
-from trainbudget.train.exits import SecondSignal
-from trainbudget.train.faults import Faults
-from trainbudget.train.guard import StepGuard, Verdict
-from trainbudget.train.memory_check import Step, check_run
-from trainbudget.train.metrics import MetricsWriteError, MetricsWriter, Progress, resume_metrics
-from trainbudget.train.moe_tally import MoeTally, moe_record, moe_text
-from trainbudget.train.parallelize import (
+from trainbudget.train.launch.exits import SecondSignal
+from trainbudget.train.launch.faults import Faults
+from trainbudget.train.launch.run_lock import make_room, own_run_folder
+from trainbudget.train.observe.accounting import Budget, make_budget, run_plan
+from trainbudget.train.observe.comm_count import make_counter
+from trainbudget.train.observe.memory_check import Step, check_run
+from trainbudget.train.observe.metrics import (
+    MetricsWriteError,
+    MetricsWriter,
+    Progress,
+    resume_metrics,
+)
+from trainbudget.train.observe.moe_tally import MoeTally, moe_record, moe_text
+from trainbudget.train.observe.rank_memory import PeakMeter, tracks_cpu_peak
+from trainbudget.train.observe.source_loss import SourceLoss, log_line_part
+from trainbudget.train.observe.startup import Say, log_rule, logged_step, on_terminal
+from trainbudget.train.parallel import expert_parallel
+from trainbudget.train.parallel.context import local_batch
+from trainbudget.train.parallel.parallelize import (
     build_mesh,
     data_parallel_coordinate,
     parallel_optimizer,
     parallelize,
     reshard,
 )
+from trainbudget.train.parallel.setup import seed_everything
+from trainbudget.train.parallel.tensor_parallel import loss_context, per_token_loss
 from trainbudget.train.pipeline_step import evaluate_pipeline, forward_backward, whole_gradient
-from trainbudget.train.preflight import preflight
-from trainbudget.train.rank_memory import PeakMeter, tracks_cpu_peak
 from trainbudget.train.run import Run
-from trainbudget.train.run_files import (
+from trainbudget.train.spec.config import TrainConfig
+from trainbudget.train.spec.preflight import preflight
+from trainbudget.train.spec.run_files import (
     COMM_FILE,
     CONFIG_FILE,
     SUMMARY_FILE,
     has_summary,
     read_run,
 )
-from trainbudget.train.run_lock import make_room, own_run_folder
-from trainbudget.train.schedule import Schedule, apply_lr
-from trainbudget.train.setup import seed_everything
-from trainbudget.train.source_loss import SourceLoss, log_line_part
-from trainbudget.train.startup import Say, log_rule, logged_step, on_terminal
-from trainbudget.train.strategy import alone_note
-from trainbudget.train.summary import memory_bytes, summarize
-from trainbudget.train.tensor_parallel import loss_context, per_token_loss
+from trainbudget.train.spec.schedule import Schedule, apply_lr
+from trainbudget.train.spec.strategy import alone_note
+from trainbudget.train.summary import memory_bytes, run_comm, summarize
 
 
 def train(cfg: TrainConfig, *, faults: Faults | None = None) -> dict:
     """Run `cfg`; returns the summary (also written to <out>/summary.json). The run folder is
-    locked for the whole run (train.run_lock). Under torchrun, a collective that fails (a
+    locked for the whole run (train.launch.run_lock). Under torchrun, a collective that fails (a
     timeout, a peer gone) raises exits.RanksLost naming the phase and the ranks that did not
     arrive."""
     device = torch.device(resolve_device(cfg.device))
@@ -173,6 +179,7 @@ def _start(
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
     plan = _plan(cfg, info)
+    say(f"layout {plan.describe()} on {info.world_size} process(es), strategy {cfg.strategy}")
     alone = alone_note(cfg.strategy, world_size=info.world_size)
     if alone:
         say(f"note: {alone}")
@@ -187,7 +194,7 @@ def _start(
     arrive(info, "start-up: the model's wrapper (DDP broadcasts the parameters)")
     parallel = parallelize(model, info, cfg, device, mesh=mesh)
     net = parallel.net
-    if parallel.model is not None:  # pp > 1: this rank's stages (train.pipeline)
+    if parallel.model is not None:  # pp > 1: this rank's stages (train.parallel.pipeline)
         model = parallel.model
     # the data-parallel coordinate: the ranks of one pipeline read the same rows
     dp_rank, dp_size = data_parallel_coordinate(parallel.mesh)
@@ -320,7 +327,7 @@ def _write_config(cfg: TrainConfig, info: DistInfo) -> None:
 
 
 def _plan(cfg: TrainConfig, info: DistInfo) -> Plan:
-    """The layout that runs (train.accounting.run_plan)."""
+    """The layout that runs (train.observe.accounting.run_plan)."""
     return run_plan(
         cfg.strategy,
         world_size=info.world_size,
@@ -332,6 +339,7 @@ def _plan(cfg: TrainConfig, info: DistInfo) -> Plan:
         sequence_parallel=cfg.sequence_parallel,
         ep=cfg.ep,
         pp=cfg.pp,
+        cp=cfg.cp,
         pp_schedule=cfg.pp_schedule,
         vpp=cfg.vpp,
         pp_layers=cfg.pp_layers,
@@ -339,7 +347,7 @@ def _plan(cfg: TrainConfig, info: DistInfo) -> Plan:
 
 
 def _budget(cfg: TrainConfig, spec: ModelSpec, plan: Plan, device: torch.device) -> Budget:
-    """The plan's predictions for the layout that runs (train.accounting)."""
+    """The plan's predictions for the layout that runs (train.observe.accounting)."""
     return make_budget(
         spec,
         plan,
@@ -513,6 +521,7 @@ def _step(run: Run, logged: bool):
     for micro in range(cfg.grad_accum):
         t = time.perf_counter()
         x, y, source_ids = run.batches.next_batch(run.device)
+        x, y = local_batch(run.model, x, y)  # cp > 1: this rank's chunks of each sequence
         phases["data"] += time.perf_counter() - t
         # distributed: gradients synced on the step's last micro-batch only (DDP and FSDP2)
         # tensor parallel: the loss (and its backward) of vocabulary-sharded logits

@@ -1,4 +1,4 @@
-"""The pipeline's side of a training step and of an evaluation (train.pipeline says why the
+"""The pipeline's side of a training step and of an evaluation (train.parallel.pipeline says why the
 result is one process's): the step's micro-batches through the schedule, the gradients made
 whole (tied weights summed, the norm over every stage, clipping), and a forward-only pass of
 the held-out batches along the stages."""
@@ -13,11 +13,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainbudget.train.distributed import is_sharded
 from trainbudget.train.evaluate import EVAL_WINDOWS_PER_BATCH, full_logits
-from trainbudget.train.parallelize import data_parallel_coordinate, reshard
-from trainbudget.train.pipeline import clip_, grad_norm, sync_tied_grads
-from trainbudget.train.tensor_parallel import loss_context
+from trainbudget.train.launch.distributed import is_sharded
+from trainbudget.train.parallel.context import local_batch
+from trainbudget.train.parallel.parallelize import data_parallel_coordinate, reshard
+from trainbudget.train.parallel.pipeline import clip_, grad_norm, sync_tied_grads
+from trainbudget.train.parallel.tensor_parallel import loss_context
 
 if TYPE_CHECKING:
     from trainbudget.train.run import Run
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 def forward_backward(run: Run, factor, sources, phases: dict) -> torch.Tensor:
     """The step's grad_accum micro-batches through the schedule (forward and backward
     interleaved: their seconds are all in phases["forward"]). Returns what this rank adds to
-    the loop's loss all-reduce: the last stage's mean loss times pp (see train.pipeline), 0
+    the loop's loss all-reduce: the last stage's mean loss times pp (see train.parallel.pipeline), 0
     on the other stages."""
     pipe, cfg = run.net, run.cfg
     t = time.perf_counter()
@@ -34,6 +35,7 @@ def forward_backward(run: Run, factor, sources, phases: dict) -> torch.Tensor:
     phases["data"] += time.perf_counter() - t
     x = torch.cat([b[0] for b in batches])  # (grad_accum * B, T): the schedule re-cuts it
     y = torch.cat([b[1] for b in batches])
+    x, y = local_batch(run.model, x, y)  # cp > 1: this rank's chunks of each sequence
     pipe.losses.clear()
     pipe.factor[0] = factor
     t = time.perf_counter()
@@ -79,7 +81,8 @@ def _chain(run: Run, x: torch.Tensor) -> torch.Tensor | None:
         if s == 0:
             inp = x
         else:
-            # sequence parallel: this rank's T / tp positions (train.pipeline._tensor_parallel)
+            # sequence parallel: this rank's T / tp positions
+            # (train.parallel.pipeline._tensor_parallel)
             b, t = x.shape
             shape = (b, t // pipe.stages[k].seq_shards, run.spec.d_model)
             inp = torch.empty(shape, dtype=dtype, device=run.device)

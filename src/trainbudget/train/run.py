@@ -15,22 +15,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainbudget.train.exits import SecondSignal
+from trainbudget.train.launch.exits import SecondSignal
 
 if TYPE_CHECKING:  # annotations only: importing these here would load torch and the trainer
     import torch
     from torch.distributed.device_mesh import DeviceMesh
 
     from trainbudget.core.spec.model_spec import ModelSpec
-    from trainbudget.train.accounting import Budget
-    from trainbudget.train.comm_count import CommCounter
-    from trainbudget.train.config import TrainConfig
     from trainbudget.train.data import RunData, TrainBatches
-    from trainbudget.train.distributed import DistInfo
-    from trainbudget.train.faults import Faults
     from trainbudget.train.guard import StepGuard
-    from trainbudget.train.rank_memory import PeakMeter
-    from trainbudget.train.schedule import Schedule
+    from trainbudget.train.launch.distributed import DistInfo
+    from trainbudget.train.launch.faults import Faults
+    from trainbudget.train.observe.accounting import Budget
+    from trainbudget.train.observe.comm_count import CommCounter
+    from trainbudget.train.observe.rank_memory import PeakMeter
+    from trainbudget.train.spec.config import TrainConfig
+    from trainbudget.train.spec.schedule import Schedule
 
 
 @dataclass(kw_only=True, eq=False)
@@ -121,7 +121,7 @@ class Run:
     batches: TrainBatches
     schedule: Schedule
     budget: Budget
-    """The predictions for the layout that runs (train.accounting)."""
+    """The predictions for the layout that runs (train.observe.accounting)."""
     guard: StepGuard
     scaler: torch.amp.GradScaler
     autocast: contextlib.AbstractContextManager
@@ -133,10 +133,10 @@ class Run:
     probes: tuple[tuple[str, str], ...] = ()
     """(prompt, target) pairs whose probability is logged."""
     mesh: DeviceMesh | None = None
-    """The run's one device mesh (train.parallelize); None when running alone."""
+    """The run's one device mesh (train.parallel.parallelize); None when running alone."""
     peak_meter: PeakMeter
-    """This rank's peak memory (train.rank_memory)."""
+    """This rank's peak memory (train.observe.rank_memory)."""
     comm_counter: CommCounter
-    """This rank's collectives of one step, counted (train.comm_count)."""
+    """This rank's collectives of one step, counted (train.observe.comm_count)."""
     state: RunState = field(default_factory=RunState)
     """The part that changes (see RunState for who changes it)."""

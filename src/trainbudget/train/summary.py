@@ -1,7 +1,8 @@
 """The end of a run: predicted vs measured step time, memory and MFU, the loss against the
 corpus's unigram entropy, what the run survived (skipped steps, rollbacks, checkpoints), and
 the strategy that ran with each rank's measured optimizer state and peak beside the plan's
-per-rank predictions (train.rank_memory)."""
+per-rank predictions (train.observe.rank_memory); and comm.json's document, the step's counted
+collectives beside the plan's (`run_comm`)."""
 
 from __future__ import annotations
 
@@ -10,22 +11,25 @@ import statistics
 from typing import TYPE_CHECKING
 
 import torch
+from torch.distributed.tensor import DTensor
 
-from trainbudget.core.parallel.rank_peak import expert_rows_bytes
+from trainbudget.core.parallel.memory.rank_peak import expert_rows_bytes
 from trainbudget.core.spec.precision import get_precision
 from trainbudget.profile.memory import measure_step_memory
-from trainbudget.train import expert_parallel
-from trainbudget.train.pipeline_split import pipeline_engine
-from trainbudget.train.rank_memory import gather_records, rank_record
-from trainbudget.train.step_roofline import BUSY_CPU_SHARE
-from trainbudget.train.strategy import alone_note, engine_name
+from trainbudget.train.observe.comm_count import COUNTED_STEP, gather_tallies
+from trainbudget.train.observe.comm_report import RunFacts, comm_document
+from trainbudget.train.observe.rank_memory import gather_records, rank_record
+from trainbudget.train.observe.step_roofline import BUSY_CPU_SHARE
+from trainbudget.train.parallel import expert_parallel
+from trainbudget.train.spec.pipeline_split import pipeline_engine
+from trainbudget.train.spec.strategy import alone_note, engine_name
 
 PEAK_TOLERANCE_PERCENT = 3.0
 """How far a rank's measured peak may be from the prediction before the run says so (issue 14:
 'per-rank peak memory within 3 % of the prediction')."""
 
 if TYPE_CHECKING:
-    from trainbudget.train.accounting import Budget
+    from trainbudget.train.observe.accounting import Budget
     from trainbudget.train.run import Run
 
 
@@ -113,7 +117,7 @@ def _rank_row(run: Run, record: dict) -> dict:
 def routed_prediction(run: Run, balanced: float, rows: int) -> float:
     """An expert-parallel rank's predicted peak at the routing its measured step had: the
     balanced prediction plus what the rows its experts received beyond (or short of) their
-    balanced share hold (`core.parallel.rank_peak.expert_rows_bytes`)."""
+    balanced share hold (`core.parallel.memory.rank_peak.expert_rows_bytes`)."""
     extra = expert_rows_bytes(
         run.spec,
         run.budget.plan,
@@ -125,7 +129,7 @@ def routed_prediction(run: Run, balanced: float, rows: int) -> float:
 
 
 def rank_prediction(budget: Budget, rank: int) -> float:
-    """The plan's predicted peak for `rank` (train.accounting)."""
+    """The plan's predicted peak for `rank` (train.observe.accounting)."""
     by_rank = budget.predicted_peak_memory_bytes_by_rank
     return by_rank[rank] if by_rank else budget.predicted_peak_memory_bytes
 
@@ -158,7 +162,7 @@ def peak_notes(ranks: list[dict]) -> list[str]:
 
 def _cpu_share(state) -> float | None:
     """The process's CPU seconds over wall seconds x threads during the timed steps: about 1
-    on cores of its own, less when other processes took them (train.step_roofline)."""
+    on cores of its own, less when other processes took them (train.observe.step_roofline)."""
     wall = sum(state.step_times)
     return state.step_cpu_seconds / (wall * torch.get_num_threads()) if wall else None
 
@@ -228,3 +232,61 @@ def summarize(run: Run) -> dict:
     if state.last_loss is not None and math.isfinite(state.last_loss):
         out["perplexity_final"] = math.exp(state.last_loss)
     return out
+
+
+ROW_BIAS = ("attn.proj.bias", "mlp.down.bias")
+"""train.parallel.tensor_parallel's RowwiseParallel linears' biases (model.transformer's names)."""
+
+
+def _local_bytes(p) -> int:
+    local = p.to_local() if isinstance(p, DTensor) else p
+    return local.numel() * local.element_size()
+
+
+def _model_facts(run: Run) -> dict:
+    """RunFacts' fields read off the model and the config (train.observe.comm_report's
+    differences)."""
+    cfg, params = run.cfg, dict(run.model.named_parameters())
+    spec = run.spec
+    tied = getattr(run.net, "tied_name", "") if getattr(run.net, "tie_group", None) else ""
+    layout = expert_parallel.of(run.model)
+    return {
+        # this rank's tokens: each cp rank holds seq_len / cp of every sequence
+        "tokens_per_micro_batch": cfg.micro_batch * cfg.seq_len // cfg.cp,
+        "sequence_parallel": bool(cfg.sequence_parallel),
+        "norm_grad_bytes": sum(_local_bytes(p) for n, p in params.items() if "norm" in n),
+        "row_bias_bytes": sum(_local_bytes(p) for n, p in params.items() if n.endswith(ROW_BIAS)),
+        "tied_grad_bytes": _local_bytes(params[tied]) if tied else 0,
+        "stage_grad_bytes": sum(_local_bytes(p) for p in params.values()) if cfg.pp > 1 else 0,
+        "n_stage_params": len(params) if cfg.pp > 1 else 0,
+        "stages_per_rank": cfg.vpp if cfg.pp_schedule == "interleaved-1f1b" else 1,
+        "n_experts": 0 if layout is None else spec.n_experts,
+        "moe_layers": 0 if layout is None else spec.n_moe_layers,
+        "capacity_factor": 0.0 if layout is None else spec.capacity_factor,
+        "recompute": cfg.recompute,
+    }
+
+
+def run_comm(run: Run) -> dict:
+    """comm.json's document for `run` (train.observe.comm_report); a collective: every rank calls
+    it. Here, not beside the counter (train.observe.comm_count): the counter is part of the run's
+    state, so what reads the whole run sits above both."""
+    measured, same = gather_tallies(run.comm_counter, run.info)
+    mesh = (
+        {} if run.mesh is None else dict(zip(run.mesh.mesh_dim_names, run.mesh.shape, strict=True))
+    )
+    facts = RunFacts(
+        strategy=run.cfg.strategy,
+        mesh=mesh,
+        grad_accum=run.cfg.grad_accum,
+        param_shapes=tuple((tuple(p.shape), p.dtype.itemsize) for p in run.model.parameters()),
+        **_model_facts(run),
+    )
+    return comm_document(
+        measured,
+        run.budget.predicted_collectives,
+        facts,
+        plan=run.budget.plan.describe(),
+        counted_step=COUNTED_STEP if run.comm_counter.enabled else None,
+        same_on_every_rank=same,
+    )

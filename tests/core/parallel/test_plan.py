@@ -86,7 +86,7 @@ def test_uneven_pipeline_split_accepted_and_described():
         ((12, 12, 12), 4, 1, "one entry per stage (pp = 4)"),
         ((12, 12, 12, 12), 4, 1, "sum to 48, not n_layers (96)"),
         ((0, 32, 32, 32), 4, 1, "must be positive integers"),
-        ((24, 24, 24, 24), 4, 2, "cannot go with vpp (2)"),
+        ((23, 25, 24, 24), 4, 2, "must be divisible by vpp (2), as a stage's vpp chunks"),
     ],
 )
 def test_uneven_pipeline_split_rules(pp_layers, pp, vpp, needle):

@@ -9,9 +9,9 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.gpu_memory import plan_memory
+from trainbudget.core.parallel.memory.gpu_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan, validate_plan
-from trainbudget.core.parallel.step_time import step_time
+from trainbudget.core.parallel.timing.step_time import step_time
 from trainbudget.core.single.activations import (
     activation_memory,
     layer_activations,

@@ -8,9 +8,9 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.gpu_memory import plan_memory
+from trainbudget.core.parallel.memory.gpu_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.step_time import step_time
+from trainbudget.core.parallel.timing.step_time import step_time
 from trainbudget.core.single.params import count_params
 from trainbudget.core.spec.frameworks import (
     FRAMEWORKS,

@@ -2,7 +2,7 @@
 interpreter not yet shutting down -- a JSON report in the run folder (`--out`), one file per
 rank (`rank-exit-<RANK>.json`): this rank, its exit code and the names of the process's threads
 (Linux: /proc/self/task). For test_distributed.py's check that no thread of the process group
-outlives train() (train.distributed.shutdown). A file, not stdout: the ranks share torchrun's
+outlives train() (train.launch.distributed.shutdown). A file, not stdout: the ranks share torchrun's
 stdout, where one rank's line can land in the middle of another's."""
 
 from __future__ import annotations

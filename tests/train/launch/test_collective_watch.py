@@ -1,12 +1,12 @@
-"""train.collective_watch (issue 15, points 3 and 8): a rank waiting in a collective for a rank
-that hangs exits within --collective-timeout-seconds with code 3, naming the phase and the rank
+"""train.launch.collective_watch (issue 15, points 3 and 8): a rank waiting in a collective for a
+rank that hangs exits within --collective-timeout-seconds with code 3, naming the phase and the rank
 that did not arrive (before: it blocked without a word for 30 minutes, gloo's default); SIGTERM
 while it waits ends it at once with one line (before: the handler could not run inside the
 collective, so torchrun's SIGTERM was ignored until SIGKILL); Ctrl-C pressed twice is one line
 and exit 130 (before: a KeyboardInterrupt traceback).
 
-The hang is SIGSTOP (train.faults' stop_step) on rank 1 after step 2's update; ranks are started
-by hand on a free port. About 60 s on 2 cores (3 runs of ~20 s, mostly start-up).
+The hang is SIGSTOP (train.launch.faults' stop_step) on rank 1 after step 2's update; ranks are
+started by hand on a free port. About 60 s on 2 cores (3 runs of ~20 s, mostly start-up).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 import trainrun  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa: E402
-from trainbudget.train.collective_watch import Watch, mark_key  # noqa: E402
-from trainbudget.train.exits import ranks_text  # noqa: E402
+from trainbudget.train.launch.collective_watch import Watch, mark_key  # noqa: E402
+from trainbudget.train.launch.exits import ranks_text  # noqa: E402
 from trainrun import finish, free_port, kill, message_lines, rank_by_hand  # noqa: E402
 
 pytestmark = pytest.mark.torch

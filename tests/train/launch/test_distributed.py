@@ -37,7 +37,7 @@ from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa: E402
 from trainbudget.train.checkpointing.sharded import read_sharded  # noqa: E402
 from trainbudget.train.data import TrainBatches  # noqa: E402
-from trainbudget.train.preflight import read_plan  # noqa: E402
+from trainbudget.train.spec.preflight import read_plan  # noqa: E402
 from trainrun import free_port, ok, run_env  # noqa: E402
 
 pytestmark = pytest.mark.torch

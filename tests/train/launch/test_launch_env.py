@@ -1,4 +1,4 @@
-"""train.launch_env: the launch environment is checked before any process group starts (issue
+"""train.launch.launch_env: the launch environment is checked before any process group starts (issue
 15, points 3 and 8). Each case once failed: `WORLD_SIZE` without `RANK` raised a KeyError
 traceback; `RANK` >= `WORLD_SIZE` or a `WORLD_SIZE` torchrun's own variables contradict waited at
 rendezvous or trained alone into a shared folder. Now each is one line naming the variable, its
@@ -10,7 +10,7 @@ import pytest
 
 from clirun import cli
 from trainbudget.core.errors import SpecError
-from trainbudget.train.launch_env import LaunchEnv, read_launch_env
+from trainbudget.train.launch.launch_env import LaunchEnv, read_launch_env
 from trainrun import message_lines
 
 HAND = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400"}

@@ -1,4 +1,4 @@
-"""train.rendezvous (issue 15, point 3): a rank whose peers never come exits within
+"""train.launch.rendezvous (issue 15, point 3): a rank whose peers never come exits within
 --collective-timeout-seconds with code 3 and one line naming the ranks that did not arrive.
 Each case hung silently before: `WORLD_SIZE=2 RANK=0` alone waited 30 minutes (torch's default
 for gloo) in init_process_group; two processes told WORLD_SIZE=3 waited for rank 2 as long.

@@ -1,4 +1,4 @@
-"""train.run_lock: one owner per run folder (issue 15, item 1), without torch. The end-to-end
+"""train.launch.run_lock: one owner per run folder (issue 15, item 1), without torch. The end-to-end
 proof -- two `trainbudget train --out X` at once -- is tests/train/test_run_folder.py."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from trainbudget.core.errors import SpecError
-from trainbudget.train import run_lock
-from trainbudget.train.run_lock import (
+from trainbudget.train.launch import run_lock
+from trainbudget.train.launch.run_lock import (
     LOCK_FILE,
     lock_run_folder,
     make_room,
@@ -25,7 +25,7 @@ from trainbudget.train.run_lock import (
     refuse_if_locked,
 )
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+SRC = Path(__file__).resolve().parents[3] / "src"
 
 
 def test_a_second_lock_names_the_holder_and_leaves_its_file_alone(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_the_kernel_releases_the_lock_of_a_killed_process(tmp_path: Path) -> Non
     # SIGKILL leaves no chance to clean up: the lock must still be free afterwards
     run = tmp_path / "run"
     code = (
-        "import sys; from pathlib import Path; from trainbudget.train.run_lock import "
+        "import sys; from pathlib import Path; from trainbudget.train.launch.run_lock import "
         "lock_run_folder; lock = lock_run_folder(Path(sys.argv[1]), 'run'); "
         "print('held', flush=True); sys.stdin.read()"
     )

@@ -1,5 +1,5 @@
 """accounting: the layout the trainer runs (strategy -> core Plan) and the predictions made for
-it -- every rank's peak from the one per-GPU phase model (core.parallel.gpu_peak through
+it -- every rank's peak from the one per-GPU phase model (core.parallel.memory.gpu_peak through
 rank_peak, under the trainer's own framework row), the model state sharded by the strategy's
 ZeRO stage. Pure: no torch (a device from the catalog, so no start-up benchmark runs)."""
 
@@ -11,10 +11,10 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.gpu_memory import plan_memory, stage_memories
+from trainbudget.core.parallel.memory.gpu_memory import plan_memory, stage_memories
+from trainbudget.core.parallel.memory.rank_peak import rank_peak
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.rank_peak import rank_peak
-from trainbudget.core.parallel.step_time import step_time
+from trainbudget.core.parallel.timing.step_time import step_time
 from trainbudget.core.single.params import count_params
 from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.frameworks import TRAINBUDGET
@@ -22,9 +22,9 @@ from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.profile.device import DeviceInfo
-from trainbudget.train.accounting import make_budget, run_plan
-from trainbudget.train.config import TrainConfig
-from trainbudget.train.preflight import apply_plan
+from trainbudget.train.observe.accounting import make_budget, run_plan
+from trainbudget.train.spec.config import TrainConfig
+from trainbudget.train.spec.preflight import apply_plan
 
 H100 = DeviceInfo(
     kind="cuda", name="NVIDIA H100 80GB HBM3", catalog_key="h100-sxm", total_memory_bytes=80 * 2**30
@@ -73,7 +73,7 @@ def test_unknown_strategy_names_the_field():
 )
 def test_a_plan_file_round_trips_to_the_layout_that_runs(tmp_path, zero, zero_shard, strategy):
     # preflight turns a plan file into a strategy; run_plan turns it back: every ZeRO stage
-    # and HSDP shard group runs as planned (train.strategy)
+    # and HSDP shard group runs as planned (train.spec.strategy)
     asked = Plan(
         dp=4, zero=zero, zero_shard=zero_shard, micro_batch=2, grad_accum=3, recompute="full"
     )

@@ -1,11 +1,11 @@
-"""train/collective_settle.py on a one-process gloo group: inside `settled_collectives()` the
-collectives FSDP2 issues return only once gloo's worker thread has let go of their tensors
+"""train/observe/collective_settle.py on a one-process gloo group: inside `settled_collectives()`
+the collectives FSDP2 issues return only once gloo's worker thread has let go of their tensors
 (each tensor's reference count back to what it was before the call), give the same results,
 answer an `async_op=True` caller with a work already done whose future holds the output (DDP's
 all-reduce hook reads it; FSDP2 waits on it), and are torch's own again outside. (Why: a
 block's all-gather buffer freed on gloo's thread after the program dropped it made rank 0 of an
-fsdp run measure +6.3 % instead of +0.3 % on loaded machines; tests/train/test_rank_memory.py
-holds every strategy to 3 %.)"""
+fsdp run measure +6.3 % instead of +0.3 % on loaded machines;
+tests/train/observe/test_rank_memory.py holds every strategy to 3 %.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-from trainbudget.train.collective_settle import NAMES, settled_collectives  # noqa: E402
+from trainbudget.train.observe.collective_settle import NAMES, settled_collectives  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

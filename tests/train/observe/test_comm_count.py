@@ -1,4 +1,4 @@
-"""Collectives counted on real runs (train.comm_count) against the core's for the same plan,
+"""Collectives counted on real runs (train.observe.comm_count) against the core's for the same plan,
 in RUN_DIR/comm.json: 2-rank ddp, zero1, zero2, fsdp, tp2, pp2 and dropless ep2 runs and
 4-rank hsdp, dp2 tp2+sp, dp2 pp2, tp2+sp pp2 (rank 0's rows: the first stage; the last
 stage's ranks also run the head's and the loss's collectives) and dp4 ep2 runs (gloo on CPU,
@@ -7,7 +7,7 @@ each -- the third is the counted one -- with 2 micro-batches per step; and the c
 conventions on a process group of one, in-process.
 
 What must hold: every model row's measured bytes equal the core's, or the core's plus the named
-differences of train.comm_report, to the byte. The padding figure is this model's own: its
+differences of train.observe.comm_report, to the byte. The padding figure is this model's own: its
 257-row token embedding (vocab_size=257, width 32, fp32, tied to the head) is FSDP2's only
 parameter whose dim 0 the shard group does not divide -- padded to 258 rows on 2 ranks, one
 row of 32 x 4 = 128 bytes per whole-model collective.
@@ -28,7 +28,7 @@ import torch.distributed as dist  # noqa: E402
 
 import trainrun  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
-from trainbudget.train.comm_count import COUNTED_STEP, CommCounter, tally  # noqa: E402
+from trainbudget.train.observe.comm_count import COUNTED_STEP, CommCounter, tally  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -1,13 +1,13 @@
-"""comm.json's comparison (train.comm_report), pure: the rows, the named differences of each
-engine, the summary. Bytes in core.parallel.comm's convention; the engines' behaviour they name
-is measured on real runs in test_comm_count.py."""
+"""comm.json's comparison (train.observe.comm_report), pure: the rows, the named differences of each
+engine, the summary. Bytes in core.parallel.timing.comm's convention; the engines' behaviour they
+name is measured on real runs in test_comm_count.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from trainbudget.core.parallel.comm_volume import PlannedCollective
-from trainbudget.train.comm_report import (
+from trainbudget.core.parallel.timing.comm_volume import PlannedCollective
+from trainbudget.train.observe.comm_report import (
     PADDING,
     TRAINER,
     ZERO1_ENGINE,
@@ -157,7 +157,7 @@ def test_sp_moves_the_head_to_gather_and_scatter_and_sums_the_norms(dp, norm_sum
     """The norms' Partial gradients: summed by their hook at each of the 2 micro-batches'
     backward without a data-parallel wrapper (measured: tp2+sp on 2 gloo ranks, 1 layer,
     d_model 32, grad-accum 2 -- 10,496 all-reduced bytes, 2 x 768 of them the norms), once a
-    step under one (dp2 tp2+sp: tests/train/test_comm_count.py)."""
+    step under one (dp2 tp2+sp: tests/train/observe/test_comm_count.py)."""
     planned = (pc("tp", "all_gather", A, count=16), pc("tp", "reduce_scatter", A, count=16))
     f = layout_facts({"dp": dp, "tp": 2}, sequence_parallel=True, norm_grad_bytes=768)
     r = rows_by_key(compare(None, planned, f))
@@ -170,7 +170,7 @@ def test_sp_moves_the_head_to_gather_and_scatter_and_sums_the_norms(dp, norm_sum
 def test_under_pp_rank_0_has_the_embeddings_collectives_only(sp):
     """Rank 0 holds the first stage: the embedding's forward all-reduce (SP: and backward
     all-gather) per micro-batch; the head's collectives and loss parallel are the last stage's
-    (measured: tp2+sp pp2 on 4 gloo ranks, tests/train/test_comm_count.py)."""
+    (measured: tp2+sp pp2 on 4 gloo ranks, tests/train/observe/test_comm_count.py)."""
     planned = (pc("tp", "all_gather", A, count=16), pc("tp", "reduce_scatter", A, count=16))
     planned += (pc("tp", "all_reduce", A, count=16),)
     mesh = {"pp": 2, "dp": 1, "tp": 2}

@@ -1,4 +1,4 @@
-"""train.memory_check: the refusal and its advice, with made-up amounts of free memory (the
+"""train.observe.memory_check: the refusal and its advice, with made-up amounts of free memory (the
 check's arithmetic, not this machine's), and where the free memory is read from."""
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ import pytest
 from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.units import GB, KiB
-from trainbudget.train import memory_check
-from trainbudget.train.accounting import run_plan
-from trainbudget.train.config import TrainConfig
-from trainbudget.train.memory_check import (
+from trainbudget.train.observe import memory_check
+from trainbudget.train.observe.accounting import run_plan
+from trainbudget.train.observe.memory_check import (
     Available,
     Step,
     check_memory,
     check_run,
     what_fits,
 )
+from trainbudget.train.spec.config import TrainConfig
 
 DEFAULT = resolve_model("gpt2", TrainConfig().overrides)  # the trainer's 1M-parameter default
 
@@ -71,7 +71,7 @@ def test_processes_on_one_machine_share_its_memory():
         check_memory(step, room(2 * peak), processes=3, device="cpu")
 
 
-# the default's peaks (core.parallel.gpu_peak on the trainer's row: fused AdamW, the earlier
+# the default's peaks (core.parallel.memory.gpu_peak on the trainer's row: fused AdamW, the earlier
 # micro-batches' gradients at the last one's backward; 128 tokens a sequence, fp32), in MB:
 # micro-batch 16: 88.2; 4: 33.2; 2: 23.5; 1: 18.6; with full recomputation 2: 17.0, 1: 15.5
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""train.metrics: metrics.jsonl written whole record by record, cut back when a write fails, and
-healed by a resume (issue 15, item 2), without torch (no TensorBoard here). The end-to-end proof
+"""train.observe.metrics: metrics.jsonl written whole record by record, cut back when a write fails,
+and healed by a resume (issue 15, item 2), without torch (no TensorBoard here). The end-to-end proof
 -- a full disk mid-run, then --resume to the uninterrupted run's model -- is
 tests/train/test_run_folder.py."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from trainbudget.train import metrics
-from trainbudget.train.faults import Faults
-from trainbudget.train.metrics import MetricsWriteError, MetricsWriter, resume_metrics
-from trainbudget.train.run_files import read_run
+from trainbudget.train.launch.faults import Faults
+from trainbudget.train.observe import metrics
+from trainbudget.train.observe.metrics import MetricsWriteError, MetricsWriter, resume_metrics
+from trainbudget.train.spec.run_files import read_run
 
 
 def _writer(run: Path, **kw) -> MetricsWriter:

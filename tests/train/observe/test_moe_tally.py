@@ -1,5 +1,5 @@
-"""MoE training (train.moe_tally and the loop): the issue's crash case -- top-1 routing over 8
-experts, micro-batch 1, 2 gloo ranks under DDP and under FSDP2 -- trains 50 steps and reports
+"""MoE training (train.observe.moe_tally and the loop): the issue's crash case -- top-1 routing over
+8 experts, micro-batch 1, 2 gloo ranks under DDP and under FSDP2 -- trains 50 steps and reports
 dropped tokens; the auxiliary losses reach the loss with their weights; the settings' errors.
 
 Timing on a 2-core CPU: about 15 s per 2-rank run (mostly start-up; 50 steps of a 2-layer
@@ -14,7 +14,7 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.model_spec import ModelSpec
-from trainbudget.train.config import TrainConfig
+from trainbudget.train.spec.config import TrainConfig
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.torch
 import trainrun  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.model.moe import MoE, RouterStats  # noqa: E402
-from trainbudget.train.moe_tally import FIELDS, MoeTally, moe_record, moe_text  # noqa: E402
+from trainbudget.train.observe.moe_tally import FIELDS, MoeTally, moe_record, moe_text  # noqa: E402
 from trainrun import ok, steps  # noqa: E402
 
 STEPS = 50
@@ -116,7 +116,7 @@ def test_negative_moe_settings_are_refused(name):
 
 
 def test_capacity_factor_comes_from_the_train_setting(tmp_path: Path):
-    from trainbudget.train.preflight import model_spec
+    from trainbudget.train.spec.preflight import model_spec
 
     moe = ("n_layers=2", "d_model=32", "n_heads=2", "d_ff=64", "n_experts=8", "experts_per_token=1")
     cfg = TrainConfig(overrides=moe, moe_capacity_factor=2.0, out=str(tmp_path))

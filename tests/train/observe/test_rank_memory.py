@@ -1,16 +1,16 @@
-"""train/rank_memory.py in one process: the optimizer-state bytes summary.json reports count the
-per-parameter state tensors (AdamW's two moments, not its scalar step; nothing for plain SGD)
+"""train/observe/rank_memory.py in one process: the optimizer-state bytes summary.json reports count
+the per-parameter state tensors (AdamW's two moments, not its scalar step; nothing for plain SGD)
 and keep bf16-mixed's fp32 masters apart, as the core's ModelState does; the CPU peak meter
 measures the second step it wraps and only that one. (Sharded optimizers, FSDP2's DTensors and
-ZeroRedundancyOptimizer, are measured under torchrun in tests/train/test_parallelize.py.)
+ZeroRedundancyOptimizer, are measured under torchrun in tests/train/parallel/test_parallelize.py.)
 
 Under torchrun (gloo on CPU), every strategy on 2 ranks (hsdp on 4, two groups of two): each
 rank's peak measured by MemTracker on the second step within PEAK_TOLERANCE_PERCENT (3 %) of
-the plan's prediction for that rank (core.parallel.rank_peak), and summary.json saying so.
+the plan's prediction for that rank (core.parallel.memory.rank_peak), and summary.json saying so.
 Observed on the 18,880-parameter model below: +0.3 % to +0.5 % on every rank of every
 strategy, fp32 and bf16-mixed, with and without accumulation or full recomputation (the
 tensors the trainer's step holds beyond the reference step: its token ids and per-token
-losses). Tensor parallel (core.parallel.rank_peak.tensor_shard): tp2 +0.7 %, dp2 tp2+sp under
+losses). Tensor parallel (core.parallel.memory.rank_peak.tensor_shard): tp2 +0.7 %, dp2 tp2+sp under
 ddp +1.0 % and fsdp +1.2 % (SP as DTensor runs it: the column-parallel linears' inputs saved
 whole).
 Pipeline stages (core.parallel.stage_peak, MemTracker around the schedule's step, the
@@ -32,8 +32,8 @@ torch = pytest.importorskip("torch")
 
 from trainbudget.model.optim import MasterWeightOptimizer  # noqa: E402
 from trainbudget.model.optimizers import build_optimizer  # noqa: E402
-from trainbudget.train.distributed import DistInfo  # noqa: E402
-from trainbudget.train.rank_memory import (  # noqa: E402
+from trainbudget.train.launch.distributed import DistInfo  # noqa: E402
+from trainbudget.train.observe.rank_memory import (  # noqa: E402
     CPU_PEAK_METHOD,
     PeakMeter,
     gather_records,

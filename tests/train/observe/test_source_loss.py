@@ -1,4 +1,4 @@
-"""Per-source training loss (train.source_loss): the sums by hand, the log line's rule, and
+"""Per-source training loss (train.observe.source_loss): the sums by hand, the log line's rule, and
 runs on a two-source data set -- each logged step holds each source's loss and tokens, their
 token-weighted mean is the step's loss, and two ranks report what one process does."""
 
@@ -19,9 +19,9 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from trainbudget.data.prepare import prepare  # noqa: E402
-from trainbudget.train.config import TrainConfig  # noqa: E402
 from trainbudget.train.loop import train  # noqa: E402
-from trainbudget.train.source_loss import SourceLoss, log_line_part  # noqa: E402
+from trainbudget.train.observe.source_loss import SourceLoss, log_line_part  # noqa: E402
+from trainbudget.train.spec.config import TrainConfig  # noqa: E402
 from trainrun import free_port, ok, run_env  # noqa: E402
 
 TINY = ("n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=257", "max_seq_len=32")

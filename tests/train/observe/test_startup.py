@@ -1,11 +1,11 @@
-"""train.startup: which steps get a terminal line, which a metrics record, and the start-up
+"""train.observe.startup: which steps get a terminal line, which a metrics record, and the start-up
 messages' form."""
 
 from __future__ import annotations
 
 import io
 
-from trainbudget.train.startup import Say, log_rule, logged_step, on_terminal
+from trainbudget.train.observe.startup import Say, log_rule, logged_step, on_terminal
 
 
 def shown(steps: int, log_interval: int, first: int = 0) -> list[int]:

@@ -1,4 +1,4 @@
-"""train.step_roofline: the step's GEMM shapes against the core's FLOP count, the start-up
+"""train.observe.step_roofline: the step's GEMM shapes against the core's FLOP count, the start-up
 measurement's figures and its busy-machine verdict, and the budget built on it. No timing is
 asserted: only that the rates are positive and the verdict follows its stated thresholds."""
 
@@ -19,17 +19,17 @@ from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
 from trainbudget.core.spec.precision import get_precision  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.profile.device import DeviceInfo  # noqa: E402
-from trainbudget.train import accounting, step_roofline  # noqa: E402
-from trainbudget.train.accounting import make_budget, run_plan  # noqa: E402
-from trainbudget.train.config import TrainConfig  # noqa: E402
 from trainbudget.train.loop import train  # noqa: E402
-from trainbudget.train.step_roofline import (  # noqa: E402
+from trainbudget.train.observe import accounting, step_roofline  # noqa: E402
+from trainbudget.train.observe.accounting import make_budget, run_plan  # noqa: E402
+from trainbudget.train.observe.step_roofline import (  # noqa: E402
     BUSY_CPU_SHARE,
     NOISY_SPREAD,
     measure_step_roofline,
     relative_spread,
     step_gemms,
 )
+from trainbudget.train.spec.config import TrainConfig  # noqa: E402
 
 CPU = DeviceInfo(kind="cpu", name="a test CPU", catalog_key=None, total_memory_bytes=2**34)
 TINY = resolve_model("gpt2", ("n_layers=2", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=257"))
@@ -89,7 +89,7 @@ def test_noisy_follows_the_spread_and_the_cpu_share() -> None:
 def test_off_the_catalog_the_budget_stands_on_the_measured_roofline(monkeypatch) -> None:
     noisy = _roof(spread=0.3, cpu_share=1.0)
     monkeypatch.setattr(
-        "trainbudget.train.step_roofline.measure_step_roofline", lambda *a, **kw: noisy
+        "trainbudget.train.observe.step_roofline.measure_step_roofline", lambda *a, **kw: noisy
     )
     monkeypatch.setattr("trainbudget.profile.bench.bandwidth_bench", lambda *a, **kw: 1e10)
     budget = make_budget(TINY, PLAN, device=CPU, precision="fp32", optimizer="adamw", seq_len=16)

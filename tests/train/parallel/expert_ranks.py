@@ -1,7 +1,7 @@
-"""One rank of an expert-parallel check, started by tests/train/test_expert_parallel.py:
+"""One rank of an expert-parallel check, started by tests/train/parallel/test_expert_parallel.py:
 `python expert_ranks.py RANK WORLD EP STORE OUT CASE`. The ranks meet over a file store (no
 port). Each rank builds the same tiny MoE model (same seed), keeps an unsharded copy as the
-reference, shards the experts (train.expert_parallel) and runs one forward and backward of
+reference, shards the experts (train.parallel.expert_parallel) and runs one forward and backward of
 its rows of a global batch; the reference runs every rank's rows, one rank's at a time, as
 one process would. Writes OUT (JSON): the largest differences of the outputs and of the local
 experts' gradients (EP's gradient before the 1/dp scaling is the sum over the ranks' losses),
@@ -23,7 +23,7 @@ import torch.distributed as dist
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.model.moe import MoE
 from trainbudget.model.transformer import build_model
-from trainbudget.train import expert_parallel
+from trainbudget.train.parallel import expert_parallel
 
 ROWS, SEQ = 2, 8  # per rank
 

@@ -1,5 +1,5 @@
-"""Expert parallelism (train.expert_parallel): refusals; the MoE layer's all-to-all round trip
-against the whole model in one process (an expert that gets no token anywhere included), with
+"""Expert parallelism (train.parallel.expert_parallel): refusals; the MoE layer's all-to-all round
+trip against the whole model in one process (an expert that gets no token anywhere included), with
 its all-to-all bytes and per-rank expert parameters against the core's predictions; and 2-rank
 ep2 runs under torchrun against one process -- same losses, exact resume, a checkpoint that
 resumes in one process.
@@ -22,8 +22,8 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.train.config import TrainConfig
-from trainbudget.train.preflight import apply_plan, preflight
+from trainbudget.train.spec.config import TrainConfig
+from trainbudget.train.spec.preflight import apply_plan, preflight
 
 torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
@@ -31,8 +31,8 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 
 import trainrun  # noqa: E402
 from trainbudget.core.parallel.cluster import Cluster  # noqa: E402
-from trainbudget.core.parallel.parallel_memory import stage_params  # noqa: E402
-from trainbudget.core.parallel.step_time import step_time  # noqa: E402
+from trainbudget.core.parallel.memory.parallel_memory import stage_params  # noqa: E402
+from trainbudget.core.parallel.timing.step_time import step_time  # noqa: E402
 from trainbudget.core.spec.hardware import get_hardware  # noqa: E402
 from trainbudget.core.spec.precision import get_optimizer, get_precision  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
@@ -120,7 +120,7 @@ def test_the_all_to_all_round_trip_is_the_whole_model(tmp_path, case):
 @pytest.mark.slow
 @pytest.mark.parametrize(("case", "calls_per_layer"), [("balanced", 4), ("recompute", 6)])
 def test_all_to_all_bytes_and_expert_memory_match_the_core(tmp_path, case, calls_per_layer):
-    # dropless top-2: the core's buffers (core/parallel/comm_time.py: tokens x k x d_model x
+    # dropless top-2: the core's buffers (core/parallel/timing/comm_time.py: tokens x k x d_model x
     # bytes per call, 4 calls per MoE layer and micro-batch, 6 with full recomputation) are
     # what is sent, on average over the ranks (each rank sends its own N x k rows forward; what
     # it sends back depends on the routing)

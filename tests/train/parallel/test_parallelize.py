@@ -1,14 +1,14 @@
-"""train/parallelize.py under torchrun (gloo on CPU, 2 or 4 ranks; issue 14): every strategy of
-train.strategy, started from a `trainbudget plan --json` file as a user would, trains like one
-process with the same global batch, resumes exactly, reshards between layouts, and says in
-summary.json what ran and what each rank held.
+"""train/parallel/parallelize.py under torchrun (gloo on CPU, 2 or 4 ranks; issue 14): every
+strategy of train.spec.strategy, started from a `trainbudget plan --json` file as a user would,
+trains like one process with the same global batch, resumes exactly, reshards between layouts, and
+says in summary.json what ran and what each rank held.
 
 Each layout runs STEPS steps with a checkpoint every HALF, and again from a copy of its folder
 resumed at step HALF. Compared with the one-process run of the same global batch (8 rows):
 - loss and gradient norm, relative 1e-4 (the issue's bound): the ranks sum the same gradients
   in another order (all-reduce, reduce-scatter, ZeroRedundancyOptimizer's broadcast of the
-  updated parameters), fp32 rounding of ~1e-7 relative per step (tests/train/test_distributed.py
-  measured <= 2e-7 for ddp and fsdp);
+  updated parameters), fp32 rounding of ~1e-7 relative per step
+  (tests/train/launch/test_distributed.py measured <= 2e-7 for ddp and fsdp);
 - a resumed run: bitwise the uninterrupted run of the same layout (same computation, same order,
   same CPU), so any state the checkpoint failed to carry shows -- but for DDP on more than 2
   ranks (zero1 here), relative 1e-6: DDP rebuilds its gradient buckets in the order gradients
@@ -178,10 +178,11 @@ def test_the_summary_names_what_ran_and_what_each_rank_held(runs, name):
     peak = summary["peak_memory_bytes_per_rank"]
     assert len(peak["measured"]) == nproc
     assert peak["method"].startswith("MemTracker")
-    # each rank's measured peak against the plan's prediction for it (core.parallel.rank_peak;
-    # tests/train/test_rank_memory.py says what was observed): within the issue's 3 %. Once
+    # each rank's measured peak against the plan's prediction for it
+    # (core.parallel.memory.rank_peak;
+    # tests/train/observe/test_rank_memory.py says what was observed): within the issue's 3 %. Once
     # +7.1 % (zero2) and +6.3 % (fsdp) on loaded machines, before the measured step's collectives
-    # settled (train.collective_settle: an all-gather buffer freed late on gloo's thread)
+    # settled (train.observe.collective_settle: an all-gather buffer freed late on gloo's thread)
     for rank in peak["ranks"]:
         assert abs(rank["error_percent"]) <= 3, rank
 

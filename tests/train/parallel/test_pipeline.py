@@ -1,14 +1,14 @@
-"""Pipeline parallelism (train.pipeline, train.pipeline_split, train.pipeline_step): the stage
-split and the schedules' rules (pure), the stages chained in one process equal to the model,
-the optimizer state in the whole model's layout, and real runs under torchrun (gloo, CPU) whose
-loss, gradient norm and held-out loss follow one process with the same global batch: pp2 under
+"""Pipeline parallelism (train.parallel.pipeline, train.spec.pipeline_split, train.pipeline_step):
+the stage split and the schedules' rules (pure), the stages chained in one process equal to the
+model, the optimizer state in the whole model's layout, and real runs under torchrun (gloo, CPU)
+whose loss, gradient norm and held-out loss follow one process with the same global batch: pp2 under
 each schedule (1F1B; GPipe with an uneven split; interleaved 1F1B with 2 virtual stages per
 rank, from a plan file), dp2 x pp2 under DDP and FSDP2 on 4 ranks, tp2 (sequence parallel)
 x pp2 1F1B on 4 ranks from a plan file (vocabulary 260, split in 2); resumes exact under pp2,
 under dp2 x pp2 FSDP2, in one process from a pp2 checkpoint, under dp2 x pp2 FSDP2 from one
 process's full checkpoint, and from a tp2 x pp2 checkpoint under tp2 x pp2 and in one process.
 
-Tolerance, fp32: relative 1e-4 (the bound of tests/train/test_distributed.py) on every logged
+Tolerance, fp32: relative 1e-4 (the bound of tests/train/launch/test_distributed.py) on every logged
 loss, gradient norm and held-out loss. The pipeline computes the same sums in another order
 (the micro-batches' gradients summed, then divided by their number; the tied embedding's two
 halves all-reduced; the norm's squares summed over the stages): fp32 rounding, observed
@@ -34,16 +34,16 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.train.config import TrainConfig
-from trainbudget.train.pipeline_split import (
+from trainbudget.train.spec.config import TrainConfig
+from trainbudget.train.spec.pipeline_split import (
     check_schedule,
     pipeline_engine,
     rank_stages,
     stage_layer_counts,
     stage_layers,
 )
-from trainbudget.train.preflight import apply_plan
-from trainbudget.train.strategy import mesh_shape
+from trainbudget.train.spec.preflight import apply_plan
+from trainbudget.train.spec.strategy import mesh_shape
 
 # -- pure: the split and the rules -----------------------------------------------------------
 
@@ -139,7 +139,7 @@ MOE_TINY = ("n_layers=2", "d_model=32", "n_heads=2", "n_kv_heads=1", "d_ff=64", 
     ],
 )
 def test_preflight_refuses_a_model_the_stages_cannot_hold(tmp_path, fields, field, words):
-    from trainbudget.train.preflight import preflight
+    from trainbudget.train.spec.preflight import preflight
 
     base = {"pp": 2, "grad_accum": 2, "out": str(tmp_path / "run")}
     with pytest.raises(SpecError) as err:
@@ -189,7 +189,7 @@ torch = pytest.importorskip("torch")
 
 from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
 from trainbudget.model.transformer import build_model  # noqa: E402
-from trainbudget.train.pipeline import (  # noqa: E402
+from trainbudget.train.parallel.pipeline import (  # noqa: E402
     PipelineOptimizer,
     StageModule,
     whole_model_on_meta,

@@ -1,4 +1,4 @@
-"""train/tensor_parallel.py (issue 14): tensor and sequence parallelism with DTensor.
+"""train/parallel/tensor_parallel.py (issue 14): tensor and sequence parallelism with DTensor.
 
 Pure: the mesh layout (a trailing "tp" axis), the data-parallel coordinate the loader reads, the
 refusals (one line naming field, value and rule), a plan's tp and sp mapped into the config.
@@ -27,9 +27,9 @@ import pytest
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.spec.model_arg import resolve_model
-from trainbudget.train.config import TrainConfig
-from trainbudget.train.preflight import apply_plan, preflight
-from trainbudget.train.strategy import (
+from trainbudget.train.spec.config import TrainConfig
+from trainbudget.train.spec.preflight import apply_plan, preflight
+from trainbudget.train.spec.strategy import (
     check_strategy,
     check_tensor_parallel,
     engine_name,
@@ -76,7 +76,7 @@ class _Mesh:
 def test_the_ranks_of_a_tp_group_read_the_same_rows():
     torch = pytest.importorskip("torch")  # parallelize imports torch
     del torch
-    from trainbudget.train.parallelize import data_parallel_coordinate
+    from trainbudget.train.parallel.parallelize import data_parallel_coordinate
 
     dp_tp = [data_parallel_coordinate(_Mesh(("dp", "tp"), (2, 2), r)) for r in range(4)]
     assert dp_tp == [(0, 2), (0, 2), (1, 2), (1, 2)]
@@ -323,7 +323,7 @@ def test_the_summary_names_what_ran(runs):
     assert summary["plan"] == "dp2 tp2+sp pp1 zero3 mb4x1"
     assert summary["tokens_per_step"] == GLOBAL_BATCH * 32  # the global batch, not x tp
     # the split really splits: each rank's AdamW moments against the core's per-rank model of
-    # dp2 tp2 ZeRO-3 (core.parallel.parallel_memory); observed +0.4 % (60,032 bytes against
+    # dp2 tp2 ZeRO-3 (core.parallel.memory.parallel_memory); observed +0.4 % (60,032 bytes against
     # 59,776: FSDP2 pads the shards of dim 0)
     state = summary["optimizer_state_bytes_per_rank"]
     assert all(m == pytest.approx(state["predicted"], rel=0.01) for m in state["measured"])

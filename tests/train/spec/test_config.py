@@ -12,10 +12,10 @@ import pytest
 
 from clirun import cli
 from trainbudget.cli.main import build_parser
-from trainbudget.cli.train_cmd import config_from_args
+from trainbudget.cli.run.train_cmd import config_from_args
 from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.precision import TRAINABLE_OPTIMIZERS
-from trainbudget.train.config import (
+from trainbudget.train.spec.config import (
     TrainConfig,
     config_fields,
     field_docs,

@@ -170,7 +170,7 @@ CASES = {
     "plan-context-parallel": (
         ["--plan", "{d}/plan_cp.json"],
         {"WORLD_SIZE": "1"},
-        ["plan", "this plan needs cp=2", "context parallelism", "--no-cp"],
+        ["plan", "cp(2) = 2 processes", "torchrun --nproc-per-node 2"],
     ),
     "plan-wrong-process-count": (
         ["--plan", "{d}/plan.json"],

@@ -1,9 +1,9 @@
-"""train.metrics_scan: where a metrics.jsonl stops being whole records. The reader and the
+"""train.spec.metrics_scan: where a metrics.jsonl stops being whole records. The reader and the
 resume built on it are tested in test_run_files.py and test_metrics.py."""
 
 from __future__ import annotations
 
-from trainbudget.train.metrics_scan import scan_metrics
+from trainbudget.train.spec.metrics_scan import scan_metrics
 
 
 def test_a_last_line_without_its_newline_is_torn_even_where_it_parses() -> None:

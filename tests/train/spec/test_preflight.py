@@ -16,10 +16,10 @@ from clirun import cli_json
 from trainbudget.core.errors import SpecError
 from trainbudget.data.prepare import prepare
 from trainbudget.data.tokenizers import BYTE_VOCAB_SIZE
-from trainbudget.train.config import TrainConfig
-from trainbudget.train.preflight import preflight, read_plan, read_probes
+from trainbudget.train.spec.config import TrainConfig
+from trainbudget.train.spec.preflight import apply_plan, preflight, read_plan, read_probes
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+SRC = str(Path(__file__).resolve().parents[3] / "src")
 PLAN_ARGS = ("--model", "gpt2", "--gpus", "2", "--gpu", "h100-sxm", "--global-batch", "32")
 
 
@@ -72,7 +72,7 @@ def test_plan_decides_micro_batching_and_strategy(tmp_path, plan_doc):
     assert (cfg.micro_batch, cfg.grad_accum, cfg.strategy) == (
         layout["micro_batch"],
         layout["grad_accum"],
-        "zero1",  # ZeRO 1: DDP with the optimizer state sharded (train.strategy)
+        "zero1",  # ZeRO 1: DDP with the optimizer state sharded (train.spec.strategy)
     )
     # the run's global batch is the plan's: micro_batch x grad_accum x processes
     assert cfg.micro_batch * cfg.grad_accum * pre.world_size == layout["global_batch"]
@@ -167,9 +167,9 @@ def test_plan_conflicts_with_values_the_user_gave(tmp_path, plan_doc, given, exp
     assert "conflicts with the plan" in err.rule and "dp2" in err.rule
 
 
-def test_plan_with_context_parallelism_is_refused_with_the_reason(tmp_path):
-    """Every axis but cp runs (test_tensor_parallel, test_pipeline, test_expert_parallel); cp
-    is refused naming why: PyTorch's context parallelism rings CUDA attention kernels only."""
+def test_plan_with_context_parallelism_is_taken(tmp_path):
+    """Every axis runs (test_tensor_parallel, test_pipeline, test_expert_parallel,
+    test_context_parallel): the plan's cp becomes the run's."""
     doc = cli_json(
         "plan",
         *("--model", "llama-2-70b", "--gpus", "16", "--gpu", "h100-sxm"),
@@ -178,15 +178,16 @@ def test_plan_with_context_parallelism_is_refused_with_the_reason(tmp_path):
     # the same 16 GPUs as dp8 cp2 (cp's ranks count in ZeRO's shard group: no HSDP group)
     doc = edited(doc, dp=8, tp=1, sp=False, pp=1, vpp=1, schedule="1f1b", cp=2, zero_shard=0)
     doc = edited(doc, micro_batch=1, grad_accum=8, pp_layers=None)  # global batch 64
-    err = refused(config(tmp_path, plan=write_json(tmp_path / "p.json", doc)), world_size=16)
-    assert err.field == "plan"
-    assert "this plan needs cp=2" in err.rule and "CUDA attention kernels" in err.rule
-    assert "--no-cp" in err.rule
+    cfg = config(tmp_path, plan=write_json(tmp_path / "p.json", doc), seq_len=4096)
+    err = refused(cfg, world_size=16)
+    assert err.field != "plan"  # what stops it is the tiny data's vocabulary, after the plan
+    plan = read_plan(cfg.plan, seq_len=4096)
+    assert apply_plan(cfg, plan, world_size=16).cp == 2
 
 
 def test_a_plan_with_tensor_parallel_pipeline_stages_is_taken(tmp_path):
-    """tp inside pipeline stages runs (tests/train/test_pipeline.py): the planner's first plan
-    for Llama 2 70B on 16 GPUs has both, and the plan check takes it; what stops this run is
+    """tp inside pipeline stages runs (tests/train/parallel/test_pipeline.py): the planner's first
+    plan for Llama 2 70B on 16 GPUs has both, and the plan check takes it; what stops this run is
     the tiny data's vocabulary, after the plan is taken."""
     doc = cli_json(
         "plan",
@@ -222,7 +223,7 @@ def edited(doc: dict, **changes) -> dict:
         (lambda d: edited(d, dp="2"), "plans[0].plan.dp"),
         (lambda d: edited(d, global_batch=48), "global_batch (48)"),
         (lambda d: edited(d, zero=4), "zero (4)"),
-        (lambda d: edited(d, cp=2, dp=1, global_batch=16), "needs cp=2"),
+        (lambda d: edited(d, cp=3, dp=1, global_batch=16), "cp(3) = 3 processes"),
         (lambda d: edited(d, zero_shard=1), "HSDP) with ZeRO-3 only"),  # a zero 1 plan
         (lambda d: edited(d, offload_optimizer="cpu"), "offload_optimizer=cpu"),
         (lambda d: {**d, "plans": [{**d["plans"][0], "fits": False}]}, "does not fit"),

@@ -1,4 +1,4 @@
-"""train.run_files: a run directory's files read once, for the run report and `plot`. No torch:
+"""train.spec.run_files: a run directory's files read once, for the run report and `plot`. No torch:
 the runs are synthetic (tests/synthetic_runs.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from synthetic_runs import PREDICTED_STEP_SECONDS, TOKENS_PER_STEP, record, write_run
 from trainbudget.core.errors import SpecError
-from trainbudget.train.run_files import read_run, read_runs
+from trainbudget.train.spec.run_files import read_run, read_runs
 
 
 def test_the_last_record_of_a_step_wins(synthetic_run: Path) -> None:

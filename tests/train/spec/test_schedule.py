@@ -9,7 +9,7 @@ import math
 import pytest
 
 from trainbudget.core.errors import SpecError
-from trainbudget.train.schedule import SCHEDULES, Schedule, apply_lr, lr_at
+from trainbudget.train.spec.schedule import SCHEDULES, Schedule, apply_lr, lr_at
 
 # base 1.0, 10 warmup steps, 110 in all, final rate 0.1: the decay phase is steps 10..110
 BASE = dict(base_lr=1.0, warmup_steps=10, total_steps=110, min_lr_ratio=0.1)

@@ -1,4 +1,4 @@
-"""train/strategy.py: the table of strategies (each ZeRO stage on its PyTorch engine), the
+"""train/spec/strategy.py: the table of strategies (each ZeRO stage on its PyTorch engine), the
 strategy a plan's ZeRO stage and shard group run as, and the one device mesh each needs; every
 refusal names the field, the value and the rule. Pure: no torch."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from trainbudget.core.errors import SpecError
-from trainbudget.train.strategy import (
+from trainbudget.train.spec.strategy import (
     STRATEGIES,
     alone_note,
     check_strategy,

@@ -37,8 +37,16 @@ _INT_FIELDS = (
     "grad_accum",
     "recompute_every",
 )
-STAGE_LAYER_FIELDS = ("first_layers", "middle_layers", "last_layers", "max_layers")
-"""An uneven pipeline split as the numbers the terms read; 0 = the even split."""
+STAGE_LAYER_FIELDS = (
+    "first_layers",
+    "middle_layers",
+    "last_layers",
+    "max_layers",
+    "embedding_slot",
+    "loss_slot",
+)
+"""An uneven pipeline split as the numbers the terms read; 0 = the even split (of the layers
+alone: the embedding and the loss not counted as layer slots)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,11 @@ class PlanNumbers:
     last_layers: Any = 0
     max_layers: Any = 0
     """The largest stage (it sets the step time and the bubble)."""
+    embedding_slot: Any = 0
+    """1 when the embedding is counted as a layer slot of stage 0 (Plan.embedding_in_pp_split):
+    the even split then gives stage 0 one layer fewer (`pipeline_split`)."""
+    loss_slot: Any = 0
+    """1 when the loss is counted as a layer slot of the last stage (Plan.loss_in_pp_split)."""
 
     @classmethod
     def of(cls, plan: Plan) -> PlanNumbers:
@@ -90,7 +103,7 @@ class PlanNumbers:
             offload_optimizer=OFFLOAD_CODES.index(plan.offload_optimizer),
             offload_params=OFFLOAD_CODES.index(plan.offload_params),
             flash=plan.flash_attention,
-            **_stage_layer_numbers(plan.pp_layers),
+            **_stage_layer_numbers(plan),
         )
 
     @classmethod
@@ -114,7 +127,21 @@ class PlanNumbers:
         """Layers of a stage ('first', 'middle', 'last' or 'max': the largest); the even split
         n_layers // pp unless the plan gives its own (Plan.pp_layers)."""
         given = getattr(self, f"{stage}_layers")
-        return given + (given == 0) * (n_layers // self.pp)
+        return given + (given == 0) * self._even_layers(n_layers, stage)
+
+    def _even_layers(self, n_layers: int, stage: str) -> Any:
+        """A stage's layers under the even split: n_layers // pp, or with the embedding and
+        loss counted as slots (n_layers + emb + loss) // pp less the stage's own end slots
+        (`pipeline_split.accounted_stage_layers`); 'middle' is the last stage when pp = 2."""
+        emb, loss = self.embedding_slot, self.loss_slot
+        if isinstance(emb, int) and isinstance(loss, int) and not (emb or loss):
+            return n_layers // self.pp
+        slots = (n_layers + emb + loss) // self.pp
+        if stage in ("first", "last"):
+            return slots - (emb if stage == "first" else loss)
+        # pp = 2 has no middle stage ('middle' reads the last) and its largest is an end stage
+        two_stages = slots - (loss if stage == "middle" else emb * loss)
+        return (self.pp > 2) * slots + (self.pp <= 2) * two_stages
 
     @property
     def shard_dp(self) -> Any:
@@ -124,6 +151,16 @@ class PlanNumbers:
     def take(self, index: Any) -> PlanNumbers:
         """The plans at `index` of a grid (a numpy index array)."""
         return PlanNumbers(**{f: _at(getattr(self, f), index) for f in self.__dataclass_fields__})
+
+    def take_rows(self, index: Any) -> PlanNumbers:
+        """Rows `index` (the last axis) of a product grid (`search.product_grid`): the fields
+        that vary along it indexed, the others (length 1 there, or one number) kept."""
+        return PlanNumbers(
+            **{
+                f: v[..., index] if getattr(v, "ndim", 0) and v.shape[-1] > 1 else v
+                for f, v in vars(self).items()
+            }
+        )
 
     def rows(self, start: int, stop: int) -> PlanNumbers:
         """Plans start..stop-1 of a grid (views)."""
@@ -144,6 +181,8 @@ class PlanNumbers:
             offload_params=OFFLOAD_CODES[int(_at(self.offload_params, i))],
             flash_attention=bool(_at(self.flash, i)),
             pp_layers=self._pp_layers(i),
+            embedding_in_pp_split=bool(_at(self.embedding_slot, i)),
+            loss_in_pp_split=bool(_at(self.loss_slot, i)),
         )
 
     def _pp_layers(self, i: int) -> tuple[int, ...]:
@@ -160,11 +199,16 @@ class PlanNumbers:
         return [self.plan(i) for i in range(len(self))]
 
 
-def _stage_layer_numbers(pp_layers: tuple[int, ...]) -> dict[str, int]:
+def _stage_layer_numbers(plan: Plan) -> dict[str, int]:
+    pp_layers = plan.pp_layers
+    slots = {
+        "embedding_slot": int(plan.embedding_in_pp_split),
+        "loss_slot": int(plan.loss_in_pp_split),
+    }
     if not pp_layers:
-        return dict.fromkeys(STAGE_LAYER_FIELDS, 0)
+        return dict.fromkeys(STAGE_LAYER_FIELDS, 0) | slots
     inner = pp_layers[1:-1]
-    return {
+    return slots | {
         "first_layers": pp_layers[0],
         "middle_layers": max(inner) if inner else pp_layers[-1],
         "last_layers": pp_layers[-1],

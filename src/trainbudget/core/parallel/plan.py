@@ -13,6 +13,11 @@ from typing import Any
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.ops import SCALAR, Ops
+from trainbudget.core.parallel.pipeline_split import (
+    accounted_stage_layers,
+    end_slots,
+    split_problems,
+)
 from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -31,10 +36,18 @@ class Plan:
     pp: int = 1
     """Pipeline stages."""
     pp_layers: tuple[int, ...] = ()
-    """Layers of each pipeline stage, first to last (sum n_layers); () = n_layers / pp each.
-    Megatron-LM's --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers and
-    torchtitan's pipeline split points (`pipeline_parallel_split_points`) make such splits,
-    mostly to lighten the stages that also hold the embedding or the head."""
+    """Transformer layers of each pipeline stage (GPU), first to last (sum n_layers); () = an
+    even split. Megatron-LM's --decoder-first-pipeline-num-layers / --decoder-last-pipeline-
+    num-layers and torchtitan's pipeline split points (`pipeline_parallel_split_points`) make
+    such splits, mostly to lighten the stages that also hold the embedding or the head. With
+    vpp > 1 a stage's layers split evenly over its chunks (`pipeline_split`)."""
+    embedding_in_pp_split: bool = False
+    """Count the embedding as a layer slot of stage 0's first chunk (Megatron-Core's
+    --account-for-embedding-in-pipeline-split): without pp_layers the n_layers + slots split
+    evenly, so stage 0 holds one transformer layer fewer."""
+    loss_in_pp_split: bool = False
+    """Count the head and loss as a layer slot of the last stage's last chunk (Megatron-Core's
+    --account-for-loss-in-pipeline-split)."""
     cp: int = 1
     """Context-parallel degree: the sequence split across GPUs, attention by ring exchange."""
     ep: int = 1
@@ -78,11 +91,16 @@ class Plan:
         return (self.zero_shard or self.dp) * self.cp
 
     def stage_layer_counts(self, n_layers: int) -> tuple[int, ...]:
-        """Layers of each pipeline stage, first to last."""
-        return self.pp_layers or (n_layers // self.pp,) * self.pp
+        """Transformer layers of each pipeline stage, first to last: pp_layers, or the even
+        split of the layers and of the embedding and loss slots when they are counted."""
+        if self.pp_layers:
+            return self.pp_layers
+        embedding, loss = end_slots(self)
+        return accounted_stage_layers(n_layers, pp=self.pp, embedding=embedding, loss=loss)
 
     def describe(self) -> str:
         pp = f"pp{self.pp}" + (f"[{','.join(map(str, self.pp_layers))}]" if self.pp_layers else "")
+        pp += "+emb" * self.embedding_in_pp_split + "+loss" * self.loss_in_pp_split
         parts = [f"dp{self.dp}", f"tp{self.tp}" + ("+sp" if self.sp else ""), pp]
         if self.vpp > 1:
             parts.append(f"vpp{self.vpp}")
@@ -225,7 +243,8 @@ def validate_layout(
 
 
 def _pp_layers_problems(plan: Plan, n_layers: int) -> list[str]:
-    """An uneven split: one positive count per stage, summing to the model's layers."""
+    """An uneven split: one positive count per stage, summing to the model's layers; with
+    vpp or the embedding and loss counted, `pipeline_split`'s rules too."""
     counts = plan.pp_layers
     if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts):
         return [f"pp_layers ({counts!r}) must be positive integers"]
@@ -234,12 +253,7 @@ def _pp_layers_problems(plan: Plan, n_layers: int) -> list[str]:
         problems.append(f"pp_layers ({counts!r}) must have one entry per stage (pp = {plan.pp})")
     if sum(counts) != n_layers:
         problems.append(f"pp_layers ({counts!r}) sum to {sum(counts)}, not n_layers ({n_layers})")
-    if plan.vpp > 1:
-        problems.append(
-            f"pp_layers ({counts!r}) cannot go with vpp ({plan.vpp}): uneven splits of the "
-            "interleaved schedule are not modelled"
-        )
-    return problems
+    return problems or split_problems(plan, n_layers)
 
 
 def validate_plan(
@@ -261,6 +275,8 @@ def validate_plan(
     stages = plan.pp * plan.vpp
     if plan.pp_layers:
         problems += _pp_layers_problems(plan, model.n_layers)
+    elif plan.embedding_in_pp_split or plan.loss_in_pp_split:
+        problems += split_problems(plan, model.n_layers)
     elif model.n_layers % stages:
         problems.append(
             f"n_layers ({model.n_layers}) must be divisible by pp ({plan.pp}) * vpp ({plan.vpp})"

@@ -88,6 +88,7 @@ def layer_activations(
     sp: Any = False,
     cp: Any = 1,
     xp: Ops = SCALAR,
+    linear_input_bytes: Any = None,
 ) -> LayerActivations:
     """Bytes one layer stores on one GPU for backward (no recomputation), for `micro_batch`
     sequences, under tensor (tp), sequence (sp) and context (cp) parallelism. The layout
@@ -99,7 +100,12 @@ def layer_activations(
     CP keeps s/cp queries per GPU (attention scores: s/cp queries x s keys). K/V heads are
     replicated when tp > n_kv_heads, as Megatron does. `weight_bytes` (default
     `activation_bytes`): bytes per element of the weights the forward reads, the residual
-    stream's width (see the module docstring on autocast).
+    stream's width (see the module docstring on autocast). `linear_input_bytes` (default
+    `activation_bytes`): bytes per element a linear layer saves of its input
+    (`kernel_costs.Fp8Recipe.saved_input_bytes`: 1 under Transformer Engine's FP8): the qkv,
+    MLP-in and MLP-out inputs are saved at that width; the output projection's input, which
+    the attention kernel also saves (FlashAttention's output), at the activation width plus
+    the linear's narrower copy.
     """
     if not xp.is_array:
         for name, value in (
@@ -111,6 +117,9 @@ def layer_activations(
             if value <= 0:
                 raise SpecError(name, value, "must be a positive integer")
     s, b, h, e = seq_len, micro_batch, spec.d_model, activation_bytes
+    li = e if linear_input_bytes is None else linear_input_bytes
+    # a linear's own narrower copy of an input another op saves at the activation width
+    copy = xp.where(li < e, li, 0)
     w = residual_bytes(activation_bytes, weight_bytes)
     tokens = s * b / cp  # tokens this GPU holds along the sequence
     rep = xp.where(sp, tp, 1)  # divisor of the tensors TP alone leaves replicated
@@ -136,12 +145,13 @@ def layer_activations(
     post_norms = 2 if spec.post_norms else 0
     return LayerActivations(
         norm_inputs_bytes=tokens * h * (2 * w + post_norms * e) / rep,
-        attention_linear_inputs_bytes=tokens * (n_norm_out * h / rep + spec.d_attn_out / tp) * e
+        attention_linear_inputs_bytes=tokens
+        * (n_norm_out * h / rep * li + spec.d_attn_out / tp * (e + copy))
         + _mla_latent_bytes(spec, tokens, e),
         qkv_bytes=_qkv_bytes(spec, tokens, d_q, d_kv, d_v, tp, e),
         attention_matrix_bytes=xp.where(store_matrix, matrix_elements * e, 0),
         flash_stats_bytes=xp.where(flash_attention, _logsumexp_bytes(spec, tokens, tp), 0),
-        mlp_bytes=_mlp_bytes(spec, tokens, rep, tp, e, weight_bytes),
+        mlp_bytes=_mlp_bytes(spec, tokens, rep, tp, e, weight_bytes, li),
         dropout_bytes=dropout_bytes,
         weight_copies_bytes=weight_copy_bytes(
             layer_matrix_elements(spec) / tp, activation_bytes, weight_bytes
@@ -227,13 +237,23 @@ def _qkv_bytes(spec: ModelSpec, tokens: Any, d_q: Any, d_kv: Any, d_v: Any, tp: 
 
 
 def _mlp_bytes(
-    spec: ModelSpec, tokens: Any, rep: Any, tp: Any, e: int, weight_bytes: int | None
+    spec: ModelSpec,
+    tokens: Any,
+    rep: Any,
+    tp: Any,
+    e: int,
+    weight_bytes: int | None,
+    linear_input_bytes: Any = None,
 ) -> Any:
     """MLP inputs and hidden tensors, the mean over the layers (dense-then-MoE stacks); under
-    autocast SwiGLU's gate and up keep one cast of the input each."""
+    autocast SwiGLU's gate and up keep one cast of the input each. The MLP's input and the
+    last hidden tensor (the down-projection's input, which only that linear saves) at
+    `linear_input_bytes` (layer_activations); routed experts at the activation width."""
+    li = e if linear_input_bytes is None else linear_input_bytes
     casts = autocasts(e, weight_bytes)
     h, n_in = spec.d_model, norm_output_copies(2 if spec.mlp == "swiglu" else 1, casts)
-    dense = tokens * (n_in * h / rep + saved_hidden_tensors(spec) * spec.d_ff / tp) * e
+    hidden = (saved_hidden_tensors(spec) - 1) * e + li
+    dense = tokens * (n_in * h / rep * li + hidden * spec.d_ff / tp)
     if not spec.is_moe:
         return dense
     moe = moe_layer_bytes(spec, tokens, rep, tp, e, weight_bytes)

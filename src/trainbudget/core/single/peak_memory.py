@@ -48,7 +48,7 @@ class PhaseMemory:
     temporaries_bytes: float
     buffers_bytes: float = 0.0
     """A data-parallel engine's own buffers (gradient buckets, gathered parameters:
-    core.parallel.rank_peak); none on one device."""
+    core.parallel.memory.rank_peak); none on one device."""
 
     @property
     def total_bytes(self) -> float:
@@ -91,6 +91,23 @@ def loss_backward_bytes(
     kernel's fp32 tensors (`extra` more: DTensor's loss parallel) and 16-bit gradients."""
     fp32 = (kernel.backward_fp32_tensors + extra) * FP32_BYTES
     return tokens * vocab * (fp32 + kernel.backward_16bit_tensors * activation_bytes)
+
+
+def loss_chunk_bytes(
+    tokens: Any, d_model: int, *, kernel: LossKernel, activation_bytes: int
+) -> Any:
+    """The 16-bit logits of one chunk (and their gradient, written over them) that a fused
+    linear cross-entropy holds at its forward's end, beside every saved tensor: about tokens x
+    d_model elements (`LossKernel.chunk_logits_per_hidden`); 0 for a kernel over every logit."""
+    return kernel.chunk_logits_per_hidden * tokens * d_model * activation_bytes
+
+
+def loss_head_grad_bytes(vocab: Any, d_model: int, *, kernel: LossKernel, weight_bytes: int) -> Any:
+    """The head weight's gradient (`vocab` x d_model rows on this GPU) that a fused linear
+    cross-entropy computes in its forward and keeps until its backward hands it on
+    (`LossKernel.head_grads_in_forward`); the head input's gradient it keeps takes the place
+    of the input an unfused head saves, the same bytes, so it is not counted again."""
+    return kernel.head_grads_in_forward * vocab * d_model * weight_bytes
 
 
 def tied_gradient_sum_bytes(spec: ModelSpec, grad_bytes: int, tp: Any = 1) -> Any:

@@ -1,0 +1,1 @@
+"""Models, hardware, precisions, engines and frameworks as data: what every estimate reads."""

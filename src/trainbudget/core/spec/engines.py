@@ -1,7 +1,8 @@
 """Data-parallel engines as data: what the engine that runs a ZeRO stage keeps on each GPU beside
 the sharded model state -- the choices that move the peak. A framework row
 (`frameworks.Framework.engines`) names one engine for each ZeRO stage; the per-GPU phase model
-(`core.parallel.gpu_peak`) reads their columns, for one plan or, column by column, for a grid.
+(`core.parallel.memory.gpu_peak`) reads their columns, for one plan or, column by column, for a
+grid.
 
 Each row cites the code whose behaviour it records."""
 
@@ -31,8 +32,8 @@ class Engine:
     running ZeRO-2 keeps its shard beside the gathered copy)."""
     whole_tensor_shards: bool = False
     """The optimizer state is sharded by whole parameters, dealt largest first to the rank
-    owning the fewest elements so far (`core.parallel.rank_peak.whole_tensor_shares`), not cut
-    evenly."""
+    owning the fewest elements so far (`core.parallel.memory.rank_peak.whole_tensor_shares`),
+    not cut evenly."""
     gathered_until_backward: bool = False
     """Every parameter gathered (unsharded) from the start of forward to the end of backward:
     at backward start a rank holds the whole model's weights beside its shard."""
@@ -191,12 +192,28 @@ class LossKernel:
     """The 16-bit logits stay alive (saved, or held by the caller) until the step ends."""
     saved_fp32_tensors: int
     """fp32 logit-sized tensors saved for backward (log-probabilities, or the softmax)."""
-    backward_fp32_tensors: int
-    """fp32 logit-sized tensors its backward creates beside them."""
-    backward_16bit_tensors: int
-    """Logit-sized gradients in the activation dtype its backward creates."""
+    backward_fp32_tensors: float
+    """fp32 logit-sized tensors its backward creates beside them (a fraction where the
+    backward runs one chunk of the tokens at a time: each chunk's share)."""
+    backward_16bit_tensors: float
+    """Logit-sized gradients in the activation dtype its backward creates (as above)."""
+    chunk_logits_per_hidden: float = 0.0
+    """Logits alive at once in the loss's forward, as a multiple of the head input's elements
+    (tokens x d_model), for a kernel that runs the head and the loss over a chunk of tokens at
+    a time: Liger sizes a chunk to hold about tokens x d_model 16-bit logits, its gradient
+    written over them in place (rows: the next power of two of tokens / ceil(V / d_model),
+    so between 0.5 and 1 of that budget; 1 is counted). 0: the kernel holds every logit."""
+    head_grads_in_forward: bool = False
+    """The loss's forward computes the head's gradients and keeps them for its backward: the
+    head input's (tokens x d_model, activation dtype) in place of the input the unfused head
+    saves, and the head weight's (V/tp x d_model, weight dtype) from the loss's forward until
+    the step's gradients take it (Liger: grad_input and grad_weight saved for backward). Its
+    backward only scales them: no logit-sized temporaries, and no GEMM recomputed."""
     source: str
 
+
+TORCHTUNE_OUTPUT_CHUNKS = 8
+"""torchtune's LinearCrossEntropyLoss default num_output_chunks."""
 
 LOSS_KERNELS = MappingProxyType(
     {
@@ -224,6 +241,38 @@ LOSS_KERNELS = MappingProxyType(
                 "exponentiated and normalised in place, the softmax saved; its backward turns "
                 "that softmax into the gradient in place; the 16-bit logits are not kept, "
                 "and the cast's backward makes one 16-bit gradient",
+            ),
+            LossKernel(
+                name="fused-linear-cross-entropy",
+                keeps_logits=False,
+                saved_fp32_tensors=0,
+                backward_fp32_tensors=0,
+                backward_16bit_tensors=0,
+                chunk_logits_per_hidden=1.0,
+                head_grads_in_forward=True,
+                source="Liger-Kernel LigerFusedLinearCrossEntropyLoss "
+                "(src/liger_kernel/ops/fused_linear_cross_entropy.py, "
+                "fused_linear_cross_entropy_forward): the tokens cut into chunks of "
+                "next_power_of_2(cdiv(BT, cdiv(V, H))) rows so a chunk's 16-bit logits are about "
+                "BT x H elements; the cross-entropy kernel writes each chunk's gradient over its "
+                "logits, which two GEMMs turn into grad_input (BT x H, the input's dtype) and "
+                "grad_weight (V x H, the weight's dtype, accumulated over chunks); both saved "
+                "for backward, which only scales them by the loss's gradient (no logits kept, "
+                "no fp32 logit-sized tensor, the head's GEMMs not recomputed)",
+            ),
+            LossKernel(
+                name="chunked-cross-entropy",
+                keeps_logits=False,
+                saved_fp32_tensors=1,
+                backward_fp32_tensors=2 / TORCHTUNE_OUTPUT_CHUNKS,
+                backward_16bit_tensors=1 / TORCHTUNE_OUTPUT_CHUNKS,
+                source="torchtune torchtune/modules/loss/cross_entropy_loss.py "
+                "LinearCrossEntropyLoss (num_output_chunks=8), eager: the hidden states split "
+                "into 8 chunks along the sequence, each projected by the head and passed to "
+                "F.cross_entropy(logits.float()); the 16-bit logits of a chunk are freed once "
+                "cast (the head saves its input, the cast nothing), every chunk's fp32 "
+                "log-probabilities are saved, and the backward runs chunk by chunk: two fp32 "
+                "gradients and one 16-bit gradient of one chunk at a time",
             ),
         )
     }

@@ -74,7 +74,7 @@ class Framework:
     engines: tuple[str, ...] = ("reference", *("zero-buckets",) * 4)
     """The data-parallel engine (a row of `core.spec.engines.ENGINES`) that holds the memory on
     a GPU with no data-parallel wrapper, then under ZeRO 0, 1, 2 and 3: what the per-GPU phase
-    model (core.parallel.gpu_peak) adds beside the sharded model state."""
+    model (core.parallel.memory.gpu_peak) adds beside the sharded model state."""
     loss_kernel: str = "torch-cross-entropy"
     """The cross-entropy it runs (a row of `core.spec.engines.LOSS_KERNELS`)."""
     historical: bool = False
@@ -308,10 +308,10 @@ TRAINBUDGET = Framework(
     engines=("single", "ddp", "ddp+zero-redundancy", "fsdp2-no-reshard", "fsdp2"),
     description="this project's trainer (trainbudget train): DDP, DDP with "
     "ZeroRedundancyOptimizer, FSDP2 without and with resharding after forward for ZeRO 0-3 "
-    "(train.strategy), gradients accumulated without sync, torch's fused Adam; torch's "
+    "(train.spec.strategy), gradients accumulated without sync, torch's fused Adam; torch's "
     "pipelining and DTensor tensor parallelism",
     sources=(
-        "trainbudget train/strategy.py: the strategy each ZeRO stage runs",
+        "trainbudget train/spec/strategy.py: the strategy each ZeRO stage runs",
         "core/spec/engines.py: each engine row's source",
     ),
 )

@@ -364,6 +364,12 @@ class Fp8Recipe:
     """Extra kernels per linear per forward + backward, where the code path was counted."""
     fsdp_fp8_all_gather: bool
     """Whether FSDP can all-gather the weight as FP8 (1 byte per parameter instead of 2)."""
+    saved_input_bytes: int = 2
+    """Bytes per element a linear layer keeps of its input for backward: 1 where the recipe
+    saves the FP8 cast it made for the forward GEMM (Transformer Engine's Linear and
+    LayerNormLinear: `saved_inputmat = inputmat`, the FP8 tensor or its FP8 transpose, when FP8
+    runs the weight-gradient GEMM), 2 where it saves the bf16 input (torchao's
+    matmul_with_hp_or_float8_args saves input_hp and casts again in backward)."""
     source: str
     derivation: str
 
@@ -373,7 +379,7 @@ FP8_RECIPES: Mapping[str, Fp8Recipe] = MappingProxyType({r.name: r for r in (
     Fp8Recipe(
         name="te-current", fp8_gemms=GEMM_ROLES, input_bytes_per_element=6,
         weight_bytes_per_element=6, grad_output_bytes_per_element=6, kernels_per_linear=None,
-        fsdp_fp8_all_gather=False,
+        fsdp_fp8_all_gather=False, saved_input_bytes=1,
         source=_TE_DOCS + "fp8_current_scaling/fp8_current_scaling.rst; introduction/"
         "introduction.rst ('Linear layer data flow')",
         derivation="Each of input, weight, output grad is quantized once into both FP8 layouts "
@@ -383,7 +389,7 @@ FP8_RECIPES: Mapping[str, Fp8Recipe] = MappingProxyType({r.name: r for r in (
     Fp8Recipe(
         name="te-delayed", fp8_gemms=GEMM_ROLES, input_bytes_per_element=4,
         weight_bytes_per_element=4, grad_output_bytes_per_element=4, kernels_per_linear=None,
-        fsdp_fp8_all_gather=False,
+        fsdp_fp8_all_gather=False, saved_input_bytes=1,
         source=_TE_DOCS + "fp8_delayed_scaling/fp8_delayed_scaling.rst",
         derivation="As te-current without the amax pass ('reduces tensor reads per "
         "quantization from two to one'): 2 B read + two 1 B writes = 4 B."),

@@ -1,0 +1,1 @@
+"""Saving and restoring a run: verified checkpoints, sharded or whole, resume and recovery."""

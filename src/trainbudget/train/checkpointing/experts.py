@@ -2,7 +2,7 @@
 optimizer.pt of the whole model, as one process would write them, so that an ep run resumes in
 one process, under another ep, or from a one-process checkpoint.
 
-Each rank holds its experts only (train.expert_parallel), under their whole-model names
+Each rank holds its experts only (train.parallel.expert_parallel), under their whole-model names
 (`blocks.1.mlp.experts.3.up.weight`), and its optimizer state by position over its own
 parameters. Saving: every rank of the first expert group (rank 0's) sends its experts' tensors
 and their optimizer state, keyed by parameter name, to rank 0 (torch.distributed's
@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainbudget.train import expert_parallel
-from trainbudget.train.distributed import DistInfo, ShardingLoad, full_state
+from trainbudget.train.launch.distributed import DistInfo, ShardingLoad, full_state
+from trainbudget.train.parallel import expert_parallel
 
 
 def full_states(model: nn.Module, optimizer, info: DistInfo) -> tuple[dict | None, dict | None]:
@@ -58,7 +58,7 @@ def load_full(
     model: nn.Module, optimizer, model_state: dict, optimizer_state: dict, *, sharded: bool
 ) -> None:
     """Load the whole model's model.pt and optimizer.pt: this rank keeps its parameters'
-    (`sharded`: under FSDP2, cut into its shards, as train.distributed does)."""
+    (`sharded`: under FSDP2, cut into its shards, as train.launch.distributed does)."""
     layout = expert_parallel.of(model)
     mine = {k: model_state[k] for k in model.state_dict()}
     named = named_state(optimizer_state, list(layout.full_names))
@@ -150,7 +150,7 @@ def _merge(into: dict, part: dict) -> None:
 
 def _one_group(state: dict, full: list[str]) -> dict:
     """The merged state's one parameter group listing every parameter of the whole model
-    (the trainer's optimizers have one group: train.setup.make_optimizer)."""
+    (the trainer's optimizers have one group: train.parallel.setup.make_optimizer)."""
     if "inner" in state and "masters" in state:
         return {**state, "inner": _one_group(state["inner"], full)}
     if len(state["param_groups"]) != 1:
@@ -163,7 +163,7 @@ def full_twin(spec, cfg) -> tuple[nn.Module, torch.optim.Optimizer]:
     a full checkpoint's tensors are checked against (train.checkpointing.contents)."""
     from trainbudget.model.optim import weight_dtype
     from trainbudget.model.transformer import build_model
-    from trainbudget.train.setup import make_optimizer
+    from trainbudget.train.parallel.setup import make_optimizer
 
     model = build_model(spec, device="meta", dtype=weight_dtype(cfg.precision))
     return model, make_optimizer(model, cfg)

@@ -16,7 +16,7 @@ from trainbudget.train.checkpointing.space import NoSpaceError
 from trainbudget.train.guard import Verdict
 
 if TYPE_CHECKING:
-    from trainbudget.train.metrics import MetricsWriter
+    from trainbudget.train.observe.metrics import MetricsWriter
     from trainbudget.train.run import Run
 
 

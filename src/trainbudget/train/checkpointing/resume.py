@@ -25,18 +25,23 @@ import torch
 import torch.distributed as dist
 
 from trainbudget.core.errors import SpecError
-from trainbudget.train import expert_parallel
 from trainbudget.train.checkpointing import experts as expert_checkpoint
 from trainbudget.train.checkpointing.checkpoint import (
     latest_valid_checkpoint,
     load_file,
     save_checkpoint,
 )
+from trainbudget.train.checkpointing.consistency import (
+    check_rank_files,
+    check_step,
+    optimizer_steps,
+)
 from trainbudget.train.checkpointing.contents import check_contents, checked_state
 from trainbudget.train.checkpointing.manifest import DCP_DIR
 from trainbudget.train.checkpointing.sharded import load_sharded, save_sharded
 from trainbudget.train.checkpointing.space import open_on_full_disk
-from trainbudget.train.distributed import ShardingLoad, barrier, full_state, is_sharded
+from trainbudget.train.launch.distributed import ShardingLoad, barrier, full_state, is_sharded
+from trainbudget.train.parallel import expert_parallel
 from trainbudget.train.rng import capture_rng_state, restore_rng_state
 
 if TYPE_CHECKING:
@@ -161,7 +166,8 @@ def find_checkpoint(run: Run) -> Path | None:
 
 def _fits(run: Run, path: Path) -> None:
     """Checkpoint `path`'s state.json, model and optimizer tensors against the run
-    (train.checkpointing.contents); a CheckpointError rejects it. One of another model or
+    (train.checkpointing.contents), its step counter and rank files against themselves
+    (train.checkpointing.consistency); a CheckpointError rejects it. One of another model or
     recipe is left to `check_compatible`, which refuses the resume on every rank, naming the
     field, rather than falling back past it."""
     state = checked_state(path)
@@ -170,6 +176,8 @@ def _fits(run: Run, path: Path) -> None:
         if expert_parallel.of(model) is not None:  # a whole model's files, not this rank's
             model, optimizer = expert_checkpoint.full_twin(run.spec, run.cfg)
         check_contents(path, state, model, optimizer)
+        check_step(path, state, optimizer_steps(path, state))  # an edited step counter
+        check_rank_files(path)  # each rank's RNG states: a refused file falls back too
 
 
 def incompatibility(run: Run, state: dict, path: Path) -> SpecError | None:

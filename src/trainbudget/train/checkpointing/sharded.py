@@ -103,7 +103,7 @@ def load_sharded(
     metadata = reader.read_metadata()
     paths = _key_paths(metadata, folder)
     model_state = model.state_dict()
-    # a pipeline rank's part (train.pipeline) loads its own keys of the whole model's
+    # a pipeline rank's part (train.parallel.pipeline) loads its own keys of the whole model's
     _check_model_keys(paths, getattr(model, "whole", model).state_dict(), folder)
     template: dict = {"model": model_state}
     if optimizer is not None:
@@ -127,6 +127,23 @@ def read_sharded(folder: Path) -> dict:
     _dcp_load(template, reader, folder)
     if "optimizer" in template:
         template["optimizer"] = _torch_layout(template["optimizer"])
+    return template
+
+
+def read_optimizer_steps(folder: Path) -> dict:
+    """The optimizer's 'step' entries of a `save_sharded` checkpoint, alone, in the saved
+    layout ({"state": {"0": {"step": tensor}}, ...}; empty when it keeps none), read by DCP in
+    this process only: no collective, so one rank may check a checkpoint while the others
+    wait (train.checkpointing.consistency)."""
+    folder = Path(folder)
+    reader = _SafeReader(folder)
+    metadata = reader.read_metadata()
+    template: dict = {}
+    for key, path in _key_paths(metadata, folder).items():
+        if path[0] == "optimizer" and path[-1] == "step":
+            _put(template, path, _leaf(metadata.state_dict_metadata[key], None))
+    if template:
+        _dcp_load(template, reader, folder, alone=True)
     return template
 
 
@@ -223,7 +240,7 @@ def param_at(optimizer, path: tuple) -> torch.Tensor | None:
             return _item(optimizer.masters, path[1])
         return param_at(optimizer.inner, path[1:]) if path[0] == "inner" else None
     if path[0] == "state" and len(path) == 3 and isinstance(path[1], str) and path[1].isdigit():
-        # a pipeline rank's optimizer (train.pipeline) indexes the whole model's parameters
+        # a pipeline rank's optimizer (train.parallel.pipeline) indexes the whole model's parameters
         params = getattr(optimizer, "params_by_index", None) or [
             p for group in optimizer.param_groups for p in group["params"]
         ]
@@ -343,10 +360,16 @@ class _WeightsOnlyPlanner(DefaultLoadPlanner):
         _put(self.original_state_dict, self.mappings[key], loaded)
 
 
-def _dcp_load(template: dict, reader: _SafeReader, folder: Path) -> None:
+def _dcp_load(template: dict, reader: _SafeReader, folder: Path, *, alone: bool = False) -> None:
+    """DCP's load into `template`; `alone`: in this process only, even under a process group."""
     try:
         with _alone_is_fine():
-            dcp.load(template, storage_reader=reader, planner=_WeightsOnlyPlanner(folder))
+            dcp.load(
+                template,
+                storage_reader=reader,
+                planner=_WeightsOnlyPlanner(folder),
+                no_dist=alone,
+            )
     except CheckpointException as err:  # DCP wraps each rank's error (a BaseException)
         failures = [failure[0] for failure in err.failures.values()]
         ours = [e for e in failures if isinstance(e, CheckpointError)]

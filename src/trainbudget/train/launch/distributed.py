@@ -1,6 +1,6 @@
 """torchrun support: one process per device, gloo on CPU and NCCL on GPU, the model wrapped
-(train.parallelize) in DDP (ddp, zero1) or FSDP2 `fully_shard` (zero2, fsdp, hsdp; see
-train.strategy). Nothing here runs unless torchrun set WORLD_SIZE > 1.
+(train.parallel.parallelize) in DDP (ddp, zero1) or FSDP2 `fully_shard` (zero2, fsdp, hsdp; see
+train.spec.strategy). Nothing here runs unless torchrun set WORLD_SIZE > 1.
 
 What makes an N-rank run the same computation as one process with the same global batch:
 - the data: every rank takes its rows of one global batch per step (train.data.TrainBatches);
@@ -36,9 +36,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from trainbudget.train.collective_watch import Watch
-from trainbudget.train.launch_env import read_launch_env
-from trainbudget.train.rendezvous import join
+from trainbudget.train.launch.collective_watch import Watch
+from trainbudget.train.launch.launch_env import read_launch_env
+from trainbudget.train.launch.rendezvous import join
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class DistInfo:
     world_size: int
     watch: Watch | None = field(default=None, compare=False, repr=False)
     """The marks every rank leaves before each phase with collectives, over the rendezvous
-    store (train.collective_watch); None when running alone."""
+    store (train.launch.collective_watch); None when running alone."""
 
     @property
     def is_main(self) -> bool:
@@ -61,8 +61,8 @@ class DistInfo:
 
 def init_distributed(device_kind: str, timeout_seconds: float) -> DistInfo:
     """Join the process group torchrun describes in the environment (or run alone). The
-    environment is checked first (train.launch_env); the rendezvous and every collective wait
-    at most `timeout_seconds` (train.rendezvous)."""
+    environment is checked first (train.launch.launch_env); the rendezvous and every collective wait
+    at most `timeout_seconds` (train.launch.rendezvous)."""
     env = read_launch_env(os.environ)
     if env.world_size <= 1:
         return DistInfo(0, 0, 1)
@@ -76,8 +76,8 @@ def init_distributed(device_kind: str, timeout_seconds: float) -> DistInfo:
 
 
 def arrive(info: DistInfo, label: str) -> None:
-    """This rank enters a phase with collectives (see train.collective_watch); every rank calls
-    it at the same points. A no-op alone."""
+    """This rank enters a phase with collectives (see train.launch.collective_watch); every rank
+    calls it at the same points. A no-op alone."""
     if info.watch is not None:
         info.watch.arrive(label)
 
@@ -222,7 +222,8 @@ def _shard_optimizer_state(optimizer, state: dict) -> dict:
             "inner": _shard_optimizer_state(optimizer.inner, state["inner"]),
             "masters": masters,
         }
-    # a pipeline rank's optimizer (train.pipeline) is indexed by the whole model's parameters
+    # a pipeline rank's optimizer (train.parallel.pipeline) is indexed by the whole model's
+    # parameters
     params = getattr(optimizer, "params_by_index", None) or [
         p for group in optimizer.param_groups for p in group["params"]
     ]

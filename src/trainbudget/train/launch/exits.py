@@ -65,7 +65,7 @@ _EXITING = threading.Lock()
 def abandon(line: str, code: int) -> int:
     """Print `line` on stderr and end with `code`. With a process group up, the process ends
     at once (os._exit): its peers are gone or stopped, so its gloo threads cannot be joined,
-    and a normal interpreter exit with them alive can abort (train.distributed.shutdown).
+    and a normal interpreter exit with them alive can abort (train.launch.distributed.shutdown).
     Without one, `code` is returned for the CLI to exit with. The first caller wins: a second
     one (the signal watcher thread and the main thread at once) waits for the process to end."""
     _EXITING.acquire()

@@ -4,8 +4,8 @@
    instead when TORCHELASTIC_USE_AGENT_STORE is true); the others poll that address with plain
    socket connections until it answers, so a missing rank 0 is a one-line error rather than
    the TCPStore client's C++ traces, and Ctrl-C is served between polls.
-2. Arrival: each rank leaves its mark (train.collective_watch) and polls the store until every
-   rank's is there; at the deadline the ranks without one are named (WORLD_SIZE=3 given to 2
+2. Arrival: each rank leaves its mark (train.launch.collective_watch) and polls the store until
+   every rank's is there; at the deadline the ranks without one are named (WORLD_SIZE=3 given to 2
    processes: "rank 2 of WORLD_SIZE 3 did not arrive").
 3. The process group, over the same store, with `timeout`: gloo applies it to every collective.
 
@@ -23,9 +23,9 @@ import time
 import torch.distributed as dist
 
 from trainbudget.core.errors import SpecError
-from trainbudget.train.collective_watch import Watch, mark_key
-from trainbudget.train.exits import RanksLost, ranks_text
-from trainbudget.train.launch_env import LaunchEnv
+from trainbudget.train.launch.collective_watch import Watch, mark_key
+from trainbudget.train.launch.exits import RanksLost, ranks_text
+from trainbudget.train.launch.launch_env import LaunchEnv
 
 POLL_SECONDS = 0.1
 MISSING_KEY = "rendezvous/missing"

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from trainbudget.core.errors import SpecError
 from trainbudget.train.checkpointing.manifest import CHECKPOINTS_DIR, list_checkpoints
-from trainbudget.train.run_files import (
+from trainbudget.train.spec.run_files import (
     METRICS_ASIDE_PREFIX,
     METRICS_FILE,
     SUMMARY_FILE,

@@ -3,18 +3,18 @@ predicted peak memory and step time, all from the estimating core, computed once
 the layout the trainer really runs.
 
 The layout (`run_plan`): data parallel over the run's processes (dp = world size / (tp x pp)),
-tensor (and sequence) parallel over tp of them, pipeline stages over pp (train.pipeline),
+tensor (and sequence) parallel over tp of them, pipeline stages over pp (train.parallel.pipeline),
 experts split over ep of the data-parallel ranks (the trainer runs no context parallelism),
-the ZeRO stage of the strategy that runs (train.strategy: ddp 0, zero1 1, zero2 2, fsdp 3,
+the ZeRO stage of the strategy that runs (train.spec.strategy: ddp 0, zero1 1, zero2 2, fsdp 3,
 hsdp 3 over shard groups of zero_shard ranks), the config's micro-batch, gradient accumulation
 and recomputation. A single data-parallel rank runs no wrapper: ZeRO 0 whatever the strategy.
 
 What each prediction uses:
-- step time: `core.parallel.step_time.step_time` of that plan, on the catalog row of the device
-  (or, off the catalog, on this machine's roofline measured at start-up at the run's own
-  shapes and thread count: train.step_roofline);
-- peak memory per rank: `core.parallel.rank_peak.rank_peak`, the per-GPU phase model
-  (`core.parallel.gpu_peak`) that `estimate`, `plan` and the planner use, on each rank's
+- step time: `core.parallel.timing.step_time.step_time` of that plan, on the catalog row of the
+  device (or, off the catalog, on this machine's roofline measured at start-up at the run's own
+  shapes and thread count: train.observe.step_roofline);
+- peak memory per rank: `core.parallel.memory.rank_peak.rank_peak`, the per-GPU phase model
+  (`core.parallel.memory.gpu_peak`) that `estimate`, `plan` and the planner use, on each rank's
   pipeline stage, under the trainer's own framework row (`frameworks.TRAINBUDGET`: the engine
   each strategy runs -- DDP's gradient buckets, ZeroRedundancyOptimizer's whole-tensor shares,
   FSDP2 with or without resharding after forward -- and torch's fused Adam); under expert
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.comm_volume import PlannedCollective, planned_collectives
+from trainbudget.core.parallel.memory.rank_peak import rank_peak, stage_of
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.rank_peak import rank_peak, stage_of
-from trainbudget.core.parallel.step_time import (
+from trainbudget.core.parallel.timing.comm_volume import PlannedCollective, planned_collectives
+from trainbudget.core.parallel.timing.step_time import (
     DEFAULT_EFFICIENCY,
     Efficiency,
     step_terms,
@@ -45,11 +45,11 @@ from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision, get_optimizer, get_precision
 from trainbudget.core.units import MiB
 from trainbudget.profile.device import DeviceInfo
-from trainbudget.train.pipeline_split import CORE_SCHEDULES, parse_pp_layers
-from trainbudget.train.strategy import get_strategy
+from trainbudget.train.spec.pipeline_split import CORE_SCHEDULES, parse_pp_layers
+from trainbudget.train.spec.strategy import get_strategy
 
 if TYPE_CHECKING:  # the measurement imports torch: only off the catalog (make_budget)
-    from trainbudget.train.step_roofline import MeasuredRoofline
+    from trainbudget.train.observe.step_roofline import MeasuredRoofline
 
 
 def run_plan(
@@ -64,6 +64,7 @@ def run_plan(
     sequence_parallel: bool = False,
     ep: int = 1,
     pp: int = 1,
+    cp: int = 1,
     pp_schedule: str = "1f1b",
     vpp: int = 1,
     pp_layers: str = "",
@@ -72,14 +73,15 @@ def run_plan(
     docstring): world_size / (tp x pp) of them data parallel, the pipeline schedule in the
     core's name. The inverse of preflight.apply_plan's choice of strategy for a plan file."""
     zero = get_strategy(strategy).zero
-    dp = world_size // (tp * pp)
-    alone = dp == 1  # no data-parallel wrapper
+    dp = world_size // (tp * pp * cp)
+    alone = dp * cp == 1  # no data-parallel wrapper (it averages over dp x cp)
     core_schedule = {v: k for k, v in CORE_SCHEDULES.items()}[pp_schedule]
     return Plan(
         dp=dp,
         tp=tp,
         sp=sequence_parallel,
         pp=pp,
+        cp=cp,
         vpp=vpp,
         schedule=core_schedule,
         pp_layers=parse_pp_layers(pp_layers),
@@ -122,8 +124,8 @@ class Budget:
     """Off the catalog: this machine's roofline measured at start-up, what the predicted step
     time stands on; `roofline.noisy`: measured on a busy machine, not to be trusted."""
     predicted_collectives: tuple[PlannedCollective, ...] = ()
-    """The collectives the step time charges for one step (core.parallel.comm_volume), what
-    train.comm_report sets beside the measured ones."""
+    """The collectives the step time charges for one step (core.parallel.timing.comm_volume), what
+    train.observe.comm_report sets beside the measured ones."""
 
     def mfu(self, tokens_per_second_per_device: float) -> float | None:
         if self.peak_flops_per_second is None:
@@ -185,7 +187,7 @@ def make_budget(
     else:
         # no datasheet: predict from this machine's own roofline, measured now at the run's
         # shapes; its rates already are what the step's kernels achieve (no further fraction)
-        from trainbudget.train.step_roofline import measure_step_roofline
+        from trainbudget.train.observe.step_roofline import measure_step_roofline
 
         roof = measure_step_roofline(spec, plan, seq_len=seq_len, precision=prec, device=device)
         hw = measured_hardware(device, prec.compute_dtype, roof)
@@ -299,6 +301,6 @@ def measured_hardware(device: DeviceInfo, compute_dtype: str, roof: MeasuredRoof
         intra_node_link="shared memory",
         inter_node_link="none",
         source_urls=(),
-        notes="measured at start-up by trainbudget.train (train.step_roofline)",
+        notes="measured at start-up by trainbudget.train (train.observe.step_roofline)",
         measured=True,
     )

@@ -1,5 +1,5 @@
 """Collectives whose tensors die when the program drops them, for the measured CPU step
-(train.rank_memory).
+(train.observe.rank_memory).
 
 gloo runs a collective on a worker thread of its own, and that thread keeps its reference to
 the finished work -- the work holds the collective's input and output tensors -- until it takes

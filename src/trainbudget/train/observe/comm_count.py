@@ -11,7 +11,7 @@ Instruments, PyTorch's own:
   (ZeroRedundancyOptimizer's broadcasts, FSDP2's all-gathers and reduce-scatters) and the
   functional collectives of DTensor (the gradient norm of FSDP2's shards). A bare mode, not
   `CommDebugMode`: CommDebugMode enters a module tracker, and under FSDP2 that leaves gloo's
-  process group referenced past shut-down (train.rank_memory says the same of MemTracker);
+  process group referenced past shut-down (train.observe.rank_memory says the same of MemTracker);
 - DDP's buckets: a DDP communication hook (`register_comm_hook`) records each bucket and runs
   the default all-reduce (PyTorch's `allreduce_hook`: the bucket divided by the group's size,
   then summed -- the average DDP computes by itself), the mode told to skip that call so it
@@ -20,7 +20,7 @@ Instruments, PyTorch's own:
   torch 2.13, the mode alone also sees the reducer's all-reduce: checked, not relied on).
   Registered before the first forward; records only during the counted step.
 
-Bytes follow the core's convention (core.parallel.comm): all-reduce the per-rank input,
+Bytes follow the core's convention (core.parallel.timing.comm): all-reduce the per-rank input,
 all-gather the gathered output, reduce-scatter the per-rank input, all-to-all what each rank
 sends in total, broadcast and send the message (receives are not counted: the sender's row
 carries the message).
@@ -34,7 +34,7 @@ Groups that are no mesh axis are named by `make_counter` (`CommCounter(extra_gro
 the expert group carved out of "dp" is "ep", its replicas "ep_replicas", and the tied
 embedding's group of a pipeline's first and last stage "pp_tie". A collective on the group of a
 new mesh axis needs nothing here: it is counted under that axis's name. The prediction side is
-train.comm_report's.
+train.observe.comm_report's.
 
 Rank 0's tally is the one written, except the "ep" all-to-alls: how many tokens a rank sends
 depends on where its tokens were routed, so their bytes are the mean over the ranks (every
@@ -54,11 +54,10 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trainbudget.train.comm_report import EP_REPLICAS, TRAINER_AXIS, RunFacts, comm_document
+from trainbudget.train.observe.comm_report import EP_REPLICAS, TRAINER_AXIS
 
 if TYPE_CHECKING:
-    from trainbudget.train.distributed import DistInfo
-    from trainbudget.train.run import Run
+    from trainbudget.train.launch.distributed import DistInfo
 
 COUNTED_STEP = 3
 """The step of this process whose collectives are counted (1-based; see the module docstring)."""
@@ -69,7 +68,7 @@ class Call:
     axis: str
     """Mesh axis of the group ("trainer" for the trainer's own; "group:NAME" if unknown)."""
     op: str
-    """The core's kind (core.parallel.comm.KINDS): all_reduce, all_gather, ..."""
+    """The core's kind (core.parallel.timing.comm.KINDS): all_reduce, all_gather, ..."""
     n_bytes: int
     """In the core's convention (the module docstring)."""
 
@@ -214,8 +213,9 @@ class CommCounter:
 
 
 def make_counter(parallel, *, compiled: bool) -> CommCounter:
-    """The counter of a run wrapped by train.parallelize (`parallel`), DDP's buckets included;
-    off under torch.compile (a dispatch mode around a compiled step would break its graph)."""
+    """The counter of a run wrapped by train.parallel.parallelize (`parallel`), DDP's buckets
+    included; off under torch.compile (a dispatch mode around a compiled step would break its
+    graph)."""
     from torch.nn.parallel import DistributedDataParallel
 
     counter = CommCounter(None if compiled else parallel.mesh, extra_groups=_extra_groups(parallel))
@@ -227,7 +227,8 @@ def make_counter(parallel, *, compiled: bool) -> CommCounter:
 
 def _extra_groups(parallel) -> dict:
     """The run's process groups that are no mesh axis, by the name their rows carry."""
-    from trainbudget.train import expert_parallel
+    from trainbudget.train.parallel import expert_parallel
+    from trainbudget.train.parallel.context import folded_groups
 
     out = {}
     tie = getattr(parallel.net, "tie_group", None)  # pp > 1, tied embeddings, first or last
@@ -236,6 +237,7 @@ def _extra_groups(parallel) -> dict:
     layout = expert_parallel.of(parallel.model if parallel.model is not None else parallel.net)
     if layout is None and hasattr(parallel.net, "module"):  # DDP around the model
         layout = expert_parallel.of(parallel.net.module)
+    out.update(folded_groups(parallel.mesh))  # cp > 1: dp x cp, the gradients' group
     if layout is not None:
         out["ep"] = layout.groups.group
         if layout.groups.replicas is not None:
@@ -267,58 +269,3 @@ def gather_tallies(counter: CommCounter, info: DistInfo) -> tuple[dict | None, b
         total = sum(t[key][0] for t in everyone)
         everyone = [{**t, key: (total / len(everyone), t[key][1])} for t in everyone]
     return everyone[0], all(t == everyone[0] for t in everyone)
-
-
-ROW_BIAS = ("attn.proj.bias", "mlp.down.bias")
-"""train.tensor_parallel's RowwiseParallel linears' biases (model.transformer's names)."""
-
-
-def _local_bytes(p) -> int:
-    local = p.to_local() if isinstance(p, DTensor) else p
-    return local.numel() * local.element_size()
-
-
-def _model_facts(run: Run) -> dict:
-    """RunFacts' fields read off the model and the config (train.comm_report's differences)."""
-    from trainbudget.train import expert_parallel
-
-    cfg, params = run.cfg, dict(run.model.named_parameters())
-    spec = run.spec
-    tied = getattr(run.net, "tied_name", "") if getattr(run.net, "tie_group", None) else ""
-    layout = expert_parallel.of(run.model)
-    return {
-        "tokens_per_micro_batch": cfg.micro_batch * cfg.seq_len,
-        "sequence_parallel": bool(cfg.sequence_parallel),
-        "norm_grad_bytes": sum(_local_bytes(p) for n, p in params.items() if "norm" in n),
-        "row_bias_bytes": sum(_local_bytes(p) for n, p in params.items() if n.endswith(ROW_BIAS)),
-        "tied_grad_bytes": _local_bytes(params[tied]) if tied else 0,
-        "stage_grad_bytes": sum(_local_bytes(p) for p in params.values()) if cfg.pp > 1 else 0,
-        "n_stage_params": len(params) if cfg.pp > 1 else 0,
-        "stages_per_rank": cfg.vpp if cfg.pp_schedule == "interleaved-1f1b" else 1,
-        "n_experts": 0 if layout is None else spec.n_experts,
-        "moe_layers": 0 if layout is None else spec.n_moe_layers,
-        "capacity_factor": 0.0 if layout is None else spec.capacity_factor,
-    }
-
-
-def run_comm(run: Run) -> dict:
-    """comm.json's document for `run` (train.comm_report); a collective: every rank calls it."""
-    measured, same = gather_tallies(run.comm_counter, run.info)
-    mesh = (
-        {} if run.mesh is None else dict(zip(run.mesh.mesh_dim_names, run.mesh.shape, strict=True))
-    )
-    facts = RunFacts(
-        strategy=run.cfg.strategy,
-        mesh=mesh,
-        grad_accum=run.cfg.grad_accum,
-        param_shapes=tuple((tuple(p.shape), p.dtype.itemsize) for p in run.model.parameters()),
-        **_model_facts(run),
-    )
-    return comm_document(
-        measured,
-        run.budget.predicted_collectives,
-        facts,
-        plan=run.budget.plan.describe(),
-        counted_step=COUNTED_STEP if run.comm_counter.enabled else None,
-        same_on_every_rank=same,
-    )

@@ -1,11 +1,12 @@
-"""RUN_DIR/comm.json: the collectives counted on the real run (train.comm_count) beside those the
-core's step model charges for the same plan (core.parallel.comm_volume, from the budget), per
-mesh axis and op, with a named reason wherever they differ. Pure: no torch.
+"""RUN_DIR/comm.json: the collectives counted on the real run (train.observe.comm_count) beside
+those the core's step model charges for the same plan (core.parallel.timing.comm_volume, from the
+budget), per mesh axis and op, with a named reason wherever they differ. Pure: no torch.
 
 Rows: axis, op, measured_bytes, predicted_bytes, count (calls measured), predicted_count (the
 calls the core charges), explained_bytes (predicted plus the named differences below), equal
 (measured == predicted, to the byte), explained (measured == explained_bytes), difference (the
-reasons, empty when bytes and calls agree). Bytes in the core's convention (core.parallel.comm).
+reasons, empty when bytes and calls agree). Bytes in the core's convention
+(core.parallel.timing.comm).
 
 The named differences, what PyTorch's engines do beyond the core's ZeRO model (each computed
 from the plan and the model, never from the measurement):
@@ -22,7 +23,8 @@ from the plan and the model, never from the measurement):
   calls than the core's one per buffer;
 - the "trainer" row (the loss-and-flags all-reduce, the gradient norm of FSDP2's shards, the
   pipeline's norm over its stages) is not in the core's step;
-- tp (DTensor, train.tensor_parallel): beyond the core's Megatron per-layer collectives, per
+- tp (DTensor, train.parallel.tensor_parallel): beyond the core's Megatron per-layer collectives,
+per
   micro-batch the vocabulary-parallel embedding's forward and the head's backward (an
   all-reduce each; under SP the head's all-gather forward and reduce-scatter backward and the
   embedding's all-gather backward), loss parallel's 3 all-reduces of one fp32 per token, and
@@ -36,12 +38,19 @@ from the plan and the model, never from the measurement):
   all-reduced between the first and last stage ("pp_tie", not in the core); under dp x pp,
   rank 0's dp row is its stage's gradients (the core's: the stage it charges the step with)
   plus DDP's used-parameter map (find_unused_parameters: one int32 per parameter);
-- ep (the mean over the ranks, train.comm_count): each MoE layer's forward first exchanges the
+- ep (the mean over the ranks, train.observe.comm_count): each MoE layer's forward first exchanges
+the
   (n_experts,) int64 token counts; with a capacity factor the core charges buffers of the
   capacity and the trainer sends the kept assignments (named, not equal: routing decides how
   many are dropped); dropless, equal. The experts' gradients: the core's dp_grad_reduce on
   the dp / ep replica group, told apart from the dense weights' by its group size
-  (`predicted_rows`), row "ep_replicas".
+  (`predicted_rows`), row "ep_replicas";
+- cp (train.parallel.context): K and V all-gathered in each layer's forward and again in its
+  backward, their gradients reduce-scattered, where the core's ring sends them cp - 1 hops
+  three times: the same bytes on the wire, (cp - 1) / cp of each gathered buffer per rank,
+  counted as the gathered buffer (the convention above); under full recomputation the forward's
+  gather runs once more. The gradients are averaged over the dp x cp ranks, as the core's dp * cp
+  group: the "dp_cp" rows, or with dp 1 the "cp" rows (one group), beside the attention's.
 
 To add an axis: map the core's category to the mesh axis in `_AXES` (tp, pp and ep are there
 already, under those names), and, where its engine moves other bytes or calls than the core
@@ -56,11 +65,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from trainbudget.core.parallel.comm_volume import PlannedCollective
-from trainbudget.train.strategy import get_strategy
+from trainbudget.core.parallel.timing.comm_time import CP_RING_PASSES
+from trainbudget.core.parallel.timing.comm_volume import PlannedCollective
+from trainbudget.train.spec.strategy import get_strategy
 
-TRAINER_AXIS = "trainer"  # train.comm_count's name for the trainer's own collectives
-EP_REPLICAS = "ep_replicas"  # train.comm_count's name for the expert weights' replica group
+TRAINER_AXIS = "trainer"  # train.observe.comm_count's name for the trainer's own collectives
+EP_REPLICAS = "ep_replicas"  # train.observe.comm_count's name for the expert weights' replica group
 BYTE = 0.5
 """Measured bytes are whole; the core's per-rank shares (bytes / group) may not be: equal means
 within half a byte."""
@@ -80,7 +90,12 @@ def mesh_axis(category: str, mesh: dict[str, int]) -> str:
     """The mesh axis of a core collective category on the run's mesh (axis -> size)."""
     if category in _AXES:
         return _AXES[category]
-    return "dp_shard" if "dp_shard" in mesh else "dp"
+    axis = "dp_shard" if "dp_shard" in mesh else "dp"
+    if mesh.get("cp", 1) == 1:
+        return axis
+    # cp folded in (train.parallel.context.gradient_mesh): "dp_cp", or with one data-parallel
+    # rank the cp axis itself
+    return "cp" if mesh.get(axis, 1) == 1 else f"{axis}_cp"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +109,8 @@ class RunFacts:
     param_shapes: tuple[tuple[tuple[int, ...], int], ...]
     """(shape, bytes per element) of each distinct parameter of the model."""
     tokens_per_micro_batch: int = 0
-    """micro_batch x seq_len: loss parallel's statistics are one fp32 number per token."""
+    """micro_batch x seq_len / cp, this rank's tokens: loss parallel's statistics are one fp32
+    number per token."""
     sequence_parallel: bool = False
     norm_grad_bytes: int = 0
     """SP: the norms' parameters (replicated, gradient Partial), summed over tp once a step."""
@@ -110,6 +126,8 @@ class RunFacts:
     """pp > 1: the stages rank 0 holds (vpp under interleaved 1F1B)."""
     n_experts: int = 0
     capacity_factor: float = 0.0
+    recompute: str = "none"
+    """cp > 1: under "full" each layer's forward, its K and V gather with it, runs again."""
     moe_layers: int = 0
     """MoE under ep > 1: the layers whose tokens are dispatched (every one, count exchange)."""
 
@@ -234,6 +252,13 @@ EP_COUNTS = (
     "micro-batch"
 )
 
+CP_GATHER = (
+    "cp: K and V all-gathered in each layer's forward and backward and their gradients "
+    "reduce-scattered (train.parallel.context), where the core's ring sends them cp - 1 hops "
+    "3 times: the same bytes on the wire, counted as the gathered buffer"
+)
+CP_RECOMPUTE = "cp: full recomputation gathers each layer's K and V once more, in backward"
+
 EP_CAPACITY = (
     "capacity: the core charges buffers of capacity_factor ({cf:g}) x the even share, filled or "
     "not; the trainer sends the kept assignments only (routing-dependent; dropless, "
@@ -246,9 +271,10 @@ def _tp_differences(predicted, facts: RunFacts) -> list[Adjustment]:
     DDP's whole row-parallel biases."""
     tp = facts.mesh.get("tp", 1)
     out = []
-    if tp > 1 and facts.strategy == "ddp" and ("dp", "all_reduce") in predicted:
+    dp = mesh_axis("dp_grad_reduce", facts.mesh)
+    if tp > 1 and facts.strategy == "ddp" and (dp, "all_reduce") in predicted:
         extra = facts.row_bias_bytes * (1 - 1 / tp)
-        out.append(Adjustment(axis="dp", op="all_reduce", n_bytes=extra, reason=TP_ROW_BIAS))
+        out.append(Adjustment(axis=dp, op="all_reduce", n_bytes=extra, reason=TP_ROW_BIAS))
     per_call = [b / c for (axis, _), (b, c) in predicted.items() if axis == "tp" and c]
     if tp < 2 or not per_call:
         return [a for a in out if a.n_bytes]
@@ -281,12 +307,13 @@ def _pp_ep_differences(predicted, facts: RunFacts) -> list[Adjustment]:
     if sends:  # of the 2 x stages_per_rank directions the core charges, one is not sent
         first = -sends[0] / (2 * facts.stages_per_rank)
         out.append(Adjustment(axis="pp", op="send_recv", n_bytes=first, reason=PP_FIRST))
-    grads = predicted.get(("dp", "all_reduce"))
+    dp = mesh_axis("dp_grad_reduce", facts.mesh)  # "dp", or with cp "dp_cp" / "cp"
+    grads = predicted.get((dp, "all_reduce"))
     if grads and facts.stage_grad_bytes and facts.strategy == "ddp":
         stage, why = facts.stage_grad_bytes - grads[0], PP_STAGE.format(b=facts.stage_grad_bytes)
-        out.append(Adjustment(axis="dp", op="all_reduce", n_bytes=stage, reason=why))
+        out.append(Adjustment(axis=dp, op="all_reduce", n_bytes=stage, reason=why))
         used = facts.n_stage_params * 4
-        out.append(Adjustment(axis="dp", op="all_reduce", n_bytes=used, reason=PP_USED_MAP))
+        out.append(Adjustment(axis=dp, op="all_reduce", n_bytes=used, reason=PP_USED_MAP))
     if facts.tied_grad_bytes:
         tie = facts.tied_grad_bytes
         out.append(Adjustment(axis="pp_tie", op="all_reduce", n_bytes=tie, reason=PP_TIE))
@@ -299,12 +326,33 @@ def _pp_ep_differences(predicted, facts: RunFacts) -> list[Adjustment]:
     return out
 
 
+def _cp_differences(predicted, facts: RunFacts) -> list[Adjustment]:
+    """The all-gather attention's collectives in place of the core's ring (CP_GATHER)."""
+    cp = facts.mesh.get("cp", 1)
+    ring = predicted.get(("cp", "send_recv"))
+    if cp < 2 or not ring or not ring[1]:
+        return []
+    n_bytes, hops = ring
+    gathered = cp * n_bytes / hops  # one layer's K and V of one micro-batch, every rank's
+    passes = hops / (CP_RING_PASSES * (cp - 1))  # layers x micro-batches
+    out = [
+        Adjustment(axis="cp", op="send_recv", n_bytes=-n_bytes, reason=CP_GATHER),
+        Adjustment(axis="cp", op="all_gather", n_bytes=2 * passes * gathered, reason=CP_GATHER),
+        Adjustment(axis="cp", op="reduce_scatter", n_bytes=passes * gathered, reason=CP_GATHER),
+    ]
+    if facts.recompute == "full":
+        out.append(
+            Adjustment(axis="cp", op="all_gather", n_bytes=passes * gathered, reason=CP_RECOMPUTE)
+        )
+    return out
+
+
 def _differences(
     predicted: dict[tuple[str, str], tuple[float, float]], facts: RunFacts
 ) -> list[Adjustment]:
     """The named differences of the run's engine (the module docstring), in bytes."""
     out: list[Adjustment] = [*_tp_differences(predicted, facts)]
-    out += _pp_ep_differences(predicted, facts)
+    out += _pp_ep_differences(predicted, facts) + _cp_differences(predicted, facts)
     if facts.strategy == "zero1":
         for (axis, op), (n_bytes, _) in predicted.items():
             to = {"reduce_scatter": "all_reduce", "all_gather": "broadcast"}.get(op)
@@ -314,9 +362,11 @@ def _differences(
     if not facts.mesh or not get_strategy(facts.strategy).fsdp2:
         return out
     regather = facts.strategy == "zero2" and facts.grad_accum > 1
-    shard = facts.mesh.get("dp_shard", facts.mesh.get("dp", 1))
+    shard = facts.mesh.get("dp_shard", facts.mesh.get("dp", 1)) * facts.mesh.get("cp", 1)
     ratio = padded_ratio(facts.param_shapes, shard)
     for (axis, op), (n_bytes, _) in predicted.items():
+        if op == "send_recv":  # activations (pp, cp's ring), not the engine's parameters
+            continue
         times = facts.grad_accum if regather and op == "all_gather" else 1
         if times > 1:
             reason = ZERO2_REGATHER.format(m=facts.grad_accum)
@@ -352,7 +402,7 @@ def compare(
     facts: RunFacts,
 ) -> list[CommRow]:
     """One row per (axis, op) measured or predicted. `measured`: (axis, op) -> (bytes, calls)
-    of the counted step (train.comm_count.tally); None when no step was counted."""
+    of the counted step (train.observe.comm_count.tally); None when no step was counted."""
     predicted = predicted_rows(planned, facts.mesh)
     adjustments = _differences(predicted, facts)
     keys = sorted(set(predicted) | set(measured or {}) | {(a.axis, a.op) for a in adjustments})

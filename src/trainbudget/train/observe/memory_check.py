@@ -1,5 +1,5 @@
-"""Will the run fit? The predicted peak per process (train.accounting, the same model every log
-line reports) against the memory the device has free, checked before the model is built; when
+"""Will the run fit? The predicted peak per process (train.observe.accounting, the same model every
+log line reports) against the memory the device has free, checked before the model is built; when
 it does not fit, the nearest change that does, found with the same memory model.
 
 What "free" means: on a CPU, the kernel's MemAvailable (/proc/meminfo; `os.sysconf`'s
@@ -22,8 +22,8 @@ from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.presets import PRESETS
 from trainbudget.core.units import KiB, format_bytes
-from trainbudget.train.accounting import predicted_peak_bytes
-from trainbudget.train.config import TrainConfig
+from trainbudget.train.observe.accounting import predicted_peak_bytes
+from trainbudget.train.spec.config import TrainConfig
 
 MEMINFO = Path("/proc/meminfo")
 SKIP_FLAG = "--no-memory-check"

@@ -1,6 +1,6 @@
 """Where a run's numbers go: one JSON object per logged step in metrics.jsonl, TensorBoard when
 the `tensorboard` package is installed, and a progress line on the terminal (a bar with ETA when
-stderr is interactive, plain lines otherwise). `train.run_files` reads the file back.
+stderr is interactive, plain lines otherwise). `train.spec.run_files` reads the file back.
 
 metrics.jsonl is append-only and heals:
 - each record is one `os.write` of a whole newline-terminated line to a file opened O_APPEND
@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainbudget.train.metrics_scan import scan_metrics
-from trainbudget.train.run_files import METRICS_ASIDE_PREFIX, METRICS_FILE, TENSORBOARD_DIR
+from trainbudget.train.spec.metrics_scan import scan_metrics
+from trainbudget.train.spec.run_files import METRICS_ASIDE_PREFIX, METRICS_FILE, TENSORBOARD_DIR
 
 if TYPE_CHECKING:
-    from trainbudget.train.faults import Faults
+    from trainbudget.train.launch.faults import Faults
 
 
 class MetricsWriteError(RuntimeError):

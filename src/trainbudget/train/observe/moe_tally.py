@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from trainbudget.model.moe import router_stats
-from trainbudget.train.config import TrainConfig
+from trainbudget.train.spec.config import TrainConfig
 
 FIELDS = ("balance_loss", "z_loss", "dropped", "assigned", "layer_passes")
 """The packet's entries, in order: sums over this rank's micro-batches (losses summed over

@@ -1,5 +1,5 @@
 """Memory on each rank, measured, for summary.json beside the plan's per-rank predictions
-(train.accounting): what the strategy that ran really holds.
+(train.observe.accounting): what the strategy that ran really holds.
 
 - optimizer state: the bytes of this rank's own optimizer-state tensors -- FSDP2's DTensor
   shards (their local part), ZeroRedundancyOptimizer's local optimizer (the parameters assigned
@@ -23,10 +23,10 @@
   hooks on every module's inputs and outputs, and a hook left on FSDP2's
   RegisterPostBackward node forms a cycle through C++ that Python's collector cannot break,
   keeping the FSDP2 state -- and gloo's process group, with its threads -- alive past
-  train.distributed.shutdown (tests/train/test_distributed.py's thread test). Without it every
-  allocation is counted alike (no per-module or forward/backward split): the total is the same.
-  Its collectives settle (train.collective_settle): a tensor a collective used dies when the
-  program drops it, not when gloo's worker thread lets go of the finished work, later.
+  train.launch.distributed.shutdown (tests/train/launch/test_distributed.py's thread test). Without
+  it every allocation is counted alike (no per-module or forward/backward split): the total is the
+  same. Its collectives settle (train.observe.collective_settle): a tensor a collective used dies
+  when the program drops it, not when gloo's worker thread lets go of the finished work, later.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from trainbudget.model.moe import MoE
-from trainbudget.train import expert_parallel
-from trainbudget.train.collective_settle import settled_collectives
-from trainbudget.train.config import TrainConfig
-from trainbudget.train.distributed import DistInfo
+from trainbudget.train.launch.distributed import DistInfo
+from trainbudget.train.observe.collective_settle import settled_collectives
+from trainbudget.train.parallel import expert_parallel
+from trainbudget.train.spec.config import TrainConfig
 
 CPU_PEAK_METHOD = "MemTracker on the real tensors of this process's second step"
 CUDA_PEAK_METHOD = "torch.cuda.max_memory_allocated over the run"
@@ -101,13 +101,13 @@ def _engine_storages(model) -> list[torch.Tensor]:
 
 
 def pipeline_buffers(net) -> list[torch.Tensor]:
-    """The receive buffers of this rank's pipeline stages (`net`: a train.pipeline.Pipeline;
-    nothing for any other model): torch.distributed.pipelining allocates, once, a buffer per
-    micro-batch for each input a stage receives from the previous one and for each gradient it
-    receives from the next (torch 2.13 pipelining/stage.py: _RecvInfo.buffer, made by
-    _make_tensor_from_meta), and keeps them for the run. The tracker sees a buffer only when an
-    op it dispatches touches it (DTensor.from_local under tensor parallelism does, a plain
-    pipeline never): tracked always, they count alike whatever the layout."""
+    """The receive buffers of this rank's pipeline stages (`net`: a
+    train.parallel.pipeline.Pipeline; nothing for any other model): torch.distributed.pipelining
+    allocates, once, a buffer per micro-batch for each input a stage receives from the previous one
+    and for each gradient it receives from the next (torch 2.13 pipelining/stage.py:
+    _RecvInfo.buffer, made by _make_tensor_from_meta), and keeps them for the run. The tracker sees
+    a buffer only when an op it dispatches touches it (DTensor.from_local under tensor parallelism
+    does, a plain pipeline never): tracked always, they count alike whatever the layout."""
     schedule = getattr(net, "schedule", None)
     if schedule is None:
         return []

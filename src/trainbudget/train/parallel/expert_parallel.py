@@ -34,7 +34,7 @@ the one-process run with the same micro-batches (same micro_batch, grad_accum x 
 capacity factor or dropless; against a one-process run with bigger micro-batches only the
 dropless rule (capacity factor 0) gives the same routing.
 
-Difference from the core's all-to-all bytes (core/parallel/comm_time.py): the core counts
+Difference from the core's all-to-all bytes (core/parallel/timing/comm_time.py): the core counts
 buffers of the capacity, C x N x k rows, filled or not (GShard's padded dispatch); this sends
 the kept assignments only (variable splits), at most N x k rows. Dropless (C = 0) they agree.
 """
@@ -112,7 +112,7 @@ class RemoteExpert(nn.Module):
 @dataclass
 class AllToAllTally:
     """Bytes this rank put into the token all-to-alls (each call's whole send buffer, its own
-    share included: the core's `n_bytes` convention, core/parallel/comm.py), forward and
+    share included: the core's `n_bytes` convention, core/parallel/timing/comm.py), forward and
     backward, and the calls; the counts' small all-to-alls apart."""
 
     token_bytes: int = 0

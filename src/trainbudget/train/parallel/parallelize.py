@@ -1,5 +1,5 @@
-"""The model and its optimizer wrapped for the strategy that runs (train.strategy), on one device
-mesh built here, in one place, from the strategy's `MeshShape`: PyTorch's engines only.
+"""The model and its optimizer wrapped for the strategy that runs (train.spec.strategy), on one
+device mesh built here, in one place, from the strategy's `MeshShape`: PyTorch's engines only.
 
 - ddp: DistributedDataParallel over the mesh's "dp" group.
 - zero1: the same DDP (gradients all-reduced, replicated) and the optimizer in
@@ -13,21 +13,29 @@ mesh built here, in one place, from the strategy's `MeshShape`: PyTorch's engine
 - hsdp: the same on the 2-D ("dp_replicate", "dp_shard") mesh: shards within a group of
   zero_shard ranks, gradients all-reduced across the groups.
 - ep > 1 (ddp, zero2, fsdp): each MoE layer keeps its share of the experts, reached by
-  all-to-all, in groups of ep ranks of the "dp" axis (train.expert_parallel); DDP ignores the
-  experts, FSDP2 shards each over its replicas before the blocks are wrapped.
+  all-to-all, in groups of ep ranks of the "dp" axis (train.parallel.expert_parallel); DDP ignores
+  the experts, FSDP2 shards each over its replicas before the blocks are wrapped.
 
-With tensor parallelism (tp > 1; train.tensor_parallel) the mesh has a trailing "tp" axis: the
-model is first split over it (its parameters become DTensors), then the strategy runs on the
+With tensor parallelism (tp > 1; train.parallel.tensor_parallel) the mesh has a trailing "tp" axis:
+the model is first split over it (its parameters become DTensors), then the strategy runs on the
 data-parallel sub-mesh, as torchtitan composes them: zero2, fsdp, hsdp with FSDP2 `fully_shard`
 on the data-parallel axes (2-D parameters: tp split, dp sharded); ddp with
 torch.distributed._composable.replicate_with_fsdp's `replicate` on the "dp" axis -- FSDP2's
 engine without sharding, since DistributedDataParallel does not take DTensor parameters --
 (gradients all-reduced over dp; "DDP + DTensor tensor parallel" in the summary); zero1 is
-refused (train.strategy.check_strategy). With one data-parallel rank (the processes are one tp
+refused (train.spec.strategy.check_strategy). With one data-parallel rank (the processes are one tp
 group) nothing but the split runs.
 
+With context parallelism (cp > 1; train.parallel.context) the mesh has a "cp" axis just outside
+"tp": the model holds this rank's `ContextShard` (each sequence's chunks r and 2 cp - 1 - r,
+attention over K and V all-gathered on the cp group), and the strategy runs on the data-parallel
+axis with cp folded in ("dp_cp", torchtitan's dp_shard_cp; with dp 1 the "cp" axis itself): the
+ranks of a cp group hold the same parameters and average their gradients like data-parallel
+ranks, each having seen other tokens of the same sequences.
+
 What keeps each one the same computation as one process with the same global batch is in
-train.distributed's docstring (gradients averaged over all ranks, synchronised once per step).
+train.launch.distributed's docstring (gradients averaged over all ranks, synchronised once per
+step).
 """
 
 from __future__ import annotations
@@ -40,30 +48,31 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from trainbudget.model.optimizers import build_optimizer
-from trainbudget.train import expert_parallel
-from trainbudget.train.config import TrainConfig
-from trainbudget.train.distributed import DistInfo
-from trainbudget.train.setup import make_optimizer
-from trainbudget.train.strategy import get_strategy, mesh_shape
-from trainbudget.train.tensor_parallel import apply_tensor_parallel
+from trainbudget.train.launch.distributed import DistInfo
+from trainbudget.train.parallel import expert_parallel
+from trainbudget.train.parallel.context import context_shard, gradient_mesh
+from trainbudget.train.parallel.setup import make_optimizer
+from trainbudget.train.parallel.tensor_parallel import apply_tensor_parallel
+from trainbudget.train.spec.config import TrainConfig
+from trainbudget.train.spec.strategy import get_strategy, mesh_shape
 
 
 @dataclass(frozen=True, kw_only=True)
 class Parallel:
     strategy: str
-    """What runs (train.strategy's name); as configured, whatever the world size."""
+    """What runs (train.spec.strategy's name); as configured, whatever the world size."""
     mesh: DeviceMesh | None
     """The run's one device mesh; None when running alone."""
     net: nn.Module
     """What the steps call: DDP around the model, or the model FSDP2 sharded in place; with
-    pp > 1, this rank's train.pipeline.Pipeline."""
+    pp > 1, this rank's train.parallel.pipeline.Pipeline."""
     model: nn.Module | None = None
     """pp > 1: this rank's part of the model (its stages' parameters, under the model's own
     names), what the run keeps as its model; None: the model given."""
 
 
 def build_mesh(info: DistInfo, cfg: TrainConfig, device: torch.device) -> DeviceMesh | None:
-    """The device mesh of the run's strategy (train.strategy.mesh_shape), None alone."""
+    """The device mesh of the run's strategy (train.spec.strategy.mesh_shape), None alone."""
     if not info.enabled:
         return None
     shape = mesh_shape(
@@ -72,6 +81,7 @@ def build_mesh(info: DistInfo, cfg: TrainConfig, device: torch.device) -> Device
         zero_shard=cfg.zero_shard,
         tp=cfg.tp,
         pp=cfg.pp,
+        cp=cfg.cp,
     )
     return init_device_mesh(device.type, shape.sizes, mesh_dim_names=shape.axes)
 
@@ -111,12 +121,15 @@ def parallelize(
     mesh = mesh if mesh is not None else build_mesh(info, cfg, device)
     if mesh is None:
         return Parallel(strategy=cfg.strategy, mesh=None, net=model)
-    if cfg.pp > 1:  # stages, each wrapped for the strategy (train.pipeline)
-        from trainbudget.train.pipeline import build_pipeline
+    if cfg.pp > 1:  # stages, each wrapped for the strategy (train.parallel.pipeline)
+        from trainbudget.train.parallel.pipeline import build_pipeline
 
         part, pipeline = build_pipeline(model, cfg, mesh, device)
         return Parallel(strategy=cfg.strategy, mesh=mesh, net=pipeline, model=part)
     strategy = get_strategy(cfg.strategy)
+    # context parallelism: each rank trains on its chunks of every sequence (the model's own
+    # forward, train.parallel.context); the wrappers below average over dp x cp
+    model.sequence_shard = context_shard(mesh)
     if cfg.tp > 1:
         return _tensor_parallel(model, mesh, cfg)
     if cfg.ep > 1:  # before DDP or FSDP2: they must not broadcast or reduce the experts
@@ -127,12 +140,14 @@ def parallelize(
             expert_parallel.fully_shard_experts(
                 model, mesh, reshard_after_forward=strategy.reshard_after_forward
             )
-        _fully_shard(model, mesh, reshard_after_forward=strategy.reshard_after_forward)
+        data = gradient_mesh(mesh, _data_axes(mesh))
+        _fully_shard(model, data, reshard_after_forward=strategy.reshard_after_forward)
         return Parallel(strategy=cfg.strategy, mesh=mesh, net=model)
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index] if device.type == "cuda" else None
-    net = DistributedDataParallel(model, device_ids=ids, process_group=mesh.get_group("dp"))
+    group = gradient_mesh(mesh, ("dp",)).get_group()
+    net = DistributedDataParallel(model, device_ids=ids, process_group=group)
     return Parallel(strategy=cfg.strategy, mesh=mesh, net=net)
 
 
@@ -141,18 +156,22 @@ def _tensor_parallel(model: nn.Module, mesh: DeviceMesh, cfg: TrainConfig) -> Pa
     module docstring); FSDP2's engine either way, so grad_sync and checkpoints treat it as
     FSDP2 (DTensor parameters, DCP)."""
     apply_tensor_parallel(model, mesh["tp"], sequence_parallel=cfg.sequence_parallel)
-    dp_axes = tuple(name for name in mesh.mesh_dim_names if name in DATA_PARALLEL_AXES)
-    if data_parallel_coordinate(mesh)[1] == 1:
+    data = gradient_mesh(mesh, _data_axes(mesh))
+    if data.size() == 1:  # the processes are one tp group: nothing to average over
         return Parallel(strategy=cfg.strategy, mesh=mesh, net=model)
     strategy = get_strategy(cfg.strategy)
     if strategy.fsdp2:
-        reshard = strategy.reshard_after_forward
-        _fully_shard(model, mesh[dp_axes], reshard_after_forward=reshard)
-    else:  # ddp: zero1 is refused before (train.strategy.check_strategy)
+        _fully_shard(model, data, reshard_after_forward=strategy.reshard_after_forward)
+    else:  # ddp: zero1 is refused before (train.spec.strategy.check_strategy)
         from torch.distributed._composable.replicate_with_fsdp import replicate
 
-        replicate(model, mesh=mesh["dp"])
+        replicate(model, mesh=data)
     return Parallel(strategy=cfg.strategy, mesh=mesh, net=model)
+
+
+def _data_axes(mesh: DeviceMesh) -> tuple[str, ...]:
+    """The mesh's data-parallel axes, outermost first."""
+    return tuple(name for name in mesh.mesh_dim_names if name in DATA_PARALLEL_AXES)
 
 
 def _fully_shard(model: nn.Module, mesh: DeviceMesh, *, reshard_after_forward: bool) -> None:
@@ -180,11 +199,11 @@ def reshard(model: nn.Module) -> None:
 
 
 def parallel_optimizer(model: nn.Module, cfg: TrainConfig, parallel: Parallel):
-    """The run's optimizer (train.setup.make_optimizer); under zero1 sharded by
+    """The run's optimizer (train.parallel.setup.make_optimizer); under zero1 sharded by
     ZeroRedundancyOptimizer over the mesh's "dp" group; with pp > 1 over this rank's stages,
-    its state in the whole model's layout (train.pipeline.PipelineOptimizer)."""
+    its state in the whole model's layout (train.parallel.pipeline.PipelineOptimizer)."""
     if parallel.model is not None:
-        from trainbudget.train.pipeline import PipelineOptimizer
+        from trainbudget.train.parallel.pipeline import PipelineOptimizer
 
         return PipelineOptimizer(model, model.whole, cfg)
     if parallel.strategy != "zero1" or parallel.mesh is None:
@@ -192,7 +211,7 @@ def parallel_optimizer(model: nn.Module, cfg: TrainConfig, parallel: Parallel):
     return ShardedStateOptimizer(
         model.parameters(),
         optimizer_class=_Factory(cfg.optimizer),
-        process_group=parallel.mesh.get_group("dp"),
+        process_group=gradient_mesh(parallel.mesh, ("dp",)).get_group(),
         lr=cfg.lr,
         weight_decay=cfg.weight_decay,
     )
@@ -211,7 +230,7 @@ class _Factory:
 
 class ShardedStateOptimizer(ZeroRedundancyOptimizer):
     """ZeroRedundancyOptimizer whose state_dict is the full optimizer state in the
-    single-process format, on rank 0, like train.distributed.full_state gives for FSDP2: a
+    single-process format, on rank 0, like train.launch.distributed.full_state gives for FSDP2: a
     collective (every rank calls it, as every checkpoint save does); None on the other ranks.
     load_state_dict takes that full state; each rank keeps the part of its own parameters."""
 

@@ -1,12 +1,12 @@
 """Pipeline parallelism on torch.distributed.pipelining: the model cut into pp * vpp stages
-(train.pipeline_split), each rank running its stages under ScheduleGPipe, Schedule1F1B or
+(train.spec.pipeline_split), each rank running its stages under ScheduleGPipe, Schedule1F1B or
 ScheduleInterleaved1F1B, with the data-parallel strategy (ddp, zero2, fsdp, hsdp) applied to
 each stage over the ranks that hold the same stage.
 
 What runs, in torchtitan's order: split into stages -> tensor parallel on each stage over the
-mesh's "tp" axis (`_tensor_parallel`: train.tensor_parallel's split of whichever parts a stage
-holds) -> DDP or FSDP2 on each stage (`_data_parallel`; with tp, FSDP2 or FSDP2's `replicate`,
-as train.parallelize does) -> a `PipelineStage` per stage on the mesh's "pp" group -> the
+mesh's "tp" axis (`_tensor_parallel`: train.parallel.tensor_parallel's split of whichever parts a
+stage holds) -> DDP or FSDP2 on each stage (`_data_parallel`; with tp, FSDP2 or FSDP2's `replicate`,
+as train.parallel.parallelize does) -> a `PipelineStage` per stage on the mesh's "pp" group -> the
 schedule with n_microbatches = grad_accum.
 
 With tensor parallelism the activation sent from stage to stage is what flows between two
@@ -14,13 +14,13 @@ blocks of the split model, a plain local tensor: (B, T, D), or with sequence par
 rank's (B, T/tp, D) -- kept sequence-split on both sides, never gathered at the boundary (a
 stage's first block reads it as Shard(1), as the next block would). The last stage's logits
 stay vocabulary-sharded DTensors, and the schedule runs inside loss_parallel
-(train.tensor_parallel.loss_context). The tied embedding and head are split by vocabulary rows
-the same way, so each tp rank sums its own rows over the first and last stage.
+(train.parallel.tensor_parallel.loss_context). The tied embedding and head are split by vocabulary
+rows the same way, so each tp rank sums its own rows over the first and last stage.
 
 Why the step equals one process's step on the same global batch:
 - the rows: every rank of one pipeline reads the same rows (the loader is given the
-  data-parallel coordinate, train.parallelize.data_parallel_coordinate); the first stage uses
-  the inputs, the last the targets; the schedule cuts the step's grad_accum micro-batches,
+  data-parallel coordinate, train.parallel.parallelize.data_parallel_coordinate); the first stage
+  uses the inputs, the last the targets; the schedule cuts the step's grad_accum micro-batches,
   concatenated, back into the same micro-batches (torch.tensor_split along the batch dim);
 - the loss: the loop's cross-entropy, the mean over a micro-batch's tokens; the schedule sums
   the micro-batches' gradients and divides them by n_microbatches (`scale_grads=True`,
@@ -44,7 +44,7 @@ state is saved under the single model's parameter indices (`PipelineOptimizer`):
 checkpoint (DCP, every rank writing its stages) is a single-process checkpoint's layout, and
 loads in one process or under another layout; a full checkpoint (one process, DDP) loads into
 the stages too, each rank taking its entries (`StageModule.load_state_dict`, the optimizer's),
-cut into FSDP2's shards where the stages are sharded (train.distributed.ShardingLoad).
+cut into FSDP2's shards where the stages are sharded (train.launch.distributed.ShardingLoad).
 DDP wraps a stage with find_unused_parameters=True (see `_data_parallel`).
 
 Not run with pp > 1 (refused by config and preflight, one line each): zero1, bf16-mixed and
@@ -62,11 +62,12 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 from trainbudget.model.transformer import Transformer, rope_tables
-from trainbudget.train.config import TrainConfig
-from trainbudget.train.pipeline_split import SCHEDULE_CLASSES, rank_stages, stage_layers
-from trainbudget.train.setup import make_optimizer
-from trainbudget.train.strategy import get_strategy
-from trainbudget.train.tensor_parallel import apply_tensor_parallel, per_token_loss
+from trainbudget.train.parallel.context import context_shard, gradient_mesh
+from trainbudget.train.parallel.setup import make_optimizer
+from trainbudget.train.parallel.tensor_parallel import apply_tensor_parallel, per_token_loss
+from trainbudget.train.spec.config import TrainConfig
+from trainbudget.train.spec.pipeline_split import SCHEDULE_CLASSES, rank_stages, stage_layers
+from trainbudget.train.spec.strategy import get_strategy
 
 
 class StageModule(nn.Module):
@@ -86,24 +87,33 @@ class StageModule(nn.Module):
         self.norm = model.norm if last else None
         self.head = model.head if last else None
         self.seq_shards = 1
-        """Sequence parallelism (train.tensor_parallel): the tp ranks an activation's positions
-        are split over, each stage receiving (B, T / seq_shards, D)."""
+        """Sequence parallelism (train.parallel.tensor_parallel): the tp ranks an activation's
+        positions are split over, each stage receiving (B, T / seq_shards, D)."""
+        self.sequence_shard = None
+        """Context parallelism (train.parallel.context), as `Transformer.sequence_shard`: in
+        training each stage holds this rank's T / cp tokens of every sequence."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t = x.shape[1] if self.tok is not None else x.shape[1] * self.seq_shards
+        shard = self.sequence_shard if self.training else None
+        where = torch.arange(t, device=x.device) if shard is None else shard.positions(t, x.device)
         if self.tok is not None:
             ids = x
             x = self.tok(ids)  # (B, T, D)
             if self.pos is not None:
-                x = x + self.pos(torch.arange(t, device=ids.device))
+                x = x + self.pos(where)
         # RoPE tables computed here, on every stage: nothing but the activations travels
-        rope = rope_tables(t, self.spec.d_rope, x.device) if self.spec.position == "rope" else None
+        rope = (
+            rope_tables(t, self.spec.d_rope, x.device, positions=where)
+            if self.spec.position == "rope"
+            else None
+        )
         for block in self.blocks.values():
             if self.recompute == "full" and self.training:
                 with set_checkpoint_early_stop(self.checkpoint_early_stop):
-                    x = checkpoint(block, x, rope, use_reentrant=False)
+                    x = checkpoint(block, x, rope, shard=shard, use_reentrant=False)
             else:
-                x = block(x, rope)
+                x = block(x, rope, shard=shard)
         if self.head is None:
             return x  # (B, T, D)
         return self.head(self.norm(x))  # (B, T, V)
@@ -124,7 +134,7 @@ def whole_model_on_meta(model: Transformer) -> Transformer:
 
 
 class PipelineOptimizer:
-    """The optimizer of one pipeline rank's parameters (train.setup.make_optimizer), whose
+    """The optimizer of one pipeline rank's parameters (train.parallel.setup.make_optimizer), whose
     state_dict is in the single-process layout: state keyed by the parameter's index in the
     whole model's `parameters()`, one param group listing all of them. Every rank writes the
     entries of its own parameters (DCP merges them); load_state_dict takes a whole state and
@@ -209,7 +219,7 @@ class Pipeline:
     losses: list = field(default_factory=list)
     """The last stage's token losses (B, T) of each micro-batch of the step in progress."""
     factor: list = field(default_factory=lambda: [None])
-    """[the step's loss factor] (train.faults, tests only; None: none)."""
+    """[the step's loss factor] (train.launch.faults, tests only; None: none)."""
 
     @property
     def is_first(self) -> bool:
@@ -238,6 +248,8 @@ def build_pipeline(
     stages = [StageModule(model, layers[s], first=s == 0, last=s == n_stages - 1) for s in mine]
     part = stages[0] if len(stages) == 1 else _union(model, layers, mine, n_stages)
     object.__setattr__(part, "whole", whole)  # not a submodule: no state, no parameters
+    for module in {id(m): m for m in (*stages, part)}.values():  # cp > 1: this rank's tokens
+        module.sequence_shard = context_shard(mesh)
     dp_mesh = _dp_mesh(mesh)
     wrapped = [_data_parallel(_tensor_parallel(s, cfg, mesh), cfg, dp_mesh, device) for s in stages]
     pp_group = mesh.get_group("pp")
@@ -272,8 +284,11 @@ def _union(model: Transformer, layers: tuple, mine: tuple, n_stages: int) -> Sta
 
 
 def _dp_mesh(mesh: DeviceMesh) -> DeviceMesh:
-    """The data-parallel part of the mesh (everything but "pp")."""
-    names = tuple(n for n in mesh.mesh_dim_names if n not in ("pp", "tp"))
+    """The data-parallel part of the mesh (everything but "pp" and "tp"; cp folded in,
+    train.parallel.context.gradient_mesh)."""
+    names = tuple(n for n in mesh.mesh_dim_names if n not in ("pp", "tp", "cp"))
+    if "cp" in mesh.mesh_dim_names:
+        return gradient_mesh(mesh, names)
     return mesh[names] if len(names) > 1 else mesh[names[0]]
 
 
@@ -360,7 +375,7 @@ def grad_norm(part: nn.Module, pipeline: Pipeline) -> torch.Tensor:
     """The L2 norm of the whole model's gradient: this rank's (under FSDP2 over its shards,
     reduced across them), squared, summed over the pipeline; the tied head left out (the
     embedding counts the one parameter)."""
-    from trainbudget.train.distributed import total_grad_norm
+    from trainbudget.train.launch.distributed import total_grad_norm
 
     skip = "head.weight" if pipeline.tie_group is not None and pipeline.is_last else None
     params = [p for name, p in part.named_parameters() if name != skip]

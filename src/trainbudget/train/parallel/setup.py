@@ -11,7 +11,7 @@ import torch
 
 from trainbudget.model.optim import MasterWeightOptimizer
 from trainbudget.model.optimizers import build_optimizer
-from trainbudget.train.config import TrainConfig
+from trainbudget.train.spec.config import TrainConfig
 
 
 def seed_everything(seed: int) -> None:

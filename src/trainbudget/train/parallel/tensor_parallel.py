@@ -17,7 +17,7 @@ The attention's fused `qkv` is laid out by kv group ([q heads of group g | k_g |
 kv head g, model.transformer.Attention), so ColwiseParallel's even split of its rows gives each
 rank n_kv_heads/tp whole groups with their query heads; the attention then runs on those heads
 as it is (it reads its head count from the width it gets). tp must divide n_heads, n_kv_heads,
-d_ff and the vocabulary (train.strategy.check_tensor_parallel, with the refusals: MoE, MLA and
+d_ff and the vocabulary (train.spec.strategy.check_tensor_parallel, with the refusals: MoE, MLA and
 QK-norm have no plan here).
 
 Sequence parallel (`sequence_parallel`): between the blocks the residual stream is split along
@@ -35,7 +35,7 @@ backward) runs inside `torch.distributed.tensor.parallel.loss_parallel()` (`loss
 computes the log-softmax over the split vocabulary without gathering the logits. Outside it --
 evaluation and probes -- train.evaluate.full_logits gathers them.
 
-The data: the ranks of one tp group read the same rows (train.parallelize's
+The data: the ranks of one tp group read the same rows (train.parallel.parallelize's
 data_parallel_coordinate); the tied head (GPT-2's) is re-tied after the split, so the embedding
 and the head stay one parameter.
 """
@@ -61,8 +61,8 @@ from torch.distributed.tensor.parallel import (
 
 def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh, *, sequence_parallel: bool):
     """Split `model` (model.transformer.Transformer, built whole on every rank from the same
-    seed, or a pipeline stage of it, train.pipeline.StageModule: whichever of tok, pos, norm
-    and head it holds) over `tp_mesh` in place: its parameters become DTensors (see the module
+    seed, or a pipeline stage of it, train.parallel.pipeline.StageModule: whichever of tok, pos,
+    norm and head it holds) over `tp_mesh` in place: its parameters become DTensors (see the module
     docstring)."""
     tok, head = getattr(model, "tok", None), getattr(model, "head", None)
     tied = tok is not None and head is not None and head.weight is tok.weight

@@ -22,8 +22,8 @@ from trainbudget.core.spec.precision import (
     TRAINABLE_OPTIMIZERS,
     get_trainable_optimizer,
 )
-from trainbudget.train.pipeline_split import PP_SCHEDULES, check_schedule, parse_pp_layers
-from trainbudget.train.strategy import STRATEGIES
+from trainbudget.train.spec.pipeline_split import PP_SCHEDULES, check_schedule, parse_pp_layers
+from trainbudget.train.spec.strategy import STRATEGIES
 
 SCHEDULES = ("cosine", "linear", "constant", "wsd")
 PRECISIONS = ("fp32", "bf16-mixed", "bf16", "amp-bf16", "amp-fp16")
@@ -122,16 +122,21 @@ class TrainConfig:
     """hsdp: ranks per shard group (it must divide the processes); 0 for the other strategies."""
     tp: int = 1
     """Under torchrun: tensor-parallel degree, ranks that split every layer's weights (DTensor,
-    train.tensor_parallel); it must divide the processes, the heads, the kv heads, d_ff and the
-    vocabulary. The strategy runs over the processes / tp data-parallel ranks."""
+    train.parallel.tensor_parallel); it must divide the processes, the heads, the kv heads, d_ff and
+    the vocabulary. The strategy runs over the processes / tp data-parallel ranks."""
     sequence_parallel: bool = False
     """With tp > 1: split the norms' and the residual stream's activations along the sequence
     over the tp ranks (Korthikanti et al. 2022, arXiv:2205.05198)."""
+    cp: int = 1
+    """Under torchrun: context-parallel degree, ranks that split every sequence between them
+    (each holds 2 of its 2 cp chunks; attention all-gathers the keys and values,
+    train.parallel.context); it must divide the processes, and 2 cp must divide seq_len.
+    Gradients are averaged over the dp x cp ranks."""
     ep: int = 1
     """MoE models, under torchrun: expert-parallel degree -- each MoE layer's routed experts split
     over groups of ep data-parallel ranks, tokens sent to their experts' ranks by all-to-all
-    (train.expert_parallel); it must divide n_experts and the processes. Strategies ddp, zero2
-    and fsdp."""
+    (train.parallel.expert_parallel); it must divide n_experts and the processes. Strategies ddp,
+    zero2 and fsdp."""
     pp: int = 1
     """Pipeline stages across ranks (torch.distributed.pipelining): it must divide the
     processes; the data-parallel strategy runs over the processes / pp ranks of each stage."""
@@ -147,11 +152,12 @@ class TrainConfig:
     """Under torchrun: how long a rank waits for the others -- at rendezvous and in every
     collective -- before it exits with code 3, naming the ranks that did not arrive."""
     plan: str = ""
-    """A JSON file from `trainbudget plan --json`: its best layout is used (empty: none). It must
-    be data, tensor and expert parallel (expert parallel for MoE, its groups carved out of the
-    data-parallel ranks) with dp x tp = the number of processes; it decides strategy (ZeRO 0, 1,
-    2, 3 -> ddp, zero1, zero2, fsdp; a zero_shard -> hsdp), zero_shard, micro_batch, grad_accum,
-    tp, sequence_parallel and ep (giving others is an error)."""
+    """A JSON file from `trainbudget plan --json`: its best layout is used (empty: none). Data,
+    tensor, pipeline, context and expert parallel (expert parallel for MoE, its groups carved out
+    of the data-parallel ranks) with dp x tp x pp x cp = the number of processes; it decides
+    strategy (ZeRO 0, 1, 2, 3 -> ddp, zero1, zero2, fsdp; a zero_shard -> hsdp), zero_shard,
+    micro_batch, grad_accum, tp, sequence_parallel, cp and ep, and with pp > 1 pp, pp_schedule,
+    vpp and pp_layers (giving others is an error)."""
     resume: bool = False
     """Continue from the newest verified checkpoint in <out>/checkpoints (start afresh if none)."""
     overwrite: bool = False
@@ -289,6 +295,7 @@ def _check_together(cfg: TrainConfig) -> None:
         raise SpecError(
             "sequence_parallel", True, "needs tp > 1 (it splits activations over the tp ranks)"
         )
+    _check_context(cfg)
     if (cfg.strategy == "hsdp") != (cfg.zero_shard > 0):
         raise SpecError(
             "zero_shard",
@@ -321,9 +328,46 @@ def _check_together(cfg: TrainConfig) -> None:
         )
 
 
+CP_CHUNKS_PER_RANK = 2
+"""Chunks of each sequence per context-parallel rank: an early and a late one, so that under a
+causal mask every rank holds as many query-key pairs (train.parallel.context)."""
+
+
+def check_context_parallel(seq_len: int, cp: int) -> None:
+    """The sequence must cut into 2 cp equal chunks (the core's rule, core.parallel.plan)."""
+    if cp > 1 and seq_len % (CP_CHUNKS_PER_RANK * cp):
+        raise SpecError(
+            "seq_len",
+            seq_len,
+            f"must be divisible by 2 * cp ({CP_CHUNKS_PER_RANK * cp}): context parallelism "
+            "gives each rank 2 equal chunks of the sequence (an early and a late one)",
+        )
+
+
+def _check_context(cfg: TrainConfig) -> None:
+    """cp > 1: a sequence that cuts into 2 cp chunks, and none of what context parallelism does
+    not run yet."""
+    if cfg.cp < 1:
+        raise SpecError("cp", cfg.cp, "must be a positive integer (1: no context parallelism)")
+    if cfg.cp == 1:
+        return
+    check_context_parallel(cfg.seq_len, cfg.cp)
+    refused = {
+        "ep": (cfg.ep > 1, "ep > 1 with cp > 1 (experts over the dp ranks only)"),
+        "strategy": (
+            cfg.strategy == "hsdp",
+            "hsdp with cp > 1 (use fsdp: it shards over the dp x cp ranks)",
+        ),
+        "compile": (cfg.compile, "with cp > 1 (the cp attention runs uncompiled)"),
+    }
+    for name, (bad, what) in refused.items():
+        if bad:
+            raise SpecError(name, getattr(cfg, name), f"is not supported: {what}")
+
+
 def _check_pipeline(cfg: TrainConfig) -> None:
     """pp > 1: a schedule torch runs with grad_accum micro-batches, a well-formed split, and
-    none of what the pipeline does not run (train.pipeline's docstring says why)."""
+    none of what the pipeline does not run (train.parallel.pipeline's docstring says why)."""
     check_schedule(cfg.pp_schedule, pp=cfg.pp, vpp=cfg.vpp, n_microbatches=cfg.grad_accum)
     parse_pp_layers(cfg.pp_layers)
     if cfg.pp == 1:

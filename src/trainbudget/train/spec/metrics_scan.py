@@ -1,6 +1,6 @@
 """metrics.jsonl split into its whole records and its damaged lines, wherever they are.
-The one rule for what a complete record is, shared by the reader (`train.run_files`, for plot
-and report) and the resume that heals the file (`train.metrics.resume_metrics`). Pure: json
+The one rule for what a complete record is, shared by the reader (`train.spec.run_files`, for plot
+and report) and the resume that heals the file (`train.observe.metrics.resume_metrics`). Pure: json
 only."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Which layers each pipeline stage holds and which stages each pipeline rank runs: pure (no
-torch), so that preflight checks a split before anything is built and train.pipeline builds
+torch), so that preflight checks a split before anything is built and train.parallel.pipeline builds
 the stages from the same answer.
 
 A run with `pp` ranks per pipeline and `vpp` virtual stages per rank has S = pp * vpp stages,
@@ -117,7 +117,7 @@ def pipeline_engine(
     schedule: str, *, pp: int, vpp: int, dp: int, dp_engine: str, tp: int = 1
 ) -> str:
     """What runs, in PyTorch's words (summary.json's `strategy_engine` with pp > 1); dp_engine
-    is train.strategy.engine_name's, tensor parallelism included."""
+    is train.spec.strategy.engine_name's, tensor parallelism included."""
     name = SCHEDULE_CLASSES[schedule]
     stages = f"{pp * vpp} stages" + (f" ({vpp} per rank)" if vpp > 1 else "")
     axes = " x ".join(f"{axis}={n}" for axis, n in (("dp", dp), ("tp", tp)) if n > 1)

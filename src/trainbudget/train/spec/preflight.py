@@ -22,9 +22,9 @@ from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.data.files import SPLITS, read_meta, split_file
 from trainbudget.data.tokenizers import BYTE_VOCAB_SIZE
-from trainbudget.train.config import TrainConfig, config_fields
-from trainbudget.train.pipeline_split import CORE_SCHEDULES, stage_layer_counts
-from trainbudget.train.strategy import (
+from trainbudget.train.spec.config import TrainConfig, config_fields
+from trainbudget.train.spec.pipeline_split import CORE_SCHEDULES, stage_layer_counts
+from trainbudget.train.spec.strategy import (
     check_strategy,
     check_tensor_parallel,
     strategy_for_plan,
@@ -39,17 +39,11 @@ PLAN_DECIDES = (
     "recompute",
     "tp",
     "sequence_parallel",
+    "cp",
     "ep",
 )
 PLAN_DECIDES_PP = ("pp", "pp_schedule", "vpp", "pp_layers")  # pp's, when the plan has pp > 1
 _PLAN_INTS = ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "micro_batch", "grad_accum")
-_TRAINER_AXES = ("cp",)  # the trainer runs each of these at 1
-CP_REFUSED = (
-    "the trainer does not run context parallelism. PyTorch's (torch.distributed.tensor."
-    "experimental.context_parallel) rings only the CUDA attention kernels -- SDPA's flash, "
-    "efficient and cuDNN ops (its _context_parallel/_attention.py) -- so it cannot run on a "
-    "CPU, and the trainer has no CUDA path for it yet; plan again with --no-cp"
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +86,7 @@ def preflight(
         precision=cfg.precision,
         tp=cfg.tp,
         pp=cfg.pp,
+        cp=cfg.cp,
     )
     meta = read_data_meta(cfg.data) if cfg.data else None
     vocab_size = meta["vocab_size"] if meta else BYTE_VOCAB_SIZE
@@ -328,13 +323,9 @@ def apply_plan(
     cfg: TrainConfig, plan: Plan, *, world_size: int, explicit: Collection[str] | None = None
 ) -> TrainConfig:
     """`cfg` with the plan's micro-batching and strategy, after checking the trainer can run
-    it: data, tensor, pipeline and expert parallel (the plan's tp and sp become tp and
-    sequence_parallel), one process per GPU of the plan, no offload (train.strategy: which
-    strategy runs which ZeRO stage)."""
-    for axis in _TRAINER_AXES:
-        degree = getattr(plan, axis)
-        if degree != 1:
-            raise SpecError("plan", cfg.plan, f"this plan needs {axis}={degree}: {CP_REFUSED}")
+    it: data, tensor, pipeline, context and expert parallel (the plan's tp and sp become tp and
+    sequence_parallel, its cp cp), one process per GPU of the plan, no offload
+    (train.spec.strategy: which strategy runs which ZeRO stage)."""
     for name in ("offload_optimizer", "offload_params"):
         if getattr(plan, name) != "none":
             raise SpecError(
@@ -372,6 +363,7 @@ def apply_plan(
         "recompute": plan.recompute,
         "tp": plan.tp,
         "sequence_parallel": plan.sp,
+        "cp": plan.cp,
         "ep": plan.ep,
     }
     if plan.pp > 1:

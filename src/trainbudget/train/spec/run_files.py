@@ -3,18 +3,18 @@ plot` and `trainbudget report --run` both read through `read_run`. Pure: json on
 (the report works without it), no matplotlib.
 
 - metrics.jsonl: one JSON object per logged step or event, a whole line written at a time while
-  the run goes (`train.metrics.MetricsWriter`); metrics.after-step-NNNNNNNN.jsonl: the records
-  a resume moved out of it (those logged after the checkpoint it resumed from);
-- run.lock: the lock of the run that owns the folder (`train.run_lock`);
+  the run goes (`train.observe.metrics.MetricsWriter`); metrics.after-step-NNNNNNNN.jsonl: the
+  records a resume moved out of it (those logged after the checkpoint it resumed from);
+- run.lock: the lock of the run that owns the folder (`train.launch.run_lock`);
 - summary.json: predicted vs measured, written when the run ends (`train.loop.train`);
 - config.json: the run's settings, written when it starts;
 - comm.json: one step's collectives measured beside the core's, written with summary.json
-  (train.comm_report).
+  (train.observe.comm_report).
 
 Reading metrics.jsonl: every line is a JSON object with an integer step >= 0 ending with a
 newline; a line that is not (a torn last line after a crash or a full disk, lines glued
 together) is skipped, the records around it read, and what was skipped is said in
-`RunLog.skipped` and the notes (train.metrics_scan; only a file without one record is an
+`RunLog.skipped` and the notes (train.spec.metrics_scan; only a file without one record is an
 error). A step record
 (one without an "event" key) holds "loss"; a value the reader knows must have its type (a
 number or null; an object for eval, memory_bytes, phases_seconds, per_source,
@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainbudget.core.errors import SpecError
-from trainbudget.train.metrics_scan import scan_metrics
+from trainbudget.train.spec.metrics_scan import scan_metrics
 
-METRICS_FILE = "metrics.jsonl"  # its lines: train.metrics_scan
+METRICS_FILE = "metrics.jsonl"  # its lines: train.spec.metrics_scan
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.json"
 COMM_FILE = "comm.json"
-"""One step's collectives, measured beside predicted (train.comm_report)."""
+"""One step's collectives, measured beside predicted (train.observe.comm_report)."""
 TENSORBOARD_DIR = "tensorboard"
 METRICS_ASIDE_PREFIX = "metrics.after-step-"
 """metrics.after-step-NNNNNNNN.jsonl: the records a resume moved out of metrics.jsonl."""
@@ -72,7 +72,7 @@ class RunPoint:
     val_loss: float | None
     val_loss_by_source: dict[str, float]
     train_loss_by_source: dict[str, float]
-    """The step's training loss of each source it drew from (train.source_loss)."""
+    """The step's training loss of each source it drew from (train.observe.source_loss)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +114,7 @@ class RunSummary:
 
 @dataclass(frozen=True, kw_only=True)
 class CommRow:
-    """One row of comm.json (train.comm_report): one mesh axis's op in the counted step."""
+    """One row of comm.json (train.observe.comm_report): one mesh axis's op in the counted step."""
 
     axis: str
     op: str
@@ -130,7 +130,7 @@ class CommRow:
 
 @dataclass(frozen=True, kw_only=True)
 class RunComm:
-    """comm.json: one step's collectives measured beside the core's (train.comm_report)."""
+    """comm.json: one step's collectives measured beside the core's (train.observe.comm_report)."""
 
     counted: str | None
     """Which step was counted, in words; None: none was."""

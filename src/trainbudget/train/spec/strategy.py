@@ -1,6 +1,6 @@
 """The data-parallel strategies the trainer runs, each on PyTorch's own engine, and the device
-mesh each needs. Pure (no torch): preflight, the budget (train.accounting) and the wrapper
-(train.parallelize) read the same table.
+mesh each needs. Pure (no torch): preflight, the budget (train.observe.accounting) and the wrapper
+(train.parallel.parallelize) read the same table.
 
 | strategy | ZeRO | what runs | mesh axes |
 |---|---|---|---|
@@ -14,15 +14,16 @@ ZeRO stages after Rajbhandari et al. 2020 (arXiv 1910.02054, Sec. 5.1): 1 shards
 state, 2 also the gradients, 3 also the parameters. PyTorch has no engine for exactly stage 2:
 FSDP2 without resharding after forward is the closest exact equivalent (the same update; the
 parameters, sharded at rest, stay gathered from the start of forward to the end of backward, so
-that backward all-gathers nothing). `zero2_extra_params_bytes` in train.accounting says what
+that backward all-gathers nothing). `zero2_extra_params_bytes` in train.observe.accounting says what
 that holds beyond ZeRO-2.
 
 Naming (torchtitan's rule): an "axis" is a device-mesh axis, a "dim" a tensor dimension. The
 mesh has the data-parallel axes, after a "pp" axis when the model is split into pipeline
-stages (train.pipeline) and, with tensor parallelism, before an innermost "tp" axis (the
-strategy then runs on the data-parallel sub-mesh: train.parallelize); expert groups are carved
-out of the "dp" axis (train.expert_parallel); a context axis would be added in `mesh_shape`, the
-one place the mesh is laid out.
+stages (train.parallel.pipeline) and, with tensor parallelism, before an innermost "tp" axis (the
+strategy then runs on the data-parallel sub-mesh: train.parallel.parallelize); expert groups are
+carved out of the "dp" axis (train.parallel.expert_parallel); with context parallelism a "cp"
+axis sits between the data-parallel axes and "tp" (the core's tp-cp-dp-pp order;
+train.parallel.context), laid out in `mesh_shape`, the one place the mesh is laid out.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class Strategy:
     reshard_after_forward: bool = True
     """FSDP2 only: free the gathered parameters after each block's forward."""
     memory_engine: str = "ddp"
-    """The row of core.parallel.rank_peak.ENGINES whose buffers it holds on each rank."""
+    """The row of core.parallel.memory.rank_peak.ENGINES whose buffers it holds on each rank."""
 
 
 STRATEGIES_TABLE = {
@@ -117,7 +118,7 @@ def strategy_for_plan(zero: int, zero_shard: int) -> str:
 
 
 def mesh_shape(
-    strategy: str, *, world_size: int, zero_shard: int, tp: int = 1, pp: int = 1
+    strategy: str, *, world_size: int, zero_shard: int, tp: int = 1, pp: int = 1, cp: int = 1
 ) -> MeshShape:
     """The device mesh of `strategy` on `world_size` processes: ("dp",) for every strategy but
     hsdp, whose ("dp_replicate", "dp_shard") axes hold world_size / zero_shard replicas of
@@ -126,17 +127,27 @@ def mesh_shape(
     With pp > 1 a "pp" axis comes first (outermost: the ranks of one stage are consecutive);
     with tp > 1 a trailing (innermost) "tp" axis of tp ranks: a tensor-parallel group is tp
     consecutive ranks (the core's tp-innermost rank order, core.parallel.plan). The
-    data-parallel axes hold world_size / (pp x tp) ranks."""
+    data-parallel axes hold world_size / (pp x tp x cp) ranks; with cp > 1 a "cp" axis of cp
+    ranks sits just outside "tp" (the core's tp-cp-dp-pp order)."""
     if pp > 1:
         if world_size % pp:
             raise SpecError("pp", pp, f"must divide the processes ({world_size})")
-        inner = mesh_shape(strategy, world_size=world_size // pp, zero_shard=zero_shard, tp=tp)
+        inner = mesh_shape(
+            strategy, world_size=world_size // pp, zero_shard=zero_shard, tp=tp, cp=cp
+        )
         return MeshShape(axes=("pp", *inner.axes), sizes=(pp, *inner.sizes))
     if tp < 1 or world_size % tp:
         raise SpecError("tp", tp, f"must be >= 1 and divide the processes ({world_size})")
     if tp > 1:
-        dp = mesh_shape(strategy, world_size=world_size // tp, zero_shard=zero_shard)
+        dp = mesh_shape(strategy, world_size=world_size // tp, zero_shard=zero_shard, cp=cp)
         return MeshShape(axes=(*dp.axes, "tp"), sizes=(*dp.sizes, tp))
+    if cp < 1 or world_size % cp:
+        raise SpecError(
+            "cp", cp, f"must be >= 1 and divide the processes / (pp x tp) ({world_size})"
+        )
+    if cp > 1:
+        dp = mesh_shape(strategy, world_size=world_size // cp, zero_shard=zero_shard)
+        return MeshShape(axes=(*dp.axes, "cp"), sizes=(*dp.sizes, cp))
     get_strategy(strategy)
     if strategy != "hsdp":
         if zero_shard:
@@ -174,10 +185,11 @@ def check_strategy(
     precision: str,
     tp: int = 1,
     pp: int = 1,
+    cp: int = 1,
 ) -> None:
     """What the strategy needs of the run, before anything starts: a mesh that fits the
     processes, and a precision its optimizer wrapper supports."""
-    mesh_shape(strategy, world_size=world_size, zero_shard=zero_shard, tp=tp, pp=pp)
+    mesh_shape(strategy, world_size=world_size, zero_shard=zero_shard, tp=tp, pp=pp, cp=cp)
     if strategy == "zero1" and tp > 1 and world_size > tp:
         raise SpecError(
             "strategy",
@@ -195,8 +207,8 @@ def check_strategy(
 
 
 def check_tensor_parallel(spec: ModelSpec, *, tp: int) -> None:
-    """What tensor parallelism (train.tensor_parallel) needs of the model: every split it makes
-    is of whole heads, whole hidden units and whole vocabulary rows, the same count on each
+    """What tensor parallelism (train.parallel.tensor_parallel) needs of the model: every split it
+    makes is of whole heads, whole hidden units and whole vocabulary rows, the same count on each
     rank; and the layers it has a plan for (dense attention and MLP)."""
     if tp == 1:
         return
@@ -231,8 +243,8 @@ _TP_WHY = {
 
 def engine_name(strategy: str, *, world_size: int, tp: int = 1, sequence_parallel: bool = False):
     """What runs (summary.json's `strategy_engine`): the strategy's engine, and with tp > 1
-    tensor parallelism's styles (train.tensor_parallel) -- alone when the processes are one tp
-    group; ddp then runs as FSDP2's `replicate` (train.parallelize)."""
+    tensor parallelism's styles (train.parallel.tensor_parallel) -- alone when the processes are one
+    tp group; ddp then runs as FSDP2's `replicate` (train.parallel.parallelize)."""
     engine = get_strategy(strategy).engine
     if tp == 1:
         return engine

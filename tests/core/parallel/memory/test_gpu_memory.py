@@ -1,12 +1,12 @@
-"""The per-GPU phase model of a plan (core.parallel.gpu_peak via gpu_memory): stages, phases,
+"""The per-GPU phase model of a plan (core.parallel.memory.gpu_peak via gpu_memory): stages, phases,
 engines' buffers, ZeRO, HSDP, offload, recomputation. The measured side: the profile matrix
-(one GPU) and tests/train/test_rank_memory.py (every layout the trainer runs)."""
+(one GPU) and tests/train/observe/test_rank_memory.py (every layout the trainer runs)."""
 
 from __future__ import annotations
 
 import pytest
 
-from trainbudget.core.parallel.gpu_memory import plan_memory, stage_memories
+from trainbudget.core.parallel.memory.gpu_memory import plan_memory, stage_memories
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single.params import count_params
 from trainbudget.core.single.peak_memory import training_peak

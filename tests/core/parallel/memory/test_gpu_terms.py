@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from trainbudget.core.ops import numpy_ops
-from trainbudget.core.parallel.gpu_terms import engine_columns
+from trainbudget.core.parallel.memory.gpu_terms import engine_columns
 from trainbudget.core.spec.frameworks import GENERIC, TRAINBUDGET
 
 

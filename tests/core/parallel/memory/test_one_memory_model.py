@@ -13,12 +13,12 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.gpu_memory import plan_memory
 from trainbudget.core.parallel.layout import PlanNumbers
+from trainbudget.core.parallel.memory.gpu_memory import plan_memory
+from trainbudget.core.parallel.memory.rank_peak import rank_peak
 from trainbudget.core.parallel.plan import Plan, validate_plan
-from trainbudget.core.parallel.planner import evaluate
-from trainbudget.core.parallel.planner_fast import memory_arrays
-from trainbudget.core.parallel.rank_peak import rank_peak
+from trainbudget.core.parallel.search.planner import evaluate
+from trainbudget.core.parallel.search.planner_fast import memory_arrays
 from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.frameworks import FRAMEWORKS, TRAINBUDGET
 from trainbudget.core.spec.hardware import get_hardware

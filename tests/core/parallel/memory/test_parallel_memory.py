@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainbudget.core.parallel.parallel_memory import (
+from trainbudget.core.parallel.memory.parallel_memory import (
     ModelState,
     in_flight_micro_batches,
     stage_params,

@@ -2,7 +2,7 @@
 trainer's own framework row, its engine named by the plan's ZeRO stage): the single-device
 phases with the state sharded and each engine's buffers; ZeroRedundancyOptimizer's whole-tensor
 shares; tensor and expert parallel ranks. The measured side (MemTracker on each rank of a
-torchrun run) is tests/train/test_rank_memory.py."""
+torchrun run) is tests/train/observe/test_rank_memory.py."""
 
 from __future__ import annotations
 
@@ -11,22 +11,22 @@ import dataclasses
 import pytest
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.parallel.gpu_peak import BACKWARD_STARTS
-from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.rank_peak import (
+from trainbudget.core.parallel.memory.gpu_peak import BACKWARD_STARTS
+from trainbudget.core.parallel.memory.rank_peak import (
     expert_parallel_params,
     expert_rows_bytes,
     rank_peak,
     tensor_shard,
     whole_tensor_shares,
 )
+from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single.params import count_params
 from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.engines import ENGINES, get_engine
 from trainbudget.core.spec.frameworks import TRAINBUDGET
 from trainbudget.core.spec.presets import get_preset
 
-# the trainer's distributed tests' model (tests/train/test_parallelize.py: MODEL): 18,880
+# the trainer's distributed tests' model (tests/train/parallel/test_parallelize.py: MODEL): 18,880
 # parameters, the 257 x 32 tied embedding the largest tensor
 TINY = dataclasses.replace(
     get_preset("gpt2"),
@@ -53,7 +53,7 @@ def phases(result) -> dict:
 
 
 def test_the_trainers_engines_follow_its_strategies():
-    # train.strategy: ddp, zero1, zero2, fsdp (hsdp: fsdp over a shard group)
+    # train.spec.strategy: ddp, zero1, zero2, fsdp (hsdp: fsdp over a shard group)
     assert TRAINBUDGET.engines == (
         "single",
         "ddp",
@@ -113,7 +113,7 @@ def test_whole_tensor_shares_deal_the_largest_first():
     assert shares[0] == 257 * 32
     assert shares[1] == shares[3] < shares[2]
     assert whole_tensor_shares(TINY, 1) == [N]
-    # measured on 4 ranks of zero1 (MemTracker, tests/train/test_rank_memory.py's model):
+    # measured on 4 ranks of zero1 (MemTracker, tests/train/observe/test_rank_memory.py's model):
     # rank 0's peak 39,404 bytes above rank 1's, rank 2's 6,384 -- AdamW's 8 bytes a parameter
     assert (shares[0] - shares[1]) * 8 == pytest.approx(39_404, rel=0.01)
     assert (shares[2] - shares[1]) * 8 == pytest.approx(6_384, rel=0.03)
@@ -140,7 +140,7 @@ def test_a_fused_update_has_no_scratch():
     assert step.temporaries_bytes == 0
 
 
-# tests/train/test_rank_memory.py's ep2 model: 2 MoE layers of 4 experts, top-2
+# tests/train/observe/test_rank_memory.py's ep2 model: 2 MoE layers of 4 experts, top-2
 MOE_TINY = dataclasses.replace(
     TINY, n_layers=2, vocab_size=257, n_experts=4, experts_per_token=2, d_ff_expert=64
 )

@@ -1,17 +1,18 @@
 """The phase model on one pipeline stage's rank (`rank_peak` on the stage's first rank): the
 stage's share of the model and the micro-batches its schedule keeps in flight. The measured
-side (MemTracker on each stage of a torchrun run) is tests/train/test_rank_memory.py."""
+side (MemTracker on each stage of a torchrun run) is tests/train/observe/test_rank_memory.py."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from trainbudget.core.parallel.gpu_peak import BACKWARD_STARTS
+from trainbudget.core.parallel.memory.gpu_peak import BACKWARD_STARTS
+from trainbudget.core.parallel.memory.rank_peak import rank_peak
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.rank_peak import rank_peak
 from trainbudget.core.spec.presets import get_preset
 
-# tests/train/test_rank_memory.py's pp model: 2 layers, one per stage, a tied 257 x 32 embedding
+# tests/train/observe/test_rank_memory.py's pp model: 2 layers, one per stage, a tied 257 x 32
+# embedding
 SPEC = dataclasses.replace(
     get_preset("gpt2"),
     n_layers=2,
@@ -109,7 +110,7 @@ def test_sequence_parallel_splits_the_boundary_and_a_forward_can_be_the_peak():
     sp = stage(SPEC_TP, Plan(pp=2, tp=2, sp=True, **kw), 0)
     assert phase(sp, FIRST).buffers_bytes == phase(tp, FIRST).buffers_bytes / 2  # (B, T/tp, d)
     assert sp.total_bytes < tp.total_bytes
-    # measured on the first stage of tests/train/test_rank_memory.py's tp2+sp pp2 run: the
+    # measured on the first stage of tests/train/observe/test_rank_memory.py's tp2+sp pp2 run: the
     # peak at a row-parallel reduce-scatter in the forward after a backward (1F1B)
     assert sp.peak.phase == "forward at a tensor-parallel collective (after the warm-up)"
 

@@ -15,8 +15,13 @@ import pytest
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.layout import STAGE_LAYER_FIELDS
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.plan_space import Policy, axis_candidates, divisors, hsdp_shards
-from trainbudget.core.parallel.planner_fast import enumerate_plan_arrays, enumerate_plans
+from trainbudget.core.parallel.search.plan_space import (
+    Policy,
+    axis_candidates,
+    divisors,
+    hsdp_shards,
+)
+from trainbudget.core.parallel.search.planner_fast import enumerate_plan_arrays, enumerate_plans
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.presets import get_preset

@@ -14,7 +14,7 @@ Memory monotonicity (each derived in the test's docstring from parallel_memory.p
   micro-batches of them, so the first stage's L / pp x pp = L layer-activations never exceed
   the single stage's L (which also keeps the logits); the last stage keeps one micro-batch.
   What a pipeline adds is the schedule's own (torch 2.13 pipelining, measured in
-  tests/train/test_rank_memory.py): per micro-batch a receive buffer, a sent gradient, the
+  tests/train/observe/test_rank_memory.py): per micro-batch a receive buffer, a sent gradient, the
   output kept to merge and the received input's gradient (tokens x d each), a block's MLP
   gradients in backward, and under recomputation the layer rebuilt inside each backward. So
   the peak never grows by more than those (`pipeline_overhead_bytes`); on small models whose
@@ -32,12 +32,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.gpu_memory import plan_memory
+from trainbudget.core.parallel.memory.gpu_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan, validate_plan
-from trainbudget.core.parallel.plan_space import TIE_TOLERANCE, Policy
-from trainbudget.core.parallel.planner import evaluate
-from trainbudget.core.parallel.planner_fast import enumerate_plans
-from trainbudget.core.parallel.planner_fast import search_fast as search
+from trainbudget.core.parallel.search.plan_space import TIE_TOLERANCE, Policy
+from trainbudget.core.parallel.search.planner import evaluate
+from trainbudget.core.parallel.search.planner_fast import enumerate_plans
+from trainbudget.core.parallel.search.planner_fast import search_fast as search
 from trainbudget.core.single.activations import layer_activations
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec

@@ -7,7 +7,7 @@ import pytest
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan, validate_plan
-from trainbudget.core.parallel.plan_space import (
+from trainbudget.core.parallel.search.plan_space import (
     TIE_TOLERANCE,
     PlannerResult,
     Policy,
@@ -16,9 +16,9 @@ from trainbudget.core.parallel.plan_space import (
     model_parallel_degree,
     parallel_axes,
 )
-from trainbudget.core.parallel.planner import evaluate, why_best
-from trainbudget.core.parallel.planner_fast import enumerate_plans
-from trainbudget.core.parallel.planner_fast import search_fast as search
+from trainbudget.core.parallel.search.planner import evaluate, why_best
+from trainbudget.core.parallel.search.planner_fast import enumerate_plans
+from trainbudget.core.parallel.search.planner_fast import search_fast as search
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision

@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.parallel import layout, planner_fast
+from trainbudget.core.parallel import layout
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan, validate_plan
-from trainbudget.core.parallel.plan_space import Policy, hsdp_shards
-from trainbudget.core.parallel.planner import evaluate
-from trainbudget.core.parallel.planner_fast import (
+from trainbudget.core.parallel.search import planner_fast
+from trainbudget.core.parallel.search.plan_space import Policy, hsdp_shards
+from trainbudget.core.parallel.search.planner import evaluate
+from trainbudget.core.parallel.search.planner_fast import (
     PlanArrays,
     enumerate_plan_arrays,
     enumerate_plans,
@@ -426,7 +427,7 @@ def test_ranking_the_top_plans_is_ranking_them_all_then_cutting():
     applied to every plan: the plans tied with the fastest (TIE_TOLERANCE) first, by parallel
     axes, model-parallel degree, memory, time; then the rest by time, then memory; full ties in
     enumeration order. Times and memories drawn from a few values, so ties abound."""
-    from trainbudget.core.parallel.plan_space import (
+    from trainbudget.core.parallel.search.plan_space import (
         TIE_TOLERANCE,
         model_parallel_degree,
         parallel_axes,

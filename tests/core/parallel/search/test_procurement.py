@@ -9,9 +9,9 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.plan_space import PlannerResult, Policy
-from trainbudget.core.parallel.planner_fast import search_fast as search
-from trainbudget.core.parallel.procurement import Candidate, Quote, cheapest, quote
+from trainbudget.core.parallel.search.plan_space import PlannerResult, Policy
+from trainbudget.core.parallel.search.planner_fast import search_fast as search
+from trainbudget.core.parallel.search.procurement import Candidate, Quote, cheapest, quote
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.core.spec.presets import get_preset

@@ -1,4 +1,5 @@
-"""Fused attention timed per pass from the measured kernel tables (core.parallel.attention_time)."""
+"""Fused attention timed per pass from the measured kernel tables
+(core.parallel.timing.attention_time)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ from dataclasses import replace
 import pytest
 
 from trainbudget.core.ops import SCALAR, numpy_ops
-from trainbudget.core.parallel.attention_time import AttentionKernel, measured_rates
-from trainbudget.core.parallel.compute_time import DEFAULT_EFFICIENCY, KernelModel, layer_compute
 from trainbudget.core.parallel.layout import PlanNumbers
 from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.parallel.timing.attention_time import AttentionKernel, measured_rates
+from trainbudget.core.parallel.timing.compute_time import (
+    DEFAULT_EFFICIENCY,
+    KernelModel,
+    layer_compute,
+)
 from trainbudget.core.spec.attention_kernels import attention_tflops_per_second
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.presets import get_preset

@@ -8,7 +8,7 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.comm import (
+from trainbudget.core.parallel.timing.comm import (
     ALGORITHMS,
     KINDS,
     CollectiveCost,

@@ -1,8 +1,8 @@
-"""The collectives the step model charges per step (core.parallel.comm_volume): read off the
+"""The collectives the step model charges per step (core.parallel.timing.comm_volume): read off the
 step time's own Communication, so their bytes are the ones the step time is computed from.
 
 Figures: Llama 2 7B has 6,738,415,616 parameters (tests/core/spec/test_presets.py); the
-bytes per collective follow core.parallel.comm's convention (all-reduce and reduce-scatter
+bytes per collective follow core.parallel.timing.comm's convention (all-reduce and reduce-scatter
 the per-rank input, all-gather the gathered output)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.comm_volume import planned_collectives
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.step_time import step_terms, step_time
+from trainbudget.core.parallel.timing.comm_volume import planned_collectives
+from trainbudget.core.parallel.timing.step_time import step_terms, step_time
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.core.spec.presets import get_preset
@@ -58,7 +58,7 @@ def totals(rows) -> dict[tuple[str, str], tuple[float, float, int]]:
     return {(r.category, r.kind): (r.n_bytes * r.count, r.count, r.group_size) for r in rows}
 
 
-# ZeRO-3 is timed layer by layer (core.parallel.comm_time): one gather and one reduce-scatter
+# ZeRO-3 is timed layer by layer (core.parallel.timing.comm_time): one gather and one reduce-scatter
 # per layer, each a layer's share of the model's bytes -- Llama 2 7B's 32 layers
 L2_7B_LAYERS = 32
 

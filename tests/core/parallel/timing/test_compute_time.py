@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.compute_time import (
+from trainbudget.core.parallel.layout import PlanNumbers
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.parallel.timing.compute_time import (
     DEFAULT_EFFICIENCY,
     DEFAULT_MATMUL_FRACTION,
     FLASH_BLOCK_TOKENS,
@@ -24,9 +26,7 @@ from trainbudget.core.parallel.compute_time import (
     micro_batch_compute,
     stage_mix,
 )
-from trainbudget.core.parallel.layout import PlanNumbers
-from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.step_time import step_time
+from trainbudget.core.parallel.timing.step_time import step_time
 from trainbudget.core.single.flops import forward_flops, matmul_flops
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision
@@ -110,7 +110,8 @@ def _layer_of(spec, plan: Plan, seq_len: int, causal: bool = False):
 # row's MAMF, in_training 0.85 then) and attention by kernel (FlashAttention-2 on H100 for GENERIC),
 # causal, H100, bf16; they pin the model between deliberate changes (the last: the pipeline
 # bubble from every stage's work, the loss's traffic counted once, dropout's bytes; then
-# FlashAttention timed per pass from the measured kernel tables, core.parallel.attention_time;
+# FlashAttention timed per pass from the measured kernel tables,
+# core.parallel.timing.attention_time;
 # then each linear's backward GEMMs at their own shapes, split-K, the output writes after the
 # K loop, kernel launch gaps and CPU dispatch; in_training the grid's 0.85 again)
 DENSE_PINS = [

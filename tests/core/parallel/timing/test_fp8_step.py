@@ -9,7 +9,7 @@ import pytest
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.step_time import step_terms, step_time
+from trainbudget.core.parallel.timing.step_time import step_terms, step_time
 from trainbudget.core.spec.frameworks import get_framework
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision

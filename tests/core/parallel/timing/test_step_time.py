@@ -16,10 +16,10 @@ from trainbudget.core.parallel.cluster import (
     DEFAULT_PCIE_BYTES_PER_SECOND,
     Cluster,
 )
-from trainbudget.core.parallel.comm_time import OVERLAP_COMPUTE_SLOWDOWN
-from trainbudget.core.parallel.gpu_memory import plan_memory
+from trainbudget.core.parallel.memory.gpu_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan, validate_plan
-from trainbudget.core.parallel.step_time import (
+from trainbudget.core.parallel.timing.comm_time import OVERLAP_COMPUTE_SLOWDOWN
+from trainbudget.core.parallel.timing.step_time import (
     DEFAULT_EFFICIENCY,
     Efficiency,
     StepTime,
@@ -560,8 +560,8 @@ def test_recompute_every_counts_layers_as_the_framework_does():
     """`--recompute-every 3` on 32 layers: trainbudget's convention recomputes ceil(32/3) = 11
     layers (1, 4, ..., 31); torchtitan's _apply_layer_sac, counting from 1 and wrapping when
     count % 3 == 0, floor(32/3) = 10 (3, 6, ..., 30): fewer recomputed, less time, more memory."""
-    from trainbudget.core.parallel.gpu_memory import plan_memory
     from trainbudget.core.parallel.layout import PlanNumbers
+    from trainbudget.core.parallel.memory.gpu_memory import plan_memory
     from trainbudget.core.spec.frameworks import get_framework
 
     plan = Plan(dp=8, recompute="full", recompute_every=3, grad_accum=4)
@@ -585,7 +585,7 @@ def test_fsdp2_under_a_pipeline_gathers_and_reduces_once_a_step():
     set_requires_gradient_sync(False)), so the stage gathers once and reduce-scatters once per
     step (engines.Engine.pipeline_keeps_unsharded), where without a pipeline torchtitan's
     FSDP2 reduce-scatters every micro-batch and gathers each layer forward and backward."""
-    from trainbudget.core.parallel.step_time import step_terms
+    from trainbudget.core.parallel.timing.step_time import step_terms
     from trainbudget.core.spec.frameworks import get_framework
 
     titan = get_framework("torchtitan")

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainbudget.core.ops import SCALAR, Ops
-from trainbudget.core.parallel.gpu_peak import GpuPeak, stage_peaks
 from trainbudget.core.parallel.layout import PlanNumbers, as_numbers, in_chunks
-from trainbudget.core.parallel.parallel_memory import ModelState
+from trainbudget.core.parallel.memory.gpu_peak import GpuPeak, stage_peaks
+from trainbudget.core.parallel.memory.parallel_memory import ModelState
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single.peak_memory import PhaseMemory
 from trainbudget.core.spec.engines import get_engine
@@ -139,6 +139,8 @@ def peak_bytes(
         return max(peak.total_bytes for peak in stages.values())
     import numpy as np
 
+    if np.ndim(L.dp) > 1:
+        return _product_peak_bytes(spec, L, share, kw, xp)
     out = np.zeros(len(L))
     share = np.broadcast_to(share, out.shape)
 
@@ -160,6 +162,43 @@ def peak_bytes(
     return out
 
 
+def _product_peak_bytes(spec, L, share, kw, xp):
+    """`peak_bytes` of a product grid (`search.product_grid`): the pipeline degree is a field
+    of its rows (the last axis), so the grid is taken in three disjoint sets of rows -- no
+    pipeline, two stages, more -- each with its stages, and each a slice where the rows are in
+    pipeline order, as the product lays them."""
+    import numpy as np
+
+    shape = np.broadcast_shapes(*(np.shape(v) for v in vars(L).values()))
+    out = np.empty(shape)
+    pp = np.ravel(np.broadcast_to(L.pp, (1,) * (len(shape) - 1) + shape[-1:]))
+    for rows, names in (
+        (_rows(pp == 1), ("only",)),
+        (_rows(pp == 2), ("first", "last")),
+        (_rows(pp > 2), ("first", "middle", "last")),
+    ):
+        if rows is None:
+            continue
+        part_share = share[..., rows] if np.ndim(share) and share.shape[-1] > 1 else share
+        part = L.take_rows(rows)
+        peaks = stage_peaks(spec, part, stages=names, optimizer_share=part_share, xp=xp, **kw)
+        out[..., rows] = functools.reduce(np.maximum, [p.total_bytes for p in peaks.values()])
+    return out
+
+
+def _rows(mask):
+    """The rows where `mask` holds: a slice where they are contiguous, else their indices;
+    None where there are none."""
+    import numpy as np
+
+    rows = np.flatnonzero(mask)
+    if not len(rows):
+        return None
+    if rows[-1] - rows[0] + 1 == len(rows):
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
+
+
 def optimizer_share(
     spec: ModelSpec, plan: Plan | PlanNumbers, framework: Framework, xp: Ops = SCALAR
 ) -> Any:
@@ -168,15 +207,15 @@ def optimizer_share(
     Numbers, or an array over a grid's plans."""
     if not any(get_engine(name).whole_tensor_shards for name in framework.engines):
         return 1.0
-    from trainbudget.core.parallel.rank_peak import heaviest_share
+    from trainbudget.core.parallel.memory.rank_peak import heaviest_share
 
     L = as_numbers(plan)
     if not xp.is_array:
         return heaviest_share(spec, L.tp, L.shard_dp * L.cp)
     import numpy as np
 
-    shard = L.shard_dp * L.cp
-    out = np.ones(len(L.dp))
-    for tp, s in set(zip(np.asarray(L.tp).tolist(), np.asarray(shard).tolist(), strict=True)):
-        out[(L.tp == tp) & (shard == s)] = heaviest_share(spec, tp, s)
+    tp, shard = np.broadcast_arrays(L.tp, L.shard_dp * L.cp)  # a list or a product grid
+    out = np.ones(tp.shape)
+    for t, s in set(zip(tp.ravel().tolist(), shard.ravel().tolist(), strict=True)):
+        out[(tp == t) & (shard == s)] = heaviest_share(spec, t, s)
     return out

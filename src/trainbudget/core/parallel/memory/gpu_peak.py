@@ -11,7 +11,7 @@ activations of the micro-batches its schedule keeps in flight
 (`parallel_memory.in_flight_micro_batches`).
 
 The moments that compete (each measured with torch's MemTracker: the profile matrix for one
-GPU, tests/train/test_rank_memory.py for every layout the trainer runs):
+GPU, tests/train/observe/test_rank_memory.py for every layout the trainer runs):
 
 - a micro-batch's backward start: every micro-batch in flight holds its saved tensors; on the
   stage with the head, what the framework's loss kernel keeps of the logits and creates at its
@@ -40,14 +40,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from trainbudget.core.ops import SCALAR, Ops
-from trainbudget.core.parallel.gpu_terms import GpuTerms
 from trainbudget.core.parallel.layout import (
     FULL,
     GPIPE,
     SELECTIVE_OP,
     PlanNumbers,
 )
-from trainbudget.core.parallel.parallel_memory import (
+from trainbudget.core.parallel.memory.gpu_terms import GpuTerms
+from trainbudget.core.parallel.memory.parallel_memory import (
     ModelState,
     in_flight_micro_batches,
 )
@@ -325,10 +325,10 @@ class _Model(GpuTerms):
             m > 1, xp.where(eng.accumulates_unsharded, full_grads, state.grads_bytes), 0.0
         )
         tokens, d, e, g, w = self.tokens, spec.d_model, self.e, self.g, self.w
-        vocab_fp32 = self.loss_saved_fp32
+        loss_saved = self.loss_saved
         logits = tokens * self.vocab * e * self.loss.keeps_logits
         full = (L.recompute == FULL) & xp.not_(self.piped)
-        rebuilt = saved - tokens * self.stats / self.split - vocab_fp32 + self.working
+        rebuilt = saved - tokens * self.stats / self.split - loss_saved + self.working
         head_grads = self.vocab * d * self.prec.grad_bytes
         common = dict(params_bytes=state.params_bytes, optimizer_bytes=state.optimizer_bytes)
         recomputation = PhaseMemory(
@@ -343,7 +343,7 @@ class _Model(GpuTerms):
         last_block = PhaseMemory(
             phase="last block backward",
             grads_bytes=accumulated,
-            activations_bytes=saved - vocab_fp32,
+            activations_bytes=saved - loss_saved,
             temporaries_bytes=u.root_grads,
             buffers_bytes=base + gathered + u.blocks,
             **common,

@@ -7,6 +7,7 @@ each plan's ZeRO stage (`engine_columns`)."""
 from __future__ import annotations
 
 import functools
+from collections import namedtuple
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +18,7 @@ from trainbudget.core.parallel.layout import (
     SELECTIVE,
     SELECTIVE_OP,
 )
-from trainbudget.core.parallel.parallel_memory import (
+from trainbudget.core.parallel.memory.parallel_memory import (
     ModelState,
     rank_params,
     zero_model_state,
@@ -35,15 +36,18 @@ from trainbudget.core.single.params import count_params
 from trainbudget.core.single.peak_memory import (
     largest_tensor,
     loss_backward_bytes,
+    loss_chunk_bytes,
+    loss_head_grad_bytes,
     norm_stats_bytes,
 )
 from trainbudget.core.spec.engines import ENGINE_COLUMNS, get_engine, get_loss_kernel
 from trainbudget.core.spec.frameworks import Framework
+from trainbudget.core.spec.kernel_costs import get_fp8_recipe
 
 MLP_BACKWARD_GRADIENTS = 2
 """Hidden-sized (tokens x d_ff) gradients alive inside a block's MLP backward on a stage without
 the loss: of the activation's output and of its input (measured: the TEMP MemTracker reports on
-the first stage of tests/train/test_rank_memory.py's pp2 runs, 2 x 64 x 64 x 4 bytes)."""
+the first stage of tests/train/observe/test_rank_memory.py's pp2 runs, 2 x 64 x 64 x 4 bytes)."""
 
 
 LOSS_PARALLEL_TEMPORARIES = 1
@@ -51,7 +55,7 @@ LOSS_PARALLEL_TEMPORARIES = 1
 gradients that DTensor's loss parallel holds at its backward's start: its log-softmax backward
 handler (torch.distributed.tensor.parallel.loss_parallel, torch 2.13 _loss_ops) forms
 exp(log-probs) beside the gradients rather than in place (an attribution, not traced: the one
-term that closes the gap on tests/train/test_rank_memory.py's tp2 run, +1.0 % with it, +10 %
+term that closes the gap on tests/train/observe/test_rank_memory.py's tp2 run, +1.0 % with it, +10 %
 without)."""
 
 
@@ -60,6 +64,19 @@ def engine_columns(framework: Framework, zero: Any, alone: Any, xp: Ops = SCALAR
     wrapper runs (`alone`: one rank in the data-parallel group), else the row for its ZeRO
     stage (1 + zero). Numbers for one plan, arrays for a grid (a column the rows agree on
     stays one number)."""
+    if not xp.is_array:
+        return _one_plan_columns(framework, int(zero), bool(alone))
+    return _columns(framework, zero, alone, xp)
+
+
+@functools.lru_cache(maxsize=64)
+def _one_plan_columns(framework: Framework, zero: int, alone: bool) -> Any:
+    """`engine_columns` of one plan: a pure lookup of hashable keys, made once per key (a
+    step's terms ask for it several times)."""
+    return _columns(framework, zero, alone, SCALAR)
+
+
+def _columns(framework: Framework, zero: Any, alone: Any, xp: Ops) -> Any:
     rows = [get_engine(name) for name in framework.engines]
     out = {}
     for column in ENGINE_COLUMNS:
@@ -71,7 +88,12 @@ def engine_columns(framework: Framework, zero: Any, alone: Any, xp: Ops = SCALAR
         if len(set(values)) > 1:
             value = xp.where(alone, values[0], value)
         out[column] = value
-    return SimpleNamespace(**out)
+    return EngineColumns(**out)
+
+
+EngineColumns = namedtuple("EngineColumns", ENGINE_COLUMNS)
+"""One value (or array over plans) per engine column; immutable, as the cache hands the same
+one to every caller."""
 
 
 _NO_STATE = ModelState(
@@ -138,7 +160,7 @@ class GpuTerms:
         self.rank_n = n
         full_grads = n * self.g
         wrapped = xp.not_(L.dp * L.cp == 1)
-        # DDP's buckets copy every gradient but the experts' (train.expert_parallel has DDP
+        # DDP's buckets copy every gradient but the experts' (train.parallel.expert_parallel has DDP
         # ignore them under ep); size-capped buckets never hold more than the gradients
         bucketed = (p.dense + xp.where(L.ep > 1, 0.0, p.experts)) * self.g
         buckets = xp.where(wrapped & eng.gradient_buckets, bucketed, 0.0)
@@ -163,9 +185,23 @@ class GpuTerms:
         return xp.where(keeps & sharded, self.rank_n * self.w, 0.0)
 
     @property
-    def loss_saved_fp32(self):
-        """The loss kernel's fp32 logit-sized tensors saved for backward."""
-        return self.loss.saved_fp32_tensors * self.tokens * self.vocab * FP32_BYTES
+    def loss_saved(self):
+        """What the loss kernel saves for its backward and frees or hands on there: its fp32
+        logit-sized tensors, and a fused kernel's head weight gradient."""
+        fp32 = self.loss.saved_fp32_tensors * self.tokens * self.vocab * FP32_BYTES
+        head_grad = loss_head_grad_bytes(
+            self.vocab, self.spec.d_model, kernel=self.loss, weight_bytes=self.w
+        )
+        return fp32 + head_grad
+
+    @property
+    def linear_input_bytes(self):
+        """Bytes per element a linear layer saves of its input: under FP8, the framework's
+        recipe's (`Fp8Recipe.saved_input_bytes`: Transformer Engine keeps its FP8 cast);
+        otherwise the activation width."""
+        if self.prec.compute_dtype != "fp8":
+            return self.e
+        return get_fp8_recipe(self.fw.fp8_recipe).saved_input_bytes
 
     @functools.cached_property
     def layer_bytes(self):
@@ -182,6 +218,7 @@ class GpuTerms:
             cp=L.cp,
             xp=xp,
             weight_bytes=self.prec.weight_bytes,
+            linear_input_bytes=self.linear_input_bytes,
         )
         tp_alone, split = layer_activations(spec, **kw), layer_activations(spec, sp=L.sp, **kw)
         # DTensor's SP splits the norms' inputs (and dropout masks) only
@@ -227,15 +264,16 @@ class GpuTerms:
         logits = self.tokens * self.vocab * e
         head_input = self.tokens * spec.d_model * e
         # the final norm's input (the residual stream), the head's input (whole under
-        # DTensor's SP: the column-parallel head gathers it), under autocast the head's
-        # 16-bit weight copy, and what the loss kernel keeps of the logits
+        # DTensor's SP: the column-parallel head gathers it; a fused loss keeps its gradient
+        # instead), under autocast the head's 16-bit weight copy, and what the loss kernel
+        # keeps of the logits and of the head's gradients
         head = (
             self.tokens * spec.d_model * self.residual / self.split
             + xp.where(self.eng.sp_keeps_gathered_input, head_input, head_input / self.split)
             + weight_copy_bytes(self.vocab * spec.d_model, e, self.prec.weight_bytes)
             + self.tokens * self.stats / self.split
             + logits * self.loss.keeps_logits
-            + self.loss_saved_fp32
+            + self.loss_saved
         )
         # torch's pipelining keeps a stage's output until its backward; Megatron frees it once
         # sent (deallocate_pipeline_outputs, which megatron/training's
@@ -249,7 +287,7 @@ class GpuTerms:
             kernel=self.loss,
             activation_bytes=e,
             extra=xp.where(self.dtensor_loss, LOSS_PARALLEL_TEMPORARIES, 0),
-        )
+        ) + loss_chunk_bytes(self.tokens, spec.d_model, kernel=self.loss, activation_bytes=e)
         d_ff = spec.d_ff_expert if spec.is_moe and not spec.d_ff else spec.d_ff
         mlp = MLP_BACKWARD_GRADIENTS * self.tokens * d_ff / L.tp * self.prec.grad_bytes
         transient = xp.where(last, loss, mlp)
@@ -258,7 +296,7 @@ class GpuTerms:
     def _units(self):
         """(whether FSDP2's units back up one by one here, their sizes on this GPU): the root
         (embeddings, final norm, head), a block (its experts apart under expert parallelism,
-        each a unit of its own: train.expert_parallel.fully_shard_experts), the root's
+        each a unit of its own: train.parallel.expert_parallel.fully_shard_experts), the root's
         gradients, and a block in backward with the next prefetched (gathered, unless the
         engine keeps everything gathered until backward ends) and its unsharded gradients."""
         L, xp, spec, eng, g, w = self.L, self.xp, self.spec, self.eng, self.g, self.w
@@ -311,8 +349,8 @@ class GpuTerms:
     def _tp_forward(self):
         """Bytes alive at a row-parallel linear's output in forward under TP. DTensor on gloo:
         its partial sum and the all-reduced copy; under SP, 3 + 2/tp such tensors (measured on
-        the first stage of tests/train/test_rank_memory.py's tp2 pp2 runs: 2 x 8,192 B without
-        SP, 4 x 8,192 B with). Megatron-style: the partial sum all-reduced in place, or
+        the first stage of tests/train/observe/test_rank_memory.py's tp2 pp2 runs: 2 x 8,192 B
+        without SP, 4 x 8,192 B with). Megatron-style: the partial sum all-reduced in place, or
         reduce-scattered into a 1/tp shard under SP (megatron/core/tensor_parallel/mappings.py:
         _reduce, _reduce_scatter_along_first_dim)."""
         L, xp = self.L, self.xp
@@ -325,7 +363,7 @@ class GpuTerms:
     def _whole_vocabulary_grad(self, first):
         """Under DTensor's TP the vocabulary-parallel embedding's local gradient covers the
         whole vocabulary (measured, torch 2.13: a (V, d) fp32 .grad on each rank of
-        tests/train/test_rank_memory.py's tp2 pp2 run, beside its (V/tp, d) shard)."""
+        tests/train/observe/test_rank_memory.py's tp2 pp2 run, beside its (V/tp, d) shard)."""
         L, xp, spec = self.L, self.xp, self.spec
         on = first & self.piped & self.eng.sp_keeps_gathered_input & (L.tp > 1)
         return xp.where(

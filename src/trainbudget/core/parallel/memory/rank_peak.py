@@ -1,14 +1,15 @@
 """One rank of a plan the trainer runs: its pipeline stage, its share of a whole-tensor-sharded
-optimizer state, its experts, and its peak -- `core.parallel.gpu_peak`'s phase model for that
+optimizer state, its experts, and its peak -- `core.parallel.memory.gpu_peak`'s phase model for that
 rank (the model `estimate`, `plan` and the planner use for the heaviest GPU), under the
 trainer's own framework row (`frameworks.TRAINBUDGET`: DDP, ZeroRedundancyOptimizer, FSDP2).
-The measured side is tests/train/test_rank_memory.py (MemTracker on each rank of torchrun runs).
+The measured side is tests/train/observe/test_rank_memory.py (MemTracker on each rank of torchrun
+runs).
 """
 
 from __future__ import annotations
 
-from trainbudget.core.parallel.gpu_peak import GpuPeak, gpu_peak
 from trainbudget.core.parallel.layout import PlanNumbers
+from trainbudget.core.parallel.memory.gpu_peak import GpuPeak, gpu_peak
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single.activations import expert_row_bytes, kept_slots_per_token
 from trainbudget.core.single.params import count_params, matrix_shapes
@@ -53,7 +54,7 @@ def rank_peak(
 
 def stage_of(rank: int, plan: Plan) -> int:
     """The pipeline stage `rank` runs: "pp" is the mesh's outermost axis
-    (train.parallelize.build_mesh), so ranks [i n / pp, (i + 1) n / pp) are stage i."""
+    (train.parallel.parallelize.build_mesh), so ranks [i n / pp, (i + 1) n / pp) are stage i."""
     return rank // (plan.n_gpus // plan.pp)
 
 
@@ -120,7 +121,7 @@ def whole_tensor_shares(spec: ModelSpec, n_ranks: int) -> list[float]:
 def expert_parallel_params(spec: ModelSpec, ep: int) -> tuple[float, float]:
     """(parameters one rank of `ep` expert-parallel ranks holds -- everything but the routed
     experts, and n_experts / ep of those --, of them the ones DDP's buckets hold: all but the
-    experts, which train.expert_parallel has DDP ignore and synchronises itself)."""
+    experts, which train.parallel.expert_parallel has DDP ignore and synchronises itself)."""
     p = count_params(spec)
     return p.total - p.moe_experts * (1 - 1 / ep), p.total - (p.moe_experts if ep > 1 else 0)
 
@@ -130,8 +131,8 @@ def expert_rows_bytes(
 ) -> float:
     """Bytes an expert-parallel rank holds beyond `rank_peak`'s balanced routing when its
     experts received `rows_received` rows in a micro-batch, over the MoE layers: each received
-    row is its expert's input and hidden tensors (train.expert_parallel: the rows a rank's own
-    tokens send out and get back are the same number whatever the routing, dropless; the
+    row is its expert's input and hidden tensors (train.parallel.expert_parallel: the rows a rank's
+    own tokens send out and get back are the same number whatever the routing, dropless; the
     rows it receives are not). Negative when it received fewer than the balanced share,
     micro_batch x seq_len x the kept slots per token a layer (`kept_slots_per_token`)."""
     balanced = spec.n_moe_layers * plan.micro_batch * seq_len * kept_slots_per_token(spec)

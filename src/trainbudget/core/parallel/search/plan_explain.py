@@ -3,7 +3,7 @@ communication per axis and memory per GPU, each as formula = value from the eval
 
 from __future__ import annotations
 
-from trainbudget.core.parallel.planner import RankedPlan
+from trainbudget.core.parallel.search.planner import RankedPlan
 from trainbudget.core.single.estimate import Step
 from trainbudget.core.units import SECONDS_PER_DAY, format_bytes
 

@@ -17,8 +17,8 @@ from trainbudget.core.spec.defaults import DEFAULT_FLASH_ATTENTION, DEFAULT_MEMO
 from trainbudget.core.spec.model_spec import ModelSpec
 
 if TYPE_CHECKING:  # RankedPlan's field types, named only: nothing here runs those models
-    from trainbudget.core.parallel.gpu_memory import PlanMemory
-    from trainbudget.core.parallel.step_time import StepTime
+    from trainbudget.core.parallel.memory.gpu_memory import PlanMemory
+    from trainbudget.core.parallel.timing.step_time import StepTime
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,7 +119,7 @@ class RankedPlan:
     stage_memory_bytes: dict[str, float] = field(default_factory=dict)
     """Peak bytes per GPU of each pipeline stage ('first', 'middle', 'last', or 'only')."""
     stage_peak_phases: dict[str, str] = field(default_factory=dict)
-    """The phase of the step at which each stage's GPU peaks (core.parallel.gpu_peak)."""
+    """The phase of the step at which each stage's GPU peaks (core.parallel.memory.gpu_peak)."""
 
     @property
     def seconds_per_token(self) -> float:

@@ -10,16 +10,16 @@ plan_space <- planner <- planner_fast.
 from __future__ import annotations
 
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.gpu_memory import stage_memories
+from trainbudget.core.parallel.memory.gpu_memory import stage_memories
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.plan_space import (
+from trainbudget.core.parallel.search.plan_space import (
     TIE_TOLERANCE,
     PlannerResult,
     RankedPlan,
     model_parallel_degree,
     parallel_axes,
 )
-from trainbudget.core.parallel.step_time import DEFAULT_EFFICIENCY, Efficiency, step_time
+from trainbudget.core.parallel.timing.step_time import DEFAULT_EFFICIENCY, Efficiency, step_time
 from trainbudget.core.spec.defaults import DEFAULT_MEMORY_HEADROOM
 from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec

@@ -16,8 +16,6 @@ import numpy as np
 from trainbudget.core.errors import SpecError
 from trainbudget.core.ops import numpy_ops
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.compute_time import DEFAULT_EFFICIENCY, Efficiency
-from trainbudget.core.parallel.gpu_memory import peak_bytes
 from trainbudget.core.parallel.layout import (
     INTERLEAVED,
     ON_GPU,
@@ -27,8 +25,9 @@ from trainbudget.core.parallel.layout import (
     PlanNumbers,
     in_chunks,
 )
+from trainbudget.core.parallel.memory.gpu_memory import peak_bytes
 from trainbudget.core.parallel.plan import Plan, validate_plan
-from trainbudget.core.parallel.plan_space import (
+from trainbudget.core.parallel.search.plan_space import (
     TIE_TOLERANCE,
     PlannerResult,
     Policy,
@@ -38,8 +37,18 @@ from trainbudget.core.parallel.plan_space import (
     model_parallel_degree,
     parallel_axes,
 )
-from trainbudget.core.parallel.planner import evaluate
-from trainbudget.core.parallel.step_time import step_terms
+from trainbudget.core.parallel.search.planner import evaluate
+from trainbudget.core.parallel.search.product_grid import (
+    ProductGrid,
+    per_distinct_rows,
+    product_grid,
+)
+from trainbudget.core.parallel.timing.compute_time import DEFAULT_EFFICIENCY, Efficiency
+from trainbudget.core.parallel.timing.step_time import (
+    COMPUTE_FIELDS,
+    micro_batch_terms,
+    step_terms,
+)
 from trainbudget.core.single import op_checkpoint
 from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -233,17 +242,27 @@ def step_arrays(
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
     causal: bool = True,
     framework: Framework = GENERIC,
+    grid: ProductGrid | None = None,
 ) -> np.ndarray:
-    """Step seconds of every plan in `a` (`step_terms` on arrays)."""
+    """Step seconds of every plan in `a` (`step_terms` on arrays); `grid`: `a`'s product grid
+    where the caller has it."""
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
 
-    def step(chunk: PlanNumbers) -> np.ndarray:
-        terms = step_terms(
-            spec, chunk, cluster, efficiency=efficiency, causal=causal, xp=numpy_ops(), **kw
-        )
-        return terms.step_seconds
+    kw.update(efficiency=efficiency, causal=causal, xp=numpy_ops())
 
-    return in_chunks(step, a)
+    def step(plans: PlanNumbers) -> np.ndarray:
+        return step_terms(spec, plans, cluster, **kw).step_seconds
+
+    def on_product(plans: PlanNumbers) -> np.ndarray:
+        # one micro-batch's compute depends on the model-parallel layout, not on dp or ZeRO:
+        # computed once per distinct layout of the product's rows
+        def compute(seen: PlanNumbers):
+            return micro_batch_terms(spec, seen, cluster, **_without(kw, "optimizer"))
+
+        mb = per_distinct_rows(compute, plans, COMPUTE_FIELDS)
+        return step_terms(spec, plans, cluster, micro_batch=mb, **kw).step_seconds
+
+    return _on_product(on_product, a, grid, lambda: in_chunks(step, a))
 
 
 def memory_arrays(
@@ -254,12 +273,32 @@ def memory_arrays(
     precision: Precision,
     optimizer: Optimizer,
     framework: Framework = GENERIC,
+    grid: ProductGrid | None = None,
 ) -> np.ndarray:
     """Peak bytes on the most loaded GPU of every plan in `a`: `gpu_memory.peak_bytes` on
-    arrays, the very phases `plan_memory` takes for one plan."""
+    arrays, the very phases `plan_memory` takes for one plan; `grid`: `a`'s product grid where
+    the caller has it."""
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
 
-    return peak_bytes(spec, a, xp=numpy_ops(), **kw)
+    def peak(plans: PlanNumbers) -> np.ndarray:
+        return peak_bytes(spec, plans, xp=numpy_ops(), **kw)
+
+    return _on_product(peak, a, grid, lambda: peak(a))
+
+
+def _without(kw: dict, *names: str) -> dict:
+    return {k: v for k, v in kw.items() if k not in names}
+
+
+def _on_product(fn, a: PlanNumbers, grid: ProductGrid | None, otherwise) -> np.ndarray:
+    """fn (a term function over plans) on the product grid of `a` (`product_grid`), one element
+    per plan of `a` taken from it; otherwise() where `a` is no near-product. The product's
+    cells that hold no plan may divide by zero: they are never read, so numpy is not to warn."""
+    grid = grid or product_grid(a)
+    if grid is None:
+        return otherwise()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return grid.gather(fn(grid.numbers))
 
 
 def _rank_fitting(fitting, fit: PlanNumbers, seconds_per_token, memory, top: int):
@@ -322,11 +361,15 @@ def search_fast(
         plan = arrays.plan(int(i))
         validate_plan(plan, spec, n_gpus=cluster.n_gpus, seq_len=seq_len, global_batch=global_batch)
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
-    memory = memory_arrays(spec, arrays, **kw)
+    grid = product_grid(arrays)
+    memory = memory_arrays(spec, arrays, grid=grid, **kw)
     fitting = np.flatnonzero(memory <= policy.memory_headroom * cluster.hardware.memory_bytes)
     if len(fitting):  # only the plans that fit are ranked by time: only theirs is evaluated
         fit = arrays.take(fitting)
-        step = step_arrays(spec, cluster, fit, efficiency=efficiency, causal=causal, **kw)
+        fit_grid = grid.subset(fitting) if grid else None
+        step = step_arrays(
+            spec, cluster, fit, efficiency=efficiency, causal=causal, grid=fit_grid, **kw
+        )
         spt = step / tokens_per_step(fit, seq_len)
         mem = memory[fitting]
         order = _rank_fitting(fitting, fit, spt, mem, top)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.planner import PlannerResult, RankedPlan
+from trainbudget.core.parallel.search.planner import PlannerResult, RankedPlan
 from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 

@@ -67,7 +67,9 @@ class AttentionKernel:
 
         seq = np.asarray(seq_len)
         fwd, bwd = np.empty(seq.shape), np.empty(seq.shape)
-        for value in np.unique(seq):
+        # the distinct values by a set: numpy's unique costs some 10 ms on its first call in a
+        # process (what a one-search command like `estimate` pays)
+        for value in sorted(set(seq.ravel().tolist())):
             rates = self._per_flop(head_dim, causal, int(value))
             if rates is None:
                 return None

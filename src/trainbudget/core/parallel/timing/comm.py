@@ -254,6 +254,11 @@ def collective_total(
 
     if used.all():
         return _total(kind, n_bytes, group_size, per_node, count, cluster, xp, with_bytes, what)
+    if used.ndim > 1:  # a product grid (search.product_grid): its arrays span a few of its
+        # axes each, so computing every cell costs about what picking the used ones would
+        whole = _total(kind, n_bytes, group_size, per_node, count, cluster, xp, with_bytes, {})
+        sent = np.where(used, whole.bytes_sent_per_rank, 0.0) if with_bytes else None
+        return CollectiveTotal(np.where(used, whole.seconds, 0.0), sent, **what)
     seconds = np.zeros(used.shape)
     sent = np.zeros(used.shape) if with_bytes else None
     if used.any():

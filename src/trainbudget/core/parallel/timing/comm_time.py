@@ -9,16 +9,16 @@ from typing import Any
 
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.comm import CollectiveTotal, collective_total
-from trainbudget.core.parallel.compute_time import (
+from trainbudget.core.parallel.layout import FULL, SELECTIVE_OP, PlanNumbers
+from trainbudget.core.parallel.memory.gpu_terms import engine_columns
+from trainbudget.core.parallel.memory.parallel_memory import StageParams
+from trainbudget.core.parallel.plan import members_per_node
+from trainbudget.core.parallel.timing.comm import CollectiveTotal, collective_total
+from trainbudget.core.parallel.timing.compute_time import (
     DEFAULT_EFFICIENCY,
     MicroBatchCompute,
     stage_mix,
 )
-from trainbudget.core.parallel.gpu_terms import engine_columns
-from trainbudget.core.parallel.layout import FULL, SELECTIVE_OP, PlanNumbers
-from trainbudget.core.parallel.parallel_memory import StageParams
-from trainbudget.core.parallel.plan import members_per_node
 from trainbudget.core.single.params import parameter_tensors
 from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -39,7 +39,8 @@ EP_ALL_TO_ALLS_PER_LAYER = 4
 """Token dispatch and combine, forward and backward, per MoE layer (GShard / Megatron-Core)."""
 EP_ALL_TO_ALLS_RECOMPUTED = 2
 """Full recomputation repeats a layer's forward, its dispatch and combine with it (measured in
-the trainer: 6 all-to-alls per MoE layer and micro-batch, tests/train/test_expert_parallel.py)."""
+the trainer: 6 all-to-alls per MoE layer and micro-batch,
+tests/train/parallel/test_expert_parallel.py)."""
 ZERO3_GATHERS_PER_MICRO_BATCH = 2
 """FSDP gathers each layer's weights for the forward and again for the backward."""
 OVERLAP_COMPUTE_SLOWDOWN = 0.189

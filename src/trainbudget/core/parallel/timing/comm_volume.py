@@ -4,7 +4,7 @@ category, kind, bytes per call, calls and group. Read off the `Communication` th
 bytes compared with a measured run are the very ones the step time is computed from: no second
 formula.
 
-Bytes follow core.parallel.comm's convention (all-reduce the per-rank input, all-gather the
+Bytes follow core.parallel.timing.comm's convention (all-reduce the per-rank input, all-gather the
 gathered output, reduce-scatter the per-rank input, all-to-all what each rank sends in total,
 broadcast and send/recv the message). A collective's "count" is how many times the model
 charges that buffer: ZeRO's gradient reduction is one call on the whole model's gradients,
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainbudget.core.parallel.comm_time import Communication
+from trainbudget.core.parallel.timing.comm_time import Communication
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,7 +23,7 @@ class PlannedCollective:
     category: str
     """comm_time's name: tp, pp, cp, ep, dp_grad_reduce, dp_replica_all_reduce, dp_param_gather."""
     kind: str
-    """core.parallel.comm.KINDS: all_reduce, all_gather, reduce_scatter, ..."""
+    """core.parallel.timing.comm.KINDS: all_reduce, all_gather, reduce_scatter, ..."""
     n_bytes: float
     """One call's buffer (the module docstring's convention)."""
     count: float

@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from trainbudget.core.ops import SCALAR, Ops
-from trainbudget.core.parallel.attention_time import AttentionKernel
 from trainbudget.core.parallel.layout import NONE, SELECTIVE, SELECTIVE_OP, PlanNumbers
+from trainbudget.core.parallel.timing.attention_time import AttentionKernel
 from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.activations import FP32_BYTES
 from trainbudget.core.single.flops import forward_flops, matmul_flops
@@ -154,7 +154,10 @@ def gemm_shape_efficiency(
     if not sms:
         return 1.0
     tiles = batch * xp.ceil(m / GEMM_TILE_ROWS) * xp.ceil(n / GEMM_TILE_COLS)
-    splits = xp.maximum(1, xp.minimum(sms // tiles, k // SPLIT_K_MIN_DEPTH))
+    # sms // tiles and k // 512 as -ceil(-q), the floor of q = sms / tiles (a quotient of
+    # integers, never rounded across an integer) and q = k / 512 (exact): numpy's floor
+    # division of floats is some 50 times slower than its ceil
+    splits = xp.maximum(1, xp.minimum(-xp.ceil(-(sms / tiles)), -xp.ceil(-(k / SPLIT_K_MIN_DEPTH))))
     waves = xp.ceil(tiles * splits / sms) / splits
     return batch * m * n / (waves * sms * GEMM_TILE_ROWS * GEMM_TILE_COLS)
 

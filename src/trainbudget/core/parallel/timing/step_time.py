@@ -30,10 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainbudget.core.ops import SCALAR, Ops
-from trainbudget.core.parallel.attention_time import AttentionKernel
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.comm_time import Communication, communication
-from trainbudget.core.parallel.compute_time import (
+from trainbudget.core.parallel.layout import ON_GPU, TO_CPU, PlanNumbers, as_numbers
+from trainbudget.core.parallel.memory.parallel_memory import stage_params
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.parallel.timing.attention_time import AttentionKernel
+from trainbudget.core.parallel.timing.comm_time import Communication, communication
+from trainbudget.core.parallel.timing.compute_time import (
     BACKWARD_PER_FORWARD,
     DEFAULT_EFFICIENCY,
     Efficiency,
@@ -41,9 +44,6 @@ from trainbudget.core.parallel.compute_time import (
     MicroBatchCompute,
     micro_batch_compute,
 )
-from trainbudget.core.parallel.layout import ON_GPU, TO_CPU, PlanNumbers, as_numbers
-from trainbudget.core.parallel.parallel_memory import stage_params
-from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.flops import forward_flops
 from trainbudget.core.spec.frameworks import GENERIC, Framework
@@ -114,7 +114,10 @@ class StepTerms:
     """Pipeline bubble: the fill and drain, one micro-batch through every stage but the
     slowest, / vpp when interleaved ((pp - 1) slots of the slowest stage when all are equal,
     Narayanan et al. 2021; with stages of times t_s a 1F1B or GPipe step takes
-    (m - 1) max t_s + sum t_s)."""
+    (m - 1) max t_s + sum t_s). Interleaved, a stage's vpp chunks take t_s / vpp each and
+    the fill and drain cross one chunk of every other stage: (sum t_s - max t_s) / vpp,
+    Narayanan et al. 2021 Sec. 2.2.2's (p - 1) (t_f + t_b) / v when the stages are equal
+    (docs/formulas.md, "Uneven splits under the interleaved schedule")."""
     comm: Communication
     optimizer_seconds: Any
     """The optimizer update: on the GPU (HBM-bound), or on the host under optimizer offload
@@ -176,26 +179,17 @@ def step_terms(
     causal: bool = True,
     framework: Framework = GENERIC,
     xp: Ops = SCALAR,
+    micro_batch: MicroBatchCompute | None = None,
 ) -> StepTerms:
-    """The terms of one optimizer step of `plan` (one plan, or arrays of plans with `xp`)."""
+    """The terms of one optimizer step of `plan` (one plan, or arrays of plans with `xp`).
+    `micro_batch`: `micro_batch_terms` of these plans where the caller has it (the planner's
+    grid computes it once per model-parallel layout, not once per plan)."""
     L = as_numbers(plan)
     hw = cluster.hardware
     eff = efficiency.resolved(hw, framework.attention_kernel)
     hbm = hw.hbm_bytes_per_second
-    mb = micro_batch_compute(
-        spec,
-        L,
-        seq_len=seq_len,
-        e=precision.activation_bytes,
-        peak=hw.peak_flops_per_second(precision.other_matmul_dtype),
-        hbm=hbm,
-        eff=eff,
-        causal=causal,
-        xp=xp,
-        sms=hw.sm_count,
-        kernels=_kernel_model(efficiency, eff, hw, framework, precision),
-        recompute_from_first=framework.recompute_every_from_first,
-    )
+    kw = dict(seq_len=seq_len, precision=precision, efficiency=efficiency, causal=causal)
+    mb = micro_batch or micro_batch_terms(spec, L, cluster, framework=framework, xp=xp, **kw)
     stage_mb = mb.stage_seconds
     compute = L.grad_accum * stage_mb
     stage = stage_params(spec, L, "last", xp)  # the head's stage (the only one when pp = 1)
@@ -238,6 +232,60 @@ def step_terms(
         optimizer_seconds=xp.where(on_gpu, update, cpu_update),
         offload_seconds=offload,
     )
+
+
+def micro_batch_terms(
+    spec: ModelSpec,
+    L: PlanNumbers,
+    cluster: Cluster,
+    *,
+    seq_len: int,
+    precision: Precision,
+    efficiency: Efficiency = DEFAULT_EFFICIENCY,
+    causal: bool = True,
+    framework: Framework = GENERIC,
+    xp: Ops = SCALAR,
+) -> MicroBatchCompute:
+    """One micro-batch's compute on the plan's last and largest stages (`micro_batch_compute`
+    on this cluster's GPU, under this framework and precision). It reads the model-parallel
+    layout, the micro-batch and the recompute policy (`COMPUTE_FIELDS`), nothing of data
+    parallelism."""
+    hw = cluster.hardware
+    eff = efficiency.resolved(hw, framework.attention_kernel)
+    return micro_batch_compute(
+        spec,
+        L,
+        seq_len=seq_len,
+        e=precision.activation_bytes,
+        peak=hw.peak_flops_per_second(precision.other_matmul_dtype),
+        hbm=hw.hbm_bytes_per_second,
+        eff=eff,
+        causal=causal,
+        xp=xp,
+        sms=hw.sm_count,
+        kernels=_kernel_model(efficiency, eff, hw, framework, precision),
+        recompute_from_first=framework.recompute_every_from_first,
+    )
+
+
+COMPUTE_FIELDS = (
+    "tp",
+    "pp",
+    "cp",
+    "sp",
+    "micro_batch",
+    "recompute",
+    "recompute_every",
+    "flash",
+    "first_layers",
+    "middle_layers",
+    "last_layers",
+    "max_layers",
+    "embedding_slot",
+    "loss_slot",
+)
+"""The plan fields `micro_batch_terms` reads (the planner's grid computes it once per distinct
+combination of them: `search.product_grid.per_distinct_rows`, which hides the others)."""
 
 
 KERNEL_GAP_SECONDS = CUDA_GRAPHS_BLOG.stream_seconds - CUDA_GRAPHS_BLOG.kernel_seconds

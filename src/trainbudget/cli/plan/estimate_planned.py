@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from trainbudget.api.estimate_json import ANSWERS
 from trainbudget.api.results import Estimate as Answer
-from trainbudget.cli.estimate_views import explain, head_lines
-from trainbudget.cli.question import best_lines, inputs_lines
-from trainbudget.cli.reliability_view import reliability_line
-from trainbudget.cli.uncertainty_view import sensitivity_line
+from trainbudget.cli.plan.estimate_views import explain, head_lines
+from trainbudget.cli.plan.question import best_lines, inputs_lines
+from trainbudget.cli.plan.uncertainty_view import sensitivity_line
+from trainbudget.cli.tools.reliability_view import reliability_line
 from trainbudget.core.units import format_bytes
 
 

@@ -48,8 +48,23 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--pp-layers",
         metavar="N,N,...",
-        help="layers of each pipeline stage, first to last, e.g. 7,8,8,9 (sum n_layers; "
-        "default: an even split; --pp defaults to the number of entries)",
+        help="layers of each pipeline stage (GPU), first to last, e.g. 7,8,8,9 (sum n_layers; "
+        "default: an even split; --pp defaults to the number of entries); with --vpp each "
+        "stage's layers split evenly over its chunks, so each count (+ 1 for a counted "
+        "embedding or loss) must be divisible by vpp",
+    )
+    g.add_argument(
+        "--account-for-embedding",
+        action="store_true",
+        help="count the embedding as a layer slot of the first stage's first chunk, as "
+        "Megatron-Core's --account-for-embedding-in-pipeline-split (the even split then gives "
+        "that stage one layer fewer)",
+    )
+    g.add_argument(
+        "--account-for-loss",
+        action="store_true",
+        help="count the head and loss as a layer slot of the last stage's last chunk, as "
+        "Megatron-Core's --account-for-loss-in-pipeline-split",
     )
     g.add_argument("--vpp", help="virtual stages per GPU: interleaved schedule (default 1)")
     g.add_argument("--cp", help="context-parallel degree (default 1)")

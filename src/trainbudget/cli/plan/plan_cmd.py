@@ -15,16 +15,16 @@ from trainbudget.cli.args import (
     add_model_args,
     add_optimizer_arg,
 )
-from trainbudget.cli.plan_emit import add_emit_args, run_emit
-from trainbudget.cli.plan_view import add_cluster_args
-from trainbudget.cli.question import (
+from trainbudget.cli.plan.plan_emit import add_emit_args, run_emit
+from trainbudget.cli.plan.plan_view import add_cluster_args
+from trainbudget.cli.plan.question import (
     GLOBAL_BATCH_HELP,
     SEQ_LEN_HELP,
     add_policy_args,
     best_lines,
     inputs_lines,
 )
-from trainbudget.cli.reliability_view import add_reliability_options, reliability_line
+from trainbudget.cli.tools.reliability_view import add_reliability_options, reliability_line
 from trainbudget.core.spec.defaults import DEFAULT_GPU
 from trainbudget.core.spec.frameworks import Framework
 from trainbudget.core.units import GB

@@ -17,8 +17,8 @@ pytestmark = pytest.mark.torch
 from clirun import cli  # noqa: E402  (after the importorskip above)
 from trainbudget.core.units import GB  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
-from trainbudget.train import memory_check  # noqa: E402
-from trainbudget.train.memory_check import Available  # noqa: E402
+from trainbudget.train.observe import memory_check  # noqa: E402
+from trainbudget.train.observe.memory_check import Available  # noqa: E402
 
 # a short, cheap run; the tests add the model and the step count
 QUICK = (
@@ -58,8 +58,8 @@ def test_train_set_overrides_default_model(tmp_path, data):
 
 def test_train_set_keeps_the_named_model_and_its_vocabulary(tmp_path):
     from trainbudget.cli.main import build_parser
-    from trainbudget.cli.train_cmd import config_and_given
-    from trainbudget.train.preflight import preflight
+    from trainbudget.cli.run.train_cmd import config_and_given
+    from trainbudget.train.spec.preflight import preflight
 
     args = build_parser().parse_args(["train", "--model", "gpt2", "--set", "n_layers=2"])
     pre = preflight(config_and_given(args)[0])
@@ -117,8 +117,8 @@ def test_train_refuses_a_model_larger_than_memory(tmp_path, machine_of_23_gb, mo
 
 def test_train_memory_check_suggests_a_micro_batch_that_fits(tmp_path, monkeypatch):
     from trainbudget.core.spec.model_arg import resolve_model
-    from trainbudget.train.accounting import run_plan
-    from trainbudget.train.config import TrainConfig
+    from trainbudget.train.observe.accounting import run_plan
+    from trainbudget.train.spec.config import TrainConfig
 
     spec = resolve_model("gpt2", TrainConfig().overrides)
 
@@ -186,7 +186,7 @@ def test_train_speaks_from_the_start_and_at_step_1(tmp_path, data):
 
 def _config(*argv: str):
     from trainbudget.cli.main import build_parser
-    from trainbudget.cli.train_cmd import config_from_args
+    from trainbudget.cli.run.train_cmd import config_from_args
 
     return config_from_args(build_parser(only="train").parse_args(["train", *argv]))
 
@@ -218,7 +218,7 @@ def test_train_prints_the_largest_measured_rank_peak(capsys):
     # off CUDA with several ranks: memory_bytes has no measured peak, the ranks' rows do
     from types import SimpleNamespace
 
-    from trainbudget.cli.train_cmd import _print_summary
+    from trainbudget.cli.run.train_cmd import _print_summary
 
     rows = [
         {"rank": 0, "peak_bytes_measured": 20_000_000, "instrument": "tracked CPU tensors"},

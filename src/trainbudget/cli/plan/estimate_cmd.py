@@ -17,11 +17,11 @@ from trainbudget.cli.args import (
     add_model_args,
     add_training_args,
 )
-from trainbudget.cli.estimate_views import explain, head_lines, summary
-from trainbudget.cli.plan_view import add_plan_args, plan_lines
-from trainbudget.cli.question import add_policy_args
-from trainbudget.cli.reliability_view import add_reliability_options, reliability_line
-from trainbudget.cli.uncertainty_view import leave_unstated, range_line, sensitivity_line
+from trainbudget.cli.plan.estimate_views import explain, head_lines, summary
+from trainbudget.cli.plan.plan_view import add_plan_args, plan_lines
+from trainbudget.cli.plan.question import add_policy_args
+from trainbudget.cli.plan.uncertainty_view import leave_unstated, range_line, sensitivity_line
+from trainbudget.cli.tools.reliability_view import add_reliability_options, reliability_line
 from trainbudget.core.single.estimate import DEFAULT_MFU, FLOPS_FORMULAS
 from trainbudget.core.spec.defaults import DEFAULT_GPU
 from trainbudget.core.units import SECONDS_PER_DAY, format_bytes
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         print(answer.json_text())
         return 0
     if answer.kind == "planner":
-        from trainbudget.cli.estimate_planned import planner_lines
+        from trainbudget.cli.plan.estimate_planned import planner_lines
 
         print("\n".join(planner_lines(answer, args.explain)))
         return 0

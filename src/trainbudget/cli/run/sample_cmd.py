@@ -8,7 +8,7 @@ import argparse
 import math
 
 from trainbudget.cli.args import dumps_json, positive_int
-from trainbudget.cli.eval_cmd import (
+from trainbudget.cli.run.eval_cmd import (
     add_checkpoint_args,
     load_model,
     open_checkpoint,
@@ -90,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from trainbudget.data.tokenizers import load_tokenizer
     from trainbudget.train.evaluate import sample  # imports torch: only when run
-    from trainbudget.train.metrics import Progress
+    from trainbudget.train.observe.metrics import Progress
 
     tokenizer = _Recorder(load_tokenizer(data_dir))
     prompt_ids = tokenizer.tokenizer.encode(args.prompt)

@@ -156,6 +156,14 @@ def _as_text(r: _Results, md: bool) -> list[str]:
         if rejected
         else f"completed runs predicted to fit: all {len(r.counted)}"
     )
+    from trainbudget.validation import predicted_not_to_fit_with_measured_error
+
+    banded = predicted_not_to_fit_with_measured_error(r.counted)
+    out.append(
+        f"with the measured memory error in place of the 90 % rule (peak x the 90th percentile "
+        f"of measured / predicted on the framework row's memory rows, own source left out): "
+        f"{len(r.counted) - len(banded)} of {len(r.counted)} predicted to fit"
+    )
     out.append(
         f"mean absolute error over {len(r.counted)} runs from {len(r.groups['source'])} sources: "
         f"{100 * r.mae:.1f} % (leave-one-source-out: {100 * r.loso_mae:.1f} %)"

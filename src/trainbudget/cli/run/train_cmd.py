@@ -39,6 +39,7 @@ GROUPS = {
         "zero_shard",
         "tp",
         "sequence_parallel",
+        "cp",
         "ep",
         "pp",
         "pp_schedule",
@@ -98,7 +99,7 @@ _PARSE_RULES = {
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     # the config module is pure and cheap (no torch): the help text is the fields' docstrings
-    from trainbudget.train.config import CHOICES, config_fields, field_docs
+    from trainbudget.train.spec.config import CHOICES, config_fields, field_docs
 
     fields, docs = config_fields(), field_docs()
     p.add_argument(
@@ -152,7 +153,7 @@ def _help(doc: str, default: object) -> str:
 def _given(args: argparse.Namespace) -> dict:
     """The fields set by flags (not given: absent), parsed to the field's type."""
     from trainbudget.core.errors import SpecError
-    from trainbudget.train.config import config_fields
+    from trainbudget.train.spec.config import config_fields
 
     flags: dict = {}
     for name, field in config_fields().items():
@@ -173,14 +174,49 @@ def _given(args: argparse.Namespace) -> dict:
 
 def config_and_given(args: argparse.Namespace):
     """(TrainConfig, the names of the fields the file or the flags set)."""
-    from trainbudget.train.config import load_config_file, make_config
-    from trainbudget.train.preflight import check_pipeline_processes
+    from trainbudget.train.spec.config import load_config_file, make_config
+    from trainbudget.train.spec.preflight import check_pipeline_processes
 
     file_values = load_config_file(args.config) if args.config else {}
     flags = _given(args)
+    flags.update(capped_steps({**file_values, **flags}, os.environ))
     check_pipeline_processes({**file_values, **flags}.get("pp"))
     cfg = make_config(file_values, flags, source=args.config or "")
     return cfg, set(file_values) | set(flags)
+
+
+MAX_STEPS_ENV = "TRAINBUDGET_MAX_STEPS"
+"""Caps every run's steps (README, Training): the README's commands, which show the step counts
+of real runs, then run in order in seconds (tests/test_readme_order.py)."""
+
+
+def capped_steps(values: dict, environ) -> dict:
+    """The flags that `MAX_STEPS_ENV` changes in `values` (the file's and the flags' settings):
+    steps cut to the cap, and a warmup longer than that cut alike; said on stderr."""
+    from trainbudget.core.errors import SpecError
+    from trainbudget.train.spec.config import config_fields
+
+    raw = environ.get(MAX_STEPS_ENV, "")
+    if not raw:
+        return {}
+    try:
+        cap = _whole_number(raw)
+    except ValueError:
+        cap = 0
+    if cap < 1:
+        raise SpecError(
+            MAX_STEPS_ENV, raw, "must be a whole number >= 1 (the most steps a run takes)"
+        )
+    steps = values.get("steps", config_fields()["steps"].default)
+    if not isinstance(steps, int) or steps <= cap:  # a bad value: TrainConfig names it
+        return {}
+    changed = {"steps": cap}
+    warmup = values.get("warmup_steps")
+    if isinstance(warmup, int) and warmup > cap:
+        changed["warmup_steps"] = cap
+    if environ.get("RANK", "0") == "0":
+        sys.stderr.write(f"trainbudget train: {MAX_STEPS_ENV}={raw}: {steps} steps cut to {cap}\n")
+    return changed
 
 
 def config_from_args(args: argparse.Namespace):
@@ -188,23 +224,23 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainbudget.train.preflight import preflight
+    from trainbudget.train.spec.preflight import preflight
 
     cfg, given = config_and_given(args)
     # every check that needs no torch, before anything is written
     cfg = preflight(cfg, explicit=given).config
-    from trainbudget.train.launch_env import read_launch_env
+    from trainbudget.train.launch.launch_env import read_launch_env
 
     read_launch_env(os.environ)  # a bad launch environment: one line, before torch loads
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 holds the run's lock
-        from trainbudget.train.run_lock import refuse_if_locked
+        from trainbudget.train.launch.run_lock import refuse_if_locked
 
         refuse_if_locked(cfg.run_dir, cfg.out)  # a busy folder: seconds before torch loads
     # a few seconds of silence otherwise; not said where torch is missing (one error line)
     if os.environ.get("RANK", "0") == "0" and importlib.util.find_spec("torch") is not None:
         sys.stderr.write("trainbudget train: loading PyTorch\n")
         sys.stderr.flush()
-    from trainbudget.train.exits import RanksLost, abandon, interrupted_line
+    from trainbudget.train.launch.exits import RanksLost, abandon, interrupted_line
 
     try:
         from trainbudget.train.checkpointing.recovery import Interrupted, TrainingHalted

@@ -13,7 +13,7 @@ import pytest
 
 from clirun import cli
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+SRC = str(Path(__file__).resolve().parents[3] / "src")
 TINY = ("n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=257")
 TINY_FLAGS = [arg for o in TINY for arg in ("--set", o)]
 
@@ -83,7 +83,7 @@ def test_profile_of_too_many_layers_is_refused_and_names_the_override():
 
 @pytest.mark.torch
 def test_allow_large_lifts_the_layer_bound(monkeypatch):
-    from trainbudget.cli import profile_cmd
+    from trainbudget.cli.run import profile_cmd
 
     monkeypatch.setattr(profile_cmd, "MAX_PROFILE_LAYERS", 1)
     argv = ("profile", "--model", "gpt2", *TINY_FLAGS, "--set", "n_layers=2", "--seq-len", "8")

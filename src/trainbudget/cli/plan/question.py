@@ -81,8 +81,8 @@ def inputs_lines(found: Search) -> list[str]:
 def best_lines(found: Search, tokens: float | None) -> list[str]:
     """The best plan's lines, as `plan` and `estimate` print them."""
     from trainbudget.api.sensitivity import range_json
-    from trainbudget.cli.plan_view import plan_lines
-    from trainbudget.cli.uncertainty_view import range_line
+    from trainbudget.cli.plan.plan_view import plan_lines
+    from trainbudget.cli.plan.uncertainty_view import range_line
     from trainbudget.core.parallel.search.planner import why_best
 
     best, cluster = found.result.plans[0], found.cluster

@@ -18,15 +18,15 @@ from trainbudget.cli.args import (
     positive_int,
     token_count,
 )
-from trainbudget.cli.plan_view import add_cluster_args, cluster_from_args, efficiency_from_args
-from trainbudget.cli.question import (
+from trainbudget.cli.plan.plan_view import add_cluster_args, cluster_from_args, efficiency_from_args
+from trainbudget.cli.plan.question import (
     SEQ_LEN_HELP,
     add_policy_args,
     policy_from_args,
     seq_len_from_args,
 )
-from trainbudget.cli.reliability_cmd import parse_probability
-from trainbudget.cli.reliability_view import add_reliability_options
+from trainbudget.cli.tools.reliability_cmd import parse_probability
+from trainbudget.cli.tools.reliability_view import add_reliability_options
 from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.defaults import DEFAULT_GPU
 from trainbudget.core.units import GB, parse_bandwidth
@@ -197,7 +197,7 @@ def _question(args: argparse.Namespace):
 
 def _global_batch(args: argparse.Namespace, seq_len: int) -> tuple[int, list[str]]:
     """--global-batch, or the shared default (core.spec.defaults) and a note saying so."""
-    from trainbudget.cli.question import global_batch_from_args
+    from trainbudget.cli.plan.question import global_batch_from_args
 
     batch = global_batch_from_args(args, seq_len)
     notes = (

@@ -14,7 +14,7 @@ from trainbudget.core.spec.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.units import format_bytes
 from trainbudget.profile.device import check_device_name
-from trainbudget.train.startup import Say
+from trainbudget.train.observe.startup import Say
 
 REAL_DEVICES = ("cpu", "cuda")  # real steps, timed; the others run on fake tensors
 MAX_PROFILE_LAYERS = 128

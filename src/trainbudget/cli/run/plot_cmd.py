@@ -1,6 +1,6 @@
 """`trainbudget plot RUN_DIR [RUN_DIR ...]`: loss curves (training loss, validation points),
 throughput and MFU from metrics.jsonl as one PNG; several runs give one comparison figure. The
-runs are read by `train.run_files` and drawn by `report.run_charts`, as `report --run` does;
+runs are read by `train.spec.run_files` and drawn by `report.run_charts`, as `report --run` does;
 matplotlib is imported inside run() only."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from trainbudget.cli.args import dumps_json
 from trainbudget.core.errors import SpecError
 
 if TYPE_CHECKING:
-    from trainbudget.train.run_files import RunLog
+    from trainbudget.train.spec.run_files import RunLog
 
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
@@ -75,7 +75,7 @@ def _write(out: Path, png: bytes) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from trainbudget.report.figures import require_matplotlib
-    from trainbudget.train.run_files import read_runs
+    from trainbudget.train.spec.run_files import read_runs
 
     runs = read_runs(args.runs)  # bad input fails here, before matplotlib is imported
     out = _out_path(args, runs)

@@ -1,0 +1,1 @@
+"""A run and this machine: data prepare, train, eval, sample, plot; profile and bench."""

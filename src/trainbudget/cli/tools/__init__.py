@@ -1,0 +1,1 @@
+"""The smaller questions: catalogs, intensity, mfu, fit, reliability and validate."""

@@ -1,0 +1,1 @@
+"""What a run measures beside what the core predicts: metrics, collectives, memory, rooflines."""

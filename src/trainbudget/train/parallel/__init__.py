@@ -1,0 +1,1 @@
+"""Parallel engines of the trainer: data, tensor, pipeline, expert and context parallelism."""

@@ -1,0 +1,74 @@
+"""The loss kernel as a framework column (`engines.LOSS_KERNELS`): what each keeps of the logits
+and the head's gradients at the head stage's backward start, for one plan and for a grid.
+Sizes follow each kernel's code (the rows' sources); the bytes here are those formulas, written
+out by hand from the shapes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from trainbudget.core.ops import numpy_ops
+from trainbudget.core.parallel.layout import PlanNumbers
+from trainbudget.core.parallel.memory.gpu_memory import peak_bytes
+from trainbudget.core.parallel.memory.gpu_peak import BACKWARD_STARTS, gpu_peak
+from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.spec.frameworks import FRAMEWORKS, GENERIC
+from trainbudget.core.spec.precision import get_optimizer, get_precision
+from trainbudget.core.spec.presets import get_preset
+
+SPEC = get_preset("llama-3-8b")
+KW = dict(precision=get_precision("bf16-mixed"), optimizer=get_optimizer("adam"))
+# Bekman's long-context layout (published.runs.mlengineering): ZeRO-3 on 8, checkpointing
+PLAN = Plan(dp=8, tp=1, pp=1, zero=3, micro_batch=1, grad_accum=1, recompute="full")
+FUSED = "fused-linear-cross-entropy"
+
+
+def backward_start(framework, seq_len: int):
+    peak = gpu_peak(
+        SPEC, PlanNumbers.of(PLAN), stage="only", seq_len=seq_len, framework=framework, **KW
+    )
+    return next(p for p in peak.phases if p.phase == BACKWARD_STARTS[2])
+
+
+@pytest.mark.parametrize("seq_len", [8192, 262144])
+def test_a_fused_linear_loss_holds_a_chunk_and_the_head_gradients_not_the_logits(seq_len):
+    torch_ce = backward_start(GENERIC, seq_len)
+    fused = backward_start(dataclasses.replace(GENERIC, loss_kernel=FUSED), seq_len)
+    tokens, vocab, d = seq_len, SPEC.vocab_size, SPEC.d_model
+    # torch's cross-entropy: 16-bit logits and the fp32 log-probabilities saved, two fp32
+    # gradients at its backward's start (the profile matrix's MemTracker measurement)
+    torch_loss = tokens * vocab * (2 + 4) + tokens * vocab * 2 * 4
+    # Liger: the 16-bit head weight gradient kept (the input's gradient replaces the saved
+    # input), one chunk of about tokens x d 16-bit logits at the forward's end
+    fused_loss = vocab * d * 2 + tokens * d * 2
+    assert torch_ce.total_bytes - fused.total_bytes == pytest.approx(torch_loss - fused_loss)
+
+
+def test_no_framework_row_changes_its_loss_by_the_new_row():
+    # the rows keep their kernels: only a run or a flag picks the fused one
+    assert FUSED not in {fw.loss_kernel for fw in FRAMEWORKS.values()}
+
+
+def test_the_grid_equals_one_plan_at_a_time_under_the_fused_loss():
+    fw = dataclasses.replace(FRAMEWORKS["deepspeed"], loss_kernel=FUSED)
+    plans = [dataclasses.replace(PLAN, micro_batch=b) for b in (1, 2)]
+    kw = dict(seq_len=32768, framework=fw, **KW)
+    grid = peak_bytes(SPEC, PlanNumbers.of_many(plans), xp=numpy_ops(), **kw)
+    one = [peak_bytes(SPEC, p, **kw) for p in plans]
+    np.testing.assert_allclose(grid, one, rtol=1e-12)
+
+
+def test_a_chunked_loss_saves_fp32_log_probabilities_and_backs_up_one_chunk_at_a_time():
+    seq_len = 32768
+    torch_ce = backward_start(GENERIC, seq_len)
+    chunked = backward_start(
+        dataclasses.replace(GENERIC, loss_kernel="chunked-cross-entropy"), seq_len
+    )
+    logits = seq_len * SPEC.vocab_size
+    # torchtune's 8 chunks: no 16-bit logits kept; a chunk's two fp32 gradients and its
+    # 16-bit one instead of the whole logits' two fp32 gradients
+    saved = logits * 2 + logits * 2 * 4 - logits / 8 * (2 * 4 + 2)
+    assert torch_ce.total_bytes - chunked.total_bytes == pytest.approx(saved)
