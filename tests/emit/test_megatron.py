@@ -3,6 +3,8 @@ from Megatron-LM d98e8a6's arguments.py), and round-tripped to the plan and the 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from emit_jobs import README_70B, STEPS_15T, job, parse_megatron
@@ -88,3 +90,16 @@ def test_a_feature_without_an_equivalent_is_refused_in_one_line(plan, kw, named)
     with pytest.raises(SpecError) as err:
         megatron.emit(job(plan, **kw))
     assert named in str(err.value) and "cannot be emitted for megatron" in str(err.value)
+
+
+def test_an_accounted_interleaved_split_names_chunks_per_rank_and_the_accounting() -> None:
+    # issue 23 item 4's case: 126 layers + embedding + loss = 128 slots on pp8 x vpp8
+    plan = Plan(dp=2, tp=8, sp=True, pp=8, vpp=8, schedule="interleaved", grad_accum=16)
+    plan = replace(plan, embedding_in_pp_split=True, loss_in_pp_split=True)
+    a = parse_megatron(megatron.emit(job(plan, model="llama-3-405b")).text)
+    assert a.num_virtual_stages_per_pipeline_rank == 8
+    assert a.num_layers_per_virtual_pipeline_stage is None  # 126 / 64 is no whole count
+    assert a.account_for_embedding_in_pipeline_split and a.account_for_loss_in_pipeline_split
+    uneven = replace(plan, pp_layers=(15, 16, 16, 16, 16, 16, 16, 15))
+    with pytest.raises(SpecError, match="pp_layers"):
+        megatron.emit(job(uneven, model="llama-3-405b"))

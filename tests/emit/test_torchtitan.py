@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import types
+from dataclasses import replace
 
 import pytest
 
@@ -182,3 +183,17 @@ def test_torchtitans_own_config_manager_loads_it(tmp_path) -> None:
     assert cfg.parallelism.data_parallel_shard_degree == 256
     assert cfg.parallelism.tensor_parallel_degree == cfg.parallelism.context_parallel_degree == 2
     assert (cfg.training.local_batch_size, cfg.training.global_batch_size) == (1, 512)
+
+
+def test_an_accounted_interleaved_split_gives_each_part_the_cores_layers() -> None:
+    # 126 layers + embedding + loss slots on pp8 x vpp8: 2 slots a part, so the first part
+    # holds the embedding and one layer, the last one layer and the head (core.parallel
+    # .pipeline_split.chunk_layer_counts)
+    plan = Plan(dp=2, tp=8, sp=True, pp=8, vpp=8, schedule="interleaved", grad_accum=16)
+    plan = replace(plan, embedding_in_pp_split=True, loss_in_pp_split=True)
+    parts = torchtitan._stage_modules(job(plan, model="llama-3-405b"))
+    assert len(parts) == 64
+    assert parts[0] == ["tok_embeddings", "layers.0"]
+    assert parts[-1] == ["layers.125", "norm", "output"]
+    layers = [m for part in parts for m in part if m.startswith("layers.")]
+    assert layers == [f"layers.{i}" for i in range(126)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from trainbudget.core.parallel.pipeline_split import chunk_layer_counts, end_slots
 from trainbudget.emit.job import Emitted, Job, Option, check_emitted, refuse, table
 
 ENGINE = "megatron"
@@ -28,6 +29,9 @@ OPTIONS = table(
     _o("--sequence-parallel", bool, "sp", _PC),
     _o("--pipeline-model-parallel-size", int, "pp", _PC),
     _o("--num-layers-per-virtual-pipeline-stage", int, "n_layers / (pp * vpp)"),
+    _o("--num-virtual-stages-per-pipeline-rank", int, "vpp (an uneven or accounted split)"),
+    _o("--account-for-embedding-in-pipeline-split", bool, "embedding_in_pp_split"),
+    _o("--account-for-loss-in-pipeline-split", bool, "loss_in_pp_split"),
     _o("--decoder-first-pipeline-num-layers", int, "pp_layers[0]"),
     _o("--decoder-last-pipeline-num-layers", int, "pp_layers[-1]"),
     _o("--context-parallel-size", int, "cp", _PC),
@@ -95,8 +99,24 @@ def _parallel(job: Job) -> dict[str, object]:
     out["--pipeline-model-parallel-size"] = p.pp
     if p.schedule == "gpipe" and p.pp > 1:
         raise refuse(ENGINE, "schedule", "gpipe", "it runs 1F1B, or interleaved 1F1B with vpp")
-    if p.vpp > 1:
+    embedding, loss = end_slots(p)
+    if p.vpp > 1 and (p.pp_layers or embedding or loss):
+        # each stage's layers (and counted slots) shared among its chunks, as the core splits
+        out["--num-virtual-stages-per-pipeline-rank"] = p.vpp
+    elif p.vpp > 1:
         out["--num-layers-per-virtual-pipeline-stage"] = n // (p.pp * p.vpp)
+    if embedding:
+        out["--account-for-embedding-in-pipeline-split"] = True
+    if loss:
+        out["--account-for-loss-in-pipeline-split"] = True
+    if p.pp_layers and (embedding or loss):
+        raise refuse(
+            ENGINE,
+            "pp_layers",
+            p.pp_layers,
+            "this emitter writes either first/last-stage layer counts or the embedding/loss "
+            "accounting flags, not both; give one",
+        )
     if p.pp_layers:
         first, *middle, last = p.pp_layers
         if len(set(middle)) > 1:
@@ -269,9 +289,10 @@ def _recompute_block(job: Job) -> int:
     of each, the rest keep everything), for the plan's ceil(L / K) per stage."""
     p, n = job.plan, job.model.n_layers
     k = p.recompute_every
-    per_stage = list(p.pp_layers) or [n // p.pp] * p.pp
+    chunks = chunk_layer_counts(p, n)  # row s: stage s's chunks, as the core splits them
+    per_stage = [sum(row) for row in chunks]
     wanted = {math.ceil(c / k) for c in per_stage}
-    per_chunk = math.ceil(n // (p.pp * p.vpp) / k) if p.vpp > 1 else min(wanted)
+    per_chunk = math.ceil(max(map(max, chunks)) / k) if p.vpp > 1 else min(wanted)
     if len(wanted) > 1 or p.vpp * per_chunk != min(wanted):
         raise refuse(
             ENGINE,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainbudget.core.parallel.pipeline_split import chunk_layer_counts
 from trainbudget.emit.job import Emitted, Job, Option, check_emitted, refuse, table
 from trainbudget.emit.toml_text import toml_text
 
@@ -256,7 +257,8 @@ def _stage_modules(job: Job) -> list[list[str]]:
     """The module names of each model part, first to last (pp * vpp parts; part i runs on
     rank i % pp, the looped order of distributed/pipeline_parallel.py)."""
     p, n = job.plan, job.model.n_layers
-    counts = list(p.pp_layers) or [n // (p.pp * p.vpp)] * (p.pp * p.vpp)
+    per_stage = chunk_layer_counts(p, n)  # row s: stage s's chunks, as the core splits them
+    counts = [per_stage[k % p.pp][k // p.pp] for k in range(p.pp * p.vpp)]
     parts, first = [], 0
     for c in counts:
         parts.append([f"layers.{i}" for i in range(first, first + c)])
@@ -301,7 +303,7 @@ def _recompute(job: Job) -> dict[str, object]:
         return {"activation_checkpoint.mode": "full"}
     # distributed/activation_checkpoint.py _apply_layer_sac wraps the K-th, 2K-th, ... layer
     # a rank builds: floor(L / K) of them, the plan's ceil(L / K) only when K divides L
-    per_rank = list(p.pp_layers) or [job.model.n_layers // p.pp] * p.pp
+    per_rank = [sum(row) for row in chunk_layer_counts(p, job.model.n_layers)]
     if any(c % p.recompute_every for c in per_rank):
         raise refuse(
             ENGINE,

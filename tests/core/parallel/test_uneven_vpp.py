@@ -64,6 +64,11 @@ def test_the_derived_split_equals_the_same_split_given():
         assert PlanNumbers.of(derived).stage_layers(126, stage) == PlanNumbers.of(
             given
         ).stage_layers(126, stage)
+    # the planner's array form (numpy fields) reads the same split and gives the plan back
+    grid = PlanNumbers.of_many([derived, interleaved()])
+    assert list(grid.stage_layers(126, "first")) == [15, 126 // 8]
+    assert list(grid.stage_layers(126, "max")) == [16, 126 // 8]
+    assert grid.plans() == [derived, interleaved()]
     a, b = (step_time(LLAMA_405B, p, CLUSTER, **KW) for p in (derived, given))
     assert a.step_seconds == b.step_seconds
     ma, mb = (plan_memory(LLAMA_405B, p, **KW) for p in (derived, given))

@@ -1,0 +1,1 @@
+"""Answering a question: the estimate and plan documents, their ranges, reliability and quotes."""
