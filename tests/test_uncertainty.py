@@ -171,8 +171,8 @@ def test_fits_with_the_measured_memory_error_is_the_rule_written_out():
     from trainbudget.uncertainty import memory_error_range
 
     counted = validation.scored(validation.compare_all())
-    rows = validation.memory_ratios(counted)
-    rejected = {c.run_id for c in validation.predicted_not_to_fit_with_measured_error(counted)}
+    rows = uncertainty.memory_ratios(counted)
+    rejected = {c.run_id for c in uncertainty.predicted_not_to_fit_with_measured_error(counted)}
     for c in counted:
         fw = validation.framework_row(c.framework).name
         margin = memory_error_range(rows, fw, c.source_key).high

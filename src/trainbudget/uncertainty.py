@@ -154,11 +154,44 @@ def computed_errors() -> tuple[RunError, ...]:
     return tuple(out)
 
 
+def memory_ratios(comparisons: list) -> list[MemoryRatio]:
+    """measured / predicted peak of each validation.Comparison with a measured peak, with its
+    source and framework row."""
+    from trainbudget import validation
+
+    return [
+        MemoryRatio(
+            c.run_id,
+            c.source_key,
+            validation.framework_row(c.framework).name,
+            c.measured_memory_bytes / c.predicted_memory_bytes,
+        )
+        for c in validation.with_memory(comparisons)
+    ]
+
+
 def computed_memory_ratios() -> tuple[MemoryRatio, ...]:
     """Every scored published run with a measured peak: measured / predicted peak bytes."""
     from trainbudget import validation
 
-    return tuple(validation.memory_ratios(validation.scored(validation.compare_all())))
+    return tuple(memory_ratios(validation.scored(validation.compare_all())))
+
+
+def predicted_not_to_fit_with_measured_error(comparisons: list) -> list:
+    """The runs (validation.Comparison) whose predicted peak times the model's own memory error
+    on similar runs -- the 90th percentile of measured / predicted peak over the memory rows of
+    its framework row, its own source left out (`memory_error_range`) -- exceeds the GPU's
+    memory: the fits rule with a measured margin in place of the flat 90 %."""
+    from trainbudget import validation
+
+    rows = memory_ratios(comparisons)
+    return [
+        c
+        for c in comparisons
+        if c.predicted_memory_bytes
+        * memory_error_range(rows, validation.framework_row(c.framework).name, c.source_key).high
+        > c.gpu_memory_bytes
+    ]
 
 
 def errors_to_json(errors: tuple[RunError, ...], memory: tuple[MemoryRatio, ...] = ()) -> str:

@@ -517,39 +517,6 @@ def predicted_not_to_fit(
     return [c for c in comparisons if c.predicted_memory_bytes > headroom * c.gpu_memory_bytes]
 
 
-def predicted_not_to_fit_with_measured_error(comparisons: list[Comparison]) -> list[Comparison]:
-    """The runs whose predicted peak times the model's own memory error on similar runs -- the
-    90th percentile of measured / predicted peak over the memory rows of its framework row,
-    its own source left out (uncertainty.memory_error_range) -- exceeds the GPU's memory: the
-    fits rule with a measured margin in place of the flat `DEFAULT_MEMORY_HEADROOM`."""
-    from trainbudget.uncertainty import memory_error_range
-
-    rows = memory_ratios(comparisons)
-    return [
-        c
-        for c in comparisons
-        if c.predicted_memory_bytes
-        * memory_error_range(rows, framework_row(c.framework).name, c.source_key).high
-        > c.gpu_memory_bytes
-    ]
-
-
-def memory_ratios(comparisons: Iterable[Comparison]) -> list:
-    """measured / predicted peak of each comparison with a measured peak, with its source and
-    framework row (uncertainty.MemoryRatio)."""
-    from trainbudget.uncertainty import MemoryRatio
-
-    return [
-        MemoryRatio(
-            c.run_id,
-            c.source_key,
-            framework_row(c.framework).name,
-            c.measured_memory_bytes / c.predicted_memory_bytes,
-        )
-        for c in with_memory(comparisons)
-    ]
-
-
 def with_memory(comparisons: Iterable[Comparison]) -> list[Comparison]:
     """The comparisons whose source reports peak memory."""
     return [c for c in comparisons if c.measured_memory_bytes is not None]

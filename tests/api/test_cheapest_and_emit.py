@@ -1,6 +1,7 @@
 """`trainbudget.plan(..., within_days=D)` is `plan --within-days D`, and a result's
 `.emit(engine)` is `plan --emit ENGINE`: the same document and the same file text, through the
-same functions (api.cheapest, api.engine_config), and the same one-line refusals."""
+same functions (api.answers.cheapest, api.returned.engine_config), and the same one-line
+refusals."""
 
 from __future__ import annotations
 
@@ -90,3 +91,13 @@ def test_emit_refusals_name_the_engine_and_the_reason():
     assert not tight.best.fits
     with pytest.raises(SpecError, match="no plan fits in memory"):
         tight.emit("megatron")
+
+
+def test_an_unknown_engine_is_the_error_before_the_plan_is_looked_at():
+    # a one-GPU estimate has no plan to emit either, but the name is refused first, listing the
+    # engines (the order engine_config.check_engine keeps for both result types)
+    with pytest.raises(SpecError, match=r"^--emit = 'nemo': unknown.*known: deepspeed, megatron"):
+        tb.estimate("gpt2").job("nemo")
+    tight = tb.plan("llama-3-70b", gpus=8, gpu="h100-sxm", **NARROW)
+    with pytest.raises(SpecError, match=r"^--emit = 'nemo': unknown"):
+        tight.job("nemo")

@@ -42,7 +42,7 @@ def test_the_json_printed_is_the_answers(monkeypatch, module, name, argv):
 
 
 def test_the_entry_points_call_the_same_functions():
-    from trainbudget.api import estimate_answer, plan_answer
+    from trainbudget.api.answers import estimate_answer, plan_answer
 
     assert estimate_cmd.answer_estimate is estimate_answer.answer_estimate
     assert plan_cmd.answer_plan_command is plan_answer.answer_plan_command

@@ -107,7 +107,7 @@ CASES = [
     ),
     case("unknown-precision", (*E, "--precision", "fp12"), "precision", "fp12", "bf16-mixed"),
     case("unknown-optimizer", (*E, "--optimizer", "adamww"), "optimizer", "adamww", "adamw"),
-    # named choices: the core's line (api.choices), which also lists the accepted names
+    # named choices: the core's line (api.inputs.choices), which also lists the accepted names
     case("bad-recompute", (*E, "--recompute", "half"), opt("recompute"), "half", "selective"),
     case("bad-flops-formula", (*E, "--flops-formula", "8n"), opt("flops-formula"), "8n", "6n"),
     # --tokens

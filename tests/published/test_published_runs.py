@@ -424,11 +424,14 @@ def test_an_unknown_attention_kernel_is_refused() -> None:
 
 
 def test_a_loss_kernel_is_the_framework_rows_unless_the_source_turns_on_another() -> None:
-    """Only the runs whose source names a fused linear cross-entropy (Liger-Kernel in Bekman's
-    long-context configuration) set one; an unknown name is refused naming the known ones."""
+    """Only the runs whose source or code names their loss set one: Liger-Kernel's fused linear
+    cross-entropy in Bekman's long-context configuration, llm.c's in-place fused classifier;
+    an unknown name is refused naming the known ones."""
     fused = {r.id for r in PUBLISHED_RUNS if r.loss_kernel == "fused-linear-cross-entropy"}
     assert fused and all(i.startswith("mleng-") and not i.endswith("zero2") for i in fused)
-    assert all(r.loss_kernel is None for r in PUBLISHED_RUNS if r.id not in fused)
+    in_place = {r.id for r in PUBLISHED_RUNS if r.loss_kernel == "in-place-fused-classifier"}
+    assert in_place == {"llmc-gpt2-124m-8gpu", "llmc-gpt2-350m-8gpu"}
+    assert all(r.loss_kernel is None for r in PUBLISHED_RUNS if r.id not in fused | in_place)
     run = get_run("mleng-llama31-8b-h200-8k")
     with pytest.raises(RunDataError, match=r"loss_kernel = 'liger'.*torch-cross-entropy"):
         dataclasses.replace(run, loss_kernel="liger")

@@ -2,17 +2,18 @@
 functions, with the CLI's option names (dashes as underscores), units and defaults.
 
 Each builds the option record `trainbudget estimate` / `plan` would parse and hands it to the
-one function the command calls (api.estimate_answer.answer_estimate, api.plan_answer
-.answer_plan), so the figures, the JSON and the one-line errors are the CLI's own."""
+one function the command calls (api.answers.estimate_answer.answer_estimate,
+api.answers.plan_answer.answer_plan), so the figures, the JSON and the one-line errors are the
+CLI's own."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
 
-from trainbudget.api.model_input import model_input
-from trainbudget.api.options import ESTIMATE_DEFAULTS, PLAN_DEFAULTS, namespace
-from trainbudget.api.results import Estimate, PlanResult, Quotes
+from trainbudget.api.inputs.model_input import model_input
+from trainbudget.api.inputs.options import ESTIMATE_DEFAULTS, PLAN_DEFAULTS, namespace
+from trainbudget.api.returned.results import Estimate, PlanResult, Quotes
 from trainbudget.core.spec.defaults import DEFAULT_GPU
 
 Number = int | float | str
@@ -84,7 +85,7 @@ def estimate(
     adds the derivation to `to_json()`, as `--explain --json` does. Bad input raises SpecError
     with the line the CLI prints."""
     given = {k: v for k, v in locals().items() if k != "model"}  # first: the options only
-    from trainbudget.api.estimate_answer import answer_estimate
+    from trainbudget.api.answers.estimate_answer import answer_estimate
 
     return answer_estimate(_checked(namespace(ESTIMATE_DEFAULTS, model_input(model), given)))
 
@@ -136,7 +137,7 @@ def plan(
     if isinstance(prices, Mapping):  # --prices NAME=PRICE,...
         prices = ",".join(f"{name}={price}" for name, price in prices.items())
     given = {k: v for k, v in locals().items() if k != "model"}  # first: the options only
-    from trainbudget.api.plan_answer import answer_plan_command
+    from trainbudget.api.answers.plan_answer import answer_plan_command
 
     return answer_plan_command(_checked(namespace(PLAN_DEFAULTS, model_input(model), given)))
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 # the values' readers live in the API, so that a keyword and an option read the same text the
 # same way; the other commands import them from here
-from trainbudget.api.values import (  # noqa: F401
+from trainbudget.api.inputs.values import (  # noqa: F401
     comma_list,
     dumps_json,
     duration_days,
@@ -160,7 +160,7 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--recompute",
         default="none",
-        metavar="{" + ",".join(RECOMPUTE_KINDS) + "}",  # checked by api.choices, as the API's
+        metavar="{" + ",".join(RECOMPUTE_KINDS) + "}",  # checked by api.inputs.choices
         help="activation recomputation policy (default none); selective-op: torchtitan's "
         "per-op policy (keep matmul and attention outputs, recompute the rest)",
     )

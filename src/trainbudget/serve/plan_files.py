@@ -6,8 +6,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import fields
 
-from trainbudget.api.engine_config import engine_job
-from trainbudget.api.model_input import model_input, resolve
+from trainbudget.api.inputs.model_input import model_input, resolve
+from trainbudget.api.returned.engine_config import engine_job
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.spec.defaults import DEFAULT_OPTIMIZER, DEFAULT_PRECISION

@@ -7,9 +7,12 @@ from __future__ import annotations
 import argparse
 import functools
 
-from trainbudget.api.question import global_batch_from_args, policy_from_args, seq_len_from_args
-from trainbudget.api.results import Quotes
-from trainbudget.api.values import (
+from trainbudget.api.inputs.question import (
+    global_batch_from_args,
+    policy_from_args,
+    seq_len_from_args,
+)
+from trainbudget.api.inputs.values import (
     comma_list,
     dumps_json,
     duration_days,
@@ -18,6 +21,7 @@ from trainbudget.api.values import (
     refuse_repeats,
     token_count,
 )
+from trainbudget.api.returned.results import Quotes
 from trainbudget.core.errors import SpecError, lookup
 from trainbudget.core.parallel.search.planner_fast import search_fast
 from trainbudget.core.parallel.search.procurement import Candidate, cheapest

@@ -7,29 +7,30 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from trainbudget.api.choices import check_choices
-from trainbudget.api.estimate_json import (
+from trainbudget.api.answers.estimate_json import (
     ANSWERS,
     derivation_json,
     framework_assumption,
     layout_assumptions,
     to_json,
 )
-from trainbudget.api.layout import (
+from trainbudget.api.answers.reliability import reliability_json
+from trainbudget.api.answers.sensitivity import range_json, sensitivity
+from trainbudget.api.inputs.assumed import take_assumptions
+from trainbudget.api.inputs.choices import check_choices
+from trainbudget.api.inputs.layout import (
     cluster_from_args,
     efficiency_from_args,
     plan_from_args,
     plan_json,
     wants_plan,
 )
-from trainbudget.api.model_input import resolve
-from trainbudget.api.question import search_options_given, seq_len_from_args
-from trainbudget.api.reliability import reliability_json
-from trainbudget.api.request import explicit_options, headroom_from_args, request_from_args
-from trainbudget.api.results import Estimate as Answer
-from trainbudget.api.results import plan_memory, single_memory
-from trainbudget.api.sensitivity import range_json, sensitivity, take_assumptions
-from trainbudget.api.values import dumps_json, framework_from_args, positive_int
+from trainbudget.api.inputs.model_input import resolve
+from trainbudget.api.inputs.question import search_options_given, seq_len_from_args
+from trainbudget.api.inputs.request import explicit_options, headroom_from_args, request_from_args
+from trainbudget.api.inputs.values import dumps_json, framework_from_args, positive_int
+from trainbudget.api.returned.results import Estimate as Answer
+from trainbudget.api.returned.results import plan_memory, single_memory
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan, validate_layout, validate_plan
@@ -50,7 +51,7 @@ def answer_estimate(args: argparse.Namespace) -> Answer:
     kind = answer_kind(args, model, positive_int("gpus", args.gpus))
     refuse_unused(args, kind)
     if kind == "planner":
-        from trainbudget.api.estimate_planned import answer_planner  # numpy and the search
+        from trainbudget.api.answers.estimate_planned import answer_planner  # numpy and the search
 
         return answer_planner(args, explicit)
     unstated = take_assumptions(args)

@@ -6,21 +6,23 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from trainbudget.api.estimate_json import (
+from trainbudget.api.answers.estimate_json import (
     ANSWERS,
     derivation_json,
     layout_assumptions,
     to_json,
 )
-from trainbudget.api.layout import efficiency_from_args
-from trainbudget.api.model_input import resolve
-from trainbudget.api.question import Search, best_json, inputs_json, search_from_args
-from trainbudget.api.reliability import reliability_json
-from trainbudget.api.request import request_from_args
-from trainbudget.api.results import Estimate as Answer
-from trainbudget.api.results import plan_memory
-from trainbudget.api.sensitivity import sensitivity, take_assumptions
-from trainbudget.api.values import dumps_json, framework_from_args
+from trainbudget.api.answers.plan_answer import best_json
+from trainbudget.api.answers.reliability import reliability_json
+from trainbudget.api.answers.sensitivity import sensitivity
+from trainbudget.api.inputs.assumed import take_assumptions
+from trainbudget.api.inputs.layout import efficiency_from_args
+from trainbudget.api.inputs.model_input import resolve
+from trainbudget.api.inputs.question import Search, inputs_json, search_from_args
+from trainbudget.api.inputs.request import request_from_args
+from trainbudget.api.inputs.values import dumps_json, framework_from_args
+from trainbudget.api.returned.results import Estimate as Answer
+from trainbudget.api.returned.results import plan_memory
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.search.planner import RankedPlan, evaluate, why_best

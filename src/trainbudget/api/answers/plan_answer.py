@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import argparse
 
-from trainbudget.api.choices import check_choices
-from trainbudget.api.model_input import resolve
-from trainbudget.api.question import Search, best_json, inputs_json, search_from_args
-from trainbudget.api.reliability import reliability_json
-from trainbudget.api.results import PlanResult, Quotes
-from trainbudget.api.values import dumps_json, framework_from_args, positive_int, token_count
+from trainbudget.api.answers.reliability import reliability_json
+from trainbudget.api.answers.sensitivity import range_json
+from trainbudget.api.inputs.choices import check_choices
+from trainbudget.api.inputs.layout import plan_json
+from trainbudget.api.inputs.model_input import resolve
+from trainbudget.api.inputs.question import Search, inputs_json, search_from_args
+from trainbudget.api.inputs.values import dumps_json, framework_from_args, positive_int, token_count
+from trainbudget.api.returned.results import PlanResult, Quotes
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.search.planner import why_best
 from trainbudget.core.single.memory import checkpoint_bytes
 from trainbudget.core.spec.frameworks import Framework
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec
+from trainbudget.core.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 
 def plan_question(args: argparse.Namespace) -> tuple[ModelSpec, Framework]:
@@ -37,7 +40,7 @@ def answer_plan_command(args: argparse.Namespace) -> PlanResult | Quotes:
     --within-days, the quotes of every GPU type and count."""
     question = plan_question(args)
     if args.within_days is not None:
-        from trainbudget.api.cheapest import answer_cheapest  # the procurement search
+        from trainbudget.api.answers.cheapest import answer_cheapest  # the procurement search
 
         return answer_cheapest(args, *question)
     return answer_plan(args, question)
@@ -120,3 +123,26 @@ def _result_json(found: Search, tokens, reliability, fw: Framework) -> dict:
         "framework": fw.name,
         "assumptions": [fw.assumption()],
     }
+
+
+def best_json(found: Search, tokens: float | None) -> list[dict]:
+    """Each plan shown, the best first: the fields `plan --json` prints under "plans", which
+    `estimate --json` prints for its answer (with the best plan's range, sensitivity.py's)."""
+
+    result, cluster = found.result, found.cluster
+    plans = []
+    for r in result.plans:
+        j = plan_json(r, cluster, found.policy.memory_headroom)
+        j["seconds_per_token"] = r.seconds_per_token
+        if tokens is not None:
+            j["time_seconds"] = tokens / r.time.tokens_per_second
+            j["time_days"] = j["time_seconds"] / SECONDS_PER_DAY
+            j["gpu_hours"] = j["time_seconds"] * cluster.n_gpus / SECONDS_PER_HOUR
+        plans.append(j)
+    if result.plans:  # the best plan's range from the model's error on similar runs
+        rng = range_json(result.plans[0], cluster.hardware.name, tokens)
+        plans[0]["step_seconds_range"] = rng["step_seconds_range"]
+        if tokens is not None:
+            low, high = (t / SECONDS_PER_DAY for t in rng["time_seconds_range"].values())
+            plans[0]["time_days_range"] = {"low": low, "high": high}
+    return plans

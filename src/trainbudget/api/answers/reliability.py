@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from trainbudget.api.values import duration_seconds, parse_probability
+from trainbudget.api.inputs.values import duration_seconds, parse_probability
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.reliability import reliability_report
 from trainbudget.core.units import SECONDS_PER_DAY, SECONDS_PER_HOUR, parse_bandwidth

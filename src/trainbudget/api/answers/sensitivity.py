@@ -1,36 +1,20 @@
 """How sure a plan's figures are, as the answers' JSON holds it: the range from the model's error
 on similar published runs, and what each unstated assumption (micro-batch, recomputation,
-FlashAttention, framework) would change. The CLI prints these blocks as lines
-(cli/plan/uncertainty_view.py); the API and the planner page return them as they are."""
+FlashAttention, framework; the values assumed are inputs/assumed.py's) would change. The CLI
+prints these blocks as lines (cli/plan/uncertainty_view.py); the API and the planner page return
+them as they are."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from collections.abc import Callable
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.search.plan_space import RankedPlan
-from trainbudget.core.spec.defaults import DEFAULT_FLASH_ATTENTION
-from trainbudget.core.spec.frameworks import FRAMEWORKS, GENERIC_NAME, Framework, get_framework
+from trainbudget.core.spec.frameworks import FRAMEWORKS, Framework, get_framework
 
-ASSUMED = {"micro_batch": "1", "recompute": "none", "framework": GENERIC_NAME}
-"""Options whose parser default is None, so that an unstated one can be told from a stated one,
-and the value assumed for it."""
 RECOMPUTE_POLICIES = ("none", "selective", "full")
-
-
-def take_assumptions(args: argparse.Namespace) -> tuple[str, ...]:
-    """Fill each unstated option of ASSUMED with its assumed value; the names that were unstated
-    (`flash_attention` too when the switch was not given)."""
-    unstated = tuple(k for k in ASSUMED if getattr(args, k, None) is None)
-    for k in unstated:
-        setattr(args, k, ASSUMED[k])
-    if args.flash_attention is None:
-        args.flash_attention = DEFAULT_FLASH_ATTENTION
-        unstated += ("flash_attention",)
-    return unstated
 
 
 def range_json(r: RankedPlan, hardware_name: str, tokens: float | None = None) -> dict:

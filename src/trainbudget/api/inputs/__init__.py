@@ -1,1 +1,1 @@
-"""Reading a question: its options, their values and choices, the model, the layout and the search."""
+"""Reading a question: its options, values and choices, the model, the layout, the search."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from trainbudget.api.values import positive_int
+from trainbudget.api.inputs.values import positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan

@@ -45,7 +45,7 @@ SHARED_DEFAULTS: dict[str, object] = {
     "json": False,
 }
 """Options `estimate` and `plan` share, each with the value the CLI parses when it is not given
-(tests/api/test_options.py checks this table against the parsers)."""
+(tests/api/inputs/test_options.py checks this table against the parsers)."""
 
 ESTIMATE_DEFAULTS: dict[str, object] = {
     **SHARED_DEFAULTS,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from trainbudget.api.choices import one_of
-from trainbudget.api.layout import cluster_from_args, efficiency_from_args
-from trainbudget.api.values import fraction, positive_int
+from trainbudget.api.inputs.choices import one_of
+from trainbudget.api.inputs.layout import cluster_from_args, efficiency_from_args
+from trainbudget.api.inputs.values import fraction, positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.search.plan_space import Policy
@@ -23,7 +23,6 @@ from trainbudget.core.spec.frameworks import Framework
 from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
-from trainbudget.core.units import SECONDS_PER_DAY
 
 SEARCH_DEFAULTS = {
     "max_tp": None,
@@ -160,28 +159,3 @@ def inputs_json(found: Search) -> dict:
         "global_batch_source": found.global_batch.source,
         "memory_headroom": found.policy.memory_headroom,
     }
-
-
-def best_json(found: Search, tokens: float | None) -> list[dict]:
-    """Each plan shown, the best first: the fields `plan --json` prints under "plans", which
-    `estimate --json` prints for its answer."""
-    from trainbudget.api.layout import plan_json
-    from trainbudget.api.sensitivity import range_json
-
-    result, cluster = found.result, found.cluster
-    plans = []
-    for r in result.plans:
-        j = plan_json(r, cluster, found.policy.memory_headroom)
-        j["seconds_per_token"] = r.seconds_per_token
-        if tokens is not None:
-            j["time_seconds"] = tokens / r.time.tokens_per_second
-            j["time_days"] = j["time_seconds"] / SECONDS_PER_DAY
-            j["gpu_hours"] = j["time_seconds"] * cluster.n_gpus / 3600
-        plans.append(j)
-    if result.plans:  # the best plan's range from the model's error on similar runs
-        rng = range_json(result.plans[0], cluster.hardware.name, tokens)
-        plans[0]["step_seconds_range"] = rng["step_seconds_range"]
-        if tokens is not None:
-            low, high = (t / SECONDS_PER_DAY for t in rng["time_seconds_range"].values())
-            plans[0]["time_days_range"] = {"low": low, "high": high}
-    return plans

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from trainbudget.api.model_input import resolve
-from trainbudget.api.sensitivity import (
-    take_assumptions,
-)
-from trainbudget.api.values import (
+from trainbudget.api.inputs.assumed import take_assumptions
+from trainbudget.api.inputs.model_input import resolve
+from trainbudget.api.inputs.values import (
     fraction,
     money,
     nonnegative_float,

@@ -117,7 +117,9 @@ def estimate_html(e) -> str:
     return '<div class="trainbudget">' + "".join(parts) + "</div>"
 
 
-def plan_html(r) -> str:
+def plan_html(r, memory) -> str:
+    """The ranked plans as a table, and the best plan's bars: `memory` is its Memory (None when
+    there is no plan), handed in so that this module needs nothing of results.py."""
     rows = "".join(
         f"<tr><td>{i}</td><td>{escape(p.plan.describe())}</td>"
         f"<td>{p.time.step_seconds:.4g}</td><td>{100 * p.time.mfu:.1f} %</td>"
@@ -129,11 +131,5 @@ def plan_html(r) -> str:
         "<table><tr><th>#</th><th>plan</th><th>step s</th><th>MFU</th><th>memory/GPU</th>"
         f"<th>fits</th></tr>{rows}</table>"
     )
-    best = r.best
-    bars = ""
-    if best is not None:
-        from trainbudget.api.results import plan_memory
-
-        memory = plan_memory(best, r.cluster, r.search.policy.memory_headroom)
-        bars = memory_bar(memory) + step_bar(best.time)
+    bars = "" if memory is None else memory_bar(memory) + step_bar(r.best.time)
     return f'<div class="trainbudget">{table}{bars}</div>'

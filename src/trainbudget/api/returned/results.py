@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from trainbudget.core.errors import SpecError
+
 if TYPE_CHECKING:  # annotations only: a one-GPU answer loads no step-time or planner module
     from trainbudget.core.parallel.cluster import Cluster
     from trainbudget.core.parallel.plan import Plan
@@ -21,6 +23,7 @@ if TYPE_CHECKING:  # annotations only: a one-GPU answer loads no step-time or pl
     from trainbudget.core.spec.defaults import Chosen
     from trainbudget.core.spec.frameworks import Framework
     from trainbudget.core.spec.model_spec import ModelSpec
+    from trainbudget.emit.job import Job
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +79,7 @@ class Estimate:
     """Each unstated assumption's alternative and how much it moves time and memory."""
     reliability: dict | None = field(default=None, repr=False)
     search: Any = field(default=None, repr=False)
-    """The planner's search (api.question.Search) of a 'planner' answer, else None."""
+    """The planner's search (api.inputs.question.Search) of a 'planner' answer, else None."""
     _json_text: str = field(repr=False, compare=False)
 
     def to_json(self) -> dict:
@@ -117,21 +120,44 @@ class Estimate:
         """The plan's predicted MFU, or the MFU assumed without a plan."""
         return self._doc.get("mfu")
 
+    def job(self, engine: str) -> Job:
+        """What `emit` hands `engine`: the plan (given or planned) of the architecture. Refused
+        without a layout of an architecture, or when the plan does not fit: an engine would run
+        out of memory on it."""
+        from trainbudget.api.returned.engine_config import check_engine, engine_job
+        from trainbudget.core.spec.model_spec import ModelSpec
+
+        check_engine(engine)
+        request = self.single.request
+        if self.plan is None or not isinstance(request.model, ModelSpec):
+            why = f"a {self.kind} estimate has no layout of an architecture to emit"
+            raise SpecError("--emit", engine, why)
+        if not self.memory.fits:
+            raise SpecError("--emit", engine, "the plan does not fit in memory: nothing to emit")
+        return engine_job(
+            request.model,
+            self.plan,
+            seq_len=self.single.seq_len,
+            tokens=request.tokens,
+            precision=request.precision,
+            optimizer=request.optimizer,
+        )
+
     def emit(self, engine: str) -> str:
         """The plan as `engine`'s config (torchtitan, megatron, deepspeed): the text
         `trainbudget plan --emit ENGINE` writes (a method, not `trainbudget.emit`, which is
         the emitters' package)."""
-        from trainbudget.api.engine_config import emit
+        from trainbudget.api.returned.engine_config import emit
 
         return emit(self, engine)
 
     def __repr__(self) -> str:
-        from trainbudget.api.display import estimate_repr
+        from trainbudget.api.returned.display import estimate_repr
 
         return estimate_repr(self)
 
     def _repr_html_(self) -> str:
-        from trainbudget.api.display import estimate_html
+        from trainbudget.api.returned.display import estimate_html
 
         return estimate_html(self)
 
@@ -149,7 +175,7 @@ class PlanResult:
     evaluated: int
     fitting: int
     search: Any = field(repr=False)
-    """The search run (api.question.Search): its policy, cluster and result."""
+    """The search run (api.inputs.question.Search): its policy, cluster and result."""
     tokens: float | None = None
     reliability: dict | None = field(default=None, repr=False)
     model: ModelSpec | None = field(default=None, repr=False)
@@ -171,23 +197,43 @@ class PlanResult:
         """to_json() as the CLI prints it."""
         return self._json_text
 
+    def job(self, engine: str) -> Job:
+        """What `emit` hands `engine`: the best plan. Refused when no plan fits in memory."""
+        from trainbudget.api.returned.engine_config import check_engine, engine_job
+
+        check_engine(engine)
+        best = self.best
+        if best is None or not best.fits or self.model is None:
+            raise SpecError("--emit", engine, "no plan fits in memory: nothing to emit")
+        return engine_job(
+            self.model,
+            best.plan,
+            seq_len=self.seq_len.value,
+            tokens=self.tokens,
+            precision=self.precision,
+            optimizer=self.optimizer,
+        )
+
     def emit(self, engine: str) -> str:
         """The plan as `engine`'s config (torchtitan, megatron, deepspeed): the text
         `trainbudget plan --emit ENGINE` writes (a method, not `trainbudget.emit`, which is
         the emitters' package)."""
-        from trainbudget.api.engine_config import emit
+        from trainbudget.api.returned.engine_config import emit
 
         return emit(self, engine)
 
     def __repr__(self) -> str:
-        from trainbudget.api.display import plan_repr
+        from trainbudget.api.returned.display import plan_repr
 
         return plan_repr(self)
 
     def _repr_html_(self) -> str:
-        from trainbudget.api.display import plan_html
+        from trainbudget.api.returned.display import plan_html
 
-        return plan_html(self)
+        memory = None  # the best plan's, as `estimate` reports it; display takes it ready-made
+        if self.best is not None:
+            memory = plan_memory(self.best, self.cluster, self.search.policy.memory_headroom)
+        return plan_html(self, memory)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

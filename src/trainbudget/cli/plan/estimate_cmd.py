@@ -1,17 +1,17 @@
 """`trainbudget estimate`: one training run, as JSON, a summary, or the full derivation. The
-answer is trainbudget.api's (api.estimate_answer, which `trainbudget.estimate` calls too); this
-module reads the options and prints."""
+answer is trainbudget.api's (api.answers.estimate_answer, which `trainbudget.estimate` calls
+too); this module reads the options and prints."""
 
 from __future__ import annotations
 
 import argparse
 
-from trainbudget.api.estimate_answer import answer_estimate
-from trainbudget.api.estimate_json import ANSWERS
-from trainbudget.api.estimate_json import to_json as to_json  # tests read one-GPU JSON
-from trainbudget.api.request import headroom_from_args
-from trainbudget.api.request import request_from_args as request_from_args
-from trainbudget.api.results import Estimate as Answer
+from trainbudget.api.answers.estimate_answer import answer_estimate
+from trainbudget.api.answers.estimate_json import ANSWERS
+from trainbudget.api.answers.estimate_json import to_json as to_json  # tests read one-GPU JSON
+from trainbudget.api.inputs.request import headroom_from_args
+from trainbudget.api.inputs.request import request_from_args as request_from_args
+from trainbudget.api.returned.results import Estimate as Answer
 from trainbudget.cli.args import (
     add_framework_arg,
     add_model_args,
@@ -60,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     p.add_argument(
         "--flops-formula",
         default="exact",
-        metavar="{" + ",".join(FLOPS_FORMULAS) + "}",  # checked by api.choices
+        metavar="{" + ",".join(FLOPS_FORMULAS) + "}",  # checked by api.inputs.choices
         help="exact per-part count (default), 6n, or palm (6N + 12LHQT)",
     )
     add_training_args(p)

@@ -1,10 +1,10 @@
 """`trainbudget estimate` with GPUs and no layout, as text: the planner's answer
-(trainbudget.api.estimate_planned) in the lines `plan` prints for its best plan."""
+(trainbudget.api.answers.estimate_planned) in the lines `plan` prints for its best plan."""
 
 from __future__ import annotations
 
-from trainbudget.api.estimate_json import ANSWERS
-from trainbudget.api.results import Estimate as Answer
+from trainbudget.api.answers.estimate_json import ANSWERS
+from trainbudget.api.returned.results import Estimate as Answer
 from trainbudget.cli.plan.estimate_views import explain, head_lines
 from trainbudget.cli.plan.question import best_lines, inputs_lines
 from trainbudget.cli.plan.uncertainty_view import sensitivity_line

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from trainbudget.api.estimate_json import derivation
+from trainbudget.api.answers.estimate_json import derivation
 from trainbudget.cli.plan.plan_view import fits_text
 from trainbudget.core.parallel.search.plan_space import RankedPlan
 from trainbudget.core.single.estimate import BARE_MODEL_SEQ_LEN, Estimate, flops_formula_used

@@ -1,14 +1,15 @@
 """`trainbudget plan`: search every layout, show the fastest that fit and why; or, with
 --within-days, which GPU and how many finish the tokens at the least cost. Both answers are
-trainbudget.api's (api.plan_answer, api.cheapest: what `trainbudget.plan` returns)."""
+trainbudget.api's (api.answers.plan_answer, api.answers.cheapest: what `trainbudget.plan`
+returns)."""
 
 from __future__ import annotations
 
 import argparse
 
-from trainbudget.api.plan_answer import answer_plan_command
-from trainbudget.api.question import Search
-from trainbudget.api.results import Quotes
+from trainbudget.api.answers.plan_answer import answer_plan_command
+from trainbudget.api.inputs.question import Search
+from trainbudget.api.returned.results import Quotes
 from trainbudget.cli.args import (
     add_causal_args,
     add_framework_arg,

@@ -11,9 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from trainbudget.api.engine_config import emitted as engine_file
-from trainbudget.api.results import PlanResult
-from trainbudget.api.values import dumps_json
+from trainbudget.api.inputs.values import dumps_json
+from trainbudget.api.returned.engine_config import emitted as engine_file
+from trainbudget.api.returned.results import PlanResult
 from trainbudget.core.errors import SpecError
 from trainbudget.emit.engines import VERSIONS
 
@@ -41,7 +41,7 @@ def _out_path(args: argparse.Namespace, file_name: str) -> Path:
 
 
 def run_emit(args: argparse.Namespace, answer: PlanResult) -> int:
-    """Emit the best plan of `answer` for args.emit (api.engine_config, as the result's
+    """Emit the best plan of `answer` for args.emit (api.returned.engine_config, as the result's
     `.emit(engine)` does); 0, or a SpecError naming what the engine cannot carry."""
     emitted = engine_file(answer, args.emit)
     plan = answer.best.plan

@@ -1,13 +1,13 @@
 """Plan options shared by `estimate` and `plan`, and how a ranked plan is shown. What the
-options mean (the layout, the cluster, a plan's JSON) is read in trainbudget.api.layout."""
+options mean (the layout, the cluster, a plan's JSON) is read in trainbudget.api.inputs.layout."""
 
 from __future__ import annotations
 
 import argparse
 
 # read by `report` as well as `estimate` and `plan`: one reading of the cluster options
-from trainbudget.api.layout import cluster_from_args as cluster_from_args
-from trainbudget.api.layout import efficiency_from_args as efficiency_from_args
+from trainbudget.api.inputs.layout import cluster_from_args as cluster_from_args
+from trainbudget.api.inputs.layout import efficiency_from_args as efficiency_from_args
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import OFFLOAD_TARGETS, SCHEDULES
@@ -81,7 +81,7 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--schedule",
-        metavar="{" + ",".join(SCHEDULES) + "}",  # checked by api.choices, as the API's
+        metavar="{" + ",".join(SCHEDULES) + "}",  # checked by api.inputs.choices
         help="pipeline schedule (default 1f1b; interleaved when --vpp > 1)",
     )
     g.add_argument(

@@ -1,5 +1,5 @@
 """The options of the question `estimate`, `plan` and `report` share (sequence length, global
-batch, the layout search's policy) and how its best plan is shown; trainbudget.api.question
+batch, the layout search's policy) and how its best plan is shown; trainbudget.api.inputs.question
 reads them and runs the search."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 import argparse
 
 # `report` reads the question with these too (the search's policy, seq len, global batch)
-from trainbudget.api.question import SEARCH_DEFAULTS, Search
-from trainbudget.api.question import global_batch_from_args as global_batch_from_args
-from trainbudget.api.question import policy_from_args as policy_from_args
-from trainbudget.api.question import seq_len_from_args as seq_len_from_args
+from trainbudget.api.inputs.question import SEARCH_DEFAULTS, Search
+from trainbudget.api.inputs.question import global_batch_from_args as global_batch_from_args
+from trainbudget.api.inputs.question import policy_from_args as policy_from_args
+from trainbudget.api.inputs.question import seq_len_from_args as seq_len_from_args
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.spec.defaults import DEFAULT_MEMORY_HEADROOM
 from trainbudget.core.units import SECONDS_PER_DAY
@@ -39,7 +39,7 @@ def add_policy_args(g, *, flash: bool = True, recompute: bool = True) -> None:
     if recompute:
         g.add_argument(
             "--recompute",
-            metavar="{" + ",".join(RECOMPUTE_KINDS) + "}",  # checked by api.choices
+            metavar="{" + ",".join(RECOMPUTE_KINDS) + "}",  # checked by api.inputs.choices
             help="one recomputation policy: the search tries only it (as --recompute-options X)",
         )
     g.add_argument("--allow-offload", action="store_true", help="also try CPU optimizer offload")
@@ -80,7 +80,7 @@ def inputs_lines(found: Search) -> list[str]:
 
 def best_lines(found: Search, tokens: float | None) -> list[str]:
     """The best plan's lines, as `plan` and `estimate` print them."""
-    from trainbudget.api.sensitivity import range_json
+    from trainbudget.api.answers.sensitivity import range_json
     from trainbudget.cli.plan.plan_view import plan_lines
     from trainbudget.cli.plan.uncertainty_view import range_line
     from trainbudget.core.parallel.search.planner import why_best

@@ -1,12 +1,12 @@
 """How sure a plan's figures are, printed: the range and the assumption that moves the answer
 the most, as lines under `estimate` and `plan`. The blocks themselves are built in
-api/sensitivity.py, which the API and the planner page share."""
+api/answers/sensitivity.py, which the API and the planner page share."""
 
 from __future__ import annotations
 
 import argparse
 
-from trainbudget.api.sensitivity import ASSUMED
+from trainbudget.api.inputs.assumed import ASSUMED
 
 
 def leave_unstated(p: argparse.ArgumentParser) -> None:

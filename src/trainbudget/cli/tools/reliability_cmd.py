@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from trainbudget.api.values import (
+from trainbudget.api.inputs.values import (
     dumps_json,
     duration_days,
     duration_seconds,

@@ -1,5 +1,5 @@
 """Failure and checkpoint options of `estimate` and `plan`, and their block printed as a line
-(the block itself: api/reliability.py)."""
+(the block itself: api/answers/reliability.py)."""
 
 from __future__ import annotations
 

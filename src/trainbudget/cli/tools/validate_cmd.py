@@ -129,6 +129,9 @@ def _as_json(r: _Results) -> dict:
         "leave_one_source_out_mean_absolute_error": r.loso_mae,
         "scored": len(r.counted),
         "predicted_not_to_fit": [c.run_id for c in _not_fitting(r)],
+        "predicted_not_to_fit_with_measured_memory_error": [
+            c.run_id for c in _not_fitting_with_measured_error(r)
+        ],
     }
 
 
@@ -136,6 +139,12 @@ def _not_fitting(r: _Results) -> list:
     from trainbudget.validation import predicted_not_to_fit
 
     return predicted_not_to_fit(r.counted)
+
+
+def _not_fitting_with_measured_error(r: _Results) -> list:
+    from trainbudget.uncertainty import predicted_not_to_fit_with_measured_error
+
+    return predicted_not_to_fit_with_measured_error(r.counted)
 
 
 def _as_text(r: _Results, md: bool) -> list[str]:
@@ -156,9 +165,7 @@ def _as_text(r: _Results, md: bool) -> list[str]:
         if rejected
         else f"completed runs predicted to fit: all {len(r.counted)}"
     )
-    from trainbudget.validation import predicted_not_to_fit_with_measured_error
-
-    banded = predicted_not_to_fit_with_measured_error(r.counted)
+    banded = _not_fitting_with_measured_error(r)
     out.append(
         f"with the measured memory error in place of the 90 % rule (peak x the 90th percentile "
         f"of measured / predicted on the framework row's memory rows, own source left out): "

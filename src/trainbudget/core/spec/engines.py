@@ -261,6 +261,17 @@ LOSS_KERNELS = MappingProxyType(
                 "no fp32 logit-sized tensor, the head's GEMMs not recomputed)",
             ),
             LossKernel(
+                name="in-place-fused-classifier",
+                keeps_logits=True,
+                saved_fp32_tensors=0,
+                backward_fp32_tensors=0,
+                backward_16bit_tensors=0,
+                source="llm.c train_gpt2.cu gpt2_forward: 'fused classifier: does the forward "
+                "pass and first part of the backward pass' -- fused_classifier reads the 16-bit "
+                "logits in acts.output (B x T x Vp, kept for the step) and writes their "
+                "gradient over them in place; only the per-token fp32 losses (B x T) beside",
+            ),
+            LossKernel(
                 name="chunked-cross-entropy",
                 keeps_logits=False,
                 saved_fp32_tensors=1,

@@ -50,7 +50,8 @@ the
   three times: the same bytes on the wire, (cp - 1) / cp of each gathered buffer per rank,
   counted as the gathered buffer (the convention above); under full recomputation the forward's
   gather runs once more. The gradients are averaged over the dp x cp ranks, as the core's dp * cp
-  group: the "dp_cp" rows, or with dp 1 the "cp" rows (one group), beside the attention's.
+  group: the "dp_cp" rows ("dp_shard_cp" under hsdp), or with one rank there the "cp" rows
+  (one group), beside the attention's.
 
 To add an axis: map the core's category to the mesh axis in `_AXES` (tp, pp and ep are there
 already, under those names), and, where its engine moves other bytes or calls than the core

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.distributed.device_mesh import DeviceMesh
 
 from trainbudget.train.spec.config import CP_CHUNKS_PER_RANK, check_context_parallel
 
@@ -106,25 +107,38 @@ def context_shard(mesh) -> ContextShard | None:
 
 def gradient_mesh(mesh, data_axes: tuple[str, ...]):
     """The sub-mesh the data-parallel engine averages gradients (and shards state) over: the
-    `data_axes`, with "cp" folded into them -- every rank of a dp x cp group computed the
-    gradient of other tokens of the same model (torchtitan's dp_shard_cp), "dp_cp"; with one
-    data-parallel rank, the "cp" axis itself (DeviceMesh would hand the flattened axis the cp
-    axis's own process group anyway). Without a "cp" axis, mesh[data_axes] as it is. One
-    data-parallel axis with cp (hsdp's two are refused by train.spec.config)."""
+    `data_axes`, with "cp" folded into the innermost -- every rank of a dp x cp group computed
+    the gradient of other tokens of the same model (torchtitan's dp_shard_cp): "dp_cp", or
+    under hsdp ("dp_replicate", "dp_shard_cp"); with one rank along the innermost, the "cp"
+    axis itself (DeviceMesh would hand the flattened axis the cp axis's own process group
+    anyway). Without a "cp" axis, mesh[data_axes] as it is."""
     if "cp" not in mesh.mesh_dim_names:
         return mesh[data_axes]
-    (inner,) = data_axes
+    *outer, inner = data_axes
+    folded = _folded(mesh, inner) or mesh["cp"]
+    if not outer:
+        return folded
+    # hsdp: the replicas' axis beside the folded shard axis, one 2-D mesh of the same root
+    return DeviceMesh._concatenate([mesh[tuple(outer)], folded])
+
+
+def _folded(mesh, inner: str):
+    """mesh[(inner, "cp")] flattened into one axis "<inner>_cp" (the same mesh on a second
+    call); None when `inner` has one rank."""
     if mesh[inner].size() == 1:
-        return mesh["cp"]
-    return mesh[(inner, "cp")]._flatten(f"{inner}_cp")  # the same mesh on a second call
+        return None
+    return mesh[(inner, "cp")]._flatten(f"{inner}_cp")
 
 
 def folded_groups(mesh) -> dict:
-    """{"dp_cp": its process group} when `gradient_mesh` folds cp in (dp > 1): what
-    train.observe.comm_count names the gradients' collectives."""
-    if mesh is None or "cp" not in mesh.mesh_dim_names or mesh["dp"].size() == 1:
+    """{"dp_cp" or "dp_shard_cp": its process group} when `gradient_mesh` folds cp into a
+    data-parallel axis of more than one rank: what train.observe.comm_count names the
+    gradients' collectives."""
+    if mesh is None or "cp" not in mesh.mesh_dim_names:
         return {}
-    return {"dp_cp": gradient_mesh(mesh, ("dp",)).get_group()}
+    inner = "dp_shard" if "dp_shard" in mesh.mesh_dim_names else "dp"
+    folded = _folded(mesh, inner)
+    return {} if folded is None else {f"{inner}_cp": folded.get_group()}
 
 
 def local_batch(model, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -29,7 +29,8 @@ group) nothing but the split runs.
 With context parallelism (cp > 1; train.parallel.context) the mesh has a "cp" axis just outside
 "tp": the model holds this rank's `ContextShard` (each sequence's chunks r and 2 cp - 1 - r,
 attention over K and V all-gathered on the cp group), and the strategy runs on the data-parallel
-axis with cp folded in ("dp_cp", torchtitan's dp_shard_cp; with dp 1 the "cp" axis itself): the
+axis with cp folded in ("dp_cp", torchtitan's dp_shard_cp; under hsdp "dp_shard_cp" beside
+"dp_replicate"; with one rank there the "cp" axis itself): the
 ranks of a cp group hold the same parameters and average their gradients like data-parallel
 ranks, each having seen other tokens of the same sequences.
 
@@ -146,7 +147,7 @@ def parallelize(
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index] if device.type == "cuda" else None
-    group = gradient_mesh(mesh, ("dp",)).get_group()
+    group = gradient_mesh(mesh, ("dp",)).get_group()  # ddp, zero1: the one "dp" axis
     net = DistributedDataParallel(model, device_ids=ids, process_group=group)
     return Parallel(strategy=cfg.strategy, mesh=mesh, net=net)
 

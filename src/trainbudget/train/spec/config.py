@@ -354,10 +354,6 @@ def _check_context(cfg: TrainConfig) -> None:
     check_context_parallel(cfg.seq_len, cfg.cp)
     refused = {
         "ep": (cfg.ep > 1, "ep > 1 with cp > 1 (experts over the dp ranks only)"),
-        "strategy": (
-            cfg.strategy == "hsdp",
-            "hsdp with cp > 1 (use fsdp: it shards over the dp x cp ranks)",
-        ),
         "compile": (cfg.compile, "with cp > 1 (the cp attention runs uncompiled)"),
     }
     for name, (bad, what) in refused.items():

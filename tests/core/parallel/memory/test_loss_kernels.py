@@ -72,3 +72,14 @@ def test_a_chunked_loss_saves_fp32_log_probabilities_and_backs_up_one_chunk_at_a
     # 16-bit one instead of the whole logits' two fp32 gradients
     saved = logits * 2 + logits * 2 * 4 - logits / 8 * (2 * 4 + 2)
     assert torch_ce.total_bytes - chunked.total_bytes == pytest.approx(saved)
+
+
+def test_llmc_s_in_place_classifier_keeps_only_the_16_bit_logits():
+    seq_len = 8192
+    torch_ce = backward_start(GENERIC, seq_len)
+    in_place = backward_start(
+        dataclasses.replace(GENERIC, loss_kernel="in-place-fused-classifier"), seq_len
+    )
+    # no fp32 log-probabilities saved, no fp32 gradient: the gradient overwrites the logits
+    logits = seq_len * SPEC.vocab_size
+    assert torch_ce.total_bytes - in_place.total_bytes == pytest.approx(logits * 3 * 4)

@@ -16,7 +16,8 @@ GPU, tests/train/observe/test_rank_memory.py for every layout the trainer runs):
 - a micro-batch's backward start: every micro-batch in flight holds its saved tensors; on the
   stage with the head, what the framework's loss kernel keeps of the logits and creates at its
   backward's start (`engines.LOSS_KERNELS`: torch's cross-entropy keeps the logits and fp32
-  log-probabilities and makes two fp32 gradients, one more under DTensor's loss parallel);
+  log-probabilities and makes two fp32 gradients, one more under DTensor's loss parallel; a
+  fused linear cross-entropy keeps the head's gradients and holds one chunk of logits);
   on the others, a block's MLP gradients. The gradients of the micro-batches done so far are
   alive (unsharded while an engine accumulates without sync), and under torch's pipelining
   the outputs the schedule keeps to merge at the step's end. The micro-batches compared: the

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 import trainbudget as tb
-from trainbudget.api.display import BAR_WIDTH_PX
+from trainbudget.api.returned.display import BAR_WIDTH_PX
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +52,16 @@ def test_one_gpu_and_plan_results_draw_too():
     assert html.count("<tr>") == 1 + len(result.plans) == 4
     assert len(_svgs(html)) == 2  # the best plan's memory and step
     assert repr(result).count("\n") == 1 + len(result.plans)
+
+
+def test_plan_html_draws_the_memory_it_is_handed():
+    """display reads no result type (issue 24: results.py imports display, never the reverse):
+    the bars are of the Memory handed in, and there are none without one."""
+    from trainbudget.api.returned.display import plan_html
+    from trainbudget.api.returned.results import plan_memory
+
+    result = tb.plan("llama-3-8b", gpus=16, top=2)
+    memory = plan_memory(result.best, result.cluster, result.search.policy.memory_headroom)
+    assert plan_html(result, memory) == result._repr_html_()
+    bare = plan_html(result, None)
+    assert _svgs(bare) == [] and bare.count("<tr>") == 1 + len(result.plans)

@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 import trainbudget as tb
-from trainbudget.api.options import ESTIMATE_DEFAULTS, PLAN_DEFAULTS, as_text, namespace
+from trainbudget.api.inputs.options import ESTIMATE_DEFAULTS, PLAN_DEFAULTS, as_text, namespace
 from trainbudget.cli.main import build_parser
 from trainbudget.core.errors import SpecError
 
