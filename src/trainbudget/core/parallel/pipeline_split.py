@@ -23,10 +23,20 @@ stage must divide by vpp. Pure: no torch, no numpy.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from trainbudget.core.parallel.plan import Plan
+
+class Plan(Protocol):
+    """The pipeline fields of `core.parallel.plan.Plan` these rules read (a protocol, so that
+    plan.py, which checks a plan with them, is the only one of the two importing the other)."""
+
+    pp: int
+    vpp: int
+    pp_layers: tuple[int, ...]
+    embedding_in_pp_split: bool
+    loss_in_pp_split: bool
+
+    def stage_layer_counts(self, n_layers: int) -> tuple[int, ...]: ...
 
 SPLIT_RULE = "a stage's vpp chunks hold the same number of layer slots (Megatron-Core's rule)"
 
