@@ -199,3 +199,19 @@ def test_a_real_process_prints_the_same_document():
     ).stdout
     e = tb.estimate("llama-3-70b", tokens="15T", gpus=1024, seq_len=8192)
     assert json.loads(out) == e.to_json()
+
+
+def test_an_accounted_pipeline_split_is_in_the_json_and_the_clis():
+    # issue 23 item 4: 126 layers + the embedding and loss slots on pp8 x vpp8
+    kw = dict(gpus=128, gpu="h200", tp=8, pp=8, vpp=8, global_batch=32, seq_len=8192)
+    kw |= dict(zero=1, sp=True, recompute="full")
+    e = tb.estimate("llama-3-405b", **kw, account_for_embedding=True, account_for_loss=True)
+    plan = e.to_json()["plan"]
+    assert plan["embedding_in_pp_split"] and plan["loss_in_pp_split"]
+    argv = "--model llama-3-405b --gpus 128 --gpu h200 --tp 8 --pp 8 --vpp 8 --global-batch 32"
+    argv += " --seq-len 8192 --zero 1 --sp --recompute full"
+    assert e.to_json() == cli_json(
+        "estimate", *argv.split(), "--account-for-embedding", "--account-for-loss"
+    )
+    plain = tb.estimate("llama-3-70b", gpus=8, tp=8, global_batch=8).to_json()["plan"]
+    assert not plain["embedding_in_pp_split"] and not plain["loss_in_pp_split"]

@@ -178,3 +178,16 @@ def test_a_bug_is_a_500_with_one_line_and_the_server_keeps_serving(base_url, mon
     assert status == 500 and body["error"] == "internal error: KeyError: 'plans'"
     monkeypatch.undo()
     assert post_json(base_url, "/api/estimate", {"model": "gpt2"})[0] == 200
+
+
+def test_a_plans_command_line_carries_an_accounted_pipeline_split():
+    from trainbudget.serve.plan_files import cli_command
+    from trainbudget.serve.question import Question
+
+    plan = {"dp": 2, "tp": 8, "pp": 8, "vpp": 8, "cp": 1, "ep": 1, "zero": 1, "zero_shard": 0}
+    plan |= {"schedule": "interleaved", "micro_batch": 1, "recompute": "full"}
+    plan |= {"recompute_every": 1, "offload_optimizer": "none", "offload_params": "none"}
+    plan |= {"global_batch": 32, "pp_layers": [], "sp": True, "flash_attention": True}
+    plan |= {"embedding_in_pp_split": True, "loss_in_pp_split": True}
+    line = cli_command(Question(model="llama-3-405b"), plan)
+    assert "--account-for-embedding" in line and "--account-for-loss" in line

@@ -66,6 +66,10 @@ def cli_command(question: Question, plan: dict) -> str:
         argv += ["--pp-layers", ",".join(str(n) for n in plan["pp_layers"])]
     if plan["sp"]:
         argv.append("--sp")
+    if plan["embedding_in_pp_split"]:
+        argv.append("--account-for-embedding")
+    if plan["loss_in_pp_split"]:
+        argv.append("--account-for-loss")
     if not plan["flash_attention"]:
         argv.append("--no-flash-attention")
     return shlex.join(argv)

@@ -158,6 +158,8 @@ def plan_json(r: RankedPlan, cluster: Cluster, headroom: float = DEFAULT_MEMORY_
             "pp": p.pp,
             "pp_layers": list(p.pp_layers),
             "vpp": p.vpp,
+            "embedding_in_pp_split": p.embedding_in_pp_split,
+            "loss_in_pp_split": p.loss_in_pp_split,
             "cp": p.cp,
             "ep": p.ep,
             "zero": p.zero,
