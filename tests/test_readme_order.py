@@ -163,6 +163,22 @@ def test_the_extraction_sees_the_path() -> None:
     assert not any(r.startswith(SETUP) or " pip " in f" {r} " for r in runs)
 
 
+def test_no_source_file_is_ignored_by_git() -> None:
+    """A .py file git ignores is missing from every clone (and from the copy below): `runs/`
+    in .gitignore once hid src/trainbudget/published/runs/. Anchor such patterns (`/runs/`)."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs a git checkout")
+    ignored = subprocess.run(
+        ["git", "ls-files", "-o", "-i", "--exclude-standard", "--", "src", "tests", "scripts"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    hidden = [name for name in ignored if name.endswith(".py")]
+    assert hidden == [], f"ignored by .gitignore, so missing from every clone: {hidden}"
+
+
 def _fresh_copy(dest: Path) -> Path:
     listed = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"],

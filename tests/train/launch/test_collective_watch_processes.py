@@ -224,8 +224,8 @@ def _marks(port: int):
     prefixed = dist.PrefixStore("trainbudget/attempt-0", store)
 
     def read(rank: int) -> tuple[int, str]:
-        seq, label, _ = prefixed.get(mark_key(rank)).decode().split("\t")
-        return int(seq), label
+        seq, _, rest = prefixed.get(mark_key(rank)).decode().partition("\t")
+        return int(seq), rest.partition("\t")[0]  # the rendezvous's mark names no process
 
     return read
 
@@ -233,6 +233,10 @@ def _marks(port: int):
 def _freeze_inside_a_step(rank1: subprocess.Popen, read) -> str:
     """SIGSTOP rank 1 at moments until it is frozen inside a step's phase that rank 0 is in too
     (rank 0 then waits in that phase's collective); the phase's label."""
+    deadline = time.monotonic() + 120
+    while not all("step" in read(rank)[1] for rank in (0, 1)):  # start-up is not probed
+        assert time.monotonic() < deadline, "the ranks never reached step 1"
+        time.sleep(0.1)
     for attempt in range(200):
         os.kill(rank1.pid, signal.SIGSTOP)
         _await_state(rank1.pid, "Tt")
