@@ -45,8 +45,7 @@ NOT_INSTALLED = ("torch", "matplotlib", "tokenizers", "tensorboard")
 # commands whose input is what an earlier command, which needs torch, would have written:
 # without torch they can only say that their input is missing (exit 2, one line)
 NEEDS_AN_EARLIER_OUTPUT = {
-    "report --run runs/short": "reads the run folder `trainbudget train` writes; train "
-    "needs torch",
+    "report --run runs/short": "reads the run folder `trainbudget train` writes; train needs torch",
 }
 # commands that run until stopped, keyed on the words after `trainbudget`: not run here
 # (tests/serve starts the server on a free port, asks it questions and stops it)

@@ -367,6 +367,7 @@ def _cli_args(run) -> list[str]:
         argv += ["--pp-layers", ",".join(map(str, lay.pp_layers))]
     argv += ["--framework", framework_row(run.framework).name, "--precision", run.precision]
     argv += ["--tp-comm-overlap"] if run.tp_comm_overlap else []
+    argv += ["--loss-kernel", run.loss_kernel] if run.loss_kernel else []
     argv += ["--offload-optimizer", lay.offload_optimizer]
     return [*argv, "--optimizer", "adam", "--json"]
 
@@ -385,6 +386,9 @@ def test_validate_scores_the_model_the_cli_runs_by_default(run):
     error it reports is the CLI's."""
     out = cli_json("estimate", *_cli_args(run))
     assert out["step_seconds"] == pytest.approx(compare(run).predicted_seconds, rel=1e-12)
+    if run.loss_kernel:  # the peak too, with the run's loss kernel (--loss-kernel)
+        predicted = compare(run).predicted_memory_bytes
+        assert out["memory_bytes"]["total"] == pytest.approx(predicted, rel=1e-12)
 
 
 def test_validate_counts_the_completed_runs_predicted_not_to_fit():

@@ -388,7 +388,8 @@ OUTLIERS.update(
     {
         **dict.fromkeys(
             [
-                "mleng-llama31-8b-h200-8k", "mleng-llama31-8b-b200-8k",
+                "mleng-llama31-8b-h200-8k",
+                "mleng-llama31-8b-b200-8k",
                 "mleng-llama31-8b-b200-32k",
             ],
             _OFFLOAD_AT_SHORT_CONTEXT,
@@ -407,9 +408,12 @@ OUTLIERS.update(
         "mleng-llama31-8b-b200-8k-zero2": _DENSE_8K_MB1,
         **dict.fromkeys(
             [
-                "internlm-7b-ckpt-1024gpu-mb2x1", "internlm-7b-ckpt-1024gpu-mb4x1",
-                "internlm-7b-nockpt-1024gpu-mb2x4", "internlm-7b-nockpt-512gpu-mb2x2",
-                "internlm-7b-nockpt-1024gpu-mb2x1", "internlm-7b-nockpt-1024gpu-mb2x2",
+                "internlm-7b-ckpt-1024gpu-mb2x1",
+                "internlm-7b-ckpt-1024gpu-mb4x1",
+                "internlm-7b-nockpt-1024gpu-mb2x4",
+                "internlm-7b-nockpt-512gpu-mb2x2",
+                "internlm-7b-nockpt-1024gpu-mb2x1",
+                "internlm-7b-nockpt-1024gpu-mb2x2",
             ],
             _INTERNLM_FEW_MICRO_BATCHES,
         ),

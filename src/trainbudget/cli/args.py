@@ -24,6 +24,7 @@ from trainbudget.api.inputs.values import (  # noqa: F401
 )
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
+from trainbudget.core.spec.engines import LOSS_KERNELS
 from trainbudget.core.spec.frameworks import FRAMEWORKS, GENERIC_NAME
 from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.precision import OPTIMIZERS, PRECISIONS, TRAINABLE_OPTIMIZERS
@@ -133,6 +134,13 @@ def add_framework_arg(p) -> None:
         action="store_true",
         help="tensor-parallel collectives pipelined with their GEMMs (Megatron's "
         "--tp-comm-overlap, Transformer Engine userbuffers; default off, as in Megatron)",
+    )
+    p.add_argument(
+        "--loss-kernel",
+        default=None,
+        metavar="NAME",
+        help="the cross-entropy kernel, in place of the framework row's (what it keeps of the "
+        "logits sizes the head stage's peak): " + " | ".join(LOSS_KERNELS),
     )
 
 

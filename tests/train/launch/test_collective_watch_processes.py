@@ -188,8 +188,10 @@ TINY = (
     *("--set", "d_ff=64", "--set", "vocab_size=257", "--set", "max_seq_len=64"),
     *("--seq-len", "32", "--micro-batch", "2", "--log-interval", "1000", "--eval-interval", "1000"),
     *("--no-tensorboard", "--device", "cpu", "--steps", "100000", "--checkpoint-every", "0"),
-    # above the probe's freezes of rank 1 (0.6 s each) on a loaded machine
-    *("--collective-timeout-seconds", "8"),
+    # above the probe's freezes of rank 1 (0.6 s each) on a loaded machine, and above the
+    # rendezvous wait for the other rank's start-up (one full suite at load 8 saw rank 1 take
+    # over 8 s to import torch and arrive: rank 0 gave up before the probe began)
+    *("--collective-timeout-seconds", "20"),
 )
 
 

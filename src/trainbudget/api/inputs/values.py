@@ -11,6 +11,7 @@ import json
 from dataclasses import replace
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.spec.engines import get_loss_kernel
 from trainbudget.core.spec.frameworks import Framework, get_framework
 from trainbudget.core.units import (
     SECONDS_PER_DAY,
@@ -104,11 +105,14 @@ def parse_probability(field: str, text: str) -> float:
 
 
 def framework_from_args(args: argparse.Namespace) -> Framework:
-    """The named row (with --tp-comm-overlap where given); an unknown name is a one-line
-    error listing the known ones."""
+    """The named row (with --tp-comm-overlap and --loss-kernel where given); an unknown name
+    is a one-line error listing the known ones."""
     row = get_framework(args.framework)
     if getattr(args, "tp_comm_overlap", False):
         row = replace(row, tp_comm_overlap=True)
+    loss_kernel = getattr(args, "loss_kernel", None)
+    if loss_kernel:
+        row = replace(row, loss_kernel=get_loss_kernel(loss_kernel).name)
     return row
 
 

@@ -38,6 +38,7 @@ class Plan(Protocol):
 
     def stage_layer_counts(self, n_layers: int) -> tuple[int, ...]: ...
 
+
 SPLIT_RULE = "a stage's vpp chunks hold the same number of layer slots (Megatron-Core's rule)"
 
 
