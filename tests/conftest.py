@@ -15,7 +15,6 @@ def pytest_collection_modifyitems(config, items) -> None:
     not installed, so plain `pytest` passes on a torch-less install, not only `-m "not torch"`.
     (A module that imports torch at its top must still guard that import with importorskip:
     collection happens before this hook.)"""
-    _group_the_trainer_runs(items)
     if HAS_TORCH:
         return
     skip = pytest.mark.skip(reason="needs PyTorch (not installed)")
@@ -23,16 +22,3 @@ def pytest_collection_modifyitems(config, items) -> None:
         if item.get_closest_marker("torch") is not None:
             item.add_marker(skip)
 
-
-# Tests that start trainer processes (torchrun, gloo ranks, a whole README walk): under
-# pytest-xdist (`-n 2 --dist loadgroup`, the README's test command) they run one after another
-# on one worker, while the other worker takes the rest of the suite. Two multi-rank runs at
-# once on CI's two cores would each wait on the other's ranks inside their collectives.
-SERIAL_GROUP = "trainer-processes"
-SERIAL_PATHS = ("tests/train/", "tests/test_readme_order.py", "tests/test_readme_newcomer.py")
-
-
-def _group_the_trainer_runs(items) -> None:
-    for item in items:
-        if item.nodeid.startswith(SERIAL_PATHS):
-            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))

@@ -303,7 +303,6 @@ RUNS = {  # name: (processes, arguments); every one the same global batch of 4 s
     "single": (1, ("--micro-batch", "4")),
     "cp2-zero2": (2, ("--micro-batch", "4", "--cp", "2", "--strategy", "zero2")),
     "dp2-cp2": (4, ("--micro-batch", "2", "--cp", "2")),
-    "dp2-cp2-fsdp": (4, ("--micro-batch", "2", "--cp", "2", "--strategy", "fsdp")),
     # hsdp: 2 replicas, each sharded over its cp pair ("dp_replicate", "cp")
     "hsdp-cp2": (4, ("--micro-batch", "2", "--cp", "2", "--strategy", "hsdp", "--zero-shard", "1")),
     "tp2-sp-cp2": (4, ("--micro-batch", "4", "--cp", "2", "--tp", "2", "--sequence-parallel")),
@@ -335,7 +334,7 @@ def runs(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "name", ["cp2-zero2", "dp2-cp2", "dp2-cp2-fsdp", "hsdp-cp2", "tp2-sp-cp2", "pp2-cp2"]
+    "name", ["cp2-zero2", "dp2-cp2", "hsdp-cp2", "tp2-sp-cp2", "pp2-cp2"]
 )
 def test_cp_runs_follow_the_single_process_trajectory(runs, name):
     _, records, result = runs(name)
@@ -353,7 +352,7 @@ def test_cp_runs_follow_the_single_process_trajectory(runs, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["cp2-zero2", "dp2-cp2", "dp2-cp2-fsdp", "hsdp-cp2", "tp2-sp-cp2"])
+@pytest.mark.parametrize("name", ["cp2-zero2", "dp2-cp2", "hsdp-cp2", "tp2-sp-cp2"])
 def test_comm_json_has_cp_rows_each_the_cores_or_a_named_difference(runs, name):
     out, _, _ = runs(name)
     doc = json.loads((out / "comm.json").read_text())
