@@ -179,10 +179,7 @@ def _start(
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
     plan = _plan(cfg, info)
-    say(f"layout {plan.describe()} on {info.world_size} process(es), strategy {cfg.strategy}")
-    alone = alone_note(cfg.strategy, world_size=info.world_size)
-    if alone:
-        say(f"note: {alone}")
+    _say_layout(cfg, plan, info, say)
     _claim(cfg, spec, plan, device, info, held, say)
     root = _run_folder(cfg, info)
     say("preparing the data" if not cfg.data else f"opening the data in {cfg.data}")
@@ -218,17 +215,9 @@ def _start(
         net=torch.compile(net) if cfg.compile else net,
         optimizer=optimizer,
         batches=batches,
-        schedule=Schedule(
-            kind=cfg.schedule,
-            base_lr=cfg.lr,
-            warmup_steps=cfg.warmup_steps,
-            total_steps=cfg.steps,
-            min_lr_ratio=cfg.min_lr_ratio,
-        ),
+        schedule=_lr_schedule(cfg),
         budget=budget,
-        guard=StepGuard(
-            window=cfg.spike_window, sigmas=cfg.spike_sigmas, min_excess=cfg.spike_min_excess
-        ),
+        guard=_spike_guard(cfg),
         scaler=scaler,
         autocast=autocast,
         faults=faults,
@@ -245,6 +234,29 @@ def _start(
         _resume(run)  # a refused resume leaves config.json as the run wrote it
         _write_config(cfg, info)
     return run, say
+
+
+def _say_layout(cfg: TrainConfig, plan, info: DistInfo, say: Say) -> None:
+    say(f"layout {plan.describe()} on {info.world_size} process(es), strategy {cfg.strategy}")
+    alone = alone_note(cfg.strategy, world_size=info.world_size)
+    if alone:
+        say(f"note: {alone}")
+
+
+def _lr_schedule(cfg: TrainConfig) -> Schedule:
+    return Schedule(
+        kind=cfg.schedule,
+        base_lr=cfg.lr,
+        warmup_steps=cfg.warmup_steps,
+        total_steps=cfg.steps,
+        min_lr_ratio=cfg.min_lr_ratio,
+    )
+
+
+def _spike_guard(cfg: TrainConfig) -> StepGuard:
+    return StepGuard(
+        window=cfg.spike_window, sigmas=cfg.spike_sigmas, min_excess=cfg.spike_min_excess
+    )
 
 
 def _claim(

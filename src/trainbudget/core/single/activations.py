@@ -108,14 +108,7 @@ def layer_activations(
     the linear's narrower copy.
     """
     if not xp.is_array:
-        for name, value in (
-            ("seq_len", seq_len),
-            ("micro_batch", micro_batch),
-            ("tp", tp),
-            ("cp", cp),
-        ):
-            if value <= 0:
-                raise SpecError(name, value, "must be a positive integer")
+        _check_positive(seq_len=seq_len, micro_batch=micro_batch, tp=tp, cp=cp)
     s, b, h, e = seq_len, micro_batch, spec.d_model, activation_bytes
     li = e if linear_input_bytes is None else linear_input_bytes
     # a linear's own narrower copy of an input another op saves at the activation width
@@ -130,14 +123,7 @@ def layer_activations(
     # local queries x all keys, local heads; a sliding layer without FlashAttention still
     # materialises the whole masked s x s matrix
     matrix_elements = _score_elements(spec, s, b, tp, cp)
-    dropout_bytes = 0.0
-    if spec.dropout:
-        # masks after attention and MLP (s*b*h each); on the attention matrix, its mask and its
-        # dropped-out copy (the softmax output itself is kept above)
-        dropout_bytes = 2 * tokens * h * MASK_BYTES / rep
-        dropout_bytes = dropout_bytes + xp.where(
-            store_matrix, matrix_elements * (MASK_BYTES + e), 0
-        )
+    dropout_bytes = _dropout_bytes(spec, tokens, rep, store_matrix, matrix_elements, e, xp)
     casts = autocasts(activation_bytes, weight_bytes)
     # copies of the attention norm's output its matmuls keep (MLA: the q and kv down-projections)
     n_norm_out = norm_output_copies(2 if spec.is_mla else 1, casts)
@@ -157,6 +143,24 @@ def layer_activations(
             layer_matrix_elements(spec) / tp, activation_bytes, weight_bytes
         ),
     )
+
+
+def _check_positive(**counts: Any) -> None:
+    for name, value in counts.items():
+        if value <= 0:
+            raise SpecError(name, value, "must be a positive integer")
+
+
+def _dropout_bytes(
+    spec: ModelSpec, tokens: Any, rep: Any, store_matrix: Any, matrix_elements: Any, e: int, xp: Ops
+) -> Any:
+    """Dropout's saved masks: after attention and MLP (s*b*h each, split as the replicated
+    tensors are); on a stored attention matrix, its mask and its dropped-out copy (the softmax
+    output itself is counted with the matrix)."""
+    if not spec.dropout:
+        return 0.0
+    masks = 2 * tokens * spec.d_model * MASK_BYTES / rep
+    return masks + xp.where(store_matrix, matrix_elements * (MASK_BYTES + e), 0)
 
 
 def residual_bytes(activation_bytes: int, weight_bytes: int | None) -> int:
