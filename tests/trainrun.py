@@ -158,3 +158,21 @@ PROGRESS = re.compile(r"^trainbudget train: (loading PyTorch|.* \[t = [0-9.]+ s\
 def message_lines(stderr: str) -> list[str]:
     """stderr without the start-up progress lines: what a test of a message looks at."""
     return [line for line in stderr.strip().splitlines() if not PROGRESS.match(line)]
+
+
+# the checkpoint tests' tiny model and the 6-step run they resume copies of
+# (tests/train/conftest.py: `six_steps`, checkpoints at steps 3 and 6, kept 3)
+TINY_MODEL = (
+    "n_layers=1",
+    "d_model=32",
+    "n_heads=2",
+    "d_ff=64",
+    "vocab_size=257",
+    "max_seq_len=64",
+)
+CHECKPOINT_RUN = (
+    *(a for s in TINY_MODEL for a in ("--set", s)),
+    *("--seq-len", "32", "--log-interval", "1", "--eval-interval", "100", "--micro-batch", "2"),
+    *("--no-tensorboard", "--device", "cpu", "--precision", "fp32", "--seed", "7"),
+    *("--checkpoint-every", "3", "--keep", "3"),
+)

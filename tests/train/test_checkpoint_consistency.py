@@ -24,7 +24,6 @@ torch = pytest.importorskip("torch")
 
 import trainrun  # noqa: E402
 from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
-from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.model.optim import make_optimizer  # noqa: E402
 from trainbudget.model.transformer import build_model  # noqa: E402
 from trainbudget.train.checkpointing.checkpoint import (  # noqa: E402
@@ -43,7 +42,7 @@ from trainrun import ok  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-TINY = ("n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=257", "max_seq_len=64")
+TINY = trainrun.TINY_MODEL
 
 
 def state(step: int, data_step: int | None = None, **guard) -> dict:
@@ -160,26 +159,7 @@ def test_a_bad_rank_file_is_named(tmp_path: Path, payload, says) -> None:
 
 # ---- resume falls back, end to end -------------------------------------------------------------
 
-RUN = (
-    *(a for s in TINY for a in ("--set", s)),
-    *("--seq-len", "32", "--log-interval", "1", "--eval-interval", "100", "--micro-batch", "2"),
-    *("--no-tensorboard", "--device", "cpu", "--precision", "fp32", "--seed", "7"),
-    *("--checkpoint-every", "3", "--keep", "3"),
-)
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("corpus") / "data"
-    prepare(None, path, tokenizer="byte")
-    return path
-
-
-@pytest.fixture(scope="module")
-def six_steps(tmp_path_factory, data) -> Path:
-    out = tmp_path_factory.mktemp("six") / "run"
-    ok(trainrun.train_cli(out, data, *RUN, "--steps", "6"))
-    return out
+RUN = trainrun.CHECKPOINT_RUN  # its 6-step run: tests/train/conftest.py `six_steps`
 
 
 def rehash(folder: Path, step: int) -> None:
