@@ -1,20 +1,20 @@
 """Speed of the planner on one core, and the agreement of its two paths.
 
-- The whole search, enumeration included (the grid of layouts, its HSDP shard sizes, the
-  plans laid on the product of their axes, every plan's memory, the step time of those that
-  fit, the ranking, the one-plan re-evaluation of the top 5), in plans per second: Llama 3 70B
-  on 1,024 H100 at global batch 512, sequence 8192 (53,202 plans), and MT-NLG 530B on 2,240
-  A100-80GB at global batch 1920, sequence 2048. Each stage's share of the search is printed
-  beside it (the search's own calls, timed).
+- The whole search, enumeration included (the grid of layouts and its HSDP shard sizes,
+  enumerated straight onto the product of their axes, `search.plan_grid`; every plan's memory,
+  the step time of those that fit, the ranking, the one-plan re-evaluation of the top 5), in
+  plans per second: Llama 3 70B on 1,024 H100 at global batch 512, sequence 8192 (53,202
+  plans), and MT-NLG 530B on 2,240 A100-80GB at global batch 1920, sequence 2048. Each stage's
+  share of the search is printed beside it (the search's own calls, timed).
 - Each search is timed twice: wall time, and the CPU time of this process
   (`time.process_time`). The machine is shared: on a busy one the process waits for its core,
   and its wall time says more about the others than about the search; the CPU time is what
   the search costs, about what an idle core takes. The targets are judged on the CPU time
   (the wall time, and the load average, are printed beside it).
 - Plan evaluations per second on the grid (numpy, every plan of a search at once, laid on the
-  product of its axes: `search.product_grid`) and one plan at a time (plain numbers, what
-  `estimate` runs), through the same term functions: the one-plan rate, measured in the same
-  run, is the yardstick the grid's is read against.
+  product of its axes, derived from the flat plans: `search.product_grid`) and one plan at a
+  time (plain numbers, what `estimate` runs), through the same term functions: the one-plan
+  rate, measured in the same run, is the yardstick the grid's is read against.
 - The grid and the one-plan path agree to rel 1e-12 on every plan of three searches: dense (the
   530B one), MoE (Mixtral 8x7B on 64 H100) and long context (Llama 3 8B at 32K on 64 H100).
 
@@ -48,12 +48,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from trainbudget.core.parallel.cluster import Cluster  # noqa: E402
 from trainbudget.core.parallel.search import planner_fast  # noqa: E402
+from trainbudget.core.parallel.search.plan_grid import enumerate_plan_arrays  # noqa: E402
 from trainbudget.core.parallel.search.planner import evaluate  # noqa: E402
-from trainbudget.core.parallel.search.planner_fast import (  # noqa: E402
-    enumerate_plan_arrays,
-    evaluate_arrays,
-    search_fast,
-)
+from trainbudget.core.parallel.search.planner_fast import evaluate_arrays, search_fast  # noqa: E402
 from trainbudget.core.spec.hardware import get_hardware  # noqa: E402
 from trainbudget.core.spec.model_spec import ModelSpec  # noqa: E402
 from trainbudget.core.spec.precision import get_optimizer, get_precision  # noqa: E402
@@ -91,8 +88,7 @@ SEARCHES = [
     CASES[0],
 ]
 STAGES = {
-    "enumerate_plan_arrays": "enumerate (grid + HSDP)",
-    "product_grid": "lay the plans on their product",
+    "enumerate_plan_grid": "enumerate onto the product (+ HSDP)",
     "memory_arrays": "memory of every plan",
     "step_arrays": "step time of the fitting",
     "_rank_fitting": "rank",

@@ -9,15 +9,26 @@ from trainbudget.published.nemo_perf import BRIDGE_PERF, NEMO_LONG_CONTEXT, NEMO
 from trainbudget.published.runs.accelerate_fp8 import ACCELERATE_FP8
 from trainbudget.published.runs.flagperf import FLAGPERF
 from trainbudget.published.runs.internlm import INTERNLM
+from trainbudget.published.runs.kempnerforge import KEMPNERFORGE
 from trainbudget.published.runs.llmc import LLMC
 from trainbudget.published.runs.mlengineering import MLENGINEERING
 from trainbudget.published.runs.nanochat import NANOCHAT
+from trainbudget.published.runs.xtuner import XTUNER
 from trainbudget.published.speedrun import SPEEDRUN
 
 # the rows tests/published/test_modern_runs.py counts (issue "Right on runs nobody tuned for")
 MODERN = (*NEMO_PERF_2407, *NEMO_LONG_CONTEXT, *BRIDGE_PERF, *AUTOMODEL, *NANOTRON, *SPEEDRUN)
 # the rows added for its item 6, each source with its own tests file in tests/published/
-ITEM6 = (*INTERNLM, *NANOCHAT, *MLENGINEERING, *LLMC, *ACCELERATE_FP8, *FLAGPERF)
+ITEM6 = (
+    *INTERNLM,
+    *NANOCHAT,
+    *MLENGINEERING,
+    *LLMC,
+    *ACCELERATE_FP8,
+    *FLAGPERF,
+    *XTUNER,
+    *KEMPNERFORGE,
+)
 NEW = (*MODERN, *ITEM6)
 
 # run id prefix -> source key (for test_published_runs.SOURCE_KEYS)

@@ -31,6 +31,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
+from trainbudget.core.parallel.fits import FitsRule
 from trainbudget.core.parallel.plan import Plan
 
 MIN_RUNS = 5
@@ -106,7 +107,8 @@ class MemoryRatio:
     framework_row: str
     """The framework row the run is predicted with (validation.framework_row's name)."""
     ratio: float
-    """measured / predicted peak bytes per GPU."""
+    """measured / predicted peak bytes per GPU, the prediction converted to what the source's
+    figure measures (validation.Comparison.predicted_in_measure_bytes)."""
 
 
 def memory_error_range(
@@ -164,7 +166,7 @@ def memory_ratios(comparisons: list) -> list[MemoryRatio]:
             c.run_id,
             c.source_key,
             validation.framework_row(c.framework).name,
-            c.measured_memory_bytes / c.predicted_memory_bytes,
+            c.measured_memory_bytes / c.predicted_in_measure_bytes,
         )
         for c in validation.with_memory(comparisons)
     ]
@@ -177,21 +179,36 @@ def computed_memory_ratios() -> tuple[MemoryRatio, ...]:
     return tuple(memory_ratios(validation.scored(validation.compare_all())))
 
 
-def predicted_not_to_fit_with_measured_error(comparisons: list) -> list:
-    """The runs (validation.Comparison) whose predicted peak times the model's own memory error
-    on similar runs -- the 90th percentile of measured / predicted peak over the memory rows of
-    its framework row, its own source left out (`memory_error_range`) -- exceeds the GPU's
-    memory: the fits rule with a measured margin in place of the flat 90 %."""
+def device_rule(
+    rows: list[MemoryRatio], framework_row: str, held_out_source: str | None, quantile: float
+) -> FitsRule:
+    """The device fits rule with the model's own memory error on similar runs as its margin:
+    the `quantile` (0-100) of measured / predicted peak over the memory rows of
+    `framework_row` (every memory row where fewer than MIN_RUNS are), `held_out_source`'s left
+    out (a run is not judged by its own source's error)."""
+    pool = [r for r in rows if r.source_key != held_out_source]
+    same = [r for r in pool if r.framework_row == framework_row]
+    chosen = same if len(same) >= MIN_RUNS else pool
+    if not chosen:
+        raise ValueError("no published runs with a measured peak to take the memory error from")
+    return FitsRule(headroom=None, error_margin=percentile([r.ratio for r in chosen], quantile))
+
+
+def predicted_not_to_fit_with_measured_error(
+    comparisons: list, quantile: float = HIGH_PERCENTILE
+) -> list:
+    """The runs (validation.Comparison) that the device fits rule rejects: the predicted peak
+    as a device figure (allocated -> reserved -> + CUDA context and NCCL buffers), times the
+    `quantile` of the model's own memory error on similar runs, own source left out
+    (`device_rule`), above the GPU's memory."""
     from trainbudget import validation
 
     rows = memory_ratios(comparisons)
-    return [
-        c
-        for c in comparisons
-        if c.predicted_memory_bytes
-        * memory_error_range(rows, validation.framework_row(c.framework).name, c.source_key).high
-        > c.gpu_memory_bytes
-    ]
+
+    def rule(c) -> FitsRule:
+        return device_rule(rows, validation.framework_row(c.framework).name, c.source_key, quantile)
+
+    return validation.predicted_not_to_fit(comparisons, rule)
 
 
 def errors_to_json(errors: tuple[RunError, ...], memory: tuple[MemoryRatio, ...] = ()) -> str:
@@ -237,8 +254,9 @@ def published_memory_ratios() -> tuple[MemoryRatio, ...]:
 
 def plan_error_range(plan: Plan, hardware_name: str) -> ErrorRange:
     """The range for a plan on a catalog GPU (a GPU without a generation in validation's
-    table skips the same-generation set)."""
-    from trainbudget import validation
+    table skips the same-generation set). Its keys come from validation_keys, not validation,
+    which would bring the published runs' models into every `estimate`."""
+    from trainbudget.validation_keys import GPU_GENERATION, layout_family
 
-    generation = validation.GPU_GENERATION.get(hardware_name)
-    return error_range(list(published_errors()), validation.layout_family(plan), generation)
+    generation = GPU_GENERATION.get(hardware_name)
+    return error_range(list(published_errors()), layout_family(plan), generation)

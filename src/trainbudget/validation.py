@@ -14,21 +14,22 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from trainbudget.core.errors import unknown_key
 from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.fits import FLAT_RULE, FitsRule, fits, in_measure, n_communicators
 from trainbudget.core.parallel.memory.gpu_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.timing.step_time import DEFAULT_EFFICIENCY, Efficiency, step_time
 from trainbudget.core.single.flops import palm_flops_per_token
 from trainbudget.core.single.params import count_params
-from trainbudget.core.spec.defaults import DEFAULT_MEMORY_HEADROOM
 from trainbudget.core.spec.frameworks import GENERIC, Framework, get_framework
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 
+# kept apart so that a plan's error range reads them without this module (re-exported here)
+from trainbudget.validation_keys import GPU_GENERATION, gpu_generation, layout_family  # noqa: F401
+
 if TYPE_CHECKING:
     from trainbudget.published import PublishedRun
-    from trainbudget.published.record import Layout
 
 TFLOPS = 1e12  # the sources quote TFLOP/s = 1e12 FLOP/s
 # passes over the model that each Megatron convention counts (full recomputation adds one)
@@ -36,33 +37,6 @@ _MEGATRON_PASSES = {"megatron-96Bslh2": 4, "megatron-72Bslh2": 3}
 
 _NEMO_CONVENTIONS = {"nemo-dgxc": False, "nemo-causal": True}
 """NeMo's FLOP conventions -> whether the attention term is halved for the causal mask."""
-
-GPU_GENERATION = {
-    "a100-40gb": "A100",
-    "a100-80gb": "A100",
-    "h100-sxm": "H100",
-    "h100-pcie": "H100",
-    "h800": "H100",
-    "h200": "H200",
-    "b200": "B200",
-    "mi300x": "MI300X",
-}
-"""Hardware catalog key -> the GPU generation the breakdown groups by (exact keys)."""
-
-
-def gpu_generation(gpu: str) -> str:
-    if gpu not in GPU_GENERATION:
-        raise unknown_key("gpu generation of", gpu, list(GPU_GENERATION))
-    return GPU_GENERATION[gpu]
-
-
-def layout_family(lay: Layout | Plan) -> str:
-    """'dp only', or the model-splitting axes in use joined by '+' ('tp+pp+cp'), with
-    'zero3/fsdp' when parameters are sharded (ZeRO-3 / FSDP full or hybrid shard)."""
-    parts = [axis for axis in ("tp", "pp", "cp") if getattr(lay, axis) > 1]
-    if lay.zero == 3:
-        parts.append("zero3/fsdp")
-    return "+".join(parts) or "dp only"
 
 
 def plan_of(run: PublishedRun) -> Plan:
@@ -152,6 +126,17 @@ class Comparison:
     precision: str = "bf16-mixed"
     seq_len: int = 0
     n_params: float = 0.0
+    memory_measure: str | None = None
+    """What the measured peak measures (core.parallel.fits.MEMORY_MEASURES); None without one."""
+    n_communicators: int = 0
+    """NCCL communicators a rank of the layout holds (fits.n_communicators)."""
+
+    @property
+    def predicted_in_measure_bytes(self) -> float | None:
+        """The predicted (allocated) peak as a figure of the source's own measure."""
+        if self.memory_measure is None:
+            return None
+        return in_measure(self.predicted_memory_bytes, self.memory_measure, self.n_communicators)
 
     @property
     def error(self) -> float:
@@ -160,14 +145,26 @@ class Comparison:
 
     @property
     def memory_error(self) -> float | None:
-        """(predicted - measured) / measured peak memory; None where none was reported."""
+        """(predicted - measured) / measured peak memory, the prediction converted to what the
+        source measures (allocated, reserved or device); None where none was reported."""
+        predicted = self.predicted_in_measure_bytes
+        if self.measured_memory_bytes is None or predicted is None:
+            return None
+        return predicted / self.measured_memory_bytes - 1
+
+    @property
+    def allocated_memory_error(self) -> float | None:
+        """The error as it was before measures were told apart: the allocated peak against the
+        figure, whatever it measures (validate prints both)."""
         if self.measured_memory_bytes is None:
             return None
         return self.predicted_memory_bytes / self.measured_memory_bytes - 1
 
 
 # The Framework row each published run's stack is predicted with, the same for every run of it.
-# NeMo trains on Megatron-Core's DDP (its bf16_mixed recipe sets grad_reduce_in_fp32=True);
+# NeMo 2 trains on Megatron-Core's DDP (its bf16_mixed recipe sets grad_reduce_in_fp32=True;
+# its FP8 recipe keeps FP8 primary weights: the nemo-2 row),
+# NeMo 1.x (containers up to 24.09) on Apex's DistributedFusedAdam (the nemo-1 rows);
 # Megatron-DeepSpeed and GPT-NeoX hand data parallelism and ZeRO to DeepSpeed's engine, so
 # DeepSpeed's defaults (bf16 gradients, 5e8-element buckets) apply, not Megatron's fp32
 # main_grad; the FSDP sources (2022-2024: FSDP1, FairScale's FSDP, Lightning's FSDPStrategy)
@@ -176,7 +173,11 @@ class Comparison:
 # framework-neutral GENERIC.
 RUN_FRAMEWORK_ROWS = {
     "megatron": "megatron",
-    "nemo": "megatron",
+    "nemo": "nemo-2",
+    "nemo-1": "nemo-1",
+    "nemo-1-bf16-grads": "nemo-1-bf16-grads",
+    "nemo-1-bf16-adam": "nemo-1-bf16-adam",
+    "megatron-bridge-perf": "megatron-bridge-perf",
     "megatron-legacy": "megatron-legacy",
     "megatron-deepspeed": "deepspeed",
     "megatron-deepspeed-2021": "deepspeed-2021",
@@ -216,6 +217,7 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
         framework=replace(
             framework_row(run.framework, run.attention_kernel, run.loss_kernel),
             tp_comm_overlap=run.tp_comm_overlap,
+            compiled=run.compiled,
         ),
     )
     # every published run trains a decoder-only LM: the causal mask step_time times by
@@ -235,6 +237,8 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
         predicted_memory_bytes=mem.total_bytes,
         gpu_memory_bytes=hw.memory_bytes,
         measured_memory_bytes=run.measured.memory_bytes_per_gpu,
+        memory_measure=run.measured.memory_measure,
+        n_communicators=n_communicators(plan.dp, plan.tp, plan.pp, plan.cp),
         precision=run.precision,
         seq_len=seq_len,
         n_params=count_params(spec).total,
@@ -512,13 +516,24 @@ BREAKDOWN_KEYS: dict[str, Callable[[Comparison], str]] = {
 }
 """The breakdowns `trainbudget validate` prints, in order."""
 
+MEMORY_BREAKDOWN_KEYS: dict[str, Callable[[Comparison], str]] = {
+    "memory measure": lambda c: c.memory_measure or "-",
+}
+"""The memory error's breakdowns beyond BREAKDOWN_KEYS: by what the source's figure measures."""
+
 
 def predicted_not_to_fit(
-    comparisons: Iterable[Comparison], headroom: float = DEFAULT_MEMORY_HEADROOM
+    comparisons: Iterable[Comparison],
+    rule: FitsRule | Callable[[Comparison], FitsRule] = FLAT_RULE,
 ) -> list[Comparison]:
-    """The runs, all of which completed, whose predicted peak exceeds `headroom` of their GPU's
-    memory: the plan `fits` rule of `estimate` and `plan` would have rejected them."""
-    return [c for c in comparisons if c.predicted_memory_bytes > headroom * c.gpu_memory_bytes]
+    """The runs, all of which completed, that `fits` (the rule of `estimate` and `plan`) would
+    have rejected; `rule` may depend on the run (the device rule's margin from similar runs)."""
+    at = rule if callable(rule) else (lambda _c: rule)
+    return [
+        c
+        for c in comparisons
+        if not fits(c.predicted_memory_bytes, c.gpu_memory_bytes, at(c), c.n_communicators)
+    ]
 
 
 def with_memory(comparisons: Iterable[Comparison]) -> list[Comparison]:

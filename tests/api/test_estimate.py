@@ -43,6 +43,11 @@ QUESTIONS = {
         {"tokens": "300B", "gpus": 8, "mfu": 0.4, "overrides": ["n_layers=24"]},
         "--model gpt2 --tokens 300B --gpus 8 --mfu 0.4 --set n_layers=24",
     ),
+    "a compiled step under a layout": (
+        ("gpt2",),
+        {"gpus": 8, "zero": 1, "compiled": True},
+        "--model gpt2 --gpus 8 --zero 1 --compiled",
+    ),
     "dense:N under a layout": (
         ("dense:70e9",),
         {"gpus": 64, "zero": 3},

@@ -17,9 +17,11 @@ from trainbudget.cli import main as entry
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 README_1 = "estimate --model llama-3-70b --tokens 15T --gpus 1024 --gpu h100-sxm --seq-len 8192"
 # never needed to answer an estimate: the trainer, the report, config emitters, the profiler,
-# the torch model, data preparation, the published-run tables (the error range is read from
-# loso_errors.json), torch, matplotlib, and difflib (imported by an error's suggestions only)
+# the torch model, data preparation, the published-run tables and their validation (the error
+# range is read from loso_errors.json, its keys from validation_keys), torch, matplotlib, and
+# difflib (imported by an error's suggestions only)
 NOT_FOR_ESTIMATE = {
+    "trainbudget.validation",
     "trainbudget.train",
     "trainbudget.report",
     "trainbudget.emit",
@@ -96,16 +98,32 @@ def test_a_catalog_command_imports_no_estimator():
 
 def test_the_one_gpu_estimate_imports_no_plan_model():
     """One GPU and no layout: neither the search nor the one-plan evaluation (nor the step-time
-    and per-GPU memory models under them) is loaded."""
+    and per-GPU memory models under them) is loaded, nor `decimal` (a bare count, 15e12)."""
     _, loaded = _run_as_program("estimate --model llama-3-8b --tokens 15e12 --json")
-    plan_models = ("planner", "planner_fast", "step_time", "comm_time", "gpu_memory", "gpu_peak")
+    plan_models = (
+        "search.planner",
+        "search.planner_fast",
+        "timing.step_time",
+        "timing.compute_time",
+        "timing.comm_time",
+        "memory.gpu_memory",
+        "memory.gpu_peak",
+    )
+    parallel = Path(SRC) / "trainbudget" / "core" / "parallel"
+    assert all((parallel / f"{m.replace('.', '/')}.py").exists() for m in plan_models)  # real
     assert not loaded & {f"trainbudget.core.parallel.{m}" for m in plan_models}
+    assert "decimal" not in loaded
 
 
 def test_only_the_commands_that_search_the_grid_set_how_malloc_keeps_memory():
-    """_keep_freed_memory loads ctypes (numpy loads it too) for estimate, plan and report."""
+    """_keep_freed_memory loads ctypes (numpy loads it too) for estimate, plan and report; not
+    for an estimate on one GPU (no --gpus: nothing to search)."""
     _, loaded = _run_as_program("models")
     assert "ctypes" not in loaded
+    _, loaded = _run_as_program("estimate --model llama-3-8b --tokens 15e12 --json")
+    assert "ctypes" not in loaded
+    _, loaded = _run_as_program("estimate --model llama-3-8b --tokens 15e12 --gpus=1 --json")
+    assert "ctypes" in loaded
     assert entry.GRID_COMMANDS.issubset(entry.COMMANDS)
     assert not entry.GRID_COMMANDS & entry.TORCH_COMMANDS  # torch's allocators are its own
 
@@ -145,3 +163,22 @@ def test_the_garbage_collector_stays_on_for_torch_corpora_and_figures():
     the collector."""
     assert not entry.SHORT_COMMANDS & (entry.TORCH_COMMANDS | {"data", "report", "plot"})
     assert {"estimate", "plan", "fit", "models", "validate"} <= entry.SHORT_COMMANDS
+
+
+@pytest.mark.parametrize("columns", ["", "60", "200", "0", "wide"])
+def test_the_help_is_argparse_s_at_the_terminal_s_width_without_shutil(columns, monkeypatch):
+    """OneLineParser reads the terminal's width itself (argparse would import shutil for it at
+    every add_argument): the width shutil gives, so the help argparse prints."""
+    import argparse
+    import shutil
+
+    from trainbudget.cli.args import OneLineParser, _terminal_columns
+
+    monkeypatch.setenv("COLUMNS", columns)
+    assert _terminal_columns() == shutil.get_terminal_size().columns
+    (sub,) = (a for a in entry.build_parser("estimate")._actions if a.dest == "command")
+    ours = sub.choices["estimate"].format_help()
+    monkeypatch.setattr(OneLineParser, "_get_formatter", argparse.ArgumentParser._get_formatter)
+    assert ours == sub.choices["estimate"].format_help()
+    _, loaded = _run_as_program("estimate --model llama-3-8b --tokens 15e12 --json")
+    assert "shutil" not in loaded

@@ -239,3 +239,34 @@ def test_format_seconds(seconds: float, expected: str) -> None:
 def test_count_round_trip(value: float) -> None:
     """format_count output parses back to the same value (for 4-digit values)."""
     assert parse_count(format_count(value)) == value
+
+
+def test_an_unscaled_number_is_the_decimal_rounded_once():
+    """A number with no suffix is read by float() (no Decimal import); with a suffix, as the
+    exact decimal product. Both round the exact value once: the same float either way."""
+    import random
+    from decimal import Decimal
+
+    rng = random.Random(0)
+    for _ in range(2000):
+        digits = f"{rng.randrange(10 ** rng.randrange(1, 18))}.{rng.randrange(10**6):06d}"
+        text = f"{digits}e{rng.randrange(-20, 25)}"
+        assert parse_count(text) == float(Decimal(text)), text
+        assert parse_count(text + "k") == float(Decimal(text) * 1000), text
+    assert parse_duration("755ms") == float(Decimal("755") * Decimal("0.001"))
+
+
+def test_parsing_a_bare_count_needs_no_decimal_module():
+    """Neither importing the units module nor parsing a bare count ('15e12', as `estimate
+    --tokens` is often given) imports decimal; a count with a suffix does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from trainbudget.core.units import parse_count; "
+        "assert 'decimal' not in sys.modules; parse_count('15e12'); "
+        "assert 'decimal' not in sys.modules; parse_count('15T'); "
+        "assert 'decimal' in sys.modules; print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"

@@ -25,13 +25,16 @@ from trainbudget.core.single.params import count_params
 from trainbudget.core.spec.presets import PRESETS, get_preset
 from trainbudget.published import PUBLISHED_RUNS, PublishedRun, RunDataError, get_run
 from trainbudget.published.record import architecture, assumable_fields, unique_ids
+from trainbudget.published.runs.kempnerforge import KEMPNERFORGE
+from trainbudget.published.runs.xtuner import XTUNER
 from trainbudget.validation import EXCLUDED
 
 PACKAGE = Path(published.__file__).parent
 
 
 def test_every_run_is_a_validated_record() -> None:
-    assert len(PUBLISHED_RUNS) == 83 + len(NEW)  # NEW: tests/modern_runs.py
+    added = len(XTUNER) + len(KEMPNERFORGE)  # item 6's sources with their own test files
+    assert len(PUBLISHED_RUNS) == 83 + len(NEW) + added  # NEW: tests/modern_runs.py
     assert all(isinstance(r, PublishedRun) for r in PUBLISHED_RUNS)
     with pytest.raises(dataclasses.FrozenInstanceError):
         PUBLISHED_RUNS[0].n_gpus = 1  # type: ignore[misc]
@@ -153,6 +156,8 @@ SOURCE_KEYS = {
     "pythia-": "biderman-2023-pythia",
     "starcoderbase-": "li-2023-starcoder",
     **SOURCE_KEYS_NEW,  # tests/modern_runs.py
+    "xtuner-": "internlm-xtuner-speed",
+    "kforge-": "kempner-forge-mfu",
 }
 
 
@@ -281,6 +286,8 @@ POSITION_NORM = {
     "pythia-": ("rope", "layernorm"),  # GPT-NeoX: rotary on 25% of each head
     "starcoderbase-": ("learned", "layernorm"),  # GPTBigCode
     **POSITION_NORM_NEW,  # tests/modern_runs.py
+    "xtuner-": ("rope", "rmsnorm"),  # Hugging Face Llama 2 and Yi (LlamaForCausalLM)
+    "kforge-": ("rope", "rmsnorm"),  # KempnerForge Transformer: RMSNorm, RoPE
 }
 
 
@@ -350,6 +357,28 @@ SOURCE_DIMS = {
     "llama3-8b-gpuhours": (32, 4096, 32, 8, 14336, 128256, "swiglu", False, False),
     "llama3-70b-gpuhours": (80, 8192, 64, 8, 28672, 128256, "swiglu", False, False),
     **SOURCE_DIMS_NEW,  # tests/modern_runs.py
+    # XTuner's speed configs: meta-llama/Llama-2-7b and Llama-2-70b-hf config.json
+    **{
+        r.id: (32, 4096, 32, 32, 11008, 32000, "swiglu", False, False)
+        for r in XTUNER
+        if "llama2-7b" in r.id
+    },
+    **{
+        r.id: (80, 8192, 64, 8, 28672, 32000, "swiglu", False, False)
+        for r in XTUNER
+        if "llama2-70b" in r.id
+    },
+    # KempnerForge mfu_bench.sh M7B / M70B: Llama 3 8B's and 70B's shapes
+    **{
+        r.id: (32, 4096, 32, 8, 14336, 128256, "swiglu", False, False)
+        for r in KEMPNERFORGE
+        if "-7b-" in r.id
+    },
+    **{
+        r.id: (80, 8192, 64, 8, 28672, 128256, "swiglu", False, False)
+        for r in KEMPNERFORGE
+        if "-70b-" in r.id
+    },
 }
 # the fields where a run's source differs from the preset it reuses
 OVERRIDES = {

@@ -205,7 +205,7 @@ def test_resume_rejects_it_by_name_and_falls_back(tmp_path, data, six_steps, fau
         file, name = malicious_rank_file(checkpoints, pwned), "step-00000006"
     else:
         file, name = forge_step(checkpoints, fault == "forged_step_and_stream"), "step-00000007"
-    r = ok(trainrun.train_cli(out, data, *RUN, "--steps", "8", "--resume"))
+    r = ok(trainrun.train_run(out, data, *RUN, "--steps", "8", "--resume"))
     assert "Traceback" not in r.stderr and not pwned.exists()
     rejected = [line for line in r.stderr.splitlines() if "rejected" in line]
     assert len(rejected) == 1, r.stderr[-3000:]

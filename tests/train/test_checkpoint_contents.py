@@ -197,7 +197,7 @@ def test_resume_rejects_it_by_name_and_falls_back(tmp_path, data, six_steps, tam
     tamper(newest)
     if tamper is not deleted_manifest:
         rehash(newest)  # the manifest agrees with the tampered files
-    r = ok(trainrun.train_cli(out, data, *RUN, "--steps", "8", "--resume"))
+    r = ok(trainrun.train_run(out, data, *RUN, "--steps", "8", "--resume"))
     assert "Traceback" not in r.stderr
     rejected = [line for line in r.stderr.splitlines() if "rejected" in line]
     assert len(rejected) == 1, r.stderr[-3000:]

@@ -41,7 +41,11 @@ TINY = (
 
 
 def train_cli(out: Path, data: Path, *args: str, **kw):
-    """The CLI run of this file's tiny model (trainrun.train_cli with TINY first)."""
+    """The CLI run of this file's tiny model (trainrun.train_cli with TINY first); one that
+    ends by itself (no faults, no restarts) through trainrun.train_run: in this process, or
+    its ranks launched by hand (torchrun's own part is the faults' and restarts')."""
+    if set(kw) <= {"nproc"}:
+        return trainrun.train_run(out, data, *TINY, *args, **kw)
     return trainrun.train_cli(out, data, *TINY, *args, **kw)
 
 

@@ -41,6 +41,10 @@ MB = ("--micro-batch", "4")
 
 
 def train_cli(out: Path, data: Path, *args: str, **kw):
+    """The CLI run of this file's tiny model: in a process of its own with faults or not
+    waited for (trainrun.train_cli), else in this one (trainrun.train_run)."""
+    if not kw:
+        return trainrun.train_run(out, data, *TINY, *args)
     return trainrun.train_cli(out, data, *TINY, *args, **kw)
 
 

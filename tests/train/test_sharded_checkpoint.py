@@ -4,8 +4,8 @@ the dcp/ folder of an atomic, manifest-verified checkpoint, and resume from it e
 
 In one process (fast): every optimizer the trainer builds round-trips through DCP into one that
 never stepped; a .metadata pickle or a saved value that would run code is refused; another
-model's checkpoint is named. Under torchrun (2 CPU ranks, gloo; slow): a run whose rank 1 is
-killed with SIGKILL resumes to the bitwise state of the uninterrupted run (fp32 AdamW and
+model's checkpoint is named. On 2 CPU ranks (gloo; slow): a run whose rank 1 is killed with
+SIGKILL resumes to the bitwise state of the uninterrupted run (fp32 AdamW and
 bf16-mixed master weights); a flipped bit in a shard is named and passed over; one process
 continues a 2-rank checkpoint (DCP stitches the shards); `trainbudget eval` reads one.
 
@@ -170,11 +170,15 @@ def test_another_models_checkpoint_is_named(tmp_path: Path) -> None:
         load_sharded(tmp_path / DCP_DIR, wider)
 
 
-# ---- under torchrun --------------------------------------------------------------------------
+# ---- on 2 ranks ------------------------------------------------------------------------------
 
 
 def train_cli(out: Path, data: Path, *args: str, nproc: int = 2, **kw):
-    """The CLI run of this file's tiny model, on 2 ranks unless told otherwise."""
+    """The CLI run of this file's tiny model, on 2 ranks unless told otherwise: under torchrun
+    with faults (its agent stops the ranks a SIGKILL leaves waiting), else launched by hand or,
+    for one process, in this one (trainrun.train_run)."""
+    if not kw:
+        return trainrun.train_run(out, data, *TINY, *args, nproc=nproc)
     return trainrun.train_cli(out, data, *TINY, *args, nproc=nproc, **kw)
 
 

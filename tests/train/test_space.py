@@ -271,6 +271,6 @@ def test_cli_full_disk_at_a_save_halts_with_one_line_and_resume_goes_on(tmp_path
     assert ".tmp-step-00000006/" in line and "no space left on device" in line
     assert "step-00000003 is intact" in line
     assert [p.name for p in list_checkpoints(out / "checkpoints")] == ["step-00000003"]
-    r = ok(trainrun.train_cli(out, data, *RUN, "--resume"))
+    r = ok(trainrun.train_run(out, data, *RUN, "--resume"))
     assert "resumed from" in r.stderr and "step-00000003" in r.stderr
     assert list_checkpoints(out / "checkpoints")[0].name == "step-00000009"

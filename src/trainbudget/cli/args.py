@@ -42,6 +42,12 @@ class OneLineParser(argparse.ArgumentParser):
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         sys.exit(2)
 
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse makes a formatter at every add_argument (to check the metavar), and its
+        # default width asks shutil for the terminal's: shutil and the archive modules it
+        # imports cost every command's start-up about 1.5 ms. The same width, read directly.
+        return self.formatter_class(prog=self.prog, width=_terminal_columns() - 2)
+
     def _get_values(self, action, arg_strings):
         # argparse before 3.13 drops a '--' given as an option's value (`--tokens=--`) and
         # hands on [] instead: keep the text, so that the option's check quotes what was typed
@@ -50,6 +56,21 @@ class OneLineParser(argparse.ArgumentParser):
             self._check_value(action, value)
             return value
         return super()._get_values(action, arg_strings)
+
+
+def _terminal_columns() -> int:
+    """shutil.get_terminal_size().columns, which argparse's help width is: $COLUMNS if a
+    positive integer, else the width of the terminal on stdout, else 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", 0))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
 
 
 def writable_file(field: str, text: str) -> Path:
@@ -134,6 +155,12 @@ def add_framework_arg(p) -> None:
         action="store_true",
         help="tensor-parallel collectives pipelined with their GEMMs (Megatron's "
         "--tp-comm-overlap, Transformer Engine userbuffers; default off, as in Megatron)",
+    )
+    p.add_argument(
+        "--compiled",
+        action="store_true",
+        help="the step runs under torch.compile: Inductor's fused kernels per layer and its "
+        "fused cross-entropy (default: the framework's eager kernels)",
     )
     p.add_argument(
         "--loss-kernel",

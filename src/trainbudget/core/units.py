@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal
 
 from trainbudget.core.errors import SpecError
 
@@ -56,9 +55,10 @@ _BYTE_UNIT = {
 _RATE_PREFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
 SECONDS_PER_MINUTE = 60
-# Duration units -> seconds (Decimal, so that '755ms' is exact); keys upper-cased
+# Duration units -> seconds (a decimal string is read as a Decimal, so that '755ms' is exact);
+# keys upper-cased
 _DURATION_UNIT = {
-    "MS": Decimal("0.001"),
+    "MS": "0.001",
     "S": 1,
     "SEC": 1,
     "SECOND": 1,
@@ -75,28 +75,35 @@ _DURATION_UNIT = {
 }
 _BARE_UNIT_NAME = {1: "seconds", SECONDS_PER_HOUR: "hours", SECONDS_PER_DAY: "days"}
 
+# The patterns as text: `re` compiles each on its first use and keeps it (its own cache), so
+# that a command that parses one quantity does not compile all seven at import
 _NUMBER = r"([0-9][0-9_,]*\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?)"
-_COUNT_RE = re.compile(rf"^{_NUMBER}\s*([kKMBGTPEZ]?)$")
-_BYTES_RE = re.compile(rf"^{_NUMBER}\s*([KMGTP]?I?B)$", re.IGNORECASE)
-_FLOPS_RE = re.compile(rf"^{_NUMBER}\s*([KMGTPE]?)\s*FLOP(?:S|/S)?$", re.IGNORECASE)
-_BW_RE = re.compile(rf"^{_NUMBER}\s*([KMGTP]?I?B)\s*/\s*S$", re.IGNORECASE)
-_MONEY_RE = re.compile(rf"^\$?\s*{_NUMBER}()$")
-_DURATION_RE = re.compile(rf"^{_NUMBER}\s*([A-Z]*)$", re.IGNORECASE)
+_COUNT_RE = rf"^{_NUMBER}\s*([kKMBGTPEZ]?)$"
+_BYTES_RE = rf"(?i)^{_NUMBER}\s*([KMGTP]?I?B)$"
+_FLOPS_RE = rf"(?i)^{_NUMBER}\s*([KMGTPE]?)\s*FLOP(?:S|/S)?$"
+_BW_RE = rf"(?i)^{_NUMBER}\s*([KMGTP]?I?B)\s*/\s*S$"
+_MONEY_RE = rf"^\$?\s*{_NUMBER}()$"
+_DURATION_RE = rf"(?i)^{_NUMBER}\s*([A-Z]*)$"
 
 
-_THOUSANDS = re.compile(r"^[0-9]{1,3}(,[0-9]{3})+(\.[0-9]*)?([eE][+-]?[0-9]+)?$")
+_THOUSANDS = r"^[0-9]{1,3}(,[0-9]{3})+(\.[0-9]*)?([eE][+-]?[0-9]+)?$"
 
 
-def _number(text: str, field: str) -> Decimal:
-    """A decimal number; commas only as thousands separators ('1,000,000', not '1,5')."""
-    if "," in text and not _THOUSANDS.match(text):
+def _number(text: str, field: str, scale: int | str) -> float:
+    """A decimal number (commas only as thousands separators: '1,000,000', not '1,5') times
+    `scale` (an int, or a decimal string: '0.001'), exactly, then rounded once to a float."""
+    if "," in text and not re.match(_THOUSANDS, text):
         raise SpecError(field, text, "commas are only allowed as thousands separators (1,000)")
+    digits = text.replace("_", "").replace(",", "")
+    if scale == 1:  # no product to round: float() rounds the text once, as Decimal's would
+        return float(digits)
+    from decimal import Decimal  # here: only a scaled quantity needs it
+
     # Decimal, so that '1.07B' is exactly 1070000000 once multiplied by an integer suffix
-    return Decimal(text.replace("_", "").replace(",", ""))
+    return float(Decimal(digits) * Decimal(scale))
 
 
-def _finite_nonnegative(field: str, text: str, value: float | Decimal) -> float:
-    value = float(value)
+def _finite_nonnegative(field: str, text: str, value: float) -> float:
     if not math.isfinite(value):
         raise SpecError(field, text, "must be a finite number")
     if value < 0:
@@ -107,25 +114,26 @@ def _finite_nonnegative(field: str, text: str, value: float | Decimal) -> float:
 def _parse(
     text: str | float | int,
     field: str,
-    pattern: re.Pattern[str],
-    unit_table: dict[str, int | Decimal],
+    pattern: str,
+    unit_table: dict[str, int | str],
     expected: str,
     *,
     bare_count: bool = True,
 ) -> float:
-    """One parser for every kind of quantity: a number, then a unit `pattern` captures as its
-    second group and `unit_table` scales (keys upper-cased unless the table is case-sensitive).
+    """One parser for every kind of quantity: a number, then a unit `pattern` (a regular
+    expression) captures as its second group and `unit_table` scales (keys upper-cased unless
+    the table is case-sensitive; a scale given as a decimal string is exact).
     With bare_count, a plain count ('1.5e9', '70B') is accepted in the base unit."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return _finite_nonnegative(field, str(text), float(text))
     s = str(text).strip()
-    if s.startswith("-") and pattern.match(s[1:].strip()):  # '-5', not a stray '--'
+    if s.startswith("-") and re.match(pattern, s[1:].strip()):  # '-5', not a stray '--'
         raise SpecError(field, s, "must not be negative")
-    m = pattern.match(s)
+    m = re.match(pattern, s)
     unit = None if m is None else m.group(2)
     unit = unit if unit is None or unit in unit_table else unit.upper()
     if unit in unit_table:
-        return _finite_nonnegative(field, s, _number(m.group(1), field) * unit_table[unit])
+        return _finite_nonnegative(field, s, _number(m.group(1), field, unit_table[unit]))
     if bare_count:
         try:
             return parse_count(s, field)

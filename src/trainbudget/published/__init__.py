@@ -26,7 +26,7 @@ are validated when this package is imported. One module per family of sources:
   124M with AdamW under DDP + torch.compile, the 1.5B scale-up)
 - runs/: the runs added for issue 23's item 6, one module per source (runs/__init__.py lists
   them): InternLM, nanochat, Bekman's ML Engineering book, llm.c, Accelerate's FSDP2 example,
-  BAAI FlagPerf
+  BAAI FlagPerf, XTuner's speed benchmark, KempnerForge's MFU benchmark
 
 Excluded sources: the Megatron-LM repository (README tables, CI golden values), torchtitan's
 docs and benchmarks (and torchao's float8 tables), MosaicML llm-foundry's benchmark tables, IBM
@@ -63,9 +63,11 @@ from trainbudget.published.record import (
 from trainbudget.published.runs.accelerate_fp8 import ACCELERATE_FP8
 from trainbudget.published.runs.flagperf import FLAGPERF
 from trainbudget.published.runs.internlm import INTERNLM
+from trainbudget.published.runs.kempnerforge import KEMPNERFORGE
 from trainbudget.published.runs.llmc import LLMC
 from trainbudget.published.runs.mlengineering import MLENGINEERING
 from trainbudget.published.runs.nanochat import NANOCHAT
+from trainbudget.published.runs.xtuner import XTUNER
 from trainbudget.published.sharded_dp import BLOOMBERG, FSDP_PAPER, OPT
 from trainbudget.published.speedrun import SPEEDRUN
 from trainbudget.published.systems_papers import FLASH_ATTN2, ZERO_BUBBLE
@@ -101,6 +103,8 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = unique_ids(
         *LLMC,
         *ACCELERATE_FP8,
         *FLAGPERF,
+        *XTUNER,
+        *KEMPNERFORGE,
     )
 )
 """Every run, in the order `trainbudget validate` prints them."""

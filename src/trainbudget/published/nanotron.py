@@ -131,13 +131,18 @@ _NOTES = (
     "the LM head sits on the last stage). Memory is read as GiB (nanotron logs "
     "torch.cuda.max_memory_allocated() / 1024**3 and max_memory_reserved() / 1024**3, both "
     "labelled GB, of rank 0 -- the first pipeline stage; the figure does not say which). "
+    "Read as reserved (assumed): the trainer's per-step log keeps max_memory_reserved as its "
+    "one peak figure "
+    "('cuda_max_memory_reserved', src/nanotron/trainer.py; its allocated figure there is the "
+    "current one), and a sweep for the best configuration that fits is about what the "
+    "process holds; tests/published show the error under either reading. "
     "MFU convention: nanotron's get_flops equals PaLM's per token (embedding lookup not "
     "counted, LM head counted once); the peak it divides by is not printed, taken as the "
     "H100's 989.5 TFLOP/s."
 )
 _ASSUMED = frozenset({
     "seq_len", "gpus_per_node", "model.vocab_size", "layout.sp", "layout.recompute",
-    "layout.pp_layers", "measured.memory_bytes_per_gpu",
+    "layout.pp_layers", "measured.memory_bytes_per_gpu", "measured.memory_measure",
 })  # fmt: skip
 
 
@@ -175,6 +180,7 @@ def _run(
             flops_convention="palm",
             flops_note="nanotron get_flops: 3 x (2 x matmul params + 4*l*h*s) per token",
             memory_bytes_per_gpu=memory_gb * GiB,
+            memory_measure="reserved",
         ),
         assumed=_ASSUMED,
         notes=_NOTES + f" Pipeline split: {layout.pp_layers or 'none (pp 1)'}.",

@@ -137,7 +137,10 @@ _DGXC_NOTES = (
     "run. Layout fields from the table header; sequence_parallel=true, no activation "
     "checkpointing, distributed (ZeRO-1-like) optimizer, TP comm overlap from the matching "
     "NeMo-Framework-Launcher conf/training yaml (may differ in detail from the container's "
-    "copy). MFU is the README's own number (nemo-dgxc FLOPs / 989 TFLOP/s)."
+    "copy). The optimizer is Apex's distributed_fused_adam with grad_sync_dtype bf16 in "
+    "dgxc-benchmarking's own yaml of each recipe (v24.11.1), Nemotron's also with dtype bf16 "
+    "(framework rows nemo-1-bf16-grads, nemo-1-bf16-adam). MFU is the README's own number "
+    "(nemo-dgxc FLOPs / 989 TFLOP/s)."
 )
 _DGXC_ASSUMED = frozenset({"layout.sp", "layout.recompute", "layout.zero"})
 
@@ -154,8 +157,10 @@ DGXC: tuple[PublishedRun, ...] = (
     # ------------------------------------------------------------------------------------------
     PublishedRun(
         id="dgxc-gpt3-175b-bf16-128gpu",
-        source_key="nvidia-dgxc-benchmarking", framework="nemo",
-        framework_source="the README's setup: the NeMo container named in the source",
+        source_key="nvidia-dgxc-benchmarking", framework="nemo-1-bf16-grads",
+        framework_source="the README's setup: the NeMo container named in the source; "
+        "optimizer dtypes from dgxc-benchmarking v24.11.1 (35a9aec) "
+        "nemo_megatron/gpt3_175b_hydra.yaml",
         source=_DGXC_SRC.format(path="nemo_megatron/README_175b.md", fw="(DGXC 24.x)")
         + " Config: nemo_megatron/gpt3_175b_hydra.yaml.",
         # GPT-3 175B's dimensions (the preset) with the executed, padded vocabulary
@@ -184,8 +189,9 @@ DGXC: tuple[PublishedRun, ...] = (
     #  step) | 14.72 |"; "| Model flops utilization | 54.10% |"
     PublishedRun(
         id="dgxc-llama31-70b-bf16-64gpu",
-        source_key="nvidia-dgxc-benchmarking", framework="nemo",
-        framework_source="the README's setup: the NeMo container named in the source",
+        source_key="nvidia-dgxc-benchmarking", framework="nemo-1-bf16-grads",
+        framework_source="the README's setup: the NeMo container named in the source; "
+        "optimizer dtypes from dgxc-benchmarking v24.11.1 (35a9aec) llama3.1/llama3.1_70b.yaml",
         source=_DGXC_SRC.format(path="llama3.1/README_70b.md", fw="24.09")
         + " Config: NeMo-Framework-Launcher conf/training/llama/llama3_1_70b.yaml.",
         model=preset("llama-3-70b"),  # Llama 3.1 70B has Llama 3 70B's shapes
@@ -208,8 +214,9 @@ DGXC: tuple[PublishedRun, ...] = (
     # "Note that Llama3.1 405B uses the GPT2BPETokenizer as a proxy."
     PublishedRun(
         id="dgxc-llama31-405b-bf16-576gpu",
-        source_key="nvidia-dgxc-benchmarking", framework="nemo",
-        framework_source="the README's setup: the NeMo container named in the source",
+        source_key="nvidia-dgxc-benchmarking", framework="nemo-1-bf16-grads",
+        framework_source="the README's setup: the NeMo container named in the source; "
+        "optimizer dtypes from dgxc-benchmarking v24.11.1 (35a9aec) llama3.1/llama3.1_405b.yaml",
         source=_DGXC_SRC.format(path="llama3.1/README_405b.md", fw="24.09")
         + " Config: NeMo-Framework-Launcher conf/training/llama/llama3_1_405b.yaml.",
         # the NeMo config's query groups and the executed proxy vocabulary (notes)
@@ -236,8 +243,10 @@ DGXC: tuple[PublishedRun, ...] = (
     #  |  4.61 |"; "| Model flops utilization | 55.38% |"
     PublishedRun(
         id="dgxc-nemotron4-340b-bf16-128gpu",
-        source_key="nvidia-dgxc-benchmarking", framework="nemo",
-        framework_source="the README's setup: the NeMo container named in the source",
+        source_key="nvidia-dgxc-benchmarking", framework="nemo-1-bf16-adam",
+        framework_source="the README's setup: the NeMo container named in the source; "
+        "optimizer dtypes from dgxc-benchmarking v24.11.1 (35a9aec) "
+        "nemotron/nemotron4-340b-synth.yaml",
         source=_DGXC_SRC.format(path="nemotron/README_340b.md", fw="24.09/24.11")
         + " Config: NeMo-Framework-Launcher conf/training/nemotron/nemotron_340b.yaml.",
         model=_NEMOTRON4_340B, seq_len=4096, gpu="h100-sxm", n_gpus=128, gpus_per_node=8,

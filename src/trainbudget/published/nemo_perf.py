@@ -125,12 +125,19 @@ _P2407_NOTES = (
     "Engine, hybrid E4M3/E5M2) as the table's caption states. Not stated, taken from the "
     "matching NeMo-Framework-Launcher training yaml (launcher_scripts/conf/training/...): "
     "sequence_parallel (true exactly when TP > 1), activations_checkpoint_granularity (null "
-    "unless said), optim mcore_distributed_optim (zero=1), ub_tp_comm_overlap (TP "
-    "communication overlap: tp_comm_overlap). The yaml's GBS differs from the "
+    "unless said), optim distributed_fused_adam (Apex's DistributedFusedAdam, zero=1; the "
+    "launcher moved to mcore_distributed_optim only in December 2024), ub_tp_comm_overlap (TP "
+    "communication overlap: tp_comm_overlap). The optimizer's dtypes (framework row): "
+    "grad_sync_dtype bf16 as the launcher's H100 FP8 example scripts for GPT-3 and Llama pass "
+    "it (examples/training/*/h100/*_fp8*.sh, tag 24.07; nemo-1-bf16-grads), fp32 for Nemotron "
+    "8B/22B whose scripts do not (nemo-1), bf16 state for Nemotron 340B as its yaml sets "
+    "(nemo-1-bf16-adam). The yaml's GBS differs from the "
     "table's (the table was run with its own GBS). TFLOP/s/GPU counts NeMo's non-causal "
     "formula (nemo-dgxc; the test checks it against tokens/s for every row)."
 )
-_P2407_ASSUMED = frozenset({"layout.sp", "layout.recompute", "layout.zero", "tp_comm_overlap"})
+_P2407_ASSUMED = frozenset(
+    {"layout.sp", "layout.recompute", "layout.zero", "tp_comm_overlap", "framework"}
+)
 
 _GPT3_5B = _nemo_gpt3("5b", 24, 4096, 32, 50304)
 _GPT3_20B = _nemo_gpt3("20b", 44, 6144, 48, 50432)
@@ -157,10 +164,11 @@ def _p2407(
     assumed: frozenset[str] = frozenset(),
     *,
     tp_overlap: bool = False,
+    framework: str = "nemo-1-bf16-grads",
 ) -> PublishedRun:
     return PublishedRun(
         id=run_id, source=_P2407_SRC.format(row=row), source_key="nvidia-nemo-perf-2407",
-        framework="nemo", framework_source=_NEMO_FRAMEWORK, model=model, seq_len=seq_len,
+        framework=framework, framework_source=_NEMO_FRAMEWORK, model=model, seq_len=seq_len,
         gpu="h100-sxm", n_gpus=n_gpus, gpus_per_node=8, layout=layout, precision="fp8",
         tp_comm_overlap=tp_overlap,
         measured=Measurement(
@@ -218,18 +226,18 @@ NEMO_PERF_2407: tuple[PublishedRun, ...] = (
            _layout(2, 1, 32, micro=4, batch=256), 12507, 643,
            _NEMOTRON_NOTE.format(yaml="nemotron/nemotron_8b.yaml") + " DP 32, GA 2.",
            frozenset({"model.vocab_size"}),
-           tp_overlap=True),
+           tp_overlap=True, framework="nemo-1"),
     _p2407("nemo2407-nemotron-22b-64gpu", "Nemotron-22B", _NEMOTRON_22B, 4096, 64,
            _layout(2, 4, 8, vpp=10, micro=2, batch=256), 4312, 562,
            _NEMOTRON_NOTE.format(yaml="nemotron/nemotron_22b.yaml") + " DP 8, GA 16.",
            frozenset({"model.vocab_size"}),
-           tp_overlap=True),
+           tp_overlap=True, framework="nemo-1"),
     _p2407("nemo2407-nemotron-340b-128gpu", "Nemotron-340B", _NEMOTRON_340B, 4096, 128,
            _layout(8, 8, 2, vpp=12, batch=32, recompute="selective"), 326, 686,
            _NEMOTRON_NOTE.format(yaml="nemotron/nemotron_340b.yaml") + " 8 query groups; the "
            "yaml sets activations_checkpoint_granularity: selective. DP 2, GA 16.",
            frozenset({"model.vocab_size"}),
-           tp_overlap=True),
+           tp_overlap=True, framework="nemo-1-bf16-adam"),
     _p2407("nemo2407-llama3-8b-8gpu", "LLAMA3-8B", preset("llama-3-8b"), 8192, 8,
            _layout(1, 1, 4, cp=2, batch=128), 12273, 711,
            _LLAMA_NOTE.format(p="llama-3-8b", yaml="llama/llama3_8b.yaml")
@@ -278,11 +286,14 @@ _LC_NOTES = (
     "without a causal discount (nemo-dgxc: NeMo's formula until August 2025, and the 4K row of "
     "the H100 table, 768 TFLOP/s, agrees with the 24.07 table's 780 under it). Only TFLOP/s is "
     "given: validation.py must convert nemo-dgxc to score the row (flops_note gives the "
-    "per-token count). TP communication overlap not stated: left off. {extra}"
+    "per-token count). TP communication overlap not stated: left off. The optimizer's "
+    "dtypes are not stated: the H100 table's NeMo 24.03 is NeMo 1.x, taken as the launcher "
+    "yaml's Apex distributed_fused_adam with fp32 gradients (framework row nemo-1); the B200 "
+    "table's NeMo 25.04 is NeMo 2 (megatron row). {extra}"
 )
 _LC_ASSUMED = frozenset({
     "layout.micro_batch", "layout.sp", "layout.recompute", "layout.zero",
-    "measured.flops_convention",
+    "measured.flops_convention", "framework",
 })  # fmt: skip
 
 
@@ -301,7 +312,10 @@ def _long_context(
             else "'LLAMA3-8B (FP8) - B200' table, container NeMo25.04.rc2",
             commit="commit 19fadb67b0" if h100 else "commit 14d427f575", k=k,
         ),
-        source_key="nvidia-nemo-long-context", framework="nemo",
+        source_key="nvidia-nemo-long-context",
+        # NeMo 24.03.01 is NeMo 1.x (Apex's DistributedFusedAdam, the launcher's fp32
+        # gradients); NeMo 25.04 is NeMo 2 (Megatron-Core's distributed optimizer)
+        framework="nemo-1" if h100 else "nemo",
         framework_source=_NEMO_FRAMEWORK, model=model, seq_len=seq, gpu=gpu,
         n_gpus=layout.n_gpus, gpus_per_node=min(8, layout.n_gpus), layout=layout,
         precision="fp8",
@@ -395,7 +409,9 @@ _MB_NOTES = (
     "Sequence parallelism exactly when TP > 1 (WorkloadBaseConfig.sequence_parallel in the "
     "recipe scripts/performance/utils/utils.py), and TP communication overlap with it "
     "(llama3_llm_pretrain.py: CommOverlapConfig(tp_comm_overlap=bool(tp > 1)) for 8B, the "
-    "userbuffers config for 70B). Not stated, assumed: the distributed "
+    "userbuffers config for 70B); gradients reduced in bf16 (the same file: "
+    "grad_reduce_in_fp32 = False; framework row megatron-bridge-perf). Not stated, assumed: "
+    "the distributed "
     "optimizer (zero=1) where the FSDP column is 0 and no recomputation. TFLOP/s counts NeMo's "
     "formula with the causal discount (nemo-causal; the test checks it against tokens/s). "
     "{extra}"
@@ -418,7 +434,7 @@ def _bridge(
     return PublishedRun(
         tp_comm_overlap=layout.tp > 1,
         id=run_id, source=_MB_SRC.format(section=section, table=table, row=row),
-        source_key="nvidia-megatron-bridge-perf", framework="nemo",
+        source_key="nvidia-megatron-bridge-perf", framework="megatron-bridge-perf",
         framework_source=_MB_FRAMEWORK, model=model, seq_len=8192, gpu=gpu,
         n_gpus=layout.n_gpus, gpus_per_node=8, layout=layout, precision="fp8",
         measured=Measurement(

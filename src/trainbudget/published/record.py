@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.parallel.fits import MEMORY_MEASURES
 from trainbudget.core.parallel.plan import OFFLOAD_TARGETS
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.spec.engines import LOSS_KERNELS
@@ -68,6 +69,14 @@ FRAMEWORKS = {
     "nanotron": "Hugging Face nanotron: torch-native 3D parallelism (TP with reduce-scatter, "
     "1F1B pipeline), ZeRO-0/1, fp32 gradient accumulation",
     "nemo": "NVIDIA NeMo (on Megatron-Core)",
+    "nemo-1": "NVIDIA NeMo 1.x (containers up to 24.09) with Apex's DistributedFusedAdam, as "
+    "NeMo-Framework-Launcher's yaml runs it",
+    "nemo-1-bf16-grads": "NeMo 1.x with DistributedFusedAdam and grad_sync_dtype bf16 (the "
+    "launcher's H100 example scripts)",
+    "nemo-1-bf16-adam": "NeMo 1.x with DistributedFusedAdam, optimizer dtype and "
+    "grad_sync_dtype bf16 (the launcher's Nemotron-4 340B yaml)",
+    "megatron-bridge-perf": "NVIDIA Megatron-Bridge's performance recipes (NeMo 25.11 and "
+    "later, on Megatron-Core): bf16 gradient buffer and reduction",
     "pytorch-native": "a PyTorch trainer of its own, neither Megatron, DeepSpeed nor FSDP: "
     "InternLM/InternEvo (flash-attention, apex kernels, its hybrid ZeRO-1), nanochat "
     "(torch.compile, optimizers sharding their state ZeRO-2 style)",
@@ -156,6 +165,12 @@ class Measurement:
     """What the source adds about its FLOP count (its per-sequence figure, HFU's extra)."""
     memory_bytes_per_gpu: float | None = None
     """Peak memory on one GPU as the source reports it (the most loaded GPU where it says)."""
+    memory_measure: str | None = None
+    """What `memory_bytes_per_gpu` measures, a key of core.parallel.fits.MEMORY_MEASURES:
+    'allocated' (torch.cuda.max_memory_allocated), 'reserved' (max_memory_reserved) or 'device'
+    (nvidia-smi / NVML: reserved + CUDA context + NCCL buffers), as the source's own words or
+    code say it ('measured.memory_measure' in `assumed` where they do not). Stated with every
+    memory figure, None without one."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,6 +207,8 @@ class PublishedRun:
     tp_comm_overlap: bool = False
     """The source (or the launcher config it names) pipelines TP communication with the GEMMs
     (Megatron's --tp-comm-overlap, NeMo's ub_tp_comm_overlap): `Framework.tp_comm_overlap`."""
+    compiled: bool = False
+    """The run's script wraps the model, loss included, in torch.compile: `Framework.compiled`."""
     attention_kernel: str = ""
     """The fused attention kernel the run used (hardware.ATTENTION_KERNELS) where its code pins
     one the framework row does not: the first FlashAttention of flash-attn before 2.0; ''
@@ -374,6 +391,7 @@ def _validate_measurement(fail: _Fail, m: Measurement) -> None:
             fail(f"measured.{name}", getattr(m, name), "is a fraction: must be at most 1")
     if all(getattr(m, name) is None for name in (*figures, "mfu")):
         fail("measured", None, "needs a figure: " + ", ".join((*figures, "mfu")))
+    _validate_memory_measure(fail, m)
     if m.flops_convention is not None and m.flops_convention not in FLOP_CONVENTIONS:
         fail(
             "measured.flops_convention",
@@ -382,6 +400,18 @@ def _validate_measurement(fail: _Fail, m: Measurement) -> None:
         )
     if m.tflops_per_second_per_gpu is not None and m.flops_convention is None:
         fail("measured.flops_convention", None, "must be stated with tflops_per_second_per_gpu")
+
+
+def _validate_memory_measure(fail: _Fail, m: Measurement) -> None:
+    """A memory figure names what it measures (the model's allocated peak is converted to it
+    before the two are compared); a measure without a figure is a slip."""
+    if m.memory_bytes_per_gpu is None:
+        if m.memory_measure is not None:
+            fail("measured.memory_measure", m.memory_measure, "needs memory_bytes_per_gpu")
+        return
+    if m.memory_measure not in MEMORY_MEASURES:
+        rule = "must be stated with memory_bytes_per_gpu: one of " + ", ".join(MEMORY_MEASURES)
+        fail("measured.memory_measure", m.memory_measure, rule)
 
 
 def unique_ids(runs: tuple[PublishedRun, ...]) -> tuple[PublishedRun, ...]:

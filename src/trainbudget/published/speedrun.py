@@ -64,6 +64,8 @@ SPEEDRUN: tuple[PublishedRun, ...] = (
             global_batch=512, flash_attention=True,
         ),
         measured=Measurement(iteration_seconds=0.139),
+        # llm.c's train_gpt2.cu, the code the record ran, as the karpathy-llmc rows
+        loss_kernel="in-place-fused-classifier",
         assumed=frozenset({
             "model.vocab_size", "layout.micro_batch", "layout.recompute", "layout.zero",
             "layout.flash_attention",
@@ -96,6 +98,7 @@ SPEEDRUN: tuple[PublishedRun, ...] = (
         ),
         source_key="jordan-modded-nanogpt",
         framework="pytorch-ddp",
+        compiled=True,  # 'model = torch.compile(model)'; GPT.forward returns the loss
         framework_source="the log's script: 'model = torch.compile(model)', 'model = "
         "DDP(model, device_ids=[ddp_local_rank])', 'Running pytorch 2.5.0+cu124'",
         model=_speedrun_gpt(
@@ -132,6 +135,7 @@ SPEEDRUN: tuple[PublishedRun, ...] = (
         ),
         source_key="jordan-modded-nanogpt",
         framework="pytorch-ddp",
+        compiled=True,  # 'model = torch.compile(model)'; GPT.forward returns the loss
         framework_source="the log's script: 'model = torch.compile(model)', 'model = "
         "DDP(model, device_ids=[ddp_local_rank])', 'Running pytorch 2.4.1+cu121'",
         model=_speedrun_gpt(

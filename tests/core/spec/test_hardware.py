@@ -169,6 +169,27 @@ def test_b200_fp4_dense_and_sparse():
     assert b200.peak_flops_per_second("fp4") == 2 * b200.peak_flops_per_second("fp8")
 
 
+def test_b200_sms_and_mamf():
+    """148 SMs: two dies of 80 with 74 enabled each (Chips and Cheese, 'Nvidia's B200: Keeping
+    the CUDA Juggernaut Rolling'); MAMF 1745.0 of 2250 TFLOPS (ml-engineering's table, the row
+    kernel_costs.MAMF holds too: the two tables agree)."""
+    from trainbudget.core.spec.kernel_costs import MAMF
+
+    b200 = get_hardware("b200")
+    assert b200.sm_count == 2 * 74 == 148
+    (row,) = [m for m in MAMF if m.gpu == "b200" and m.dtype == "bf16"]
+    assert b200.matmul_fraction == pytest.approx(1745.0 / 2250)
+    assert b200.matmul_fraction == pytest.approx(row.flops_per_second / 2250e12)
+
+
+def test_h200_takes_the_h100_sxm_compute_figures():
+    """Same GH100 compute: the H100 SXM's SM count, MAMF ('H200 is the same') and attention."""
+    h200, h100 = get_hardware("h200"), get_hardware("h100-sxm")
+    assert h200.sm_count == h100.sm_count
+    assert h200.matmul_fraction == h100.matmul_fraction
+    assert dict(h200.attention_fraction) == dict(h100.attention_fraction)
+
+
 # Where a datasheet prints the tensor figures with sparsity, the dense peak is half of them.
 _SPARSE_PRINTED = ("h100-sxm", "h100-pcie", "h100-nvl", "h800", "h200", "b200")
 

@@ -155,18 +155,26 @@ def test_resume_is_exact_and_checks_what_the_stream_depends_on(dataset):
 
 
 def _train(out: Path, data: Path, *args: str, nproc: int = 1, steps: int = STEPS) -> list[dict]:
-    """Train with the CLI (`python -m trainbudget train`, under torchrun when nproc > 1);
-    returns metrics.jsonl's records."""
-    train = ["-m", "trainbudget", "train", *TINY, "--data", str(data), "--out", str(out)]
-    train += ["--steps", str(steps), "--eval-interval", "100", *args]
+    """Train with the CLI: under torchrun, as a user would, when nproc > 1; the one-process
+    reference in this process (trainrun.train_in_process: torch and the trainer are loaded
+    already, and one thread sums as the subprocess's one would); metrics.jsonl's records."""
+    train = [*TINY, "--steps", str(steps), "--eval-interval", "100", *args]
+    if nproc == 1:
+        ok(trainrun.train_in_process(out, data, *train))
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+        return [r for r in map(json.loads, lines) if "event" not in r]
+    train = ["-m", "trainbudget", "train", *train, "--data", str(data), "--out", str(out)]
     for attempt in range(2):
-        cmd = [sys.executable, *train]
-        if nproc > 1:  # a free port now; another process may take it first: then retry once
-            launch = ["-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
-            launch += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
-            cmd = [sys.executable, *launch, *train]
+        # a free port now; another process may take it first: then retry once
+        launch = ["-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
+        launch += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
         r = subprocess.run(
-            cmd, env=run_env(None), capture_output=True, text=True, timeout=TIMEOUT, cwd=out.parent
+            [sys.executable, *launch, *train],
+            env=run_env(None),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            cwd=out.parent,
         )
         if r.returncode == 0 or "address already in use" not in r.stderr.lower() or attempt:
             break

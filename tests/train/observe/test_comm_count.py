@@ -2,9 +2,10 @@
 in RUN_DIR/comm.json: 2-rank ddp, zero1, zero2, fsdp, tp2, pp2 and dropless ep2 runs and
 4-rank hsdp, dp2 tp2+sp, dp2 pp2, tp2+sp pp2 (rank 0's rows: the first stage; the last
 stage's ranks also run the head's and the loss's collectives) and dp4 ep2 runs (gloo on CPU,
-launched by torchrun), 3 steps
-each -- the third is the counted one -- with 2 micro-batches per step; and the counter's byte
-conventions on a process group of one, in-process.
+launched by hand: tests/trainrun.py's train_run), 3 steps each -- the third is the counted
+one -- with 2 micro-batches of one row per step (trainrun.OBSERVED_LAYOUTS: the same runs give
+test_rank_memory.py its per-rank peaks); and the counter's byte conventions on a process group
+of one, in-process.
 
 What must hold: every model row's measured bytes equal the core's, or the core's plus the named
 differences of train.observe.comm_report, to the byte. The padding figure is this model's own: its
@@ -26,74 +27,22 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 
 import torch.distributed as dist  # noqa: E402
 
-import trainrun  # noqa: E402
-from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.train.observe.comm_count import COUNTED_STEP, CommCounter, tally  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-TINY = (
-    *("--set", "n_layers=1", "--set", "d_model=32", "--set", "n_heads=2"),
-    *("--set", "d_ff=64", "--set", "vocab_size=257", "--set", "max_seq_len=64"),
-    *("--seq-len", "32", "--log-interval", "1", "--no-tensorboard", "--device", "cpu"),
-    *("--precision", "fp32", "--seed", "7", "--optimizer", "adamw", "--lr", "1e-3"),
-    *("--steps", "3", "--micro-batch", "1", "--grad-accum", "2", "--eval-interval", "100"),
-)
 PAD_ROW_BYTES = 32 * 4  # one padded embedding row (module docstring)
-RUNS = {
-    "single": (1, ()),
-    "ddp": (2, ("--strategy", "ddp")),
-    "zero1": (2, ("--strategy", "zero1")),
-    "zero2": (2, ("--strategy", "zero2")),
-    "fsdp": (2, ("--strategy", "fsdp")),
-    "hsdp": (4, ("--strategy", "hsdp", "--zero-shard", "2")),
-    # tp needs a vocabulary tp divides, pp two layers for its two stages, ep a dropless MoE
-    "dp2-tp2-sp": (4, ("--set", "vocab_size=258", "--tp", "2", "--sequence-parallel")),
-    "tp2": (2, ("--set", "vocab_size=258", "--tp", "2")),
-    "pp2": (2, ("--set", "n_layers=2", "--pp", "2", "--no-memory-check")),
-    "tp2-sp-pp2": (
-        4,
-        (
-            *("--set", "vocab_size=258", "--set", "n_layers=2", "--pp", "2", "--tp", "2"),
-            *("--sequence-parallel", "--no-memory-check"),
-        ),
-    ),
-    "dp2-pp2": (4, ("--set", "n_layers=2", "--pp", "2", "--strategy", "ddp", "--no-memory-check")),
-    "ep2": (
-        2,
-        (
-            *("--set", "n_experts=4", "--set", "experts_per_token=2", "--ep", "2"),
-            *("--moe-capacity-factor", "0"),
-        ),
-    ),
-    "dp4-ep2": (
-        4,
-        (
-            *("--set", "n_experts=4", "--set", "experts_per_token=2", "--ep", "2"),
-            *("--moe-capacity-factor", "0"),
-        ),
-    ),
-}
 ACT_BYTES = 32 * 32 * 4  # one micro-batch's hidden state: 1 x seq 32 x d_model 32, fp32
 LOSS_BYTES = 3 * 32 * 4  # loss parallel's 3 all-reduces of one fp32 per token
 
 
 @pytest.fixture(scope="module")
-def comm(tmp_path_factory):
-    """Each named run once per module: its (comm.json, summary.json)."""
-    root = tmp_path_factory.mktemp("comm")
-    data = root / "data"
-    prepare(None, data, tokenizer="byte")
-    done: dict = {}
+def comm(observed_run):
+    """Each named run's (comm.json, summary.json); the runs are tests/train/conftest.py's."""
 
     def get(name: str):
-        if name not in done:
-            nproc, args = RUNS[name]
-            out = root / name
-            trainrun.ok(trainrun.train_cli(out, data, *TINY, *args, nproc=nproc))
-            docs = [json.loads((out / f).read_text()) for f in ("comm.json", "summary.json")]
-            done[name] = tuple(docs)
-        return done[name]
+        out = observed_run(name)
+        return tuple(json.loads((out / f).read_text()) for f in ("comm.json", "summary.json"))
 
     return get
 

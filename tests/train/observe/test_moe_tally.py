@@ -44,7 +44,7 @@ def test_the_issue_case_trains_50_steps_on_two_ranks_and_reports_drops(tmp_path,
     data = tmp_path / "data"
     prepare(None, data, tokenizer="byte")
     out = tmp_path / strategy
-    r = ok(trainrun.train_cli(out, data, *ISSUE_CASE, "--strategy", strategy, nproc=2))
+    r = ok(trainrun.train_run(out, data, *ISSUE_CASE, "--strategy", strategy, nproc=2))
     records = steps(out)
     assert sorted(records) == list(range(10, STEPS + 1, 10))
     for record in records.values():

@@ -2,10 +2,11 @@
 the per-parameter state tensors (AdamW's two moments, not its scalar step; nothing for plain SGD)
 and keep bf16-mixed's fp32 masters apart, as the core's ModelState does; the CPU peak meter
 measures the second step it wraps and only that one. (Sharded optimizers, FSDP2's DTensors and
-ZeroRedundancyOptimizer, are measured under torchrun in tests/train/parallel/test_parallelize.py.)
+ZeroRedundancyOptimizer, are measured on several ranks in tests/train/parallel/test_parallelize.py.)
 
-Under torchrun (gloo on CPU), every strategy on 2 ranks (hsdp on 4, two groups of two): each
-rank's peak measured by MemTracker on the second step within PEAK_TOLERANCE_PERCENT (3 %) of
+On several ranks (gloo on CPU, launched by hand: tests/trainrun.py's train_run), every
+strategy on 2 ranks (hsdp on 4, two groups of two): each rank's peak measured by MemTracker on the
+second step within PEAK_TOLERANCE_PERCENT (3 %) of
 the plan's prediction for that rank (core.parallel.memory.rank_peak), and summary.json saying so.
 Observed on the 18,880-parameter model below: +0.3 % to +0.5 % on every rank of every
 strategy, fp32 and bf16-mixed, with and without accumulation or full recomputation (the
@@ -44,13 +45,12 @@ from trainbudget.train.observe.rank_memory import (  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.train.summary import (  # noqa: E402
     PEAK_TOLERANCE_PERCENT,
     peak_notes,
     rank_peak_row,
 )
-from trainrun import ok, train_cli  # noqa: E402
+from trainrun import OBSERVED_LAYOUTS, ok, train_run  # noqa: E402
 
 TINY = (
     *("--set", "n_layers=1", "--set", "d_model=32", "--set", "n_heads=2"),
@@ -60,26 +60,18 @@ TINY = (
     *("--steps", "2", "--checkpoint-every", "100"),
 )
 TP_VOCAB = ("--set", "vocab_size=258")  # tp must divide the vocabulary
-SP_DDP = ("--sequence-parallel", "--strategy", "ddp", "--precision", "fp32")
 SP_FSDP = ("--sequence-parallel", "--strategy", "fsdp", "--precision", "fp32")
 PP2 = ("--set", "n_layers=2", "--pp", "2", "--precision", "fp32")  # a layer per stage
-SP_PP = ("--sequence-parallel", "--micro-batch", "2")
 EP2 = ("--set", "n_layers=2", "--ep", "2", "--precision", "fp32")
 TOP1_OF_8 = ("--set", "n_experts=8", "--set", "experts_per_token=1", "--micro-batch", "1")
-# name: (processes, arguments)
+# name: (processes, arguments); runs of this file's own
 LAYOUTS = {
-    "ddp": (2, ("--strategy", "ddp", "--micro-batch", "4", "--precision", "fp32")),
-    "zero1": (2, ("--strategy", "zero1", "--micro-batch", "4", "--precision", "fp32")),
     "zero2": (2, ("--strategy", "zero2", "--micro-batch", "4", "--precision", "bf16-mixed")),
-    "fsdp": (2, ("--strategy", "fsdp", "--micro-batch", "2", "--grad-accum", "2")),
     "hsdp": (4, ("--strategy", "hsdp", "--zero-shard", "2", "--recompute", "full")),
-    "tp2": (2, (*TP_VOCAB, "--micro-batch", "4", "--tp", "2", "--precision", "fp32")),
-    "dp2-tp2-sp-ddp": (4, (*TP_VOCAB, "--micro-batch", "4", "--tp", "2", *SP_DDP)),
     "dp2-tp2-sp-fsdp": (4, (*TP_VOCAB, "--micro-batch", "4", "--tp", "2", *SP_FSDP)),
     "pp2-1f1b": (2, (*PP2, "--micro-batch", "2", "--grad-accum", "4")),
     "pp2-gpipe": (2, (*PP2, "--micro-batch", "2", "--grad-accum", "2", "--pp-schedule", "gpipe")),
     "tp2-pp2": (4, (*PP2, *TP_VOCAB, "--tp", "2", "--micro-batch", "2", "--grad-accum", "4")),
-    "tp2-sp-pp2": (4, (*PP2, *TP_VOCAB, "--tp", "2", *SP_PP, "--grad-accum", "4")),
     # top-2 of 4 experts, the capacity factor's default 1.25; top-1 of 8 at one sequence
     "ep2-ddp": (
         2,
@@ -87,6 +79,10 @@ LAYOUTS = {
     ),
     "ep2-fsdp": (2, (*EP2, *TOP1_OF_8, "--strategy", "fsdp", "--moe-capacity-factor", "0")),
 }
+# layouts whose run is the comm-count tests' (trainrun.OBSERVED_LAYOUTS, made once per session:
+# 3 steps of 2 micro-batches of one row, fp32): ddp, zero1 and fsdp with accumulation, tp2,
+# dp2 tp2+sp under ddp, 1F1B over 2 micro-batches alone and with tp2+sp
+SHARED = ("ddp", "zero1", "fsdp", "tp2", "dp2-tp2-sp", "pp2", "tp2-sp-pp2")
 
 N_PARAMS = 4 * 3 + 3 + 3 * 2 + 2  # two Linear layers' weights and biases: 23
 
@@ -147,21 +143,17 @@ def test_the_cpu_meter_measures_the_second_step_it_wraps():
     assert record["optimizer_state"] == N_PARAMS * 2 * 4 and record["peak"] == peak
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("data") / "data"
-    prepare(None, folder, tokenizer="byte")  # the embedded corpus
-    return folder
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(LAYOUTS))
-def test_each_rank_peaks_within_3_percent_of_the_plan(tmp_path, data, name):
+@pytest.mark.parametrize("name", [*LAYOUTS, *SHARED])
+def test_each_rank_peaks_within_3_percent_of_the_plan(tmp_path, data, observed_run, name):
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("needs torch.distributed with gloo")
-    nproc, args = LAYOUTS[name]
-    out = tmp_path / "run"
-    ok(train_cli(out, data, *TINY, *args, nproc=nproc))
+    if name in LAYOUTS:
+        nproc, args = LAYOUTS[name]
+        out = tmp_path / "run"
+        ok(train_run(out, data, *TINY, *args, nproc=nproc))
+    else:  # tests/train/conftest.py's run, shared with test_comm_count.py
+        nproc, out = OBSERVED_LAYOUTS[name][0], observed_run(name)
     summary = json.loads((out / "summary.json").read_text())
     ranks = summary["peak_memory_bytes_per_rank"]["ranks"]
     assert [r["rank"] for r in ranks] == list(range(nproc))

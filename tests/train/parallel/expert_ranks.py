@@ -1,11 +1,13 @@
 """One rank of an expert-parallel check, started by tests/train/parallel/test_expert_parallel.py:
-`python expert_ranks.py RANK WORLD EP STORE OUT CASE`. The ranks meet over a file store (no
-port). Each rank builds the same tiny MoE model (same seed), keeps an unsharded copy as the
-reference, shards the experts (train.parallel.expert_parallel) and runs one forward and backward of
-its rows of a global batch; the reference runs every rank's rows, one rank's at a time, as
-one process would. Writes OUT (JSON): the largest differences of the outputs and of the local
-experts' gradients (EP's gradient before the 1/dp scaling is the sum over the ranks' losses),
-the all-to-all bytes sent, and the expert parameters held.
+`python expert_ranks.py RANK WORLD EP STORE OUT CASES`. The ranks meet over a file store (no
+port) and run each of CASES (comma-separated) in turn, in one process group: one interpreter
+start per rank for all of them. Each rank builds the same tiny MoE model (same seed), keeps an
+unsharded copy as the reference, shards the experts (train.parallel.expert_parallel) and runs one
+forward and backward of its rows of a global batch; the reference runs every rank's rows, one
+rank's at a time, as one process would. Writes OUT (JSON, {case: result}): the largest
+differences of the outputs and of the local experts' gradients (EP's gradient before the 1/dp
+scaling is the sum over the ranks' losses), the all-to-all bytes sent, and the expert
+parameters held.
 
 CASE "balanced": top-2 of 4 experts, dropless. "recompute": the same with full recomputation.
 "idle": a router bias sends every token to expert 0 (top-1): the experts of the other ranks
@@ -51,8 +53,18 @@ def loss_of(model, x):
     return logits.float().square().mean(), logits
 
 
-def main(rank: int, world: int, ep: int, store: str, out: str, case: str) -> None:
+def main(rank: int, world: int, ep: int, store: str, out: str, cases: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    results = {case: check(rank, world, ep, case) for case in cases.split(",")}
+    with open(out, "w") as f:
+        json.dump(results, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def check(rank: int, world: int, ep: int, case: str) -> dict:
+    """One case: a fresh model (seed 3), sharded, one forward and backward against the
+    reference; what main writes for it."""
     spec = spec_for(case)
     model = build_model(spec, seed=3, recompute="full" if case == "recompute" else "none")
     if case == "idle":
@@ -89,7 +101,7 @@ def main(rank: int, world: int, ep: int, store: str, out: str, case: str) -> Non
             want = ref_params[name].grad if want is None else want
             grad_diff = max(grad_diff, float((p.grad - want).abs().max()))
             zero_grads.append(bool(p.grad is not None and not p.grad.any()))
-    result = {
+    return {
         "output_diff": float((logits.detach() - want_logits).abs().max()),
         "expert_grad_diff": grad_diff,
         "expert_grads_all_zero": all(zero_grads),
@@ -99,10 +111,6 @@ def main(rank: int, world: int, ep: int, store: str, out: str, case: str) -> Non
             p.numel() for n, p in model.named_parameters() if n in layout.expert_names
         ),
     }
-    with open(out, "w") as f:
-        json.dump(result, f)
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def _group_grad(reference, spec, x, name, rows):
@@ -115,5 +123,5 @@ def _group_grad(reference, spec, x, name, rows):
 
 
 if __name__ == "__main__":
-    rank, world, ep, store, out, case = sys.argv[1:]
-    main(int(rank), int(world), int(ep), store, out, case)
+    rank, world, ep, store, out, cases = sys.argv[1:]
+    main(int(rank), int(world), int(ep), store, out, cases)

@@ -1,8 +1,8 @@
 """Expert parallelism (train.parallel.expert_parallel): refusals; the MoE layer's all-to-all round
 trip against the whole model in one process (an expert that gets no token anywhere included), with
 its all-to-all bytes and per-rank expert parameters against the core's predictions; and 2-rank
-ep2 runs under torchrun against one process -- same losses, exact resume, a checkpoint that
-resumes in one process.
+ep2 runs (launched by hand, tests/trainrun.py's train_run) against one process -- same losses,
+exact resume, a checkpoint that resumes in one process.
 
 Tolerance, fp32: relative 1e-4 on the logged losses and gradient norms, as in
 test_distributed.py (the same computation, sums in another order). Observed on this machine:
@@ -85,12 +85,22 @@ def test_a_plan_with_ep_decides_it():
 # -- the layer's round trip, 2 ranks by hand over a file store ---------------------------------
 
 
-def _ranks(tmp_path: Path, case: str, world: int = 2, ep: int = 2) -> list[dict]:
-    store = tmp_path / f"store-{case}"
-    outs = [tmp_path / f"{case}-{r}.json" for r in range(world)]
+CASES = ("balanced", "idle", "recompute")
+
+
+@pytest.fixture(scope="module")
+def round_trips(tmp_path_factory) -> dict[str, list[dict]]:
+    """{case: each rank's result} of expert_ranks.py on 2 ranks, ep 2: every case in one launch
+    (the interpreters' start-up is most of a launch's ~12 s)."""
+    return _ranks(tmp_path_factory.mktemp("ep-ranks"), ",".join(CASES))
+
+
+def _ranks(tmp_path: Path, cases: str, world: int = 2, ep: int = 2) -> dict[str, list[dict]]:
+    store = tmp_path / "store"
+    outs = [tmp_path / f"rank-{r}.json" for r in range(world)]
     procs = [
         subprocess.Popen(
-            [sys.executable, str(RANKS), str(r), str(world), str(ep), str(store), str(out), case],
+            [sys.executable, str(RANKS), str(r), str(world), str(ep), str(store), str(out), cases],
             env=run_env(None),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -100,16 +110,17 @@ def _ranks(tmp_path: Path, case: str, world: int = 2, ep: int = 2) -> list[dict]
         for r, out in enumerate(outs)
     ]
     for proc in procs:
-        ok(trainrun.finish(proc, timeout=120))
-    return [json.loads(out.read_text()) for out in outs]
+        ok(trainrun.finish(proc, timeout=180))
+    ranks = [json.loads(out.read_text()) for out in outs]
+    return {case: [rank[case] for rank in ranks] for case in cases.split(",")}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["balanced", "idle"])
-def test_the_all_to_all_round_trip_is_the_whole_model(tmp_path, case):
+def test_the_all_to_all_round_trip_is_the_whole_model(round_trips, case):
     # "idle": every token goes to expert 0; rank 1's experts (2, 3) get no row from anyone,
     # and still run (an empty slice), with zero gradients, and nothing hangs
-    results = _ranks(tmp_path, case)
+    results = round_trips[case]
     for r in results:
         assert r["output_diff"] < 1e-5
         assert r["expert_grad_diff"] < 1e-5
@@ -119,7 +130,7 @@ def test_the_all_to_all_round_trip_is_the_whole_model(tmp_path, case):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("case", "calls_per_layer"), [("balanced", 4), ("recompute", 6)])
-def test_all_to_all_bytes_and_expert_memory_match_the_core(tmp_path, case, calls_per_layer):
+def test_all_to_all_bytes_and_expert_memory_match_the_core(round_trips, case, calls_per_layer):
     # dropless top-2: the core's buffers (core/parallel/timing/comm_time.py: tokens x k x d_model x
     # bytes per call, 4 calls per MoE layer and micro-batch, 6 with full recomputation) are
     # what is sent, on average over the ranks (each rank sends its own N x k rows forward; what
@@ -127,7 +138,7 @@ def test_all_to_all_bytes_and_expert_memory_match_the_core(tmp_path, case, calls
     sys.path.insert(0, str(RANKS.parent))
     from expert_ranks import ROWS, SEQ, spec_for
 
-    results = _ranks(tmp_path, case)
+    results = round_trips[case]
     spec = spec_for(case)
     recompute = "full" if case == "recompute" else "none"
     plan = Plan(dp=2, ep=2, micro_batch=ROWS, grad_accum=1, recompute=recompute)
@@ -148,7 +159,7 @@ def test_all_to_all_bytes_and_expert_memory_match_the_core(tmp_path, case, calls
     assert all(r["expert_params"] == stage_params(spec, plan, "only").experts for r in results)
 
 
-# -- whole runs under torchrun --------------------------------------------------------------
+# -- whole runs, the ranks launched by hand ------------------------------------------------
 
 
 def _train(out: Path, data: Path, *args: str, nproc: int) -> dict[int, dict]:
@@ -157,7 +168,7 @@ def _train(out: Path, data: Path, *args: str, nproc: int) -> dict[int, dict]:
     common += ("--device", "cpu", "--precision", "fp32", "--seed", "7", "--optimizer", "adamw")
     common += ("--lr", "1e-3", "--schedule", "constant", "--eval-interval", "3")
     common += ("--eval-batches", "1")
-    ok(trainrun.train_cli(out, data, *common, *args, nproc=nproc))
+    ok(trainrun.train_run(out, data, *common, *args, nproc=nproc))
     return steps(out)
 
 

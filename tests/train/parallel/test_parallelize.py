@@ -1,4 +1,4 @@
-"""train/parallel/parallelize.py under torchrun (gloo on CPU, 2 or 4 ranks; issue 14): every
+"""train/parallel/parallelize.py on several ranks (gloo on CPU, 2 or 4 ranks; issue 14): every
 strategy of train.spec.strategy, started from a `trainbudget plan --json` file as a user would,
 trains like one process with the same global batch, resumes exactly, reshards between layouts, and
 says in summary.json what ran and what each rank held.
@@ -19,7 +19,9 @@ resumed at step HALF. Compared with the one-process run of the same global batch
   (fresh AdamW moments) changes the loss by more than 1e-3;
 - a checkpoint resumed under another layout (ZeRO-1's full files under HSDP, HSDP's DCP shards
   under ZeRO-1): relative 1e-4 on the single-process trajectory.
-Timing on a 2-core CPU: a 2-rank run ~15 s, a 4-rank run ~30 s; about 5 minutes in all.
+The ranks are launched by hand and the one-process run is made in the test's process
+(tests/trainrun.py: train_run); torchrun's own path is tests/train/launch/test_distributed.py's.
+Timing on a 2-core CPU: a 2-rank run ~12 s, a 4-rank run ~25 s; about 4 minutes in all.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 from clirun import cli_json  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa: E402
-from trainrun import ok, steps, train_cli  # noqa: E402
+from trainrun import ok, steps, train_run  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
@@ -84,7 +86,7 @@ def plan_file(folder: Path, gpus: int, zero: int, zero_shard: int) -> Path:
 
 
 def _train(out: Path, data: Path, *args: str, nproc: int, steps_: int = STEPS) -> dict:
-    ok(train_cli(out, data, *TINY, "--steps", str(steps_), *args, nproc=nproc))
+    ok(train_run(out, data, *TINY, "--steps", str(steps_), *args, nproc=nproc))
     return steps(out)
 
 

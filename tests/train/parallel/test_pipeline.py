@@ -1,6 +1,6 @@
 """Pipeline parallelism (train.parallel.pipeline, train.spec.pipeline_split, train.pipeline_step):
 the stage split and the schedules' rules (pure), the stages chained in one process equal to the
-model, the optimizer state in the whole model's layout, and real runs under torchrun (gloo, CPU)
+model, the optimizer state in the whole model's layout, and real runs on several ranks (gloo, CPU)
 whose loss, gradient norm and held-out loss follow one process with the same global batch: pp2 under
 each schedule (1F1B; GPipe with an uneven split; interleaved 1F1B with 2 virtual stages per
 rank, from a plan file), dp2 x pp2 under DDP and FSDP2 on 4 ranks, tp2 (sequence parallel)
@@ -19,15 +19,15 @@ relative; gradients not divided by the micro-batches (scale_grads=False) leave A
 clipped update as it is but report a norm 4x (13.0 against 3.26), which the norm's check
 catches.
 The model is GPT-2 shaped (tied embeddings, learned positions), 4 layers of width 32.
-Timing on 2 busy cores: ~15-25 s per 2-rank run, ~30-40 s per 4-rank run.
+The ranks are launched by hand, the one-process runs made in the test's process
+(tests/trainrun.py: train_run). Timing on 2 busy cores: ~12-20 s per 2-rank run, ~25-35 s per
+4-rank run, ~1 s per one-process run.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -247,13 +247,13 @@ def test_the_optimizer_state_is_in_the_whole_model_s_layout():
     assert len(again.state) == len(list(last.parameters()))
 
 
-# -- real runs: torchrun, gloo on loopback ---------------------------------------------------
+# -- real runs: ranks launched by hand, gloo on loopback -------------------------------------
 
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("needs torch.distributed with gloo", allow_module_level=True)
 
 from trainbudget.data.prepare import prepare  # noqa: E402
-from trainrun import free_port, ok, run_env  # noqa: E402
+from trainrun import ok, train_run  # noqa: E402
 
 STEPS = 4
 TINY = (
@@ -263,7 +263,6 @@ TINY = (
     *("--optimizer", "adamw", "--lr", "1e-3", "--schedule", "constant", "--no-memory-check"),
 )
 RTOL = 1e-4
-TIMEOUT = 240
 # every run: a global batch of 8 rows of 32 tokens, 2 rows per micro-batch
 SINGLE = ("--micro-batch", "2", "--grad-accum", "4")
 PP2 = (*SINGLE, "--pp", "2")
@@ -284,21 +283,9 @@ RUNS = {
 
 
 def _train(out: Path, data: Path, args, *, nproc: int, steps: int = STEPS) -> list[dict]:
-    """`python -m trainbudget train` (under torchrun when nproc > 1); metrics.jsonl's steps."""
-    train = ["-m", "trainbudget", "train", *TINY, "--data", str(data), "--out", str(out)]
-    train += ["--steps", str(steps), *args]
-    for attempt in range(2):
-        cmd = [sys.executable, *train]
-        if nproc > 1:  # a free port now; another process may take it first: then retry once
-            launch = ["-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
-            launch += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
-            cmd = [sys.executable, *launch, *train]
-        r = subprocess.run(
-            cmd, env=run_env(None), capture_output=True, text=True, timeout=TIMEOUT, cwd=out.parent
-        )
-        if r.returncode == 0 or "address already in use" not in r.stderr.lower() or attempt:
-            break
-    ok(r)
+    """`trainbudget train` (tests/trainrun.py's train_run: ranks launched by hand, one process
+    in this one); metrics.jsonl's steps."""
+    ok(train_run(out, data, *TINY, "--steps", str(steps), *args, nproc=nproc))
     lines = (out / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if "event" not in r]
 

@@ -4,8 +4,9 @@ Pure: the mesh layout (a trailing "tp" axis), the data-parallel coordinate the l
 refusals (one line naming field, value and rule), a plan's tp and sp mapped into the config.
 One process: the grouped qkv layout, split in tp parts as ColwiseParallel splits its rows, is a
 split by heads (the parts' outputs sum to the whole attention's).
-torchrun (gloo on CPU, slow): a 2-rank tp2+sp run of a Llama-like model (RMSNorm, RoPE, GQA,
-SwiGLU, untied head) and 4-rank dp2 tp2+sp runs of a GPT-2-like model (LayerNorm, learned
+Several ranks (gloo on CPU, launched by hand; slow): a 2-rank tp2+sp run of a Llama-like model
+(RMSNorm, RoPE, GQA, SwiGLU, untied head) and 4-rank dp2 tp2+sp runs of a GPT-2-like model
+(LayerNorm, learned
 positions, biases, tied head) -- FSDP2 (ZeRO-3, what the planner gives such a plan) from a
 `trainbudget plan --json` file, and ddp -- follow the one-process trajectory of the same global
 batch (8 rows). Tolerance: relative 1e-4 (the issue's bound) on loss and gradient norm; the
@@ -13,7 +14,9 @@ ranks add partial sums in another order (a row-parallel matmul's all-reduce, the
 split log-softmax), fp32 rounding: observed <= 2e-7. A run resumed at step HALF from its own
 DCP checkpoint is bitwise the uninterrupted one; that checkpoint read in one process is the
 single-process state (the same keys and shapes), and continues there on the one-process
-trajectory. Timing on a 2-core CPU: ~10 s per 2-rank run, ~25 s per 4-rank run; ~2.5 min.
+trajectory. The ranks are launched by hand, the one-process runs made in the test's process
+(tests/trainrun.py: train_run). Timing on a 2-core CPU: ~10 s per 2-rank run, ~20 s per 4-rank
+run; ~2 min.
 """
 
 from __future__ import annotations
@@ -200,7 +203,7 @@ def test_a_split_of_the_qkv_rows_is_a_split_of_the_heads(n_heads, n_kv_heads, tp
     torch.testing.assert_close(sum(parts), whole, rtol=1e-12, atol=1e-12)
 
 
-# ---- torchrun: 2 and 4 gloo ranks on CPU -----------------------------------------------------
+# ---- 2 and 4 gloo ranks on CPU, launched by hand ---------------------------------------------
 
 STEPS, HALF = 4, 2
 GLOBAL_BATCH = 8
@@ -242,7 +245,7 @@ def runs(tmp_path_factory):
     continued from its step-HALF checkpoint."""
     pytest.importorskip("torch")
     from trainbudget.data.prepare import prepare
-    from trainrun import ok, steps, train_cli
+    from trainrun import ok, steps, train_run
 
     root = tmp_path_factory.mktemp("tp")
     data = root / "data"
@@ -274,7 +277,7 @@ def runs(tmp_path_factory):
         else:
             again, (nproc, args) = root / name, specs[name]
         resume = ("--resume",) if name.endswith("-resumed") else ()
-        ok(train_cli(again, data, *COMMON, *args, *resume, nproc=nproc))
+        ok(train_run(again, data, *COMMON, *args, *resume, nproc=nproc))
         done[name] = (again, steps(again))
         return done[name]
 
@@ -361,7 +364,7 @@ def test_a_tp_checkpoint_is_the_single_process_state_and_continues_in_one_proces
     # keys and shapes, and one process resumes it on the one-process trajectory
     from trainbudget.train.checkpointing.checkpoint import list_checkpoints
     from trainbudget.train.checkpointing.sharded import read_sharded
-    from trainrun import ok, steps, train_cli
+    from trainrun import ok, steps, train_run
 
     out, _ = runs("llama-tp2-sp")
     ref_out, want = runs("llama-single")
@@ -374,5 +377,5 @@ def test_a_tp_checkpoint_is_the_single_process_state_and_continues_in_one_proces
     run = tmp_path / "run"
     shutil.copytree(out, run)
     shutil.rmtree(run / "checkpoints" / f"step-{STEPS:08d}")
-    ok(train_cli(run, out.parent / "data", *COMMON, *LLAMA, "--micro-batch", "8", "--resume"))
+    ok(train_run(run, out.parent / "data", *COMMON, *LLAMA, "--micro-batch", "8", "--resume"))
     _assert_close(steps(run), {s: want[s] for s in range(1, STEPS + 1)})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainbudget.core.parallel.fits import FitsRule, fits
 from trainbudget.core.parallel.search.plan_space import RankedPlan
 from trainbudget.core.single.estimate import (
     DEFAULT_MFU,
@@ -67,7 +68,9 @@ def to_json(e: Estimate, headroom: float = DEFAULT_MEMORY_HEADROOM) -> dict:
         },
         "memory_model": _memory_model_json(e),
         "activations_breakdown": _activations_json(e),
-        "fits_in_gpu_memory": m.total_bytes <= headroom * req.hardware.memory_bytes,
+        "fits_in_gpu_memory": bool(
+            fits(m.total_bytes, req.hardware.memory_bytes, FitsRule(headroom=headroom))
+        ),
         "gpu_memory_bytes": req.hardware.memory_bytes,
         "memory_headroom": headroom,
         "checkpoint_bytes": e.checkpoint_bytes,

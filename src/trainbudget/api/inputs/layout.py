@@ -5,16 +5,19 @@ both print for a plan."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from trainbudget.api.inputs.values import positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.search.plan_space import RankedPlan
-from trainbudget.core.parallel.timing.compute_time import DEFAULT_EFFICIENCY, Efficiency
 from trainbudget.core.spec.defaults import DEFAULT_MEMORY_HEADROOM
 from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.precision import get_precision
+
+if TYPE_CHECKING:  # the step-time models load with the first plan (a one-GPU estimate has none)
+    from trainbudget.core.parallel.timing.compute_time import Efficiency
 
 LAYOUT_FLAGS = (
     "dp",
@@ -63,6 +66,8 @@ def cluster_from_args(args: argparse.Namespace, hardware: Hardware, n_gpus: int)
 def efficiency_from_args(args: argparse.Namespace, hardware: Hardware) -> Efficiency:
     """The step-time efficiencies: measured ones from --calibration, else the defaults."""
     if args.calibration is None:
+        from trainbudget.core.parallel.timing.compute_time import DEFAULT_EFFICIENCY
+
         return DEFAULT_EFFICIENCY
     from trainbudget.core.parallel.timing.calibration import (
         efficiency_from_calibration,

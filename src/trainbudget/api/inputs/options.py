@@ -24,6 +24,7 @@ SHARED_DEFAULTS: dict[str, object] = {
     "optimizer": "adamw",
     "framework": None,
     "tp_comm_overlap": False,
+    "compiled": False,
     "loss_kernel": None,
     "causal": True,
     "count_causal": False,

@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.parallel.fits import FitsRule, fits
 
 if TYPE_CHECKING:  # annotations only: a one-GPU answer loads no step-time or planner module
     from trainbudget.core.parallel.cluster import Cluster
@@ -299,6 +300,6 @@ def single_memory(e: SingleEstimate, headroom: float, memory_json: dict) -> Memo
         parts_bytes={k: memory_json[k] for k in PARTS if k in memory_json},
         stages_bytes={},
         phase=e.memory.peak_phase,
-        fits=peak <= headroom * capacity,
+        fits=bool(fits(peak, capacity, FitsRule(headroom=headroom))),
         breakdown=e.memory,
     )

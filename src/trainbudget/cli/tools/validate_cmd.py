@@ -65,6 +65,7 @@ class _Results:
     def collect(cls) -> _Results:
         from trainbudget.validation import (
             BREAKDOWN_KEYS,
+            MEMORY_BREAKDOWN_KEYS,
             breakdown,
             compare_all,
             leave_one_source_out,
@@ -89,7 +90,7 @@ class _Results:
             memory_groups=breakdown(memory, BREAKDOWN_KEYS["source"], memory_error),
             memory_by={
                 name: breakdown(memory, key, memory_error)
-                for name, key in BREAKDOWN_KEYS.items()
+                for name, key in {**BREAKDOWN_KEYS, **MEMORY_BREAKDOWN_KEYS}.items()
                 if name != "source"
             },
         )
@@ -113,14 +114,19 @@ def _as_json(r: _Results) -> dict:
                 "error": c.error,
                 "leave_one_source_out_error": r.loso.errors.get(c.run_id),
                 "measured_memory_bytes": c.measured_memory_bytes,
+                "memory_measure": c.memory_measure,
                 "predicted_memory_bytes": c.predicted_memory_bytes,
+                "predicted_memory_bytes_in_measure": c.predicted_in_measure_bytes,
                 "memory_error": c.memory_error,
+                "allocated_memory_error": c.allocated_memory_error,
                 "excluded": EXCLUDED.get(c.run_id),
             }
             for c in r.comparisons
         ],
         "breakdown": {name: [g.__dict__ for g in gs] for name, gs in r.groups.items()},
         "memory_breakdown": [g.__dict__ for g in r.memory_groups],
+        "memory_breakdown_by": {name: [g.__dict__ for g in gs] for name, gs in r.memory_by.items()},
+        "memory_mean_absolute_error": _memory_mae(r.memory),
         "outliers": [
             {"id": c.run_id, "error": c.error, "explanation": why} for c, why in _outliers(r)
         ],
@@ -129,9 +135,9 @@ def _as_json(r: _Results) -> dict:
         "leave_one_source_out_mean_absolute_error": r.loso_mae,
         "scored": len(r.counted),
         "predicted_not_to_fit": [c.run_id for c in _not_fitting(r)],
-        "predicted_not_to_fit_with_measured_memory_error": [
-            c.run_id for c in _not_fitting_with_measured_error(r)
-        ],
+        "predicted_not_to_fit_by_rule": {
+            name: [c.run_id for c in rejected] for name, rejected in _fits_rules(r).items()
+        },
     }
 
 
@@ -141,10 +147,22 @@ def _not_fitting(r: _Results) -> list:
     return predicted_not_to_fit(r.counted)
 
 
-def _not_fitting_with_measured_error(r: _Results) -> list:
+def _fits_rules(r: _Results) -> dict[str, list]:
+    """The runs each fits rule rejects: the flat headroom, and the device rule (the OOM peak,
+    allocated + CUDA context + NCCL buffers) with the median, 75th and 90th percentile of the
+    model's own memory error on the framework row's memory rows (own source left out)."""
     from trainbudget.uncertainty import predicted_not_to_fit_with_measured_error
+    from trainbudget.validation import predicted_not_to_fit
 
-    return predicted_not_to_fit_with_measured_error(r.counted)
+    out = {"flat 90 % headroom": predicted_not_to_fit(r.counted)}
+    for q in (50, 75, 90):
+        name = f"device peak x the {q}th percentile of measured / predicted"
+        out[name] = predicted_not_to_fit_with_measured_error(r.counted, q)
+    return out
+
+
+def _memory_mae(memory: list) -> float | None:
+    return sum(abs(c.memory_error) for c in memory) / len(memory) if memory else None
 
 
 def _as_text(r: _Results, md: bool) -> list[str]:
@@ -158,6 +176,12 @@ def _as_text(r: _Results, md: bool) -> list[str]:
         f"{g.n_runs} runs"
         for g in r.memory_groups
     )
+    if r.memory:
+        out.append(
+            f"memory: mean absolute error {100 * _memory_mae(r.memory):.1f} % over "
+            f"{len(r.memory)} runs from {len(r.memory_groups)} sources, each compared in its "
+            "own measure (no constant is fitted to memory: leave-one-source-out is the same)"
+        )
     rejected = _not_fitting(r)
     out.append(
         f"completed runs predicted to fit: {len(r.counted) - len(rejected)} of {len(r.counted)} "
@@ -165,11 +189,9 @@ def _as_text(r: _Results, md: bool) -> list[str]:
         if rejected
         else f"completed runs predicted to fit: all {len(r.counted)}"
     )
-    banded = _not_fitting_with_measured_error(r)
-    out.append(
-        f"with the measured memory error in place of the 90 % rule (peak x the 90th percentile "
-        f"of measured / predicted on the framework row's memory rows, own source left out): "
-        f"{len(r.counted) - len(banded)} of {len(r.counted)} predicted to fit"
+    out.extend(
+        f"fits rule '{name}': {len(r.counted) - len(rejected)} of {len(r.counted)} predicted to fit"
+        for name, rejected in _fits_rules(r).items()
     )
     out.append(
         f"mean absolute error over {len(r.counted)} runs from {len(r.groups['source'])} sources: "
@@ -208,9 +230,12 @@ def _sections(r: _Results) -> list[tuple[str, list[str], list[list[str]]]]:
     memory = [
         [
             c.run_id,
+            c.memory_measure or "-",
             f"{c.measured_memory_bytes / GB:.1f}",
             f"{c.predicted_memory_bytes / GB:.1f}",
+            f"{c.predicted_in_measure_bytes / GB:.1f}",
             _pct(c.memory_error),
+            _pct(c.allocated_memory_error),
         ]
         for c in r.memory
         if c.measured_memory_bytes is not None
@@ -228,8 +253,17 @@ def _sections(r: _Results) -> list[tuple[str, list[str], list[list[str]]]]:
         ),
         *_group_sections(r),
         (
-            "Peak memory per GPU, where the source reports it (core plan_memory)",
-            ["run", "measured GB", "predicted GB", "error"],
+            "Peak memory per GPU, where the source reports it (core plan_memory, converted to "
+            "the source's measure by core.parallel.fits.in_measure)",
+            [
+                "run",
+                "measure",
+                "measured GB",
+                "predicted allocated GB",
+                "predicted in measure GB",
+                "error",
+                "error as allocated",
+            ],
             memory,
         ),
         (

@@ -43,10 +43,10 @@ from types import MappingProxyType
 from trainbudget.core.errors import SpecError, unknown_key
 from trainbudget.core.spec.hardware import ATTENTION_KERNELS, DTYPES, HARDWARE
 
-KERNELS = (*ATTENTION_KERNELS, "cudnn")
-"""Kernel keys: 'flash2' and 'flash3' as in `hardware.ATTENTION_KERNELS`; 'cudnn' is cuDNN's
-fused attention (cuDNN 9.1.1 in Shah et al. 2024), which `ATTENTION_KERNELS` counts under
-'flash3' but which measures differently (faster at short sequences, slower at long ones)."""
+KERNELS = ATTENTION_KERNELS
+"""Kernel keys, as in `hardware.ATTENTION_KERNELS`; 'cudnn' is cuDNN's fused attention
+(cuDNN 9.1.1 in Shah et al. 2024), which measures apart from FlashAttention-3 (faster at short
+sequences, slower at long ones)."""
 PASSES = ("forward", "backward", "forward_backward")
 PASS_FLOPS_PER_FORWARD: Mapping[str, float] = MappingProxyType(
     {"forward": 1.0, "backward": 2.5, "forward_backward": 3.5}

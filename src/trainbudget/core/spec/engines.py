@@ -65,7 +65,30 @@ class Engine:
     pipeline_keeps_unsharded: bool = False
     """Under pipeline parallelism the stage's parameters stay gathered for the whole step and
     its gradients are reduced once (torch.distributed.pipelining with FSDP2)."""
+    keeps_reduced_grad_shard: bool = False
+    """Each bucket's reduce-scatter writes the rank's gradient shard into a buffer of its own
+    (1/dp of the gradients, in the gradient dtype), kept from the last micro-batch's backward
+    through the optimizer step beside the whole gradient buffer the micro-batches accumulate
+    in; False: the shard is a view of that buffer (Megatron-Core's distributed optimizer)."""
+    zero3_reduce_buffer: bool = False
+    """Under ZeRO-3, one size-capped reduction buffer (the framework's `bucket_bytes`)
+    allocated once beside the gathered layers, into which gradients are copied before their
+    reduce-scatter (DeepSpeed's contiguous_gradients IPG buffer)."""
+    offload_takes_grads: bool = False
+    """With the optimizer offloaded, the gradient partitions of ZeRO-2/3 live on the host
+    beside it (DeepSpeed: the optimizer's device is the CPU, and so is its flat gradient
+    partition buffer), not on the GPU."""
     source: str
+
+
+DEEPSPEED_ZERO_SOURCE = (
+    "DeepSpeed 0.19.2 deepspeed/runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3: "
+    "self.device is the CPU when offload_optimizer is set (line 315) and "
+    "grad_partitions_flat_buffer, the ranks' gradient partitions, is allocated on it (pinned, "
+    "line 637); with contiguous_gradients (the default) each IPG bucket's buffer is a "
+    "torch.empty of reduce_bucket_size elements on the GPU for the whole run (line 628); "
+    "stage_1_and_2.py under cpu_offload accumulates the partitions in CPU fp32 buffers too"
+)
 
 
 DDP_SOURCE = (
@@ -85,6 +108,18 @@ PIPELINING_FSDP_SOURCE = (
     "set_reshard_after_backward(False) and set_requires_gradient_sync(False) on an FSDP2 stage "
     "module for every micro-batch, and the REDUCE_GRAD action after the last backward "
     "(perform_reduce_grad) reshards and reduces once"
+)
+
+APEX_DISTRIBUTED_ADAM_SOURCE = (
+    "Apex DistributedFusedAdam (apex f3f0492, 2024-04, contrib/optimizers/"
+    "distributed_fused_adam.py), as NeMo 1.x runs it with megatron_amp_O2 (NeMo r2.0.0rc1 "
+    "megatron_base_model.py setup_optimization: contiguous_grad_buffer): _init_grad_buffer "
+    "allocates one buffer for every bucket's whole gradients in grad_sync_dtype, and the "
+    "parameters are views of a contiguous param buffer; NeMo's no_sync keeps the micro-batches "
+    "accumulating in it unreduced until the last; _start_bucket_grad_sync reduce-scatters each "
+    "bucket into sync_grads_shard, a torch.empty of 1/dp of the bucket, which "
+    "_finish_bucket_grad_sync keeps as grads_shard until zero_grad clears the buckets; the "
+    "buckets are views of the buffer, so no bucket copy is in flight"
 )
 
 ENGINES = MappingProxyType(
@@ -160,6 +195,23 @@ ENGINES = MappingProxyType(
                 source=f"{FSDP2_SOURCE}; torchtitan's train_step runs each micro-batch with "
                 "gradient sync on, so every backward reduce-scatters into the sharded "
                 f"gradient (torchtitan 0.2.2 trainer.py); {PIPELINING_FSDP_SOURCE}",
+            ),
+            Engine(
+                name="deepspeed-zero",
+                buckets_in_flight=2,
+                layer_gather=True,
+                accumulates_unsharded=False,
+                sp_keeps_gathered_input=False,
+                zero3_reduce_buffer=True,
+                offload_takes_grads=True,
+                source="the zero-buckets row as DeepSpeed's ZeRO runs it, with two of its "
+                f"buffers placed: {DEEPSPEED_ZERO_SOURCE}",
+            ),
+            Engine(
+                name="apex-distributed-adam",
+                keeps_reduced_grad_shard=True,
+                sp_keeps_gathered_input=False,
+                source=APEX_DISTRIBUTED_ADAM_SOURCE,
             ),
             Engine(
                 name="zero-buckets",
@@ -328,5 +380,8 @@ ENGINE_COLUMNS = (
     "sp_keeps_gathered_input",
     "pipeline_keeps_unsharded",
     "torch_pipelining",
+    "keeps_reduced_grad_shard",
+    "zero3_reduce_buffer",
+    "offload_takes_grads",
 )
 """The columns the phase model reads (each a number or a bool)."""

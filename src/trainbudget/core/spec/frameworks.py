@@ -24,6 +24,18 @@ class Framework:
     main_grad_bytes: int | None = None
     """Bytes per parameter of the gradient buffer kept across micro-batches (Megatron's fp32
     `main_grad`); None: the precision's gradient bytes."""
+    master_bytes: int | None = None
+    """Bytes per parameter of the optimizer's master copy where the precision keeps one;
+    None: the precision's (4, fp32). 2: the 16-bit remainders that with the bf16 weight make
+    the fp32 value (Apex DistributedFusedAdam's store_param_remainders); 0: none (the
+    optimizer's state in the model's dtype)."""
+    state_bytes: int | None = None
+    """Bytes per element of the optimizer's moments; None: the precision's (4, fp32)."""
+    fp8_weight_cache_bytes: int = 0
+    """Under `--precision fp8`, bytes per element of every FP8-recipe linear weight kept beside
+    the 16-bit weight for the whole run: Transformer Engine casts each weight once per step
+    into a cached FP8 workspace with its transpose (1 + 1 bytes) and reuses it for the later
+    micro-batches; 0: no such copy (FP8 primary weights, or a recipe that casts per use)."""
     reduce_every_micro_batch: bool = False
     """Sharded gradients (ZeRO-2/3, FSDP) are reduce-scattered after every micro-batch's
     backward, not once per step; ZeRO 0-1 still reduce once."""
@@ -59,6 +71,11 @@ class Framework:
     """Kernels one decoder layer launches forward (compute_time's launch gaps and CPU
     dispatch): 48, Hugging Face's eager Llama layer (`compute_time.KERNELS_PER_LAYER_FORWARD`),
     unless the row's fused layer says otherwise."""
+    compiled: bool = False
+    """The model's step runs under torch.compile (Inductor): a layer launches
+    INDUCTOR_LAYER_KERNELS kernels forward in place of `kernels_per_layer_forward`, and the eager
+    cross-entropy inside the compiled model moves no fp32 logits
+    (`core.parallel.timing.loss_time.COMPILED_LOSS_KERNEL`); `--compiled` turns it on."""
     fp8_recipe: str = "te-delayed"
     """Under `--precision fp8`, the recipe whose cast kernels it runs
     (`core.spec.kernel_costs.FP8_RECIPES`): Transformer Engine's delayed scaling, Megatron-Core's
@@ -89,6 +106,8 @@ class Framework:
         engines = f"; memory engines {self.engines_text()}"
         if self.tp_comm_overlap:
             engines += "; TP collectives pipelined with their GEMMs (--tp-comm-overlap)"
+        if self.compiled:
+            engines += "; the step compiled by torch.compile (--compiled)"
         if self.name == GENERIC_NAME:
             return f"framework: {self.name} (none named; {self.description}{engines})"
         return f"framework: {self.name} ({self.description}{engines})"
@@ -103,10 +122,13 @@ class Framework:
         return f"(no data parallelism {alone}; {zero})"
 
     def __post_init__(self) -> None:
-        for field in ("grad_reduce_bytes", "main_grad_bytes"):
+        for field in ("grad_reduce_bytes", "main_grad_bytes", "state_bytes"):
             value = getattr(self, field)
             if value is not None and value not in (2, 4):
                 raise SpecError(f"{self.name}.{field}", value, "must be 2, 4 or None")
+        if self.master_bytes is not None and self.master_bytes not in (0, 2, 4):
+            rule = "must be 0, 2, 4 or None"
+            raise SpecError(f"{self.name}.master_bytes", self.master_bytes, rule)
         if self.attention_kernel not in ATTENTION_KERNELS:
             rule = "must be one of " + ", ".join(ATTENTION_KERNELS)
             raise SpecError(f"{self.name}.attention_kernel", self.attention_kernel, rule)
@@ -136,6 +158,15 @@ DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 MEGATRON_TE_LAYER_KERNELS = 12
 """Forward kernels of Megatron-Core's layer with Transformer Engine's fused modules (the
 megatron row's source)."""
+INDUCTOR_LAYER_KERNELS = 11
+"""Forward kernels of one Llama-style decoder layer under torch.compile: Inductor (torch 2.13)
+generates 5 (the pre-attention RMSNorm, RoPE on q and k, the residual add with the second
+RMSNorm, SiLU x up, the last residual add) beside 5 GEMMs and the SDPA kernel it calls as
+extern kernels -- counted on the reference model's Block (trainbudget.model.transformer) with
+its C++ back end, whose fusion decisions are the scheduler's, shared with the CUDA back end
+(tests/model/test_inductor_kernels.py counts them again). The backward: 8 generated and 11
+extern."""
+
 
 NEUTRAL_ENGINES = ("zero-buckets",) * 5
 """ZeRO with size-capped buckets and fused Adam at every stage, no data parallelism included:
@@ -149,8 +180,9 @@ MEGATRON = Framework(
     main_grad_bytes=4,
     reduce_every_micro_batch=False,
     bucket_bytes=MEGATRON_BUCKET_PARAMS * 4,
-    attention_kernel="flash3",
+    attention_kernel="cudnn",
     kernels_per_layer_forward=MEGATRON_TE_LAYER_KERNELS,
+    fp8_weight_cache_bytes=2,
     description="Megatron-LM / Megatron-Core (NeMo on it): bf16 runs keep an fp32 main_grad "
     "buffer, accumulate micro-batches into it and reduce it in fp32 once per step, in buckets of "
     "40M parameters; Transformer Engine's fused attention (cuDNN on Hopper); runtime overhead "
@@ -168,13 +200,21 @@ MEGATRON = Framework(
         "NeMo 2 nemo/collections/llm/recipes/precision/mixed_precision.py bf16_mixed(): "
         "grad_reduce_in_fp32=True (why NeMo runs use this row)",
         "attention_kernel: Transformer Engine's DotProductAttention picks its FusedAttention "
-        "(cuDNN) backend on Hopper and flash-attn's on Ampere (TE docs, 'Attention backends'); "
-        "a GPU without a 'flash3' figure times it as 'flash2'",
+        "(cuDNN) backend on Hopper and flash-attn's on Ampere (TE docs, 'Attention backends'; "
+        "get_attention_backend, transformer_engine/pytorch/attention/dot_product_attention/"
+        "utils.py: 'Disabling FlashAttention to give FusedAttention preference on Hopper+' for "
+        "compute capability >= 9.0), so it is timed at cuDNN's measured curves "
+        "(core.spec.attention_kernels); a GPU without a 'cudnn' figure times it as 'flash2'",
         "kernels_per_layer_forward: megatron/core/models/gpt/gpt_layer_specs.py "
         "get_gpt_layer_with_transformer_engine_spec: TELayerNormColumnParallelLinear (norm and "
         "GEMM), the fused rotary embedding on q and k, TEDotProductAttention, "
         "TERowParallelLinear, a fused bias-dropout-add, TELayerNormColumnParallelLinear (fc1), "
         "the fused bias-SwiGLU, TERowParallelLinear (fc2), a fused bias-dropout-add: 12",
+        "fp8_weight_cache_bytes: megatron/core/extensions/transformer_engine.py TELinear.forward "
+        "passes is_first_microbatch unless disable_parameter_transpose_cache (False by "
+        "default); Transformer Engine v1.8 module/linear.py then casts the weight with "
+        "get_fp8_workspace(cache_name='weight', with_transpose=...), a uint8 Float8Tensor and "
+        "its cached transpose kept in module._fp8_workspaces (module/base.py) for the run",
     ),
 )
 
@@ -213,7 +253,7 @@ TORCHTITAN = Framework(
 
 DEEPSPEED = Framework(
     name="deepspeed",
-    engines=NEUTRAL_ENGINES,
+    engines=("zero-buckets", *("deepspeed-zero",) * 4),
     reduce_every_micro_batch=True,
     regathers_for_recompute=True,
     bucket_bytes=DEEPSPEED_BUCKET_ELEMENTS * 2,
@@ -280,6 +320,7 @@ MEGATRON_LEGACY = replace(
 DEEPSPEED_2021 = replace(
     DEEPSPEED,
     name="deepspeed-2021",
+    engines=NEUTRAL_ENGINES,
     zero3_serial_per_tensor=True,
     historical=True,
     description="DeepSpeed 0.3.13-0.5.0 (March-August 2021), its first ZeRO-3: the deepspeed "
@@ -303,6 +344,105 @@ DEEPSPEED_2021 = replace(
     ),
 )
 
+NEMO_1_SOURCES = (
+    "NeMo-Framework-Launcher tag 24.07 launcher_scripts/conf/training (llama/llama2_7b.yaml, "
+    "llama3_8b.yaml, gpt3/20b.yaml, nemotron/nemotron_8b.yaml ...): optim name "
+    "distributed_fused_adam, contiguous_grad_buffer, megatron_amp_O2; the launcher moved to "
+    "mcore_distributed_optim only in 3dd3561 (2024-12-05, after tag 24.09)",
+    "NeMo r2.0.0rc1 (the 24.07 container's) nemo/collections/nlp/models/language_modeling/"
+    "megatron_base_model.py setup_optimization: optimizer dtype fp32 unless the yaml sets "
+    "'dtype'; with fp32 state and bf16 weights store_params=False and "
+    "store_param_remainders=True; with the state in the model's dtype no master copy",
+    "apex f3f0492 contrib/optimizers/distributed_fused_adam.py StateBucket: "
+    "param_remainders_shard int16, exp_avg_shard and exp_avg_sq_shard in the optimizer dtype, "
+    "1/dp each; grad_sync_dtype defaults to that dtype (fp32)",
+    "model code, loss and attention as the megatron row (Megatron-Core GPT with Transformer "
+    "Engine, cross_entropy_loss_fusion)",
+)
+
+NEMO_1 = replace(
+    MEGATRON,
+    name="nemo-1",
+    engines=("apex-distributed-adam", "zero-buckets", "apex-distributed-adam",
+             "zero-buckets", "zero-buckets"),
+    grad_reduce_bytes=4,
+    main_grad_bytes=4,
+    master_bytes=2,
+    historical=True,
+    description="NeMo 1.x (containers up to 24.09, NeMo-Framework-Launcher yaml): Megatron-Core's "
+    "GPT under Apex's DistributedFusedAdam: an fp32 gradient buffer accumulated unreduced and "
+    "reduce-scattered on the last micro-batch into a kept 1/dp shard, Adam's fp32 moments and "
+    "the master weights' 16-bit remainders sharded over data parallelism",
+    sources=NEMO_1_SOURCES,
+)  # fmt: skip
+
+NEMO_1_BF16_GRADS = replace(
+    NEMO_1,
+    name="nemo-1-bf16-grads",
+    grad_reduce_bytes=2,
+    main_grad_bytes=2,
+    description="the nemo-1 row with optim.grad_sync_dtype=bf16, as NeMo-Framework-Launcher "
+    "24.07's H100 example scripts run GPT-3 and Llama: gradients accumulated and "
+    "reduce-scattered in bf16",
+    sources=(
+        *NEMO_1_SOURCES,
+        "NeMo-Framework-Launcher tag 24.07 examples/training/gpt/h100/*_fp8_*.sh and "
+        "examples/training/llama/h100/*.sh: +training.model.optim.grad_sync_dtype=bf16",
+    ),
+)
+
+NEMO_1_BF16_ADAM = replace(
+    NEMO_1_BF16_GRADS,
+    name="nemo-1-bf16-adam",
+    master_bytes=0,
+    state_bytes=2,
+    description="the nemo-1 row with optim dtype and grad_sync_dtype bf16, as NeMo-Framework-"
+    "Launcher 24.07-24.09's Nemotron-4 340B yaml sets them: Adam's moments in bf16, no master "
+    "copy (the optimizer's dtype is the model's), bf16 gradients",
+    sources=(
+        *NEMO_1_SOURCES,
+        "NeMo-Framework-Launcher tags 24.07 and 24.09 launcher_scripts/conf/training/nemotron/"
+        "nemotron_340b.yaml optim: grad_sync_dtype bf16, dtype bf16 (so store_params=False "
+        "and no remainders: megatron_base_model.py, optim_dtype == model_dtype)",
+    ),
+)
+
+NEMO_2 = replace(
+    MEGATRON,
+    name="nemo-2",
+    fp8_weight_cache_bytes=0,
+    description="NeMo 2 (on Megatron-Core's DDP and distributed optimizer): the megatron row, "
+    "and under FP8 its recipe's FP8 primary weights (no 16-bit weight beside the FP8 copy)",
+    sources=(
+        *MEGATRON.sources,
+        "fp8_weight_cache_bytes 0: NeMo v2.2.0 nemo/collections/llm/recipes/precision/"
+        "mixed_precision.py bf16_with_fp8_mixed: cfg.fp8_params = True (v2.3.0: "
+        "fp8_param_gather = True)",
+    ),
+)
+
+MEGATRON_BRIDGE_PERF = replace(
+    MEGATRON,
+    name="megatron-bridge-perf",
+    grad_reduce_bytes=2,
+    main_grad_bytes=2,
+    fp8_weight_cache_bytes=0,
+    description="Megatron-Bridge's performance recipes (NeMo 25.11 and later): Megatron-Core's "
+    "distributed optimizer with the gradient buffer and its reduction in bf16, not the fp32 "
+    "main_grad of the megatron row; FP8 runs keep FP8 primary weights",
+    sources=(
+        *MEGATRON.sources,
+        "Megatron-Bridge bf75c658c (2025-11-06) scripts/performance/configs/llama3/"
+        "llama3_llm_pretrain.py: cfg.mixed_precision.grad_reduce_in_fp32 = False and "
+        "cfg.ddp.grad_reduce_in_fp32 = False (the yaml configs it replaced: "
+        "grad_reduce_in_fp32: false); 4ab94dfad src/megatron/bridge/perf_recipes/_common.py "
+        "_perf_precision: 'Always sets grad_reduce_in_fp32=False'",
+        "fp8_weight_cache_bytes 0: src/megatron/bridge/training/mixed_precision.py "
+        "bf16_with_fp8_current_scaling_mixed sets fp8_param_gather (FP8 primary weights: the "
+        "FP8 weight and its transpose are the parameter, no 16-bit copy beside them)",
+    ),
+)
+
 TRAINBUDGET = Framework(
     name="trainbudget",
     engines=("single", "ddp", "ddp+zero-redundancy", "fsdp2-no-reshard", "fsdp2"),
@@ -321,7 +461,8 @@ FRAMEWORKS = MappingProxyType(
         f.name: f
         for f in (
             GENERIC, MEGATRON, TORCHTITAN, DEEPSPEED, PYTORCH_FSDP1, MEGATRON_LEGACY,
-            DEEPSPEED_2021, TRAINBUDGET,
+            DEEPSPEED_2021, NEMO_1, NEMO_1_BF16_GRADS, NEMO_1_BF16_ADAM,
+            NEMO_2, MEGATRON_BRIDGE_PERF, TRAINBUDGET,
         )
     }
 )  # fmt: skip

@@ -29,11 +29,13 @@ from trainbudget.core.errors import SpecError, lookup
 from trainbudget.core.units import GB, TB, GiB
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
-ATTENTION_KERNELS = ("flash1", "flash2", "flash3")
+ATTENTION_KERNELS = ("flash1", "flash2", "flash3", "cudnn")
 """Fused attention kernels by generation: the first FlashAttention (Dao et al. 2022; flash-attn
 before 2.0, July 2023), FlashAttention-2 (Dao 2023; PyTorch SDPA's flash backend), and the
 Hopper kernels that use its TMA and warpgroup MMA: FlashAttention-3 (Shah et al. 2024) and
-cuDNN's fused attention, which Transformer Engine runs on Hopper."""
+cuDNN's fused attention, which Transformer Engine runs on Hopper and later GPUs. The two Hopper
+kernels are apart because they measure apart (Shah et al. 2024, Fig. 5-6: cuDNN is faster at
+short sequences, FlashAttention-3 at long ones)."""
 
 _NDR_400G = 400 * GB / 8  # one 400 Gb/s NIC, bits -> bytes: 50 GB/s per direction
 _HDR_200G = 200 * GB / 8  # one 200 Gb/s NIC: 25 GB/s per direction
@@ -165,6 +167,10 @@ _MAMF = (
 )
 _A100_MAMF = 267.9e12 / 312e12  # "NVIDIA A100 SXM | 267.9 | 312 | 85.9%" (CUDA 12.1)
 _H100_MAMF = 792.1e12 / 989e12  # "NVIDIA H100 SXM | 792.1 | 989 | 80.1%" (CUDA 12.1)
+# "NVIDIA B200 SXM | 1745.0 | 2250 | 77.6% | 1792x16128x3072 | 2.7.1+cu128" (the table's later
+# revision; its H100 SXM row there reads "794.5 | 989 | 80.3% ... H200 is the same")
+_B200_MAMF = 1745.0e12 / 2250e12
+_B200_SMS = "https://chipsandcheese.com/p/nvidias-b200-keeping-the-cuda-juggernaut"
 # the first FlashAttention: "reaching only 25-40% of the theoretical maximum FLOPs/s", and
 # FlashAttention-2 "around 2x speedup compared to FlashAttention" (Dao 2023, abstract): the low
 # end of its range, as for FlashAttention-2's 0.5
@@ -173,7 +179,7 @@ _A100_ATTENTION = {"flash1": 0.25, "flash2": 0.5}
 # 2307.08691, Sec. 4.1, Fig. 7) without Hopper's TMA and warpgroup MMA; FlashAttention-3's
 # backward is 1.5-1.75x FlashAttention-2's (Shah et al. 2024, arXiv 2407.08608, Sec. 4.1),
 # the backward being most of the time: 1.5 x 335 / 989 ~ 0.5 for the Hopper kernels
-_HOPPER_ATTENTION = {"flash2": 335e12 / 989e12, "flash3": 0.5}
+_HOPPER_ATTENTION = {"flash2": 335e12 / 989e12, "flash3": 0.5, "cudnn": 0.5}
 _ATTENTION_SOURCES = ("https://arxiv.org/abs/2307.08691", "https://arxiv.org/abs/2407.08608")
 _HOPPER_BLOG = "https://developer.nvidia.com/blog/nvidia-hopper-architecture-in-depth/"
 # H100 SXM and H200 share the GH100 tensor cores: datasheet sparse figures, dense = sparse / 2.
@@ -288,13 +294,16 @@ _ROWS = (
         sparse_flops_per_second=_HOPPER_SXM_SPARSE,
         intra_node_bytes_per_second=450 * GB, inter_node_bytes_per_second=_NDR_400G,
         gpus_per_node=8, intra_node_link="NVLink 4", inter_node_link="InfiniBand NDR 400 Gb/s",
-        source_urls=("https://www.nvidia.com/en-us/data-center/h200/",),
+        source_urls=("https://www.nvidia.com/en-us/data-center/h200/", _MAMF),
         notes="Same GH100 compute as H100 SXM; tensor figures printed with sparsity, dense = "
         "sparse / 2. fp32 is the datasheet's 67 TFLOPS (the h100-sxm row keeps the lecture's "
         "67.5). NVLink 900 GB/s bidirectional -> 450 GB/s. Inter-node: one 400 Gb/s NDR NIC "
         "per GPU. "
-        "132 SMs and the attention fractions of H100 SXM (same GH100 compute); no MAMF cited.",
-        sm_count=132, attention_fraction=_HOPPER_ATTENTION,
+        "132 SMs and the attention fractions of H100 SXM (same GH100 compute: the datasheet's "
+        "tensor peaks are the H100 SXM's, 1979 TFLOPS bf16 with sparsity). matmul_fraction: "
+        "the H100 SXM's MAMF, which the table's later revision gives for both ('NVIDIA H100 "
+        "SXM | 794.5 | 989 | 80.3% ... H200 is the same').",
+        sm_count=132, matmul_fraction=_H100_MAMF, attention_fraction=_HOPPER_ATTENTION,
     ),
     Hardware(
         name="b200", description="NVIDIA B200 (HGX B200) 180GB",
@@ -306,12 +315,15 @@ _ROWS = (
         intra_node_bytes_per_second=900 * GB, inter_node_bytes_per_second=_NDR_400G,
         gpus_per_node=8, intra_node_link="NVLink 5", inter_node_link="InfiniBand NDR 400 Gb/s",
         source_urls=("https://www.nvidia.com/en-us/data-center/hgx/",
-                     "https://www.nvidia.com/en-us/data-center/dgx-b200/"),
+                     "https://www.nvidia.com/en-us/data-center/dgx-b200/", _B200_SMS, _MAMF),
         notes="HGX B200 per-GPU column; tensor figures printed with sparsity, dense = sparse / 2 "
         "(FP4 18 PFLOPS per GPU; the system row prints both, 144 | 72 PFLOPS per 8 GPUs). "
         "HBM 7.7 TB/s per the HGX table (DGX B200 prints 64 TB/s per 8 GPUs = 8 TB/s); fp32 75 "
         "TFLOPS per the HGX table (earlier Blackwell datasheets print 80). NVLink 5 is 1.8 TB/s "
-        "bidirectional -> 900 GB/s. Inter-node: one 400 Gb/s ConnectX-7 NIC per GPU (DGX B200).",
+        "bidirectional -> 900 GB/s. Inter-node: one 400 Gb/s ConnectX-7 NIC per GPU (DGX B200). "
+        "148 SMs: two dies of 80, 74 enabled on each (Chips and Cheese, measured on a B200). "
+        "matmul_fraction: MAMF 1745.0 of 2250 TFLOPS (ml-engineering, torch 2.7.1+cu128).",
+        sm_count=148, matmul_fraction=_B200_MAMF,
     ),
     Hardware(
         name="mi300x", description="AMD Instinct MI300X 192GB",

@@ -29,7 +29,7 @@ _FRAMEWORK = (
     "the README: '训练框架版本：megatron-core tag:core_v0.6.0', '实施者：megatron-core'; "
     "pretrain_llama3.sh runs Megatron's pretrain_gpt.py with '--use-mcore-models'"
 )
-_ASSUMED = frozenset({"gpu", "layout.recompute"})
+_ASSUMED = frozenset({"gpu", "layout.recompute", "measured.memory_measure"})
 _NOTES = (
     "{gpus} x H100 SXM ({gpu_note}), {nodes}. Layout from the row's 'parallel' column "
     "({parallel}), micro-batch 1 (config_H100x1x8.py 'localbs = 1'), sequence 8192, global "
@@ -40,7 +40,8 @@ _NOTES = (
     "the README states). {precision_note} Model: Llama 3 {size} (preset; the script's "
     "--num-layers, --hidden-size, --ffn-hidden-size, --num-query-groups match it; Llama 3 "
     "tokenizer). Figures: token/p/s {tps}; memory '{mem}/80' GiB, read as the device memory "
-    "in use (the page: 'mem ... 通常称为“显存”, 单位为GiB', how it is sampled not stated); "
+    "in use (the page: 'mem ... 通常称为“显存”, 单位为GiB', how it is sampled not stated; the "
+    "'used/total' form is nvidia-smi's, so memory_measure 'device', assumed); "
     "MFU {mfu} (the PaLM definition over 989 TFLOP/s; 6 x {nominal} x token/p/s reproduces "
     "it, tests)."
 )
@@ -74,7 +75,10 @@ def _run(
             global_batch=GLOBAL_BATCH, flash_attention=True,
         ),
         precision="fp8" if fp8 else "bf16-mixed",
-        measured=Measurement(tokens_per_second_per_gpu=tps, memory_bytes_per_gpu=mem_gib * GiB),
+        measured=Measurement(
+            tokens_per_second_per_gpu=tps, memory_bytes_per_gpu=mem_gib * GiB,
+            memory_measure="device",
+        ),
         assumed=_ASSUMED,
         notes=_NOTES.format(
             gpus=n_gpus,

@@ -105,6 +105,7 @@ def _long_context(gpu: str, index: int) -> PublishedRun:
         measured=Measurement(
             iteration_seconds=flops / (tflops * 1e12), tflops_per_second_per_gpu=tflops,
             flops_convention="arctic-causal", memory_bytes_per_gpu=gib * GiB,
+            memory_measure="reserved",
             flops_note=f"{flops:.4g} FLOPs a sequence (one a GPU) at {k * _K} tokens",
         ),
         notes=_LONG_CONTEXT_NOTES.format(

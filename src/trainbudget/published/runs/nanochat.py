@@ -87,12 +87,15 @@ NANOCHAT: tuple[PublishedRun, ...] = (
         ),
         source_key="karpathy-nanochat",
         framework="pytorch-native",
+        compiled=True,  # base_train.py: model = torch.compile(model), the loss in its forward
         framework_source=_FRAMEWORK,
         model=nanochat_gpt(32, 65536, "fae3aca"),
         seq_len=SEQ_LEN, gpu="h100-sxm", n_gpus=8, gpus_per_node=8,
         layout=_layout(8, 256),
         precision="amp-bf16",
-        measured=Measurement(iteration_seconds=1.574, memory_bytes_per_gpu=78 * GB),
+        measured=Measurement(
+            iteration_seconds=1.574, memory_bytes_per_gpu=78 * GB, memory_measure="device"
+        ),
         assumed=frozenset({"gpu"}),
         notes=(
             "8 x H100 ('an 8XH100 node'; SXM: base_train.py at fae3aca counts its MFU against "
@@ -121,6 +124,7 @@ NANOCHAT: tuple[PublishedRun, ...] = (
         ),
         source_key="karpathy-nanochat",
         framework="pytorch-native",
+        compiled=True,  # base_train.py: model = torch.compile(model), the loss in its forward
         framework_source=_FRAMEWORK,
         model=nanochat_gpt(24, 32768, "348fbb3"),
         seq_len=SEQ_LEN, gpu="h100-sxm", n_gpus=8, gpus_per_node=8,
@@ -147,6 +151,7 @@ NANOCHAT: tuple[PublishedRun, ...] = (
         ),
         source_key="karpathy-nanochat",
         framework="pytorch-native",
+        compiled=True,  # base_train.py: model = torch.compile(model), the loss in its forward
         framework_source=_FRAMEWORK,
         model=nanochat_gpt(26, 32768, "a67eba3"),
         seq_len=SEQ_LEN, gpu="h100-sxm", n_gpus=8, gpus_per_node=8,
@@ -172,6 +177,7 @@ NANOCHAT: tuple[PublishedRun, ...] = (
         ),
         source_key="karpathy-nanochat",
         framework="pytorch-native",
+        compiled=True,  # base_train.py: model = torch.compile(model), the loss in its forward
         framework_source=_FRAMEWORK,
         model=nanochat_gpt(26, 32768, "2c062aa"),
         seq_len=SEQ_LEN, gpu="h100-sxm", n_gpus=8, gpus_per_node=8,
@@ -195,6 +201,7 @@ NANOCHAT: tuple[PublishedRun, ...] = (
         ),
         source_key="karpathy-nanochat",
         framework="pytorch-native",
+        compiled=True,  # base_train.py: model = torch.compile(model), the loss in its forward
         framework_source=_FRAMEWORK,
         model=nanochat_gpt(26, 32768, "aeff095"),
         seq_len=SEQ_LEN, gpu="h100-sxm", n_gpus=8, gpus_per_node=8,

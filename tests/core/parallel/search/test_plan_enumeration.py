@@ -1,6 +1,6 @@
 """The planner's grid enumeration against a plain one: nested loops over the axes in the
 documented order, each validation rule written as an `if`, then every ZeRO plan again per HSDP
-shard size, grouped by (dp, tp, cp). The grid (`planner_fast.enumerate_plan_arrays`, masks
+shard size, grouped by (dp, tp, cp). The grid (`plan_grid.enumerate_plan_arrays`, masks
 and gathers over numpy arrays) must give the very same plans in the very same order: the order
 is the ranking's last tie-break, so it shows in which plan `plan` and `estimate` print."""
 
@@ -15,13 +15,13 @@ import pytest
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.layout import STAGE_LAYER_FIELDS
 from trainbudget.core.parallel.plan import Plan
+from trainbudget.core.parallel.search.plan_grid import enumerate_plan_arrays, enumerate_plans
 from trainbudget.core.parallel.search.plan_space import (
     Policy,
     axis_candidates,
     divisors,
     hsdp_shards,
 )
-from trainbudget.core.parallel.search.planner_fast import enumerate_plan_arrays, enumerate_plans
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.presets import get_preset

@@ -34,9 +34,9 @@ from hypothesis import strategies as st
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.memory.gpu_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan, validate_plan
+from trainbudget.core.parallel.search.plan_grid import enumerate_plans
 from trainbudget.core.parallel.search.plan_space import TIE_TOLERANCE, Policy
 from trainbudget.core.parallel.search.planner import evaluate
-from trainbudget.core.parallel.search.planner_fast import enumerate_plans
 from trainbudget.core.parallel.search.planner_fast import search_fast as search
 from trainbudget.core.single.activations import layer_activations
 from trainbudget.core.spec.hardware import get_hardware

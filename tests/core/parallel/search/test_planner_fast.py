@@ -18,15 +18,10 @@ from trainbudget.core.parallel import layout
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.search import planner_fast
+from trainbudget.core.parallel.search.plan_grid import enumerate_plan_arrays, enumerate_plans
 from trainbudget.core.parallel.search.plan_space import Policy, hsdp_shards
 from trainbudget.core.parallel.search.planner import evaluate
-from trainbudget.core.parallel.search.planner_fast import (
-    PlanArrays,
-    enumerate_plan_arrays,
-    enumerate_plans,
-    evaluate_arrays,
-    search_fast,
-)
+from trainbudget.core.parallel.search.planner_fast import PlanArrays, evaluate_arrays, search_fast
 from trainbudget.core.spec.frameworks import FRAMEWORKS
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec

@@ -15,12 +15,9 @@ from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.layout import PlanNumbers
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.search import product_grid as grids
+from trainbudget.core.parallel.search.plan_grid import enumerate_plan_arrays
 from trainbudget.core.parallel.search.plan_space import Policy
-from trainbudget.core.parallel.search.planner_fast import (
-    enumerate_plan_arrays,
-    memory_arrays,
-    step_arrays,
-)
+from trainbudget.core.parallel.search.planner_fast import memory_arrays, step_arrays
 from trainbudget.core.parallel.search.product_grid import per_distinct_rows, product_grid
 from trainbudget.core.parallel.timing.step_time import COMPUTE_FIELDS, micro_batch_terms
 from trainbudget.core.spec.frameworks import FRAMEWORKS

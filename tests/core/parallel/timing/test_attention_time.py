@@ -133,3 +133,63 @@ def test_a_given_attention_fraction_times_the_kernel_instead():
     assert without.attention_backward_seconds == pytest.approx(
         2.5 * without.attention_seconds, rel=1e-12
     )
+
+
+def _paper_seconds(kernel, causal, pass_, q, k, heads=1, head_dim=128):
+    """Seconds of one block of q queries x k keys, counted as the papers count FLOPs
+    (4 q k d per head forward, halved under the mask, x 2.5 backward), at the table's rate for
+    a square kernel of the block's query length."""
+    rate = attention_tflops_per_second(
+        kernel, "h100-sxm", head_dim=head_dim, causal=causal, pass_=pass_, seq_len=q
+    )
+    flops = 4 * q * k * head_dim * heads * (0.5 if causal else 1.0)
+    return flops * (2.5 if pass_ == "backward" else 1.0) / (rate * 1e12)
+
+
+def test_the_context_parallel_ring_runs_one_causal_block_and_unmasked_halves():
+    """Transformer Engine's ring under a causal mask, s = 32k over cp 4 (8k queries a rank, as
+    two 4k chunks): step 0 is the rank's own causal 8k x 8k block; each of the 3 other steps an
+    unmasked block of 8k queries x 4k keys (or 4k x 8k), timed at the non-causal curve of the
+    4k chunk. Forward, cuDNN on H100 (Shah et al. 2024, Fig. 5), summed block by block."""
+    s, cp, chunk = 32768, 4, 4096
+    kernel = _kernel(kernel="cudnn")
+    forward, _ = kernel.ring_seconds_per_flop(128, s, cp, SCALAR)
+    unmasked_flops = 4 * (s // cp) * s * 128  # the rank's queries x every key, no mask
+    blocks = _paper_seconds("cudnn", True, "forward", 2 * chunk, 2 * chunk)
+    blocks += (cp - 1) * _paper_seconds("cudnn", False, "forward", chunk, 2 * chunk)
+    assert forward * unmasked_flops == pytest.approx(blocks, rel=1e-12)
+
+
+def test_without_context_parallelism_the_ring_is_the_causal_curve():
+    import numpy as np
+
+    k = _kernel(kernel="cudnn")
+    assert k.ring_seconds_per_flop(128, 8192, 1, SCALAR) == k.pass_seconds_per_flop(
+        128, True, 8192, SCALAR
+    )
+    cps = np.array([1, 2, 4, 2])
+    grid = k.ring_seconds_per_flop(128, 16384, cps, numpy_ops())
+    for i, cp in enumerate(cps.tolist()):
+        one = k.ring_seconds_per_flop(128, 16384, cp, SCALAR)
+        assert grid[0][i] == pytest.approx(one[0], rel=1e-15)
+        assert grid[1][i] == pytest.approx(one[1], rel=1e-15)
+
+
+def test_the_ring_s_unmasked_blocks_run_faster_than_a_causal_kernel_of_their_length():
+    """The off-diagonal steps skip no tiles, so from 4k on they beat the causal kernel at the
+    rank's length: CP 8 on 64k takes less attention time than the causal curve at 8k says."""
+    k = _kernel(kernel="cudnn")
+    ring = k.ring_seconds_per_flop(128, 65536, 8, SCALAR)
+    causal = k.pass_seconds_per_flop(128, True, 8192, SCALAR)
+    assert ring[0] < causal[0] and ring[1] < causal[1]
+
+
+def test_megatron_times_cudnn_fused_attention_on_hopper():
+    """Transformer Engine prefers its FusedAttention (cuDNN) backend on compute capability
+    9.0+: the megatron row's kernel, measured apart from FlashAttention-3 (Shah et al. 2024,
+    Fig. 5: cuDNN 539 vs FlashAttention-3 616 TFLOP/s causal forward at 16k, head dim 128)."""
+    from trainbudget.core.spec.frameworks import get_framework
+
+    assert get_framework("megatron").attention_kernel == "cudnn"
+    assert measured_rates("cudnn", "h200", 128, True, 16384)[0] == pytest.approx(539e12)
+    assert measured_rates("flash3", "h200", 128, True, 16384)[0] == pytest.approx(616e12)

@@ -26,12 +26,14 @@ GPU, tests/train/observe/test_rank_memory.py for every layout the trainer runs):
 - full recomputation on one GPU's stage: the last layer rebuilt beside the head's gradient;
 - FSDP2's units in backward (the last block's and the first block's), on one stage;
 - a forward at a row-parallel collective, under tensor parallelism with a pipeline;
-- backward end (every gradient; a tied embedding's two gradients summed) and the optimizer
-  step (the update's scratch, the size of the largest tensor).
+- backward end (every gradient; a tied embedding's two gradients summed; the reduced shard an
+  engine keeps beside its gradient buffer, `Engine.keeps_reduced_grad_shard`) and the
+  optimizer step (the update's scratch, the size of the largest tensor).
 
 Beside them: under torch's pipelining its receive buffers (torch 2.13 pipelining/stage.py
 allocates one per micro-batch for each input received and gradient sent, and keeps them), the
-engine's gradient buckets or gathered parameters, the framework's runtime overhead. Offloaded
+engine's gradient buckets or gathered parameters (and under DeepSpeed's ZeRO-3 its reduce
+buffer), the framework's runtime overhead. Offloaded
 state is counted on the host, not the GPU.
 """
 
@@ -293,7 +295,9 @@ class _Model(GpuTerms):
         scratch = update_scratch_bytes(prec, self.opt, fused, xp)
         common = dict(
             params_bytes=state.params_bytes,
-            grads_bytes=state.grads_bytes + self._whole_vocabulary_grad(first),
+            grads_bytes=state.grads_bytes
+            + self._whole_vocabulary_grad(first)
+            + self.reduced_grad_shard(),
             optimizer_bytes=state.optimizer_bytes,
             activations_bytes=acts,
         )

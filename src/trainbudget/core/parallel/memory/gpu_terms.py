@@ -7,17 +7,15 @@ each plan's ZeRO stage (`engine_columns`)."""
 from __future__ import annotations
 
 import functools
-from collections import namedtuple
 from types import SimpleNamespace
-from typing import Any
 
-from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.layout import (
     FULL,
     ON_GPU,
     SELECTIVE,
     SELECTIVE_OP,
 )
+from trainbudget.core.parallel.memory.engine_columns import engine_columns, state_precision
 from trainbudget.core.parallel.memory.parallel_memory import (
     ModelState,
     rank_params,
@@ -40,8 +38,7 @@ from trainbudget.core.single.peak_memory import (
     loss_head_grad_bytes,
     norm_stats_bytes,
 )
-from trainbudget.core.spec.engines import ENGINE_COLUMNS, get_engine, get_loss_kernel
-from trainbudget.core.spec.frameworks import Framework
+from trainbudget.core.spec.engines import get_loss_kernel
 from trainbudget.core.spec.kernel_costs import get_fp8_recipe
 
 MLP_BACKWARD_GRADIENTS = 2
@@ -59,43 +56,6 @@ term that closes the gap on tests/train/observe/test_rank_memory.py's tp2 run, +
 without)."""
 
 
-def engine_columns(framework: Framework, zero: Any, alone: Any, xp: Ops = SCALAR) -> Any:
-    """The engine row's columns for each plan: `framework.engines[0]` where no data-parallel
-    wrapper runs (`alone`: one rank in the data-parallel group), else the row for its ZeRO
-    stage (1 + zero). Numbers for one plan, arrays for a grid (a column the rows agree on
-    stays one number)."""
-    if not xp.is_array:
-        return _one_plan_columns(framework, int(zero), bool(alone))
-    return _columns(framework, zero, alone, xp)
-
-
-@functools.lru_cache(maxsize=64)
-def _one_plan_columns(framework: Framework, zero: int, alone: bool) -> Any:
-    """`engine_columns` of one plan: a pure lookup of hashable keys, made once per key (a
-    step's terms ask for it several times)."""
-    return _columns(framework, zero, alone, SCALAR)
-
-
-def _columns(framework: Framework, zero: Any, alone: Any, xp: Ops) -> Any:
-    rows = [get_engine(name) for name in framework.engines]
-    out = {}
-    for column in ENGINE_COLUMNS:
-        values = [getattr(r, column) for r in rows]
-        value = values[4]
-        if len(set(values[1:])) > 1:
-            for stage in (2, 1, 0):
-                value = xp.where(zero == stage, values[stage + 1], value)
-        if len(set(values)) > 1:
-            value = xp.where(alone, values[0], value)
-        out[column] = value
-    return EngineColumns(**out)
-
-
-EngineColumns = namedtuple("EngineColumns", ENGINE_COLUMNS)
-"""One value (or array over plans) per engine column; immutable, as the cache hands the same
-one to every caller."""
-
-
 _NO_STATE = ModelState(
     params_bytes=0.0, grads_bytes=0.0, master_bytes=0.0, optimizer_state_bytes=0.0
 )
@@ -110,6 +70,7 @@ class GpuTerms:
         self.fw, self.xp = framework, xp
         eng = engine_columns(framework, L.zero, L.dp * L.cp == 1, xp)
         self.eng = eng
+        self.state_prec = state_precision(prec, framework)
         self.e, self.w = prec.activation_bytes, prec.weight_bytes
         self.g = framework.main_grad_bytes or prec.grad_bytes
         self.tokens = seq_len * L.micro_batch / L.cp
@@ -124,11 +85,11 @@ class GpuTerms:
     def state(self, layers, first, last, optimizer_share):
         """(model state on the GPU, bytes offloaded, the rank's unsharded gradients, the
         buffers every phase holds)."""
-        L, xp, eng, prec = self.L, self.xp, self.eng, self.prec
+        L, xp, eng = self.L, self.xp, self.eng
         p = rank_params(self.spec, L, layers=layers, first=first, last=last, xp=xp)
         shard = L.shard_dp * L.cp  # ZeRO's group: dp * cp, or the HSDP shard times cp
         expert_shard = xp.maximum(1, shard // L.ep)
-        kw = dict(precision=prec, optimizer=self.opt, grad_bytes=self.g, xp=xp)
+        kw = dict(precision=self.state_prec, optimizer=self.opt, grad_bytes=self.g, xp=xp)
         dense = zero_model_state(p.dense, shard=shard, zero=L.zero, **kw)
         experts = _NO_STATE  # a dense model: skip the zeros (the grid's hot path)
         if self.spec.is_moe:
@@ -150,9 +111,15 @@ class GpuTerms:
         opt_state = (dense.optimizer_state_bytes + experts.optimizer_state_bytes) * share
         off_opt, off_params = L.offload_optimizer != ON_GPU, L.offload_params != ON_GPU
         host = xp.where(off_opt, master + opt_state, 0.0) + xp.where(off_params, params, 0.0)
+        grads = dense.grads_bytes + experts.grads_bytes
+        if eng.offload_takes_grads is not False:
+            # the engine keeps sharded gradients beside the offloaded optimizer
+            off_grads = off_opt & eng.offload_takes_grads & (L.zero >= 2)
+            host = host + xp.where(off_grads, grads, 0.0)
+            grads = xp.where(off_grads, 0.0, grads)
         state = ModelState(
             params_bytes=xp.where(off_params, 0.0, params),
-            grads_bytes=dense.grads_bytes + experts.grads_bytes,
+            grads_bytes=grads,
             master_bytes=xp.where(off_opt, 0.0, master),
             optimizer_state_bytes=xp.where(off_opt, 0.0, opt_state),
         )
@@ -171,8 +138,35 @@ class GpuTerms:
         zero3 = eng.layer_gather & (L.zero >= 3) & wrapped
         in_flight = eng.buckets_in_flight * xp.minimum(self.fw.bucket_bytes, full_grads)
         buckets = buckets + xp.where(wrapped & xp.not_(zero3), in_flight, 0.0)
+        reduce_buffer = xp.minimum(self.fw.bucket_bytes, full_grads)
+        layer_gather = layer_gather + xp.where(eng.zero3_reduce_buffer, reduce_buffer, 0.0)
         base = buckets + xp.where(zero3, layer_gather, 0.0) + self.fw.runtime_overhead_bytes
+        base = base + self.fp8_weight_cache(layers)
         return state, host, full_grads, base
+
+    def fp8_weight_cache(self, layers):
+        """Under FP8, the copies of the stage's FP8-recipe linear weights (the layers'; not
+        the embedding or the head) a framework keeps for the run
+        (`Framework.fp8_weight_cache_bytes`: Transformer Engine's FP8 cast and transpose)."""
+        if self.prec.compute_dtype != "fp8" or not self.fw.fp8_weight_cache_bytes:
+            return 0.0
+        L, spec = self.L, self.spec
+        p = count_params(spec)
+        split = (p.attention_qkv + p.attention_proj + p.mlp + p.moe_shared_experts) / L.tp
+        experts = p.moe_experts / (L.ep * L.tp)
+        per_layer = (split + experts) / spec.n_layers
+        return layers * per_layer * self.fw.fp8_weight_cache_bytes
+
+    def reduced_grad_shard(self):
+        """The reduced gradient shard an engine keeps in a buffer of its own from the last
+        micro-batch's backward through the optimizer step (`Engine.keeps_reduced_grad_shard`):
+        1/dp of the rank's gradients, where a data-parallel group reduces them."""
+        L, xp = self.L, self.xp
+        if self.eng.keeps_reduced_grad_shard is False:
+            return 0.0
+        wrapped = xp.not_(L.dp * L.cp == 1)
+        kept = self.eng.keeps_reduced_grad_shard & wrapped
+        return xp.where(kept, self.rank_n * self.g / (L.shard_dp * L.cp), 0.0)
 
     def gathered(self, layers, first, last):
         """Parameters gathered whole beside their shard until backward ends (FSDP2 without

@@ -8,6 +8,7 @@ this module; it imports neither, so imports run one way: plan_space <- planner <
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 from math import isqrt
 from typing import TYPE_CHECKING
 
@@ -44,8 +45,14 @@ class Policy:
 def divisors(n: int) -> list[int]:
     """The divisors of n, ascending: those up to sqrt(n), then their co-divisors (sqrt(n)
     trial divisions, not n: dp and the global batch reach the thousands)."""
+    return list(_divisors(n))
+
+
+@cache
+def _divisors(n: int) -> tuple[int, ...]:
+    """divisors(n), kept: a search asks for the same few data-parallel degrees once per row."""
     low = [d for d in range(1, isqrt(n) + 1) if n % d == 0]
-    return low + [n // d for d in reversed(low) if d * d != n]
+    return (*low, *(n // d for d in reversed(low) if d * d != n))
 
 
 def _powers_of_two_dividing(n: int, cap: int) -> list[int]:
@@ -61,7 +68,7 @@ def hsdp_shards(dp: int, tp: int, cp: int, gpus_per_node: int) -> list[int]:
     (g // (tp * cp)) and every multiple of it that divides dp, short of dp itself (that is full
     sharding, zero_shard 0); never a group of one GPU, which shards nothing."""
     node = max(1, gpus_per_node // (tp * cp))
-    return [s for s in divisors(dp) if s % node == 0 and s < dp and s * cp > 1]
+    return [s for s in _divisors(dp) if s % node == 0 and s < dp and s * cp > 1]
 
 
 def axis_candidates(

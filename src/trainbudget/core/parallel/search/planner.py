@@ -10,6 +10,7 @@ plan_space <- planner <- planner_fast.
 from __future__ import annotations
 
 from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.fits import FitsRule, fits, n_communicators
 from trainbudget.core.parallel.memory.gpu_memory import stage_memories
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.search.plan_space import (
@@ -60,7 +61,14 @@ def evaluate(
         plan=plan,
         memory=mem,
         time=t,
-        fits=mem.total_bytes <= headroom * cluster.hardware.memory_bytes,
+        fits=bool(
+            fits(
+                mem.total_bytes,
+                cluster.hardware.memory_bytes,
+                FitsRule(headroom=headroom),
+                n_communicators(plan.dp, plan.tp, plan.pp, plan.cp),
+            )
+        ),
         stage_memory_bytes={name: m.total_bytes for name, m in stages.items()},
         stage_peak_phases={name: m.phase for name, m in stages.items()},
     )

@@ -20,6 +20,7 @@ rows first (where the inner loops would run over the few ZeRO stages or recomput
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,12 +54,37 @@ class ProductGrid:
     """Plan i of the set is cell at[i] of the product (flattened, C order)."""
     shape: tuple[int, ...]
 
+    def __len__(self) -> int:
+        return len(self.at)
+
     def gather(self, values: np.ndarray) -> np.ndarray:
         """One element per plan of the set, from `values` over the product (or broadcast to
-        it): the cells the plans occupy."""
-        if np.shape(values) != self.shape:
-            values = np.broadcast_to(values, self.shape)
-        return np.ravel(values)[self.at]
+        it): the cells the plans occupy. An array over the last axes alone (length 1 on the
+        others) is read there, without being spread over the whole product first."""
+        shape = np.shape(values)
+        if shape == self.shape:
+            return np.ravel(values)[self.at]
+        lead = len(self.shape) - len(shape)
+        trailing = next((k for k, s in enumerate(shape) if s != 1), len(shape))
+        if shape[trailing:] == self.shape[lead + trailing :]:
+            inner = math.prod(shape[trailing:])
+            return np.ravel(values)[self.at % inner if inner > 1 else np.zeros_like(self.at)]
+        return np.ravel(np.broadcast_to(values, self.shape))[self.at]
+
+    def take(self, index: np.ndarray) -> PlanNumbers:
+        """Plans `index` of the set, one array element per plan (a field every plan shares
+        stays one number)."""
+        cell = np.unravel_index(self.at[index], self.shape)
+        first = np.zeros_like(cell[0])  # an axis of length 1 (one array element per plan)
+
+        def at(value):
+            if not getattr(value, "ndim", 0):
+                return value
+            lead = len(self.shape) - value.ndim
+            picks = (cell[lead + k] if s > 1 else first for k, s in enumerate(value.shape))
+            return value[tuple(picks)]
+
+        return PlanNumbers(**{f: at(v) for f, v in vars(self.numbers).items()})
 
     def subset(self, index: np.ndarray) -> ProductGrid:
         """The product grid of plans `index` of the set: the rows that hold any of them."""

@@ -43,6 +43,14 @@ CURVES_OF = {
 die at its clocks (the same 989.5 TFLOP/s dense bf16), H100 NVL and PCIe the same die with
 fewer SMs or lower clocks, the A100 40GB the A100 80GB's die; rates scale by the bf16 peaks."""
 BACKWARD_FLOPS_PER_FORWARD = PASS_FLOPS_PER_FORWARD["backward"]
+RING_CHUNKS_PER_RANK = 2
+"""Context parallelism under a causal mask splits the sequence into 2 cp chunks and gives rank
+r chunks r and 2 cp - 1 - r, so every rank holds as many masked pairs as the others
+(Megatron-Core utils.get_batch_on_this_cp_rank). Transformer Engine's ring
+(AttnFuncWithCPAndKVP2P, transformer_engine/pytorch/attention/dot_product_attention/
+context_parallel.py) then runs, per step, one causal kernel over the rank's own two chunks
+(step 0), or an unmasked kernel of the rank's queries over the first half of the keys received
+(steps i <= rank), or of the second half of its queries over all of them (steps i > rank)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,27 @@ class AttentionKernel:
             at = seq == value
             fwd[at], bwd[at] = rates
         return fwd, bwd
+
+    def ring_seconds_per_flop(
+        self, head_dim: int, seq_len: Any, cp: Any, xp: Ops
+    ) -> tuple[Any, Any] | None:
+        """(forward, backward) seconds per FLOP (counted without a mask) of causal attention
+        over `seq_len` queries split over a context-parallel ring of `cp` ranks, as
+        Transformer Engine's ring runs it (`RING_CHUNKS_PER_RANK`): of a rank's query-key
+        pairs under the mask, 1/cp are its own causal block (the causal curve at s/cp), the
+        rest cp - 1 unmasked blocks of half a rank's chunk (the non-causal curve at
+        s/(2 cp)). cp = 1: the causal curve at s. None without the curves."""
+        own = self.pass_seconds_per_flop(head_dim, True, seq_len / cp, xp)
+        if own is None:
+            return None
+        half = seq_len / (RING_CHUNKS_PER_RANK * cp)
+        ring = self.pass_seconds_per_flop(head_dim, False, xp.maximum(1, half), xp)
+        if ring is None:
+            return own
+        # the unmasked blocks hold (cp - 1) / cp of the rank's s^2 / (2 cp) masked pairs: in
+        # FLOPs counted without a mask, (cp - 1) / (2 cp) of them
+        off_diagonal = CAUSAL_FLOPS_PER_FULL * (cp - 1) / cp
+        return own[0] / cp + off_diagonal * ring[0], own[1] / cp + off_diagonal * ring[1]
 
     def _per_flop(self, head_dim: int, causal: bool, seq_len: int) -> tuple[float, float] | None:
         rates = measured_rates(self.kernel, self.gpu, head_dim, causal, max(1, seq_len))

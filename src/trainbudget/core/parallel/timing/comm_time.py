@@ -130,7 +130,10 @@ def communication(
     kv = tokens * (k_width + xp.maximum(spec.d_v / L.tp, spec.d_v_head)) * e
     passes = m * layers * CP_RING_PASSES
     hop = run("cp", "send_recv", kv, L.cp, span["cp"], passes * (L.cp - 1))
-    t_cp = xp.maximum(0.0, hop - passes * micro_batch.attention_seconds)
+    # each hop runs beside one ring step's attention (1/cp of the layer's): cp - 1 of them,
+    # the last step's compute has no transfer beside it
+    hidden_by = passes * micro_batch.attention_seconds * (L.cp - 1) / L.cp
+    t_cp = xp.maximum(0.0, hop - hidden_by)
     t_cp = t_cp + overlap_cost(hop - t_cp)  # the hidden part slows the attention beside it
     t_ep = 0.0
     if spec.is_moe:  # EP: dispatch and combine all-to-alls inside the dp * cp group, on the

@@ -11,8 +11,8 @@ from typing import Any
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.layout import NONE, SELECTIVE, SELECTIVE_OP, PlanNumbers
 from trainbudget.core.parallel.timing.attention_time import AttentionKernel
+from trainbudget.core.parallel.timing.loss_time import UNFUSED_FP32_BYTES_PER_LOGIT, loss_seconds
 from trainbudget.core.single import op_checkpoint
-from trainbudget.core.single.activations import FP32_BYTES
 from trainbudget.core.single.flops import forward_flops, matmul_flops
 from trainbudget.core.single.params import attention_matrices
 from trainbudget.core.spec.hardware import Hardware
@@ -113,9 +113,10 @@ the CPU takes to issue them (`kernel_costs.eager_dispatch_seconds_per_op`) waits
 FLASH_OWN_RECOMPUTE = 0.5
 """FlashAttention's backward recomputes the scores, Q K^T, half of the forward's two matmuls
 (Dao 2023, Sec. 3.1.2): backward = 2.5 x forward in FLOPs, the papers' own count."""
-LOSS_FP32_TRAFFIC_BYTES = 4 * FP32_BYTES
-"""Per logit, beyond writing and reading the logits themselves: the fp32 log-softmax written
-and read by the loss, and its fp32 gradient written and read by the head's backward."""
+LOSS_FP32_TRAFFIC_BYTES = UNFUSED_FP32_BYTES_PER_LOGIT
+"""Per logit, beyond the logits read and their gradient written: an unfused loss's fp32
+log-softmax written and read, and its fp32 gradient written and read by the head's backward
+(`loss_time`: a fused loss kernel moves none)."""
 
 
 def causal_tile_fraction(seq_len: int) -> float:
@@ -310,7 +311,9 @@ class KernelModel:
     after the K loop (`EPILOGUE`); `kernel_gap` and `dispatch`, each kernel's launch cost on the
     GPU and the CPU, for `kernels_per_layer` of them; `attention`, fused attention's measured
     rates (`attention_time`; None: the fraction of the peak `eff.attention`, the backward
-    BACKWARD_PER_FORWARD x the forward plus its own recomputation of the scores)."""
+    BACKWARD_PER_FORWARD x the forward plus its own recomputation of the scores);
+    `loss_extra_bytes`, the bytes per logit the loss kernel moves beyond reading the logits
+    and writing their gradient once (`loss_time.loss_extra_bytes_per_logit`)."""
 
     linear_peak: float | None = None
     linear_fraction: float | None = None
@@ -320,6 +323,7 @@ class KernelModel:
     dispatch: float = 0.0
     kernels_per_layer: int = KERNELS_PER_LAYER_FORWARD
     attention: AttentionKernel | None = None
+    loss_extra_bytes: float = LOSS_FP32_TRAFFIC_BYTES
 
 
 ROOFLINE_ONLY = KernelModel()
@@ -522,15 +526,20 @@ def _flash_seconds(
     spec: ModelSpec, L: PlanNumbers, flops: Any, s: int, window: int, r: _Roofline, causal: bool
 ) -> tuple[Any, Any]:
     """(forward, backward) seconds of a FlashAttention core of `flops` forward FLOPs (every
-    pair): at the kernel's measured rates per pass (`attention_time`), its queries' length
-    s / cp (a window's band at the window's length, unmasked, its tiles counted); else at
+    pair): at the kernel's measured rates per pass (`attention_time`): causal, as the
+    context-parallel ring's blocks (`AttentionKernel.ring_seconds_per_flop`), else unmasked
+    at s / cp (a window's band at the window's length, its tiles counted); else at
     the fraction `eff.attention` of the peak, causal as the tiles it computes
     (`flash_tile_fraction`), the backward BACKWARD_PER_FORWARD x the forward and half a
     forward more (the scores recomputed)."""
     banded = bool(window) and window < s
     if r.k.attention is not None:
-        seq = window if banded else s / L.cp
-        rates = r.k.attention.pass_seconds_per_flop(spec.d_head, causal and not banded, seq, r.xp)
+        kernel = r.k.attention
+        if causal and not banded:  # the ring's blocks under CP (cp = 1: the causal curve at s)
+            rates = kernel.ring_seconds_per_flop(spec.d_head, s, L.cp, r.xp)
+        else:
+            seq = window if banded else s / L.cp
+            rates = kernel.pass_seconds_per_flop(spec.d_head, False, seq, r.xp)
         if rates is not None:
             share = flash_tile_fraction(s, window) * 2 if banded and causal else 1.0
             return flops * share * rates[0], flops * share * rates[1]
@@ -647,8 +656,8 @@ def micro_batch_compute(
     logits = tokens * spec.vocab_size / L.tp  # elements on this GPU (vocab-parallel)
     r = _Roofline(e=e, peak=peak, hbm=hbm, eff=eff, xp=xp, sms=sms, k=kernels)
     head_gemm = r.gemm(tokens, spec.vocab_size / L.tp, spec.d_model)  # vocab-parallel logits
-    # the logits written and read, and the loss's fp32 traffic of both passes: once a step
-    loss = logits * (2 * e + LOSS_FP32_TRAFFIC_BYTES) / (hbm * eff.hbm)
+    # the logits read, their gradient written, the loss kernel's fp32 traffic: both passes
+    loss = loss_seconds(logits, e, kernels.loss_extra_bytes, hbm * eff.hbm)
     head = (1 + BACKWARD_PER_FORWARD) * head_gemm + loss
     forward = layers * fwd
     backward = layers * (layer_backward + recompute)

@@ -44,9 +44,10 @@ from trainbudget.core.parallel.timing.compute_time import (
     MicroBatchCompute,
     micro_batch_compute,
 )
+from trainbudget.core.parallel.timing.loss_time import loss_extra_bytes_per_logit
 from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.flops import forward_flops
-from trainbudget.core.spec.frameworks import GENERIC, Framework
+from trainbudget.core.spec.frameworks import GENERIC, INDUCTOR_LAYER_KERNELS, Framework
 from trainbudget.core.spec.hardware import HARDWARE, Hardware
 from trainbudget.core.spec.kernel_costs import (
     CUDA_GRAPHS_BLOG,
@@ -305,8 +306,13 @@ def _kernel_model(
         serial_epilogue=hw.name not in EPILOGUE_OVERLAPPED,
         kernel_gap=KERNEL_GAP_SECONDS,
         dispatch=eager_dispatch_seconds_per_op(),
-        kernels_per_layer=framework.kernels_per_layer_forward,
+        kernels_per_layer=(
+            INDUCTOR_LAYER_KERNELS if framework.compiled else framework.kernels_per_layer_forward
+        ),
         attention=_attention_kernel(given, eff, hw, framework, precision),
+        loss_extra_bytes=loss_extra_bytes_per_logit(
+            framework.loss_kernel, framework.compiled, precision.activation_bytes
+        ),
     )
 
 
