@@ -395,25 +395,23 @@ def test_validate_scores_the_model_the_cli_runs_by_default(run):
 
 def test_validate_counts_the_completed_runs_predicted_not_to_fit():
     """Every scored run completed, so each should be predicted to fit. Issue "Right on runs
-    nobody tuned for" asks for 95 %; today 103 of 129 (26 rejected by the 90 % rule, most of
-    them FP8 and long-sequence NeMo runs and runs whose recomputation is assumed none): a
-    ratchet, and `validate` names them."""
+    nobody tuned for" asks for 95 %: the default rule (the device rule, its margin the median
+    measured / predicted of the framework row's other sources, against the memory CUDA gives
+    the process) reaches it, and `validate` names the rest. The flat 90 % rule, now also on
+    the device total, keeps its ratchet."""
+    from trainbudget.core.parallel.fits import MARGIN_PERCENTILE
+    from trainbudget.uncertainty import predicted_not_to_fit_with_measured_error
     from trainbudget.validation import predicted_not_to_fit
 
     counted = scored(compare_all())
-    rejected = predicted_not_to_fit(counted)
-    assert all(c.predicted_memory_bytes > 0.9 * c.gpu_memory_bytes for c in rejected)
-    # the ratchet holds on the rows it was set on (26 before Transformer Engine's FP8 saved
-    # inputs, Fp8Recipe.saved_input_bytes, took 7 FP8 runs under the line); item 6's rows
-    # (tests/modern_runs.py ITEM6) add 2 more: nanochat's d32 (72.1 GB predicted, 78 GB held
-    # by nvidia-smi: the flat 90 % rule) and Accelerate's FP8 FSDP2 run (75.6 GB: the fp8
-    # row's fp32 master and Adam state where the run keeps bf16 ones). Bekman's long-context
-    # rows fit since their loss kernel is Liger's fused linear cross-entropy (7 were rejected
-    # under the deepspeed row's torch cross-entropy), llm.c's 350M since its loss is llm.c's
-    # in-place fused classifier (99 GB predicted with torch's cross-entropy, 60 GB with it)
+    rejected = predicted_not_to_fit_with_measured_error(counted, MARGIN_PERCENTILE)
+    assert len(counted) - len(rejected) >= 0.95 * len(counted)
+    flat = predicted_not_to_fit(counted)
+    assert all(c.predicted_memory_bytes > 0.9 * c.gpu_memory_bytes for c in flat)
+    # the flat ratchet on the rows it was set on (see git history for each run's reason)
     item6 = {r.id for r in ITEM6}
-    assert len([c for c in rejected if c.run_id not in item6]) <= 19
-    assert len([c for c in rejected if c.run_id in item6]) <= 2
+    assert len([c for c in flat if c.run_id not in item6]) <= 19
+    assert len([c for c in flat if c.run_id in item6]) <= 2
     out = cli_json("validate")
     assert out["predicted_not_to_fit"] == [c.run_id for c in rejected]
     _, text, _ = cli("validate")
@@ -423,10 +421,13 @@ def test_validate_counts_the_completed_runs_predicted_not_to_fit():
 def test_a_runs_loss_kernel_is_the_one_validate_sizes():
     """A run whose source turns on Liger's fused linear cross-entropy is sized with it, not
     with its framework row's torch cross-entropy (which holds the 128K-vocabulary logits, the
-    fp32 log-probabilities and two fp32 gradients: more than three times the peak at 64K)."""
+    fp32 log-probabilities and two fp32 gradients: more than three times the peak at 64K), and
+    timed with it: the same head GEMMs, without the 16 fp32 bytes per logit (loss_time)."""
     run = get_run("mleng-llama31-8b-h200-64k")
     row = framework_row(run.framework, run.attention_kernel, run.loss_kernel)
     assert row.loss_kernel == "fused-linear-cross-entropy" and row.attention_kernel == "flash3"
     torch_ce = compare(dataclasses.replace(run, loss_kernel=None))
     assert torch_ce.predicted_memory_bytes > 3 * compare(run).predicted_memory_bytes
-    assert torch_ce.predicted_seconds == compare(run).predicted_seconds  # same head GEMMs
+    logits = run.seq_len * run.model.vocab_size  # one sequence a GPU, no TP
+    fp32_bytes = logits * 16 / (get_hardware(run.gpu).hbm_bytes_per_second * 0.85)
+    assert torch_ce.predicted_seconds - compare(run).predicted_seconds == pytest.approx(fp32_bytes)

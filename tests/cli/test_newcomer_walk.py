@@ -36,8 +36,10 @@ def test_mfu_assumes_the_gpu_every_other_command_does() -> None:
 def test_fit_counts_against_the_memory_headroom_estimate_and_plan_use() -> None:
     fit = cli_json("fit", "--gpus", "8", "--gpu", "h100-sxm")
     estimate = cli_json(*GPT2)
-    assert fit["memory_headroom"] == estimate["memory_headroom"] == 0.9
-    assert fit["limit_bytes_per_gpu"] == pytest.approx(0.9 * fit["memory_bytes_per_gpu"])
+    assert fit["memory_headroom"] is estimate["memory_headroom"] is None  # the device rule
+    assert fit["device_memory_bytes"] == estimate["device_memory_bytes"]
+    flat = cli_json("fit", "--gpus", "8", "--gpu", "h100-sxm", "--memory-headroom", "0.9")
+    assert flat["limit_bytes_per_gpu"] == pytest.approx(0.9 * flat["device_memory_bytes"])
     whole = cli_json("fit", "--gpus", "8", "--gpu", "h100-sxm", "--memory-headroom", "1")
     assert whole["max_params"] > fit["max_params"]
 

@@ -43,10 +43,10 @@ def test_layout_fills_the_scripts_global_batch(run) -> None:
 
 @pytest.mark.parametrize(
     ("run_id", "full"),
-    [("flagperf-llama3-8b-h100-8gpu-bf16", 0.078), ("flagperf-llama3-8b-h100-16gpu-fp8", 0.066)],
+    [("flagperf-llama3-8b-h100-8gpu-bf16", 0.101), ("flagperf-llama3-8b-h100-16gpu-fp8", 0.096)],
 )
 def test_the_8b_error_rests_on_the_assumed_recomputation(run_id, full) -> None:
     run = get_run(run_id)
-    assert -0.21 < compare(run).error < -0.17
+    assert -0.19 < compare(run).error < -0.15
     as_full = dataclasses.replace(run, layout=dataclasses.replace(run.layout, recompute="full"))
     assert compare(as_full).error == pytest.approx(full, abs=0.01)

@@ -79,3 +79,18 @@ def test_layouts_cover_the_table() -> None:
         assert lay.tp * lay.dp == run.n_gpus and run.gpus_per_node == min(run.n_gpus, 4)
         assert lay.zero == (3 if lay.dp > 1 else 0) and lay.sp == (lay.tp > 1)
         assert run.precision == "bf16" and lay.recompute == "full"
+
+
+def test_fsdp_rows_memory_follows_the_kempnerforge_row() -> None:
+    """The rows run KempnerForge's own stack (framework row 'kempnerforge': no-sync
+    accumulation keeping FSDP2's unsharded gradients in its fp32 reduce dtype, the TP head's
+    logits gathered whole to every rank, the token embedding replicated over TP). Every row
+    with data parallelism comes within 5 % of its max_memory_allocated; the three rows
+    without FSDP (one GPU, TP alone) are 12-14 % under and not asserted: what they hold
+    beyond the model is not found yet."""
+    from trainbudget.validation import compare
+
+    for run in KEMPNERFORGE:
+        assert run.framework == "kempnerforge"
+        if run.layout.dp > 1:
+            assert compare(run).memory_error == pytest.approx(0.0, abs=0.05), run.id

@@ -459,7 +459,12 @@ def test_a_loss_kernel_is_the_framework_rows_unless_the_source_turns_on_another(
     fused = {r.id for r in PUBLISHED_RUNS if r.loss_kernel == "fused-linear-cross-entropy"}
     assert fused and all(i.startswith("mleng-") and not i.endswith("zero2") for i in fused)
     in_place = {r.id for r in PUBLISHED_RUNS if r.loss_kernel == "in-place-fused-classifier"}
-    assert in_place == {"llmc-gpt2-124m-8gpu", "llmc-gpt2-350m-8gpu"}
+    # llm.c's own rows and its run in the speedrun records
+    assert in_place == {
+        "llmc-gpt2-124m-8gpu",
+        "llmc-gpt2-350m-8gpu",
+        "speedrun-llmc-gpt2-124m-8gpu",
+    }
     assert all(r.loss_kernel is None for r in PUBLISHED_RUNS if r.id not in fused | in_place)
     run = get_run("mleng-llama31-8b-h200-8k")
     with pytest.raises(RunDataError, match=r"loss_kernel = 'liger'.*torch-cross-entropy"):

@@ -65,6 +65,8 @@ FRAMEWORKS = {
     "pytorch-fsdp": "PyTorch FullyShardedDataParallel (or FairScale's FSDP it grew from)",
     "pytorch-fsdp2": "PyTorch's per-parameter sharding fully_shard (FSDP2) in a torch-native "
     "trainer (NeMo AutoModel and the like)",
+    "kempnerforge": "the Kempner Institute's KempnerForge: FSDP2 fully_shard and DTensor TP, "
+    "accumulation without gradient sync, the loss on the gathered bf16 logits",
     "pytorch-ddp": "PyTorch DistributedDataParallel around a torch.compile'd model, no sharding",
     "nanotron": "Hugging Face nanotron: torch-native 3D parallelism (TP with reduce-scatter, "
     "1F1B pipeline), ZeRO-0/1, fp32 gradient accumulation",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trainbudget.core.parallel.fits import rule_for
 from trainbudget.core.parallel.reliability import ASSUMPTIONS as RELIABILITY_ASSUMPTIONS
 from trainbudget.core.parallel.search.planner import RankedPlan
 from trainbudget.core.parallel.timing import step_time as step_time_module
@@ -68,9 +69,9 @@ def plan_assumptions(q: PlanQuestion, best: RankedPlan) -> tuple[str, ...]:
         f"activations {p.activation_bytes} B per element, "
         f"{'dropout masks kept' if q.model.dropout else 'no dropout'}",
         q.framework.assumption(),
-        "memory per GPU is the sum of its parts on the most loaded pipeline stage; a plan fits "
-        f"when that is at most {pol.memory_headroom:.0%} of the GPU's memory (the rest for the "
-        "CUDA context, allocator fragmentation and communication buffers not modelled)",
+        "memory per GPU is the peak of its parts on the most loaded pipeline stage; a plan fits "
+        f"when its {rule_for(pol.memory_headroom, q.framework.name).describe()} "
+        f"({format_bytes(c.hardware.usable_memory_bytes)} the device gives the process)",
         f"layouts searched: TP up to {pol.max_tp or c.gpus_per_node}, ZeRO stages "
         f"{', '.join(map(str, pol.zero_stages))}, recomputation {', '.join(pol.recompute)}, "
         f"context parallelism {'on' if pol.allow_cp else 'off'}, optimizer offload "

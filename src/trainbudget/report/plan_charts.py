@@ -51,11 +51,11 @@ def memory_chart(r: PlanReport) -> Chart:
         capacity = r.gpu_memory_bytes / GB
         ax.axvline(capacity, color="black", lw=2, label=f"{r.gpu} capacity {capacity:.0f} GB")
         ax.axvline(
-            capacity * r.memory_headroom,
+            r.memory_limit_bytes / GB,
             color="black",
             ls="--",
             lw=1.2,
-            label=f"usable ({r.memory_headroom:.0%}): plans must fit under it",
+            label=f"usable ({r.memory_limit_bytes / GB:.1f} GB, fits rule): plans fit under it",
         )
         ax.set_yticks(list(y), labels)
         ax.invert_yaxis()  # best plan on top

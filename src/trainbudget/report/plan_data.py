@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from trainbudget.core.errors import SpecError
+from trainbudget.core.parallel.fits import allocated_limit_bytes, n_communicators, rule_for
 from trainbudget.core.parallel.search.planner import PlannerResult, RankedPlan, why_best
 from trainbudget.core.single.memory import checkpoint_bytes
 from trainbudget.core.single.params import count_params
@@ -90,7 +91,13 @@ class PlanReport:
     gpu: str
     gpu_description: str
     gpu_memory_bytes: float
-    memory_headroom: float
+    """The datasheet's memory, the GPU's nominal size."""
+    device_memory_bytes: float
+    """What the device gives the process (Hardware.usable_memory_bytes): the fits capacity."""
+    memory_limit_bytes: float
+    """The largest allocated peak the fits rule lets the best plan have."""
+    fits_rule: str
+    """The fits rule in words (core.parallel.fits.FitsRule.describe)."""
     global_batch: int
     seq_len: int
     precision: str
@@ -185,6 +192,8 @@ def plan_report(q: PlanQuestion) -> PlanReport:
     points, skipped = scaling(q, result)
     job_failures, problem = _failures(q, t.seconds)
     hw = q.cluster.hardware
+    rule = rule_for(q.policy.memory_headroom, q.framework.name)
+    comms = n_communicators(best.plan.dp, best.plan.tp, best.plan.pp, best.plan.cp)
     return PlanReport(
         model=q.model.name,
         n_params=count_params(q.model).total,
@@ -193,7 +202,9 @@ def plan_report(q: PlanQuestion) -> PlanReport:
         gpu=hw.name,
         gpu_description=hw.description,
         gpu_memory_bytes=hw.memory_bytes,
-        memory_headroom=q.policy.memory_headroom,
+        device_memory_bytes=hw.usable_memory_bytes,
+        memory_limit_bytes=allocated_limit_bytes(hw.usable_memory_bytes, rule, comms),
+        fits_rule=rule.describe(),
         global_batch=q.global_batch,
         seq_len=q.seq_len,
         precision=q.precision.name,

@@ -156,7 +156,9 @@ def plan_page(r: PlanReport, charts: dict[str, Chart]) -> str:
         Raw(f'<p class="answer{"" if a.fits else " warn"}" id="answer">{esc(answer)}</p>'),
         paragraph(
             f"{a.evaluated:,} layouts evaluated, {a.n_fitting:,} fit in "
-            f"{format_bytes(r.gpu_memory_bytes)} x {r.memory_headroom:.0%}. Why this one: "
+            f"{format_bytes(r.gpu_memory_bytes)} (the best plan's allocated peak at most "
+            f"{format_bytes(r.memory_limit_bytes)}: its {r.fits_rule}, the device giving "
+            f"{format_bytes(r.device_memory_bytes)}). Why this one: "
             f"{a.why}.",
             "muted",
         ),

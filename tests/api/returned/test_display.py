@@ -39,7 +39,9 @@ def test_the_html_bars_are_to_scale_and_need_no_script(planned):
     assert sum(widths) == pytest.approx(BAR_WIDTH_PX * m.peak_bytes / m.capacity_bytes, abs=0.5)
     assert len(widths) == sum(1 for v in m.parts_bytes.values() if v > 0)
     limit = next(memory.iter("line"))
-    assert float(limit.get("x1")) == pytest.approx(BAR_WIDTH_PX * m.headroom)
+    # the mark at the fits rule's limit on the allocated peak, to the device's memory's scale
+    limit_px = BAR_WIDTH_PX * m.usable_bytes / m.capacity_bytes
+    assert float(limit.get("x1")) == pytest.approx(limit_px, abs=0.05)  # printed to 0.1 px
     step_widths = [float(r.get("width")) for r in step.iter("rect")]
     assert sum(step_widths) == pytest.approx(BAR_WIDTH_PX, abs=0.5)  # the parts sum to the step
 
@@ -61,7 +63,7 @@ def test_plan_html_draws_the_memory_it_is_handed():
     from trainbudget.api.returned.results import plan_memory
 
     result = tb.plan("llama-3-8b", gpus=16, top=2)
-    memory = plan_memory(result.best, result.cluster, result.search.policy.memory_headroom)
+    memory = plan_memory(result.best, result.cluster, result.search.rule)
     assert plan_html(result, memory) == result._repr_html_()
     bare = plan_html(result, None)
     assert _svgs(bare) == [] and bare.count("<tr>") == 1 + len(result.plans)

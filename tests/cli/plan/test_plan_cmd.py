@@ -71,7 +71,7 @@ def test_plan_json_shape():
             + m["temporaries"]
             + m["buffers"]
         )
-        assert m["total"] <= 0.9 * p["gpu_memory_bytes"]
+        assert m["total"] <= p["memory_limit_bytes"] < p["device_memory_bytes"]
         assert sum(p["step_breakdown_seconds"].values()) == pytest.approx(p["step_seconds"])
         assert p["tokens_per_second"] == pytest.approx(
             p["plan"]["global_batch"] * 4096 / p["step_seconds"]
@@ -139,8 +139,11 @@ def test_plan_memory_headroom():
     tight = cli_json(*PLAN, "--memory-headroom", "0.3")
     loose = cli_json(*PLAN)
     assert tight["fitting"] < loose["fitting"]
-    for p in tight["plans"]:
-        assert p["memory_bytes"]["total"] <= 0.3 * p["gpu_memory_bytes"]
+    for p in tight["plans"]:  # the flat rule, against the memory the device gives
+        assert p["memory_headroom"] == 0.3 and p["fits_rule"].startswith("allocated peak")
+        assert p["memory_limit_bytes"] == pytest.approx(0.3 * p["device_memory_bytes"])
+        assert p["memory_bytes"]["total"] <= 0.3 * p["device_memory_bytes"]
+    assert all(p["memory_headroom"] is None for p in loose["plans"])  # the device rule
 
 
 def test_plan_seq_len_and_cluster_flags():

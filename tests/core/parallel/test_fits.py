@@ -9,12 +9,17 @@ channel's connection, and the CUDA context pytorch/pytorch PR #86509 measured.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel import fits as f
+from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.units import GB, MiB
+
+H100 = get_hardware("h100-sxm")
 
 
 def test_nccls_buffers_are_its_three_protocols_defaults() -> None:
@@ -56,7 +61,43 @@ def test_the_flat_rule_is_the_headroom_of_the_capacity() -> None:
     rule = f.FitsRule(headroom=0.9)
     assert f.fits(72 * GB, 80 * GB, rule, 3)
     assert not f.fits(72.1 * GB, 80 * GB, rule, 3)
-    assert f.FLAT_RULE.headroom == 0.9  # DEFAULT_MEMORY_HEADROOM
+    assert f.FLAT_RULE.headroom == 0.9  # the former default, validate's comparison
+
+
+def test_the_default_is_the_device_rule_with_the_frameworks_margin() -> None:
+    """No --memory-headroom: the device rule, its margin the framework row's stored median;
+    a framework without enough memory rows of its own takes every row's."""
+    assert f.FitsRule().headroom is None  # core.spec.defaults.DEFAULT_MEMORY_HEADROOM
+    table = json.loads(f.MARGINS_FILE.read_text(encoding="utf-8"))
+    for name, row in table["frameworks"].items():
+        assert f.rule_for(None, name) == f.FitsRule(headroom=None, error_margin=row["margin"])
+    assert f.rule_for(None, "no-such-framework").error_margin == table["all"]["margin"]
+    assert f.rule_for(0.8, "megatron") == f.FitsRule(headroom=0.8)  # --memory-headroom wins
+
+
+def test_the_limit_is_the_rules_inequality_solved_for_the_peak() -> None:
+    """A plan at the boundary: (peak + outside) x margin == capacity fits, a byte more does
+    not; on the device total of an H100 (CUDA's 79.11 GiB, not the datasheet's 80e9)."""
+    capacity = H100.usable_memory_bytes
+    rule = f.FitsRule(headroom=None, error_margin=1.06)
+    edge = f.allocated_limit_bytes(capacity, rule, 2)
+    assert (edge + f.outside_allocator_bytes(2)) * 1.06 == pytest.approx(capacity, rel=1e-12)
+    assert f.fits(edge * (1 - 1e-9), capacity, rule, 2)
+    assert not f.fits(edge * (1 + 1e-9), capacity, rule, 2)
+    flat = f.FitsRule(headroom=0.9)
+    assert f.allocated_limit_bytes(capacity, flat, 2) == 0.9 * capacity  # no outside term
+
+
+def test_the_verdict_says_what_it_compared() -> None:
+    device = f.verdict_text(True, 84.94 * GB, f.FitsRule(headroom=None, error_margin=1.06), 1)
+    assert device.startswith("fits: limit ")
+    assert "CUDA context and NCCL buffers" in device and "x 1.06" in device
+    assert "84.94 GB the device gives the process" in device
+    flat = f.verdict_text(False, 84.94 * GB, f.FitsRule(headroom=0.9), 1)
+    assert flat == (
+        "does NOT fit: limit 76.45 GB = 90 % of the 84.94 GB the device gives the process, "
+        "--memory-headroom"
+    )
 
 
 def test_the_device_rule_adds_what_lives_outside_the_allocator_and_the_margin() -> None:
@@ -75,7 +116,8 @@ def test_the_device_rule_adds_what_lives_outside_the_allocator_and_the_margin() 
 def test_fits_takes_a_grid_of_plans_as_one_plan() -> None:
     peaks = np.array([70e9, 79e9, 80e9])
     comms = np.array([1, 0, 3])
-    for rule in (f.FLAT_RULE, f.FitsRule(headroom=None, error_margin=1.02)):
+    rules = [f.FLAT_RULE, f.FitsRule(headroom=None, error_margin=1.02), f.rule_for(None, "x")]
+    for rule in rules:
         grid = f.fits(peaks, 80e9, rule, comms)
         one = [f.fits(float(p), 80e9, rule, int(c)) for p, c in zip(peaks, comms, strict=True)]
         assert grid.tolist() == one

@@ -28,7 +28,7 @@ def test_table_names():
     assert set(FRAMEWORKS) == {
         "generic", "megatron", "torchtitan", "deepspeed", "pytorch-fsdp1",
         "megatron-legacy", "deepspeed-2021", "trainbudget", "nemo-1", "nemo-1-bf16-grads",
-        "nemo-1-bf16-adam", "nemo-2", "megatron-bridge-perf",
+        "nemo-1-bf16-adam", "nemo-2", "megatron-bridge-perf", "kempnerforge",
     }  # fmt: skip
     for name, fw in FRAMEWORKS.items():
         assert fw.name == name and fw.description and fw.sources

@@ -355,3 +355,32 @@ def test_the_kernel_rows_reject_bad_figures():
     with pytest.raises(SpecError, match="sm_count"):
         dataclasses.replace(base, sm_count=-1)
     assert base.sm_count == 108 and get_hardware("h100-sxm").sm_count == 132
+
+
+def test_the_device_totals_are_cited_and_between_the_datasheet_and_the_hbm() -> None:
+    """What CUDA gives a process (torch.cuda.get_device_properties(i).total_memory, printed as
+    "GPU 0 has a total capacity of X GiB") is above the datasheet's decimal GB and below the
+    HBM stacks' binary size: an "80GB" H100 holds 80 GiB, ECC and the driver keep ~0.9 GiB
+    back. The GiB figures are those the cited reports print."""
+    from trainbudget.core.units import GiB
+
+    printed_gib = {
+        "h100-sxm": 79.11,  # vllm-project/vllm#27508, "NVIDIA H100 80GB HBM3"
+        "a100-80gb": 79.25,  # levihsu/OOTDiffusion#235
+        "h200": 139.80,  # PrimeIntellect-ai/prime-rl benchmarks/results/BENCHMARKS.md
+        "b200": 178.36,  # the same file's 8xB200 runs
+        "rtx-4090": 23.64,  # ali-vilab/VGen#104
+    }
+    for name, gib in printed_gib.items():
+        hw = HARDWARE[name]
+        assert hw.device_memory_bytes == pytest.approx(gib * GiB)
+        assert hw.device_memory_source.startswith("https://github.com/")
+        nominal_gib = hw.memory_bytes / 1e9  # the datasheet's "80GB" is 80 GiB of HBM
+        assert hw.memory_bytes < hw.usable_memory_bytes < nominal_gib * GiB
+    # no report found: the datasheet's figure, the cautious side
+    assert HARDWARE["h800"].usable_memory_bytes == HARDWARE["h800"].memory_bytes
+
+
+def test_a_device_total_without_a_source_is_refused() -> None:
+    with pytest.raises(SpecError, match=r"h100-sxm.device_memory_source.*https://"):
+        dataclasses.replace(HARDWARE["h100-sxm"], device_memory_source="")

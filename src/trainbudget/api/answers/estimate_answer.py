@@ -27,7 +27,12 @@ from trainbudget.api.inputs.layout import (
 )
 from trainbudget.api.inputs.model_input import resolve
 from trainbudget.api.inputs.question import search_options_given, seq_len_from_args
-from trainbudget.api.inputs.request import explicit_options, headroom_from_args, request_from_args
+from trainbudget.api.inputs.request import (
+    explicit_options,
+    headroom_from_args,
+    request_from_args,
+    rule_from_args,
+)
 from trainbudget.api.inputs.values import dumps_json, framework_from_args, positive_int
 from trainbudget.api.returned.results import Estimate as Answer
 from trainbudget.api.returned.results import plan_memory, single_memory
@@ -72,7 +77,7 @@ def answer_estimate(args: argparse.Namespace) -> Answer:
     )
     ranked, cluster = (planned[0], planned[1]) if planned is not None else (None, None)
     out = _answer_json(args, kind, e, seq, fw, (ranked, cluster, rng, sens, reliability))
-    headroom = headroom_from_args(args)
+    rule = rule_from_args(args, fw.name)
     return Answer(
         kind=kind,
         single=e,
@@ -82,9 +87,9 @@ def answer_estimate(args: argparse.Namespace) -> Answer:
         framework=fw,
         seq_len=seq,
         memory=(
-            plan_memory(ranked, cluster, headroom)
+            plan_memory(ranked, cluster, rule)
             if ranked is not None
-            else single_memory(e, headroom, out["memory_bytes"])
+            else single_memory(e, rule, out["memory_bytes"])
         ),
         step=ranked.time if ranked is not None else None,
         error_range=rng,
@@ -102,21 +107,22 @@ def _answer_json(
     failure block; the assumptions; the derivation with --explain)."""
     ranked, cluster, rng, sens, reliability = parts
     bare = _bare_plan_json(args, e, fw) if wants_plan(args) and ranked is None else None
-    out = to_json(e, headroom_from_args(args))
+    rule = rule_from_args(args, fw.name)
+    out = to_json(e, rule)
     out["answer"] = {"kind": kind, "how": ANSWERS[kind]}
     if seq is not None:
         out["seq_len_source"] = seq.source
     if bare is not None:
         out.update(bare)
     if ranked is not None:
-        _layout_json(out, e, ranked, cluster, rng, args)
+        _layout_json(out, e, (ranked, cluster, rng), rule, args.mfu is not None)
         out["sensitivity"] = sens
     if reliability is not None:
         out["reliability"] = reliability
     out["framework"] = fw.name
     fw_line = framework_assumption(fw, ranked is not None or bare is not None)
     if ranked is not None:
-        out["assumptions"] = layout_assumptions(e, headroom_from_args(args), fw_line, args.causal)
+        out["assumptions"] = layout_assumptions(e, rule, fw_line, args.causal)
     else:
         out["assumptions"] = [*out["assumptions"], fw_line]
     if args.explain:
@@ -254,13 +260,14 @@ def _useful_seconds(e: Estimate, planned: tuple[RankedPlan, Cluster] | None) -> 
     return e.time.seconds if e.time else None
 
 
-def _layout_json(out: dict, e: Estimate, ranked, cluster, rng: dict, args) -> None:
+def _layout_json(out: dict, e: Estimate, layout: tuple, rule, mfu_given: bool) -> None:
     """A layout's answer replaces the one-GPU time, memory and MFU; the MFU figure stays only
     as a labelled what-if when --mfu was given."""
+    ranked, cluster, rng = layout
     one_gpu_time = {k: out.pop(k) for k in ("time_seconds", "time_days", "gpu_hours", "cost")}
     # the one-GPU memory figures give way to the plan's (one answer: core.parallel.memory.gpu_peak)
     out.pop("activations_breakdown", None)
-    out.update(plan_json(ranked, cluster, headroom_from_args(args)))
+    out.update(plan_json(ranked, cluster, rule))
     m = ranked.memory
     out.pop("memory_phases_bytes")  # given once, here
     out["memory_model"] = {
@@ -282,5 +289,5 @@ def _layout_json(out: dict, e: Estimate, ranked, cluster, rng: dict, args) -> No
         low, high = rng["time_seconds_range"].values()
         out["time_seconds_range"] = {"low": low, "high": high}
         out["time_days_range"] = {"low": low / SECONDS_PER_DAY, "high": high / SECONDS_PER_DAY}
-    if args.mfu is not None:
+    if mfu_given:
         out["what_if_mfu"] = {"mfu": e.request.mfu, **one_gpu_time}

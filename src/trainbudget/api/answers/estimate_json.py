@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainbudget.api.inputs.layout import fits_json
 from trainbudget.core.parallel.fits import FitsRule, fits
 from trainbudget.core.parallel.search.plan_space import RankedPlan
 from trainbudget.core.single.estimate import (
@@ -18,14 +19,13 @@ from trainbudget.core.single.flops import (
     inference_flops_per_token,
     kv_cache_bytes,
 )
-from trainbudget.core.spec.defaults import DEFAULT_MEMORY_HEADROOM
 from trainbudget.core.spec.frameworks import Framework
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_precision
 from trainbudget.core.units import format_bytes
 
 
-def to_json(e: Estimate, headroom: float = DEFAULT_MEMORY_HEADROOM) -> dict:
+def to_json(e: Estimate, rule: FitsRule) -> dict:
     req, f, m = e.request, e.flops, e.memory
     fwd = f.forward_per_sequence
     out: dict = {
@@ -68,11 +68,8 @@ def to_json(e: Estimate, headroom: float = DEFAULT_MEMORY_HEADROOM) -> dict:
         },
         "memory_model": _memory_model_json(e),
         "activations_breakdown": _activations_json(e),
-        "fits_in_gpu_memory": bool(
-            fits(m.total_bytes, req.hardware.memory_bytes, FitsRule(headroom=headroom))
-        ),
-        "gpu_memory_bytes": req.hardware.memory_bytes,
-        "memory_headroom": headroom,
+        "fits_in_gpu_memory": bool(fits(m.total_bytes, req.hardware.usable_memory_bytes, rule)),
+        **fits_json(req.hardware, rule, 0),
         "checkpoint_bytes": e.checkpoint_bytes,
         "inference": _inference_json(e),
         "assumptions": list(e.assumptions),
@@ -165,7 +162,7 @@ ANSWERS = {
 """How estimate answers, by what it was given; printed on its `answer` line."""
 
 
-def layout_assumptions(e: Estimate, headroom: float, fw_line: str, causal: bool) -> list[str]:
+def layout_assumptions(e: Estimate, rule: FitsRule, fw_line: str, causal: bool) -> list[str]:
     """What a plan's answer assumes: the FLOPs conventions, precision, kernels, the attention
     mask timed (`causal`), the fits rule."""
     req = e.request
@@ -180,8 +177,9 @@ def layout_assumptions(e: Estimate, headroom: float, fw_line: str, causal: bool)
             if causal
             else "a full (non-causal) attention mask timed (--no-causal)"
         ),
-        f"a plan fits when its peak is at most {100 * headroom:g} % of "
-        f"{format_bytes(req.hardware.memory_bytes)} (--memory-headroom)",
+        f"a plan fits when its {rule.describe()}, the device's memory being the "
+        f"{format_bytes(req.hardware.usable_memory_bytes)} it gives the process (its "
+        f"datasheet: {format_bytes(req.hardware.memory_bytes)}; --memory-headroom F: a flat rule)",
         "step time and memory per GPU from core.parallel (step_time, parallel_memory): "
         "its error on published runs is the range line's",
         fw_line,

@@ -122,7 +122,7 @@ def _planner_assumptions(found, e: Estimate, fw_line: str, causal: bool) -> list
         f"sequence length {found.seq_len.value:,}: {found.seq_len.source}",
         f"global batch {found.global_batch.value:,}: {found.global_batch.source}",
         searched,
-        *layout_assumptions(e, policy.memory_headroom, fw_line, causal),
+        *layout_assumptions(e, found.rule, fw_line, causal),
     ]
 
 
@@ -130,7 +130,7 @@ def _planner_json(e: Estimate, found, tokens: float | None) -> dict:
     """The model's counts, then `plan --json`'s best plan at the top level (equal fields); the
     one-GPU figures the answer does not use are left out."""
     plans = best_json(found, tokens)
-    out = {k: v for k, v in to_json(e).items() if k not in ONE_GPU_KEYS}
+    out = {k: v for k, v in to_json(e, found.rule).items() if k not in ONE_GPU_KEYS}
     out.update(
         {
             "answer": {"kind": "planner", "how": ANSWERS["planner"]},
@@ -193,7 +193,7 @@ def _result(
         cluster=found.cluster,
         framework=fw,
         seq_len=found.seq_len,
-        memory=plan_memory(best, found.cluster, found.policy.memory_headroom),
+        memory=plan_memory(best, found.cluster, found.rule),
         step=best.time,
         error_range={"step_seconds_range": out["step_seconds_range"]},
         sensitivity=sens,

@@ -132,7 +132,7 @@ def best_json(found: Search, tokens: float | None) -> list[dict]:
     result, cluster = found.result, found.cluster
     plans = []
     for r in result.plans:
-        j = plan_json(r, cluster, found.policy.memory_headroom)
+        j = plan_json(r, cluster, found.rule)
         j["seconds_per_token"] = r.seconds_per_token
         if tokens is not None:
             j["time_seconds"] = tokens / r.time.tokens_per_second

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 from trainbudget.api.inputs.values import positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.fits import FitsRule, allocated_limit_bytes, n_communicators
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.search.plan_space import RankedPlan
-from trainbudget.core.spec.defaults import DEFAULT_MEMORY_HEADROOM
 from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.precision import get_precision
 
@@ -153,9 +153,23 @@ def _pp_layers(text: str | None) -> tuple[int, ...]:
     return tuple(positive_int("pp_layers", part.strip()) for part in text.split(","))
 
 
-def plan_json(r: RankedPlan, cluster: Cluster, headroom: float = DEFAULT_MEMORY_HEADROOM) -> dict:
+def fits_json(hardware: Hardware, rule: FitsRule, communicators: int) -> dict:
+    """The fits rule's fields: the GPU's nominal memory, what the device gives the process
+    (the rule's capacity), the rule, and the largest allocated peak it lets fit."""
+    capacity = hardware.usable_memory_bytes
+    return {
+        "gpu_memory_bytes": hardware.memory_bytes,
+        "device_memory_bytes": capacity,
+        "memory_headroom": rule.headroom,
+        "fits_rule": rule.describe(),
+        "memory_limit_bytes": allocated_limit_bytes(capacity, rule, communicators),
+    }
+
+
+def plan_json(r: RankedPlan, cluster: Cluster, rule: FitsRule) -> dict:
     """The plan-aware fields of the interface contract."""
     p, t, m = r.plan, r.time, r.memory
+    comms = n_communicators(p.dp, p.tp, p.pp, p.cp)
     return {
         "plan": {
             "dp": p.dp,
@@ -204,8 +218,7 @@ def plan_json(r: RankedPlan, cluster: Cluster, headroom: float = DEFAULT_MEMORY_
         },
         "memory_bytes_per_stage": r.stage_memory_bytes,
         "memory_peak_phase_per_stage": r.stage_peak_phases,
-        "gpu_memory_bytes": cluster.hardware.memory_bytes,
-        "memory_headroom": headroom,
+        **fits_json(cluster.hardware, rule, comms),
         "step_seconds": t.step_seconds,
         "step_breakdown_seconds": t.breakdown_seconds,
         "step_bounds_seconds": {"lower": t.lower_bound_seconds, "upper": t.upper_bound_seconds},

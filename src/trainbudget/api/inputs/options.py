@@ -43,7 +43,7 @@ SHARED_DEFAULTS: dict[str, object] = {
     "no_hsdp": False,
     "flash_attention": None,
     "max_micro_batch": "16",
-    "memory_headroom": str(DEFAULT_MEMORY_HEADROOM),
+    "memory_headroom": DEFAULT_MEMORY_HEADROOM,
     "json": False,
 }
 """Options `estimate` and `plan` share, each with the value the CLI parses when it is not given

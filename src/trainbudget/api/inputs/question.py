@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 from trainbudget.api.inputs.choices import one_of
 from trainbudget.api.inputs.layout import cluster_from_args, efficiency_from_args
-from trainbudget.api.inputs.values import fraction, positive_int
+from trainbudget.api.inputs.request import headroom_from_args
+from trainbudget.api.inputs.values import positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.fits import FitsRule, allocated_limit_bytes, rule_for
 from trainbudget.core.parallel.search.plan_space import Policy
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.spec.defaults import (
@@ -19,10 +21,11 @@ from trainbudget.core.spec.defaults import (
     default_global_batch,
     default_seq_len,
 )
-from trainbudget.core.spec.frameworks import Framework
+from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
+from trainbudget.core.units import format_bytes
 
 SEARCH_DEFAULTS = {
     "max_tp": None,
@@ -81,7 +84,7 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
         hsdp=not args.no_hsdp,
         flash_attention=args.flash_attention is not False,
         max_micro_batch=positive_int("max_micro_batch", args.max_micro_batch),
-        memory_headroom=fraction("memory_headroom", args.memory_headroom),
+        memory_headroom=headroom_from_args(args),
     )
 
 
@@ -106,13 +109,26 @@ class Search:
     seq_len: Chosen
     global_batch: Chosen
     policy: Policy
+    framework_row: str = GENERIC.name
+    """The framework row the plans were searched for: the device rule's margin is its."""
+
+    @property
+    def rule(self) -> FitsRule:
+        return rule_for(self.policy.memory_headroom, self.framework_row)
 
     def headroom_text(self) -> str:
-        """The fits rule in words, for every memory line."""
-        memory = self.cluster.hardware.memory_bytes
+        """The fits rule in words, for every memory line (a data-parallel plan's NCCL
+        communicator counted; each further parallel axis adds one)."""
+        rule, memory = self.rule, self.cluster.hardware.usable_memory_bytes
+        limit = allocated_limit_bytes(memory, rule, 1)
+        if rule.headroom is not None:
+            return (
+                f"{100 * rule.headroom:g} % of {format_bytes(memory)} the device gives = "
+                f"{format_bytes(limit)} usable (--memory-headroom)"
+            )
         return (
-            f"{100 * self.policy.memory_headroom:g} % of {memory / 1e9:g} GB = "
-            f"{self.policy.memory_headroom * memory / 1e9:.4g} GB usable (--memory-headroom)"
+            f"{format_bytes(memory)} the device gives / margin {rule.error_margin:.3g} - CUDA "
+            f"context and NCCL buffers = {format_bytes(limit)} usable (device rule)"
         )
 
 
@@ -147,7 +163,7 @@ def search_from_args(
         count_causal=args.count_causal,
         framework=framework,
     )
-    return Search(result, cluster, seq_len, global_batch, policy)
+    return Search(result, cluster, seq_len, global_batch, policy, framework.name)
 
 
 def inputs_json(found: Search) -> dict:

@@ -15,6 +15,7 @@ from trainbudget.api.inputs.values import (
     token_count,
 )
 from trainbudget.core.errors import SpecError
+from trainbudget.core.parallel.fits import FitsRule, rule_for
 from trainbudget.core.single.estimate import (
     DEFAULT_MFU,
     EstimateRequest,
@@ -81,8 +82,17 @@ def request_from_args(args: argparse.Namespace, seq_len: int | None = None) -> E
     )
 
 
-def headroom_from_args(args: argparse.Namespace) -> float:
+def headroom_from_args(args: argparse.Namespace) -> float | None:
+    """--memory-headroom as a fraction; None when not given (the device fits rule)."""
+    if args.memory_headroom is None:
+        return None
     return fraction("memory_headroom", args.memory_headroom)
+
+
+def rule_from_args(args: argparse.Namespace, framework_row: str) -> FitsRule:
+    """The fits rule of the answer: --memory-headroom's flat rule, else the device rule with
+    `framework_row`'s margin (core.parallel.fits.rule_for)."""
+    return rule_for(headroom_from_args(args), framework_row)
 
 
 def explicit_options(args: argparse.Namespace) -> dict:

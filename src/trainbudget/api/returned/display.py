@@ -30,11 +30,7 @@ def _time_text(e) -> str:
 
 
 def _memory_text(m) -> str:
-    verdict = "fits" if m.fits else "does NOT fit"
-    return (
-        f"{format_bytes(m.peak_bytes)} per GPU ({verdict}: limit {format_bytes(m.usable_bytes)}"
-        f" = {100 * m.headroom:g} % of {format_bytes(m.capacity_bytes)})"
-    )
+    return f"{format_bytes(m.peak_bytes)} per GPU ({m.verdict_text()})"
 
 
 def estimate_lines(e) -> list[str]:
@@ -95,7 +91,7 @@ def memory_bar(m) -> str:
     bar = stacked_bar(
         m.parts_bytes, m.capacity_bytes, "memory per GPU: " + _memory_text(m), format_bytes
     )
-    limit_px = BAR_WIDTH_PX * m.headroom
+    limit_px = BAR_WIDTH_PX * min(1.0, max(0.0, m.usable_bytes / m.capacity_bytes))
     mark = (
         f'<line x1="{limit_px:.1f}" x2="{limit_px:.1f}" y1="0" y2="{BAR_HEIGHT_PX}" '
         'stroke="black" stroke-dasharray="3,2"><title>usable limit</title></line>'

@@ -13,7 +13,13 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.parallel.fits import FitsRule, fits
+from trainbudget.core.parallel.fits import (
+    FitsRule,
+    allocated_limit_bytes,
+    fits,
+    n_communicators,
+    verdict_text,
+)
 
 if TYPE_CHECKING:  # annotations only: a one-GPU answer loads no step-time or planner module
     from trainbudget.core.parallel.cluster import Cluster
@@ -36,9 +42,12 @@ class Memory:
 
     peak_bytes: float
     capacity_bytes: float
-    """The GPU's memory (GB = 1e9 bytes, as the hardware catalog states it)."""
-    headroom: float
-    """A plan fits when peak_bytes <= headroom * capacity_bytes."""
+    """The memory the device gives the process (Hardware.usable_memory_bytes), the capacity
+    the fits rule compares against; the datasheet's figure is the hardware row's."""
+    rule: FitsRule
+    """The fits rule: a plan fits when peak_bytes <= usable_bytes (core.parallel.fits)."""
+    communicators: int
+    """NCCL communicators a rank holds: their buffers count against the device rule."""
     parts_bytes: dict[str, float]
     """The peak's parts by name (params, grads, optimizer, activations, ...): they sum to it."""
     stages_bytes: dict[str, float]
@@ -50,7 +59,10 @@ class Memory:
 
     @property
     def usable_bytes(self) -> float:
-        return self.headroom * self.capacity_bytes
+        return allocated_limit_bytes(self.capacity_bytes, self.rule, self.communicators)
+
+    def verdict_text(self) -> str:
+        return verdict_text(self.fits, self.capacity_bytes, self.rule, self.communicators)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)  # an answer is itself: hashable, by identity
@@ -233,7 +245,7 @@ class PlanResult:
 
         memory = None  # the best plan's, as `estimate` reports it; display takes it ready-made
         if self.best is not None:
-            memory = plan_memory(self.best, self.cluster, self.search.policy.memory_headroom)
+            memory = plan_memory(self.best, self.cluster, self.search.rule)
         return plan_html(self, memory)
 
 
@@ -261,13 +273,14 @@ class Quotes:
         return self._json_text
 
 
-def plan_memory(r: RankedPlan, cluster: Cluster, headroom: float) -> Memory:
+def plan_memory(r: RankedPlan, cluster: Cluster, rule: FitsRule) -> Memory:
     """A plan's memory: its most loaded GPU at its peak phase (core PlanMemory)."""
-    m = r.memory
+    m, p = r.memory, r.plan
     return Memory(
         peak_bytes=m.total_bytes,
-        capacity_bytes=cluster.hardware.memory_bytes,
-        headroom=headroom,
+        capacity_bytes=cluster.hardware.usable_memory_bytes,
+        rule=rule,
+        communicators=n_communicators(p.dp, p.tp, p.pp, p.cp),
         parts_bytes={
             "params": m.params_bytes,
             "grads": m.grads_bytes,
@@ -288,18 +301,19 @@ PARTS = ("params", "grads", "optimizer", "activations", "temporaries")
 state are the optimizer's two halves)."""
 
 
-def single_memory(e: SingleEstimate, headroom: float, memory_json: dict) -> Memory:
+def single_memory(e: SingleEstimate, rule: FitsRule, memory_json: dict) -> Memory:
     """Memory without a plan: one device holding the whole model, or, for dense:N under a
     layout, the model state per GPU (`memory_json`: the answer's memory_bytes)."""
-    capacity = e.request.hardware.memory_bytes
+    capacity = e.request.hardware.usable_memory_bytes
     peak = memory_json["total"]
     return Memory(
         peak_bytes=peak,
         capacity_bytes=capacity,
-        headroom=headroom,
+        rule=rule,
+        communicators=0,
         parts_bytes={k: memory_json[k] for k in PARTS if k in memory_json},
         stages_bytes={},
         phase=e.memory.peak_phase,
-        fits=bool(fits(peak, capacity, FitsRule(headroom=headroom))),
+        fits=bool(fits(peak, capacity, rule)),
         breakdown=e.memory,
     )

@@ -9,7 +9,6 @@ import argparse
 from trainbudget.api.answers.estimate_answer import answer_estimate
 from trainbudget.api.answers.estimate_json import ANSWERS
 from trainbudget.api.answers.estimate_json import to_json as to_json  # tests read one-GPU JSON
-from trainbudget.api.inputs.request import headroom_from_args
 from trainbudget.api.inputs.request import request_from_args as request_from_args
 from trainbudget.api.returned.results import Estimate as Answer
 from trainbudget.cli.args import (
@@ -96,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if answer.ranked is not None:
         print("\n".join(_layout_lines(answer, args)))
     else:
-        print(summary(e, answer.seq_len, headroom_from_args(args)))
+        print(summary(e, answer.seq_len, answer.memory.rule))
     print(f"framework    {answer.framework.assumption().removeprefix('framework: ')}")
     if answer.plan is None and "plan" in (doc := answer.to_json()):
         _bare_lines(doc)
@@ -126,7 +125,7 @@ def _layout_lines(answer: Answer, args: argparse.Namespace) -> list[str]:
     e, ranked, cluster = answer.single, answer.ranked, answer.cluster
     rng, sens = answer.error_range, answer.sensitivity
     out = head_lines(e, answer.seq_len)
-    out += plan_lines(ranked, cluster, headroom_from_args(args))
+    out += plan_lines(ranked, cluster, answer.memory.rule)
     out.append(range_line(rng))
     tokens = e.request.tokens
     if tokens is not None:

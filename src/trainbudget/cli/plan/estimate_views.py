@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 from trainbudget.api.answers.estimate_json import derivation
-from trainbudget.cli.plan.plan_view import fits_text
-from trainbudget.core.parallel.fits import FitsRule
+from trainbudget.core.parallel.fits import FitsRule, verdict_text
 from trainbudget.core.parallel.fits import fits as fits_rule
 from trainbudget.core.parallel.search.plan_space import RankedPlan
 from trainbudget.core.single.estimate import BARE_MODEL_SEQ_LEN, Estimate, flops_formula_used
@@ -13,7 +12,7 @@ from trainbudget.core.single.memory import rule_of_thumb_6gb
 from trainbudget.core.units import format_bytes, format_count, format_flops
 
 
-def summary(e: Estimate, seq, headroom: float) -> str:
+def summary(e: Estimate, seq, rule: FitsRule) -> str:
     req, m = e.request, e.memory
     lines = head_lines(e, seq)
     if e.time is not None:
@@ -25,9 +24,9 @@ def summary(e: Estimate, seq, headroom: float) -> str:
         )
     temporaries = f"+ temporaries {format_bytes(m.temporaries_bytes)} " if m.peak_phase else ""
     how = f"peak at {m.peak_phase}" if m.peak_phase else "sum of parts"
-    capacity = req.hardware.memory_bytes
-    verdict = bool(fits_rule(m.total_bytes, capacity, FitsRule(headroom=headroom)))
-    fits = fits_text(verdict, capacity, headroom)
+    capacity = req.hardware.usable_memory_bytes
+    verdict = bool(fits_rule(m.total_bytes, capacity, rule))
+    fits = verdict_text(verdict, capacity, rule, 0)
     label = (
         "memory/GPU  " if req.n_gpus == 1 else "memory (1 GPU holding the whole model)\n" + " " * 12
     )

@@ -10,9 +10,9 @@ from trainbudget.api.inputs.layout import cluster_from_args as cluster_from_args
 from trainbudget.api.inputs.layout import efficiency_from_args as efficiency_from_args
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.fits import FitsRule, n_communicators, verdict_text
 from trainbudget.core.parallel.plan import OFFLOAD_TARGETS, SCHEDULES
 from trainbudget.core.parallel.search.plan_space import RankedPlan
-from trainbudget.core.spec.defaults import DEFAULT_MEMORY_HEADROOM
 from trainbudget.core.units import format_bytes
 
 
@@ -95,20 +95,10 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     add_cluster_args(p)
 
 
-def fits_text(fits: bool, memory_bytes: float, headroom: float) -> str:
-    """The fits verdict with its rule: a plan fits when its peak is at most `headroom` of the
-    GPU's memory (core.spec.defaults.DEFAULT_MEMORY_HEADROOM unless --memory-headroom)."""
-    verdict = "fits" if fits else "does NOT fit"
-    return (
-        f"{verdict}: limit {format_bytes(headroom * memory_bytes)} = {100 * headroom:g} % of "
-        f"{format_bytes(memory_bytes)}, --memory-headroom"
-    )
-
-
-def plan_lines(
-    r: RankedPlan, cluster: Cluster, headroom: float = DEFAULT_MEMORY_HEADROOM
-) -> list[str]:
-    t, m = r.time, r.memory
+def plan_lines(r: RankedPlan, cluster: Cluster, rule: FitsRule) -> list[str]:
+    t, m, p = r.time, r.memory, r.plan
+    comms = n_communicators(p.dp, p.tp, p.pp, p.cp)
+    verdict = verdict_text(r.fits, cluster.hardware.usable_memory_bytes, rule, comms)
     parts = ", ".join(f"{k} {v:.3g}" for k, v in t.breakdown_seconds.items() if v > 0)
     return [
         f"plan         {r.plan.describe()}",
@@ -121,7 +111,7 @@ def plan_lines(
         f"{format_bytes(m.activations_bytes)} + temporaries {format_bytes(m.temporaries_bytes)} "
         f"+ buffers {format_bytes(m.buffers_bytes)} = {format_bytes(m.total_bytes)} at "
         f"{m.phase} on the {m.stage} stage "
-        f"({fits_text(r.fits, cluster.hardware.memory_bytes, headroom)})",
+        f"({verdict})",
         *_stage_lines(r),
         f"overlap      {t.overlap_note}",
     ]

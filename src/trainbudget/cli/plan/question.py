@@ -65,9 +65,11 @@ def add_policy_args(g, *, flash: bool = True, recompute: bool = True) -> None:
     )
     g.add_argument(
         "--memory-headroom",
-        default=str(DEFAULT_MEMORY_HEADROOM),
-        help=f"a plan fits when its peak is at most this fraction of GPU memory (default "
-        f"{DEFAULT_MEMORY_HEADROOM}: the rest is CUDA context, NCCL buffers, fragmentation)",
+        default=DEFAULT_MEMORY_HEADROOM,
+        help="a flat fits rule: a plan fits when its allocated peak is at most this fraction "
+        "of the memory the device gives the process. Default: the device rule, (peak + CUDA "
+        "context + NCCL buffers) x the model's median memory error on the framework's "
+        "published runs at most that memory",
     )
 
 
@@ -86,7 +88,7 @@ def best_lines(found: Search, tokens: float | None) -> list[str]:
     from trainbudget.core.parallel.search.planner import why_best
 
     best, cluster = found.result.plans[0], found.cluster
-    out = plan_lines(best, cluster, found.policy.memory_headroom)
+    out = plan_lines(best, cluster, found.rule)
     rng = range_json(best, cluster.hardware.name, tokens)
     out.append(range_line(rng))
     if tokens is not None:

@@ -57,6 +57,8 @@ def _hardware(as_json: bool) -> None:
                         "name": h.name,
                         "description": h.description,
                         "memory_bytes": h.memory_bytes,
+                        "device_memory_bytes": h.device_memory_bytes,
+                        "device_memory_source": h.device_memory_source,
                         "hbm_bytes_per_second": h.hbm_bytes_per_second,
                         "dense_flops_per_second": dict(h.dense_flops_per_second),
                         "sparse_flops_per_second": dict(h.sparse_flops_per_second),

@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 
 from trainbudget.cli.args import add_optimizer_arg, dumps_json, fraction, positive_int
+from trainbudget.core.parallel.fits import allocated_limit_bytes, rule_for
 from trainbudget.core.single.fit import FIT_SHAPE_RULE, fit_with_activations
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.spec.defaults import DEFAULT_MEMORY_HEADROOM
+from trainbudget.core.spec.frameworks import GENERIC
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import dense_bytes_per_param, get_optimizer, get_precision
 from trainbudget.core.units import format_bytes, format_count
@@ -26,10 +28,9 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     )
     p.add_argument(
         "--memory-headroom",
-        default=str(DEFAULT_MEMORY_HEADROOM),
-        help="a model fits when its state and activations take at most this fraction of each "
-        f"GPU's memory (default {DEFAULT_MEMORY_HEADROOM}, as estimate and plan: the rest is "
-        "CUDA context, NCCL buffers, fragmentation)",
+        default=DEFAULT_MEMORY_HEADROOM,
+        help="a flat fits rule: state and activations at most this fraction of the memory "
+        "each device gives the process (default: the device rule of estimate and plan)",
     )
     p.add_argument(
         "--seq-len",
@@ -49,17 +50,22 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     hw = get_hardware(args.gpu)
     n_gpus = positive_int("gpus", args.gpus)
-    headroom = fraction("memory_headroom", args.memory_headroom)
+    headroom = (
+        None if args.memory_headroom is None else fraction("memory_headroom", args.memory_headroom)
+    )
+    # the rule estimate and plan apply, for a ZeRO-3 plan (one NCCL communicator past 1 GPU)
+    rule = rule_for(headroom, GENERIC.name)
+    limit = allocated_limit_bytes(hw.usable_memory_bytes, rule, 1 if n_gpus > 1 else 0)
     # the precision's compute dtype must have a peak on this GPU, as estimate requires
     hw.peak_flops_per_second(get_precision(args.precision).compute_dtype)
     seq_len = positive_int("seq_len", args.seq_len)
     micro_batch = positive_int("micro_batch", args.micro_batch)
     fit = fit_with_activations(
         n_gpus=n_gpus,
-        memory_bytes_per_gpu=hw.memory_bytes,
+        memory_bytes_per_gpu=limit,
         precision=args.precision,
         optimizer=args.optimizer,
-        reserve_fraction=1 - headroom,
+        reserve_fraction=0.0,
         seq_len=seq_len,
         micro_batch=micro_batch,
         recompute=args.recompute,
@@ -67,14 +73,14 @@ def run(args: argparse.Namespace) -> int:
     per_param = dense_bytes_per_param(get_precision(args.precision), get_optimizer(args.optimizer))
     acts = f"one micro-batch of {micro_batch} x {seq_len:,} tokens, recompute {args.recompute}"
     if args.json:
-        print(dumps_json(_json(args, fit, hw, n_gpus, per_param, headroom, acts)))
+        print(dumps_json(_json(args, fit, hw, n_gpus, per_param, rule, acts)))
         return 0
     print(
         f"{n_gpus} x {hw.name} ({format_bytes(hw.memory_bytes)} each) with {args.optimizer}, "
         f"{args.precision}: {per_param:g} bytes/parameter"
     )
     print(
-        f"state only   {n_gpus} x {format_bytes(hw.memory_bytes)} x {headroom:g} / "
+        f"state only   {n_gpus} x {format_bytes(limit)} / "
         f"{per_param:g} B = {fit.state_only_params:.4g} ({format_count(fit.state_only_params)}) "
         "(seed 000's rule: no activations)"
     )
@@ -85,14 +91,14 @@ def run(args: argparse.Namespace) -> int:
         f"max params   {fit.params:.4g} ({format_count(fit.params)}): {fit.model.n_layers} layers "
         f"x d_model {fit.model.d_model}; per GPU state {format_bytes(fit.state_bytes_per_gpu)} + "
         f"activations {format_bytes(fit.activation_bytes_per_gpu)} <= "
-        f"{format_bytes(fit.limit_bytes_per_gpu)} ({100 * headroom:g} % of "
-        f"{format_bytes(hw.memory_bytes)}, --memory-headroom)"
+        f"{format_bytes(fit.limit_bytes_per_gpu)} (the fits rule: {rule.describe()}; the device "
+        f"gives {format_bytes(hw.usable_memory_bytes)})"
     )
     print(f"assuming     ZeRO-3 over all GPUs, no tensor parallelism; {acts}; {FIT_SHAPE_RULE}")
     return 0
 
 
-def _json(args, fit, hw, n_gpus, per_param, headroom, acts) -> dict:
+def _json(args, fit, hw, n_gpus, per_param, rule, acts) -> dict:
     return {
         "max_params": fit.params,
         "max_params_state_only": fit.state_only_params,
@@ -107,7 +113,9 @@ def _json(args, fit, hw, n_gpus, per_param, headroom, acts) -> dict:
         "bytes_per_param": per_param,
         "precision": args.precision,
         "optimizer": args.optimizer,
-        "memory_headroom": headroom,
+        "memory_headroom": rule.headroom,
+        "device_memory_bytes": hw.usable_memory_bytes,
+        "fits_rule": rule.describe(),
         "seq_len": int(args.seq_len),
         "micro_batch": int(args.micro_batch),
         "recompute": args.recompute,
@@ -115,8 +123,7 @@ def _json(args, fit, hw, n_gpus, per_param, headroom, acts) -> dict:
             "weights, gradients and optimizer state fully sharded over the GPUs (ZeRO-3/FSDP), "
             "no tensor or pipeline parallelism",
             f"activations of {acts}, FlashAttention, on every GPU",
-            f"fits: state and activations at most {headroom:g} of each GPU's memory "
-            "(--memory-headroom)",
+            f"fits: state and activations, the {rule.describe()} (--memory-headroom F: flat)",
             FIT_SHAPE_RULE,
             "max_params_state_only is seed 000's rule: pooled memory / bytes per parameter, "
             "activations excluded",

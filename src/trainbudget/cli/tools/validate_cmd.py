@@ -142,19 +142,23 @@ def _as_json(r: _Results) -> dict:
 
 
 def _not_fitting(r: _Results) -> list:
-    from trainbudget.validation import predicted_not_to_fit
+    """The runs the default fits rule rejects: the device rule, its margin the median of the
+    model's memory error on the framework row's memory rows, the run's own source left out."""
+    from trainbudget.core.parallel.fits import MARGIN_PERCENTILE
+    from trainbudget.uncertainty import predicted_not_to_fit_with_measured_error
 
-    return predicted_not_to_fit(r.counted)
+    return predicted_not_to_fit_with_measured_error(r.counted, MARGIN_PERCENTILE)
 
 
 def _fits_rules(r: _Results) -> dict[str, list]:
-    """The runs each fits rule rejects: the flat headroom, and the device rule (the OOM peak,
-    allocated + CUDA context + NCCL buffers) with the median, 75th and 90th percentile of the
+    """The runs each fits rule rejects, each against the memory the device gives the process:
+    the flat 90 % (the former default), and the device rule (the OOM peak, allocated + CUDA
+    context + NCCL buffers) with the median (the default), 75th and 90th percentile of the
     model's own memory error on the framework row's memory rows (own source left out)."""
     from trainbudget.uncertainty import predicted_not_to_fit_with_measured_error
     from trainbudget.validation import predicted_not_to_fit
 
-    out = {"flat 90 % headroom": predicted_not_to_fit(r.counted)}
+    out = {"flat 90 % of the device's memory": predicted_not_to_fit(r.counted)}
     for q in (50, 75, 90):
         name = f"device peak x the {q}th percentile of measured / predicted"
         out[name] = predicted_not_to_fit_with_measured_error(r.counted, q)
@@ -185,7 +189,9 @@ def _as_text(r: _Results, md: bool) -> list[str]:
     rejected = _not_fitting(r)
     out.append(
         f"completed runs predicted to fit: {len(r.counted) - len(rejected)} of {len(r.counted)} "
-        f"(the fits rule, 90 % of the GPU's memory; not: {', '.join(c.run_id for c in rejected)})"
+        "(the default fits rule: (peak + CUDA context + NCCL buffers) x the median measured / "
+        "predicted of the framework row's other sources, at most the memory the device gives "
+        f"the process; not: {', '.join(c.run_id for c in rejected)})"
         if rejected
         else f"completed runs predicted to fit: all {len(r.counted)}"
     )

@@ -14,19 +14,25 @@ figures (`MEMORY_MEASURES`):
   allocated outside PyTorch's allocator, the CUDA context (`CUDA_CONTEXT_BYTES`) and NCCL's
   communication buffers (`NCCL_COMMUNICATOR_BYTES` a communicator).
 
-`fits` decides on the device figure: a plan fits when its device peak, times the model's own
-measured memory error on similar runs (`FitsRule.error_margin`), is at most the GPU's capacity;
-or, with a flat headroom (the default, `--memory-headroom`), when the allocated peak is at most
-that fraction of it. Every function takes plain numbers or numpy arrays (the planner's grid).
+`fits` decides, by default, on what must fit for the step not to fail (`oom_peak_bytes`): the
+allocated peak plus the memory outside the allocator, times the model's own measured memory
+error on similar runs (`FitsRule.error_margin`), at most the memory the device gives the process
+(`Hardware.usable_memory_bytes`: CUDA's total, not the datasheet's decimal GB). With a flat
+headroom (`--memory-headroom`), the allocated peak is at most that fraction of it. Every
+function takes plain numbers or numpy arrays (the planner's grid).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.defaults import DEFAULT_MEMORY_HEADROOM
+from trainbudget.core.units import format_bytes
 
 MEMORY_MEASURES = {
     "allocated": "the peak of live tensors, torch.cuda.max_memory_allocated(): what the memory "
@@ -104,16 +110,31 @@ def oom_peak_bytes(allocated_bytes: Any, communicators: Any = 0) -> Any:
     return allocated_bytes + outside_allocator_bytes(communicators)
 
 
+MARGIN_PERCENTILE = 50.0
+"""Which percentile of the model's measured / predicted peak on similar runs is the device
+rule's margin: the median, the central estimate of the correction. A fits verdict asks whether
+the best estimate of the true peak is under the device total; a higher percentile would answer
+"fits even if the model is as wrong as on its worst X % of runs", and completed runs alone (the
+published set has no runs that went out of memory) cannot say which X is right, so choosing it
+by how many of them pass would tune the rule to the set. Stated before counting."""
+
+MARGINS_FILE = Path(__file__).with_name("fits_margins.json")
+"""The margin table by framework row (scripts/refresh_fits_margins.py writes it from the
+published runs' memory rows; tests/core/parallel/test_fits_margins.py checks it is current), so
+that a plan's verdict costs no prediction of the published runs."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class FitsRule:
-    """How `fits` decides. With `headroom` set, the flat rule: the allocated peak is at most
-    that fraction of the GPU's memory (--memory-headroom). With headroom None, the device rule:
-    the device peak times `error_margin` is at most the GPU's memory."""
+    """How `fits` decides. With `headroom` None (the default), the device rule: the allocated
+    peak plus what lives outside the allocator, times `error_margin`, is at most the memory the
+    device gives the process. With `headroom` set (--memory-headroom), the flat rule: the
+    allocated peak is at most that fraction of it."""
 
     headroom: float | None = DEFAULT_MEMORY_HEADROOM
     error_margin: float = 1.0
     """measured / predicted peak (each in its source's measure) on published runs like the
-    plan: a quantile of the model's own error, 1.0 where none is known."""
+    plan: the MARGIN_PERCENTILE of the model's own error, 1.0 where none is known."""
 
     def __post_init__(self) -> None:
         h = self.headroom
@@ -124,19 +145,65 @@ class FitsRule:
 
     def describe(self) -> str:
         if self.headroom is not None:
-            return f"peak at most {100 * self.headroom:g} % of the GPU's memory"
+            return f"allocated peak at most {100 * self.headroom:g} % of the device's memory"
         return (
-            f"device peak (allocated / (1 - {ALLOCATOR_FRAGMENTATION:g}) + CUDA context + NCCL "
-            f"buffers) x {self.error_margin:.3g} at most the GPU's memory"
+            f"(allocated peak + CUDA context + NCCL buffers) x {self.error_margin:.3g} (the "
+            "model's median memory error on similar published runs) at most the device's memory"
         )
 
 
-FLAT_RULE = FitsRule()
-"""The default rule: DEFAULT_MEMORY_HEADROOM of the GPU's memory."""
+FLAT_RULE = FitsRule(headroom=0.9)
+"""The flat rule at 90 %, the default before the device rule: `validate` prints its count."""
+
+
+@cache
+def _margins() -> dict:
+    with open(MARGINS_FILE, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def framework_margin(framework_row: str) -> float:
+    """The device rule's margin for plans of `framework_row`: the MARGIN_PERCENTILE of its
+    published memory rows, or of every memory row where it has too few."""
+    table = _margins()
+    return table["frameworks"].get(framework_row, table["all"])["margin"]
+
+
+def rule_for(headroom: float | None, framework_row: str) -> FitsRule:
+    """The rule every verdict uses: the flat one when --memory-headroom is given, else the
+    device rule with `framework_row`'s margin."""
+    if headroom is not None:
+        return FitsRule(headroom=headroom)
+    return FitsRule(headroom=None, error_margin=framework_margin(framework_row))
+
+
+def allocated_limit_bytes(capacity_bytes: float, rule: FitsRule, communicators: Any = 0) -> Any:
+    """The largest allocated peak (the memory model's figure) that fits in `capacity_bytes`,
+    the device total (Hardware.usable_memory_bytes): the one inequality of both rules, solved
+    for the peak. The device rule: (peak + outside) x margin <= capacity."""
+    if rule.headroom is not None:
+        return rule.headroom * capacity_bytes
+    return capacity_bytes / rule.error_margin - outside_allocator_bytes(communicators)
 
 
 def fits(peak_bytes: Any, capacity_bytes: float, rule: FitsRule, communicators: Any = 0) -> Any:
     """Whether a plan whose allocated peak is `peak_bytes` fits (a bool, or a bool array)."""
+    return peak_bytes <= allocated_limit_bytes(capacity_bytes, rule, communicators)
+
+
+def verdict_text(fits_now: bool, capacity_bytes: float, rule: FitsRule, communicators: int) -> str:
+    """The verdict with what the rule compared, for every memory line: the allocated-peak limit
+    and how it follows from the device's memory (the datasheet's "80 GB" is not what CUDA gives
+    the process: Hardware.usable_memory_bytes)."""
+    verdict = "fits" if fits_now else "does NOT fit"
+    limit = format_bytes(allocated_limit_bytes(capacity_bytes, rule, communicators))
+    device = f"the {format_bytes(capacity_bytes)} the device gives the process"
     if rule.headroom is not None:
-        return peak_bytes <= rule.headroom * capacity_bytes
-    return oom_peak_bytes(peak_bytes, communicators) * rule.error_margin <= capacity_bytes
+        share = f"{100 * rule.headroom:g} %"
+        return f"{verdict}: limit {limit} = {share} of {device}, --memory-headroom"
+    outside = format_bytes(outside_allocator_bytes(communicators))
+    return (
+        f"{verdict}: limit {limit}: (peak + {outside} CUDA context and NCCL buffers) x "
+        f"{rule.error_margin:.3g} (median measured / predicted on similar published runs) "
+        f"<= {device}"
+    )

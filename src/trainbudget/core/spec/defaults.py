@@ -27,9 +27,11 @@ DEFAULT_FLASH_ATTENTION = True
 """FlashAttention (or PyTorch SDPA's fused kernels): no s x s score matrix stored; the default
 of PyTorch >= 2.0, Megatron-LM and torchtitan. `--no-flash-attention` stores it."""
 
-DEFAULT_MEMORY_HEADROOM = 0.9
-"""A plan fits when its predicted peak is at most this fraction of the GPU's memory: the rest
-is the CUDA context, NCCL buffers and allocator fragmentation (`--memory-headroom`)."""
+DEFAULT_MEMORY_HEADROOM: float | None = None
+"""No flat headroom: a plan fits by the device rule (core.parallel.fits), its peak plus the CUDA
+context and NCCL buffers, times the model's median memory error on similar published runs, at
+most the memory the device gives the process. `--memory-headroom F` sets the flat rule
+instead: the allocated peak at most F of that memory."""
 
 DEFAULT_TOKENS_PER_BATCH = 4 * 2**20
 """Tokens per optimizer step when no global batch is given. Llama 1 trained every size on

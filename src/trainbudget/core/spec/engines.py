@@ -12,6 +12,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from trainbudget.core.errors import SpecError, unknown_key
+from trainbudget.core.spec.loss_kernels import (  # noqa: F401  (their home before; importers)
+    LOSS_KERNELS,
+    LossKernel,
+    get_loss_kernel,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +53,15 @@ class Engine:
     """With gradient accumulation, gradients of the earlier micro-batches are kept unsharded
     and unreduced until the last one (DDP's no_sync, FSDP2 without gradient sync); False: a
     sharded engine reduce-scatters every micro-batch and accumulates its shard."""
+    accumulates_in_reduce_dtype: bool = False
+    """Gradients accumulated unsharded across micro-batches (`accumulates_unsharded`, or a
+    pipeline's `pipeline_keeps_unsharded`) are held in the framework's reduction dtype
+    (`Framework.grad_reduce_bytes`) where it differs from the gradients' own: FSDP2 with
+    MixedPrecisionPolicy(reduce_dtype=fp32) over 16-bit compute upcasts each unsharded gradient
+    at its first backward without sync and adds the later ones into that copy (torch 2.13
+    fsdp/_fully_shard/_fsdp_param.py to_accumulated_grad_if_needed,
+    accumulate_unsharded_grad_if_needed; init_dtype_attrs drops reduce_dtype only where it
+    equals param_dtype). False: they accumulate in the gradient dtype (DDP's no_sync)."""
     fused_update: bool = True
     """The optimizer update runs torch's fused kernel where the optimizer has one and there
     are no fp32 master weights (no per-tensor scratch); False: the single-tensor update."""
@@ -168,6 +182,7 @@ ENGINES = MappingProxyType(
                 name="fsdp2",
                 torch_pipelining=True,
                 shards_parameters=True,
+                accumulates_in_reduce_dtype=True,
                 unit_backward=True,
                 pipeline_keeps_unsharded=True,
                 source=f"{FSDP2_SOURCE}; the trainer accumulates without gradient sync "
@@ -177,6 +192,7 @@ ENGINES = MappingProxyType(
                 name="fsdp2-no-reshard",
                 torch_pipelining=True,
                 shards_parameters=True,
+                accumulates_in_reduce_dtype=True,
                 gathered_until_backward=True,
                 unit_backward=True,
                 pipeline_keeps_unsharded=True,
@@ -189,6 +205,7 @@ ENGINES = MappingProxyType(
                 name="fsdp2-sync-every-micro-batch",
                 torch_pipelining=True,
                 shards_parameters=True,
+                accumulates_in_reduce_dtype=True,
                 unit_backward=True,
                 accumulates_unsharded=False,
                 pipeline_keeps_unsharded=True,
@@ -234,120 +251,6 @@ ENGINES = MappingProxyType(
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class LossKernel:
-    """What the cross-entropy over the logits (tokens x V/tp) holds: saved for backward and at
-    its backward's start."""
-
-    name: str
-    keeps_logits: bool
-    """The 16-bit logits stay alive (saved, or held by the caller) until the step ends."""
-    saved_fp32_tensors: int
-    """fp32 logit-sized tensors saved for backward (log-probabilities, or the softmax)."""
-    backward_fp32_tensors: float
-    """fp32 logit-sized tensors its backward creates beside them (a fraction where the
-    backward runs one chunk of the tokens at a time: each chunk's share)."""
-    backward_16bit_tensors: float
-    """Logit-sized gradients in the activation dtype its backward creates (as above)."""
-    chunk_logits_per_hidden: float = 0.0
-    """Logits alive at once in the loss's forward, as a multiple of the head input's elements
-    (tokens x d_model), for a kernel that runs the head and the loss over a chunk of tokens at
-    a time: Liger sizes a chunk to hold about tokens x d_model 16-bit logits, its gradient
-    written over them in place (rows: the next power of two of tokens / ceil(V / d_model),
-    so between 0.5 and 1 of that budget; 1 is counted). 0: the kernel holds every logit."""
-    head_grads_in_forward: bool = False
-    """The loss's forward computes the head's gradients and keeps them for its backward: the
-    head input's (tokens x d_model, activation dtype) in place of the input the unfused head
-    saves, and the head weight's (V/tp x d_model, weight dtype) from the loss's forward until
-    the step's gradients take it (Liger: grad_input and grad_weight saved for backward). Its
-    backward only scales them: no logit-sized temporaries, and no GEMM recomputed."""
-    source: str
-
-
-TORCHTUNE_OUTPUT_CHUNKS = 8
-"""torchtune's LinearCrossEntropyLoss default num_output_chunks."""
-
-LOSS_KERNELS = MappingProxyType(
-    {
-        k.name: k
-        for k in (
-            LossKernel(
-                name="torch-cross-entropy",
-                keeps_logits=True,
-                saved_fp32_tensors=1,
-                backward_fp32_tensors=2,
-                backward_16bit_tensors=0,
-                source="torch.nn.functional.cross_entropy on the logits cast to fp32: "
-                "log_softmax's fp32 output saved, its backward's fp32 gradients of the "
-                "log-probabilities and of the logits (the reference model; MemTracker: the "
-                "profile matrix)",
-            ),
-            LossKernel(
-                name="megatron-vocab-parallel",
-                keeps_logits=False,
-                saved_fp32_tensors=1,
-                backward_fp32_tensors=0,
-                backward_16bit_tensors=1,
-                source="Megatron-Core tensor_parallel/cross_entropy.py "
-                "_VocabParallelCrossEntropy: the logits cast to fp32 once (.float()), "
-                "exponentiated and normalised in place, the softmax saved; its backward turns "
-                "that softmax into the gradient in place; the 16-bit logits are not kept, "
-                "and the cast's backward makes one 16-bit gradient",
-            ),
-            LossKernel(
-                name="fused-linear-cross-entropy",
-                keeps_logits=False,
-                saved_fp32_tensors=0,
-                backward_fp32_tensors=0,
-                backward_16bit_tensors=0,
-                chunk_logits_per_hidden=1.0,
-                head_grads_in_forward=True,
-                source="Liger-Kernel LigerFusedLinearCrossEntropyLoss "
-                "(src/liger_kernel/ops/fused_linear_cross_entropy.py, "
-                "fused_linear_cross_entropy_forward): the tokens cut into chunks of "
-                "next_power_of_2(cdiv(BT, cdiv(V, H))) rows so a chunk's 16-bit logits are about "
-                "BT x H elements; the cross-entropy kernel writes each chunk's gradient over its "
-                "logits, which two GEMMs turn into grad_input (BT x H, the input's dtype) and "
-                "grad_weight (V x H, the weight's dtype, accumulated over chunks); both saved "
-                "for backward, which only scales them by the loss's gradient (no logits kept, "
-                "no fp32 logit-sized tensor, the head's GEMMs not recomputed)",
-            ),
-            LossKernel(
-                name="in-place-fused-classifier",
-                keeps_logits=True,
-                saved_fp32_tensors=0,
-                backward_fp32_tensors=0,
-                backward_16bit_tensors=0,
-                source="llm.c train_gpt2.cu gpt2_forward: 'fused classifier: does the forward "
-                "pass and first part of the backward pass' -- fused_classifier reads the 16-bit "
-                "logits in acts.output (B x T x Vp, kept for the step) and writes their "
-                "gradient over them in place; only the per-token fp32 losses (B x T) beside",
-            ),
-            LossKernel(
-                name="chunked-cross-entropy",
-                keeps_logits=False,
-                saved_fp32_tensors=1,
-                backward_fp32_tensors=2 / TORCHTUNE_OUTPUT_CHUNKS,
-                backward_16bit_tensors=1 / TORCHTUNE_OUTPUT_CHUNKS,
-                source="torchtune torchtune/modules/loss/cross_entropy_loss.py "
-                "LinearCrossEntropyLoss (num_output_chunks=8), eager: the hidden states split "
-                "into 8 chunks along the sequence, each projected by the head and passed to "
-                "F.cross_entropy(logits.float()); the 16-bit logits of a chunk are freed once "
-                "cast (the head saves its input, the cast nothing), every chunk's fp32 "
-                "log-probabilities are saved, and the backward runs chunk by chunk: two fp32 "
-                "gradients and one 16-bit gradient of one chunk at a time",
-            ),
-        )
-    }
-)
-
-
-def get_loss_kernel(name: str) -> LossKernel:
-    if name not in LOSS_KERNELS:
-        raise unknown_key("loss kernel", name, list(LOSS_KERNELS))
-    return LOSS_KERNELS[name]
-
-
 ZERO_STAGES = 4
 
 
@@ -376,6 +279,7 @@ ENGINE_COLUMNS = (
     "unit_backward",
     "layer_gather",
     "accumulates_unsharded",
+    "accumulates_in_reduce_dtype",
     "fused_update",
     "sp_keeps_gathered_input",
     "pipeline_keeps_unsharded",

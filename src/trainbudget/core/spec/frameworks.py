@@ -9,9 +9,10 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from trainbudget.core.errors import SpecError, unknown_key
-from trainbudget.core.spec.engines import check_engines, get_loss_kernel
+from trainbudget.core.spec.engines import check_engines
 from trainbudget.core.spec.hardware import ATTENTION_KERNELS
 from trainbudget.core.spec.kernel_costs import get_fp8_recipe
+from trainbudget.core.spec.loss_kernels import get_loss_kernel
 from trainbudget.core.units import MB
 
 
@@ -94,6 +95,10 @@ class Framework:
     model (core.parallel.memory.gpu_peak) adds beside the sharded model state."""
     loss_kernel: str = "torch-cross-entropy"
     """The cross-entropy it runs (a row of `core.spec.engines.LOSS_KERNELS`)."""
+    tp_splits_embedding: bool = True
+    """Under tensor parallelism the token embedding is split over the TP group (vocabulary-
+    parallel, as Megatron and torchtitan run it); False: every TP rank keeps the whole table
+    (and its gradient and optimizer state), sharded only by the data-parallel engine."""
     historical: bool = False
     """A past release's behaviour, kept to predict the published runs made with it; `estimate`
     does not offer it as an alternative when no framework is named."""
@@ -443,6 +448,37 @@ MEGATRON_BRIDGE_PERF = replace(
     ),
 )
 
+KEMPNERFORGE = Framework(
+    name="kempnerforge",
+    engines=("single", *("fsdp2",) * 4),
+    grad_reduce_bytes=4,
+    gather_copy_out=True,
+    loss_kernel="gathered-16bit-cross-entropy",
+    tp_splits_embedding=False,
+    description="KempnerForge (Kempner Institute; FSDP2 fully_shard per block + DTensor TP with "
+    "sequence-parallel norms): every data-parallel mesh sharded by FSDP2 with fp32 reduction; "
+    "gradient accumulation without sync until the last micro-batch, so FSDP2 keeps each "
+    "unsharded gradient upcast to fp32 across the micro-batches; F.cross_entropy on the bf16 "
+    "logits, which the TP head gathers whole to every rank; the token embedding replicated "
+    "over TP; runtime overhead not sourced (0)",
+    sources=(
+        "KempnerForge 01b461a kempnerforge/distributed/parallel.py: apply_fsdp2 calls "
+        "fully_shard on each TransformerBlock and on the model over the data-parallel mesh "
+        "(dp_shard, dp_replicate or both: no DDP path), default_mp_policy sets "
+        "reduce_dtype=torch.float32 beside param_dtype bf16",
+        "scripts/train.py wraps every micro-batch but the last in "
+        "kempnerforge/training/grad.py maybe_no_sync: model.set_requires_gradient_sync(False); "
+        "torch 2.13 _fsdp_param.py to_accumulated_grad_if_needed then keeps the unsharded "
+        "gradient in reduce_dtype (engine fsdp2, Engine.accumulates_in_reduce_dtype)",
+        "loss_kernel: kempnerforge/distributed/tensor_parallel.py and scripts/train.py "
+        "(core/spec/loss_kernels.py KEMPNERFORGE_LOSS_SOURCE)",
+        "tp_splits_embedding: kempnerforge/distributed/tensor_parallel.py leaves the token "
+        "embedding out of the TP plan ('Token embedding: Replicated', a forward hook wraps its "
+        "output as a Replicate DTensor), so each TP rank holds the whole table",
+        "gather_copy_out: torch FSDP2's split_with_sizes_copy, as for torchtitan's row",
+    ),
+)
+
 TRAINBUDGET = Framework(
     name="trainbudget",
     engines=("single", "ddp", "ddp+zero-redundancy", "fsdp2-no-reshard", "fsdp2"),
@@ -462,7 +498,7 @@ FRAMEWORKS = MappingProxyType(
         for f in (
             GENERIC, MEGATRON, TORCHTITAN, DEEPSPEED, PYTORCH_FSDP1, MEGATRON_LEGACY,
             DEEPSPEED_2021, NEMO_1, NEMO_1_BF16_GRADS, NEMO_1_BF16_ADAM,
-            NEMO_2, MEGATRON_BRIDGE_PERF, TRAINBUDGET,
+            NEMO_2, MEGATRON_BRIDGE_PERF, KEMPNERFORGE, TRAINBUDGET,
         )
     }
 )  # fmt: skip

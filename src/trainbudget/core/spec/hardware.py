@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from trainbudget.core.errors import SpecError, lookup
@@ -67,6 +67,15 @@ class Hardware:
     """Maximum achievable matmul FLOP/s (MAMF: the best of a sweep of large bf16 GEMM shapes,
     clock throttling under sustained load included) over the dense bf16 peak, measured; None
     where no measurement is cited (`compute_time.DEFAULT_MATMUL_FRACTION` is used)."""
+    device_memory_bytes: float | None = None
+    """The memory the device gives a process: `torch.cuda.get_device_properties(i).total_memory`,
+    cudaMemGetInfo's total (HIP's on AMD), which PyTorch's out-of-memory message prints as "GPU 0
+    has a total capacity of X GiB". It is not the datasheet's figure: an "80GB" H100 holds 80 GiB
+    of HBM, of which ECC and the driver keep a part back, leaving ~79.1 GiB (84.9e9 bytes, above
+    the decimal 80e9 of `memory_bytes`). None where no source reports it (`usable_memory_bytes`
+    then falls back to `memory_bytes`). Drivers move it by ~0.1 GiB; the row cites one report."""
+    device_memory_source: str = ""
+    """Where `device_memory_bytes` was read: a public report of that figure on this GPU."""
     attention_fraction: Mapping[str, float] = field(default_factory=dict, hash=False)
     """Fraction of the dense peak a fused attention kernel sustains, forward and backward
     together, by kernel ('flash2', 'flash3'); a kernel without an entry runs at the 'flash2'
@@ -105,6 +114,7 @@ class Hardware:
             "inter_node_bytes_per_second",
         ):
             _require_positive(f"{self.name}.{attr}", getattr(self, attr))
+        _check_device_memory(self)
         if self.gpus_per_node < 1:
             raise SpecError(f"{self.name}.gpus_per_node", self.gpus_per_node, "must be >= 1")
         if not self.measured and (
@@ -120,6 +130,12 @@ class Hardware:
                     f"must be >= the dense peak {dense!r}",
                 )
 
+    @property
+    def usable_memory_bytes(self) -> float:
+        """The capacity the fits rule compares against: the device total where a source gives
+        it, else the datasheet's `memory_bytes` (lower: the cautious side)."""
+        return self.memory_bytes if self.device_memory_bytes is None else self.device_memory_bytes
+
     def peak_flops_per_second(self, dtype: str, *, sparse: bool = False) -> float:
         """Datasheet peak FLOP/s for `dtype` (dense unless `sparse=True`)."""
         table = self.sparse_flops_per_second if sparse else self.dense_flops_per_second
@@ -133,6 +149,15 @@ class Hardware:
                 f"cannot be estimated on it; it has: {have}",
             )
         return table[dtype]
+
+
+def _check_device_memory(row: Hardware) -> None:
+    if row.device_memory_bytes is None:
+        return
+    _require_positive(f"{row.name}.device_memory_bytes", row.device_memory_bytes)
+    if not row.device_memory_source.startswith("https://"):
+        rule = "a device total needs the https:// URL of where it was reported"
+        raise SpecError(f"{row.name}.device_memory_source", row.device_memory_source, rule)
 
 
 def _require_fraction(field_name: str, value: float) -> None:
@@ -395,6 +420,37 @@ _ROWS = (
 )
 
 # fmt: on
+
+_PRIME_RL_BENCHMARKS = (
+    "https://github.com/PrimeIntellect-ai/prime-rl/blob/main/benchmarks/results/BENCHMARKS.md"
+)
+_DEVICE_MEMORY_GIB = {
+    # catalog row -> (total capacity in GiB as PyTorch's out-of-memory message prints it, where)
+    "a100-40gb": (39.50, "https://github.com/TianheWu/CoSeR/issues/10"),  # variant not stated
+    "a100-80gb": (79.25, "https://github.com/levihsu/OOTDiffusion/issues/235"),
+    # "NVIDIA H100 80GB HBM3", driver 535.247.01 (nvidia-smi: 81559 MiB physical); prime-rl's
+    # H100 HBM3 runs print 79.18-79.21 GiB with later drivers
+    "h100-sxm": (79.11, "https://github.com/vllm-project/vllm/issues/27508"),
+    "h100-nvl": (93.00, "https://github.com/ali-vilab/VACE/issues/56"),  # "H100 NVL 94GB"
+    # 8xH200 and 8xB200 runs, "Failed Benchmarks" of the 2026-01-13 revision
+    "h200": (139.80, _PRIME_RL_BENCHMARKS),
+    "b200": (178.36, _PRIME_RL_BENCHMARKS),
+    # rocminfo's GLOBAL pool on an MI300X: 201,310,208 KB, the memory HIP allocates from
+    "mi300x": (201_310_208 / 2**20, "https://github.com/ROCm/rocm-examples/issues/187"),
+    "rtx-4090": (23.64, "https://github.com/ali-vilab/VGen/issues/104"),
+}
+"""Device totals with a public source. No report was found for h100-pcie, h800 (each the 80 GB
+datasheet figure then) or the TPUs (XLA's allocator, not CUDA's)."""
+
+
+def _with_device_memory(row: Hardware) -> Hardware:
+    if row.name not in _DEVICE_MEMORY_GIB:
+        return row
+    gib, url = _DEVICE_MEMORY_GIB[row.name]
+    return replace(row, device_memory_bytes=gib * GiB, device_memory_source=url)
+
+
+_ROWS = tuple(_with_device_memory(row) for row in _ROWS)
 
 HARDWARE: Mapping[str, Hardware] = MappingProxyType({row.name: row for row in _ROWS})
 if len(HARDWARE) != len(_ROWS):  # pragma: no cover - guards against a duplicated row name

@@ -11,8 +11,12 @@ reduce-scatter), torch.compile, SDPA causal attention, `F.cross_entropy` on the 
 fused AdamW. The model is cast to bf16 before sharding (`Transformer(...).to(dtype=bf16)`), so
 weights, gradients and AdamW's moments are all bf16: precision 'bf16'. Gradient accumulation
 skips the reduction until the last micro-batch (`maybe_no_sync`: FSDP2's
-set_requires_gradient_sync(False)), which the 'pytorch-fsdp2' framework row (torchtitan's,
-a reduce-scatter every micro-batch) does not do: the notes name it.
+set_requires_gradient_sync(False)), so FSDP2 keeps every unsharded gradient, upcast to its fp32
+reduce dtype, across the micro-batches; the TP head gathers the whole vocabulary's logits to
+every rank for the loss; and the token embedding stays out of the TP plan, whole on every TP
+rank. All three are the 'kempnerforge' framework row's (core.spec.frameworks), not
+torchtitan's (a reduce-scatter every micro-batch, loss parallel, a vocabulary-parallel
+embedding).
 
 Each row gives tok/s (all GPUs), MFU, 'Mem/GPU' and the step time. The memory is the tracker's
 `peak_gb`, torch.cuda.max_memory_allocated in GiB (metrics/memory.py: 'gb = 1024**3'), logged by
@@ -90,8 +94,9 @@ _NOTES = (
     "window, no document masks). Model: {model_note}."
 )
 _SYNC = (
-    "Accumulation reduces once a step (maybe_no_sync), where the framework row reduces every "
-    "micro-batch. "
+    "Accumulation reduces once a step (maybe_no_sync: set_requires_gradient_sync(False)), so "
+    "FSDP2 holds the unsharded gradients in fp32 (its reduce dtype) until the last "
+    "micro-batch: framework row 'kempnerforge'. "
 )
 _MODEL_NOTE = {
     "7b": "the report's '7B', Llama 3 8B's shapes (preset llama-3-8b)",
@@ -111,7 +116,7 @@ def _run(exp: str) -> PublishedRun:
         id=f"kforge-{name}-{label}-{gpus}gpu",
         source=_REPORT.format(exp=exp[:2], name=exp),
         source_key="kempner-forge-mfu",
-        framework="pytorch-fsdp2",
+        framework="kempnerforge",
         framework_source=_FRAMEWORK,
         model=MODELS[name],
         seq_len=SEQ_LEN, gpu="h200", n_gpus=gpus, gpus_per_node=min(gpus, 4),

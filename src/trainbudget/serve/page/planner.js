@@ -175,8 +175,8 @@ function renderSelected() {
 
 // One bar per pipeline stage, 0 to the GPU's capacity; the peak stage split into its parts.
 function drawMemory(p) {
-  const svg = $("memory-plot"), W = 300, X0 = 70, capacity = p.gpu_memory_bytes;
-  const usable = capacity * p.memory_headroom;
+  const svg = $("memory-plot"), W = 300, X0 = 70, capacity = p.device_memory_bytes;
+  const usable = p.memory_limit_bytes;  // the fits rule's limit on the allocated peak
   const stages = p.memory_bytes_per_stage || { only: p.memory_bytes.total };
   const names = Object.keys(stages), barH = Math.max(8, Math.min(28, 110 / names.length));
   const scale = (b) => X0 + W * Math.min(b, capacity * 1.25) / (capacity * 1.25);
@@ -211,7 +211,7 @@ function drawMemory(p) {
   svg.setAttribute("viewBox", `0 0 400 ${end + 6}`);
   const peak = p.memory_bytes.total;
   $("memory-note").textContent = `peak ${bytes(peak)} of ${bytes(capacity)}; usable ` +
-    `${bytes(usable)} (${fixed(100 * p.memory_headroom, 0)} %): headroom ` +
+    `${bytes(usable)} (${p.fits_rule}): headroom ` +
     `${bytes(usable - peak)}${peak > usable ? " (over the limit)" : ""}`;
 }
 

@@ -144,7 +144,9 @@ def test_fsdp2_under_torch_pipelining_keeps_the_stage_gathered_and_reduces_once(
     plan = Plan(dp=4, pp=2, zero=3, micro_batch=1, grad_accum=4)
     first = _peak("torchtitan", plan, stage="first")
     last_mb = _phase(first, "backward start (last micro-batch)")
-    assert last_mb.grads_bytes == pytest.approx(4 * first.state.grads_bytes, rel=1e-12)
+    # unsharded over dp = 4, and upcast from bf16 to torchtitan's fp32 reduce dtype (torch
+    # 2.13 _fsdp_param.py to_accumulated_grad_if_needed): 4 x 4 / 2 the sharded bf16 gradient
+    assert last_mb.grads_bytes == pytest.approx(4 * 2 * first.state.grads_bytes, rel=1e-12)
     assert last_mb.buffers_bytes >= 4 * first.state.params_bytes
     alone = _peak("torchtitan", dataclasses.replace(plan, pp=1, dp=8))
     assert first.total_bytes > alone.total_bytes
@@ -222,3 +224,44 @@ def test_nemo_1_runs_that_completed_fit_their_gpu(run_id):
     # predicted over 72 GB (90 % of 80 GB) with Megatron-Core's fp32 main_grad and fp32 masters
     c = compare(get_run(run_id))
     assert c.predicted_memory_bytes < 0.9 * c.gpu_memory_bytes
+
+
+def test_fsdp2_without_sync_keeps_the_unsharded_gradients_in_its_reduce_dtype():
+    # torch 2.13 _fsdp_param.py to_accumulated_grad_if_needed: with reduce_dtype (fp32) unlike
+    # the bf16 gradients, a no-sync backward upcasts each unsharded gradient and later ones
+    # add into it. KempnerForge (maybe_no_sync, reduce_dtype fp32): N x 4 bytes at the last
+    # micro-batch's backward start; torchtitan reduce-scatters each micro-batch: the bf16
+    # shard; the trainer's FSDP2 sets no reduce dtype: unsharded, in the gradient dtype
+    plan = Plan(dp=8, zero=3, micro_batch=1, grad_accum=4, recompute="full")
+    name = "backward start (last micro-batch)"
+    grads = {
+        fw: _phase(_peak(fw, plan, precision="bf16"), name).grads_bytes
+        for fw in ("kempnerforge", "torchtitan", "trainbudget")
+    }
+    assert grads == pytest.approx(
+        {"kempnerforge": N * 4, "torchtitan": N * 2 / 8, "trainbudget": N * 2}, rel=1e-12
+    )
+
+
+def test_the_kempnerforge_runs_use_its_row():
+    row = framework_row(get_run("kforge-70b-tp4-fsdp8-32gpu").framework)
+    assert row is get_framework("kempnerforge")
+    # parallel.py default_mp_policy: reduce_dtype=torch.float32; train.py: F.cross_entropy
+    # on the bf16 logits the TP head gathers (ColwiseParallel(output_layouts=Replicate()))
+    assert row.grad_reduce_bytes == 4 and row.loss_kernel == "gathered-16bit-cross-entropy"
+    assert set(row.engines[1:]) == {"fsdp2"}  # fully_shard on every data-parallel mesh
+
+
+def test_a_token_embedding_left_out_of_the_tp_plan_is_whole_on_every_tp_rank():
+    # KempnerForge tensor_parallel.py 'Token embedding: Replicated': each of 4 TP ranks keeps
+    # the V x d table, sharded over dp = 2 by FSDP2 only -- 3/4 of it more than a
+    # vocabulary-parallel embedding, in pure bf16 weights (2 B) and Adam moments (2 x 2 B)
+    plan = Plan(dp=2, tp=4, sp=True, zero=3, micro_batch=1, grad_accum=1, recompute="full")
+    row = get_framework("kempnerforge")
+    split = dataclasses.replace(row, tp_splits_embedding=True)
+    kw = dict(stage="only", seq_len=SEQ, precision=get_precision("bf16"), optimizer=ADAM)
+    whole = gpu_peak(SPEC, PlanNumbers.of(plan), framework=row, **kw).state
+    parted = gpu_peak(SPEC, PlanNumbers.of(plan), framework=split, **kw).state
+    extra = SPEC.vocab_size * SPEC.d_model * 3 / 4 / 2
+    assert whole.params_bytes - parted.params_bytes == pytest.approx(extra * 2, rel=1e-12)
+    assert whole.optimizer_bytes - parted.optimizer_bytes == pytest.approx(extra * 4, rel=1e-12)

@@ -83,3 +83,65 @@ def test_llmc_s_in_place_classifier_keeps_only_the_16_bit_logits():
     # no fp32 log-probabilities saved, no fp32 gradient: the gradient overwrites the logits
     logits = seq_len * SPEC.vocab_size
     assert torch_ce.total_bytes - in_place.total_bytes == pytest.approx(logits * 3 * 4)
+
+
+GATHERED = "gathered-16bit-cross-entropy"
+
+
+def test_a_head_gathered_to_every_tp_rank_holds_the_whole_vocabulary_s_logits():
+    # KempnerForge's TP head (ColwiseParallel(output_layouts=Replicate())): each of 4 ranks
+    # runs F.cross_entropy on all tokens x V bf16 logits -- kept, log-probabilities saved, two
+    # 16-bit gradients at the backward's start: 4 x 2 bytes a logit. llm.c's in-place kernel
+    # keeps only the rank's V/4 16-bit logits. GENERIC's engines run no loss parallel.
+    tp4 = Plan(dp=2, tp=4, pp=1, zero=3, micro_batch=1, grad_accum=1, recompute="full")
+    seq_len, tokens, vocab = 4096, 4096, SPEC.vocab_size
+
+    def start(kernel):
+        fw = dataclasses.replace(GENERIC, loss_kernel=kernel)
+        peak = gpu_peak(
+            SPEC, PlanNumbers.of(tp4), stage="only", seq_len=seq_len, framework=fw, **KW
+        )
+        return next(p for p in peak.phases if p.phase == BACKWARD_STARTS[2]).total_bytes
+
+    gathered = tokens * vocab * 4 * 2
+    in_place = tokens * vocab / 4 * 2
+    assert start(GATHERED) - start("in-place-fused-classifier") == pytest.approx(
+        gathered - in_place, rel=1e-12
+    )
+
+
+def test_the_gathered_loss_equals_the_vocabulary_parallel_count_without_tp():
+    # one rank holds the whole vocabulary either way: only the dtype differs -- 16-bit
+    # log-probabilities and gradients in place of torch-cross-entropy's fp32 ones
+    torch_ce = backward_start(GENERIC, 8192)
+    gathered = backward_start(dataclasses.replace(GENERIC, loss_kernel=GATHERED), 8192)
+    logits = 8192 * SPEC.vocab_size
+    assert torch_ce.total_bytes - gathered.total_bytes == pytest.approx(logits * 3 * (4 - 2))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(("kernel", "cast"), [(GATHERED, False), ("torch-cross-entropy", True)])
+def test_the_kernel_rows_count_what_memtracker_sees_of_torch_s_cross_entropy(kernel, cast):
+    # F.cross_entropy on 16-bit logits (KempnerForge) and on their fp32 cast (the reference):
+    # torch's own MemTracker sizes what is saved (ACT, the caller's logits included) and
+    # what the backward creates (TEMP), against the row's logit-sized tensor counts
+    torch = pytest.importorskip("torch")
+    mem_tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
+    from trainbudget.core.spec.loss_kernels import get_loss_kernel
+
+    row, n, v = get_loss_kernel(kernel), 256, 2048
+    x = torch.randn(n, v, dtype=torch.bfloat16, requires_grad=True)
+    y = torch.randint(0, v, (n,))
+    tracker = mem_tracker.MemTracker()
+    with tracker:
+        logits = x * 1.0  # the logits the caller holds through the backward
+        loss = torch.nn.functional.cross_entropy(logits.float() if cast else logits, y)
+        loss.backward()
+    (peak,) = tracker.get_tracker_snapshot("peak").values()
+    by_type = {str(k).rsplit(".", 1)[-1]: b for k, b in peak.items()}
+    logit, scalar_slack = n * v, 64  # the loss scalar and the like
+    saved = logit * (row.keeps_logits * 2 + row.saved_16bit_tensors * 2)
+    saved += logit * row.saved_fp32_tensors * 4
+    made = logit * (row.backward_16bit_tensors * 2 + row.backward_fp32_tensors * 4)
+    assert by_type["ACT"] == pytest.approx(saved, abs=scalar_slack)
+    assert by_type["TEMP"] == pytest.approx(made, abs=scalar_slack)

@@ -64,6 +64,8 @@ def test_the_enumerated_product_is_the_one_derived_from_the_flat_plans(name):
     assert derived is not None
     assert grid.shape == derived.shape
     assert _same(grid.at, derived.at)
+    assert _same(grid.row, derived.row)
+    assert np.array_equal(grid.row, grid.at % grid.shape[-1])
     for field, value in vars(derived.numbers).items():
         assert _same(getattr(grid.numbers, field), value), field
 
@@ -81,6 +83,7 @@ def test_a_subset_takes_the_same_plans_as_the_whole():
     flat = grid.take(np.arange(len(grid)))
     index = np.arange(3, len(grid), 11)
     sub = grid.subset(index)
+    assert np.array_equal(sub.row, sub.at % sub.shape[-1])
     for field, value in vars(sub.take(np.arange(len(index)))).items():
         whole = getattr(flat, field)
         assert _same(value, whole[index] if np.ndim(whole) else whole), field

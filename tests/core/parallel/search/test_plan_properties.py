@@ -32,6 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.fits import allocated_limit_bytes, n_communicators, rule_for
 from trainbudget.core.parallel.memory.gpu_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.search.plan_grid import enumerate_plans
@@ -39,6 +40,7 @@ from trainbudget.core.parallel.search.plan_space import TIE_TOLERANCE, Policy
 from trainbudget.core.parallel.search.planner import evaluate
 from trainbudget.core.parallel.search.planner_fast import search_fast as search
 from trainbudget.core.single.activations import layer_activations
+from trainbudget.core.spec.frameworks import GENERIC
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
@@ -298,7 +300,11 @@ def test_search_returns_the_fastest_fitting_valid_plan(case):
     best = result.plans[0]
     validate_plan(best.plan, spec, n_gpus=n_gpus, seq_len=seq_len, global_batch=global_batch)
     assert best.fits
-    assert best.memory.total_bytes <= policy.memory_headroom * H100.memory_bytes
+    p, rule = best.plan, rule_for(policy.memory_headroom, GENERIC.name)
+    limit = allocated_limit_bytes(
+        H100.usable_memory_bytes, rule, n_communicators(p.dp, p.tp, p.pp, p.cp)
+    )
+    assert best.memory.total_bytes <= limit
 
     # brute force: evaluate every enumerated plan ourselves
     fitting = []

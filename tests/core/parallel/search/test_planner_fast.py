@@ -16,13 +16,14 @@ import pytest
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel import layout
 from trainbudget.core.parallel.cluster import Cluster
+from trainbudget.core.parallel.fits import allocated_limit_bytes, n_communicators, rule_for
 from trainbudget.core.parallel.plan import Plan, validate_plan
 from trainbudget.core.parallel.search import planner_fast
 from trainbudget.core.parallel.search.plan_grid import enumerate_plan_arrays, enumerate_plans
 from trainbudget.core.parallel.search.plan_space import Policy, hsdp_shards
 from trainbudget.core.parallel.search.planner import evaluate
 from trainbudget.core.parallel.search.planner_fast import PlanArrays, evaluate_arrays, search_fast
-from trainbudget.core.spec.frameworks import FRAMEWORKS
+from trainbudget.core.spec.frameworks import FRAMEWORKS, GENERIC
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_optimizer, get_precision
@@ -375,7 +376,9 @@ def test_best_plan_is_the_brute_force_optimum(case):
     assert best.fits == bool(fitting)
     if fitting:
         assert best.seconds_per_token <= min(r.seconds_per_token for r in fitting)
-        limit = Policy().memory_headroom * cluster.hardware.memory_bytes
+        p, rule = best.plan, rule_for(Policy().memory_headroom, GENERIC.name)
+        comms = n_communicators(p.dp, p.tp, p.pp, p.cp)
+        limit = allocated_limit_bytes(cluster.hardware.usable_memory_bytes, rule, comms)
         assert best.memory.total_bytes <= limit
     else:  # nothing fits: the smallest footprint comes first
         assert best.memory.total_bytes <= min(r.memory.total_bytes for r in every)

@@ -202,7 +202,7 @@ class _Model(GpuTerms):
         saved, output, transient = self.micro_batch(layers, first, last)
         gathered = self.gathered(layers, first, last)
         phases = self.backward_phases(
-            stage_index, first, last, state, full_grads, base, gathered, saved, output, transient
+            stage_index, first, last, state, base, gathered, saved, output, transient
         )
         phases += self.end_phases(state, base, first, last, output)
         if self.piped is not True:  # the phases of a GPU holding the whole depth
@@ -210,7 +210,7 @@ class _Model(GpuTerms):
         return GpuPeak(stage=stage, phases=tuple(phases), state=state, host_bytes=host)
 
     def backward_phases(
-        self, stage_index, first, last, state, full_grads, base, gathered, saved, output, transient
+        self, stage_index, first, last, state, base, gathered, saved, output, transient
     ):
         """A micro-batch's backward start, for the micro-batches that can hold the most (the
         module docstring), and under TP with a pipeline a forward at the row-parallel
@@ -224,7 +224,7 @@ class _Model(GpuTerms):
         sharded_grads = state.grads_bytes
         accumulated = xp.where(
             eng.accumulates_unsharded | (eng.pipeline_keeps_unsharded & piped),
-            full_grads,
+            self.unsharded_grads,
             sharded_grads,
         )
         accumulated = accumulated + self._whole_vocabulary_grad(first)
@@ -288,7 +288,7 @@ class _Model(GpuTerms):
         acts = xp.where(
             piped,
             xp.where(torch_pp, m * output, 0.0),
-            self.tokens * self.vocab * self.e * self.loss.keeps_logits,
+            self.tokens * self.logit_vocab * self.e * self.loss.keeps_logits,
         )
         tied = xp.where(piped, 0.0, tied_gradient_sum_bytes(spec, self.g, L.tp))
         fused = eng.fused_update & self.opt.fused_kernel & (not prec.master_bytes)
@@ -327,11 +327,11 @@ class _Model(GpuTerms):
         units, u = self.units
         m = L.grad_accum
         accumulated = xp.where(
-            m > 1, xp.where(eng.accumulates_unsharded, full_grads, state.grads_bytes), 0.0
+            m > 1, xp.where(eng.accumulates_unsharded, self.unsharded_grads, state.grads_bytes), 0.0
         )
         tokens, d, e, g, w = self.tokens, spec.d_model, self.e, self.g, self.w
         loss_saved = self.loss_saved
-        logits = tokens * self.vocab * e * self.loss.keeps_logits
+        logits = tokens * self.logit_vocab * e * self.loss.keeps_logits
         full = (L.recompute == FULL) & xp.not_(self.piped)
         rebuilt = saved - tokens * self.stats / self.split - loss_saved + self.working
         head_grads = self.vocab * d * self.prec.grad_bytes

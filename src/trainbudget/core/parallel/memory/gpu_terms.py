@@ -38,8 +38,8 @@ from trainbudget.core.single.peak_memory import (
     loss_head_grad_bytes,
     norm_stats_bytes,
 )
-from trainbudget.core.spec.engines import get_loss_kernel
 from trainbudget.core.spec.kernel_costs import get_fp8_recipe
+from trainbudget.core.spec.loss_kernels import get_loss_kernel
 
 MLP_BACKWARD_GRADIENTS = 2
 """Hidden-sized (tokens x d_ff) gradients alive inside a block's MLP backward on a stage without
@@ -77,8 +77,12 @@ class GpuTerms:
         self.split = xp.where(L.sp, L.tp, 1)
         self.vocab = spec.vocab_size / L.tp
         self.stats = norm_stats_bytes(spec)
-        self.dtensor_loss = eng.sp_keeps_gathered_input & (L.tp > 1)
         self.loss = get_loss_kernel(framework.loss_kernel)
+        # the logits' columns on this GPU: the rank's vocabulary shard, or the whole vocabulary
+        # where the head gathers them to every TP rank (then no loss parallel runs)
+        whole = self.loss.whole_vocabulary
+        self.logit_vocab = spec.vocab_size if whole else self.vocab
+        self.dtensor_loss = eng.sp_keeps_gathered_input & (L.tp > 1) & (not whole)
         # the residual stream's bytes: the weights' under autocast (activations.residual_bytes)
         self.residual = residual_bytes(self.e, prec.weight_bytes)
 
@@ -86,7 +90,10 @@ class GpuTerms:
         """(model state on the GPU, bytes offloaded, the rank's unsharded gradients, the
         buffers every phase holds)."""
         L, xp, eng = self.L, self.xp, self.eng
-        p = rank_params(self.spec, L, layers=layers, first=first, last=last, xp=xp)
+        split = self.fw.tp_splits_embedding
+        p = rank_params(
+            self.spec, L, layers=layers, first=first, last=last, xp=xp, split_embedding=split
+        )
         shard = L.shard_dp * L.cp  # ZeRO's group: dp * cp, or the HSDP shard times cp
         expert_shard = xp.maximum(1, shard // L.ep)
         kw = dict(precision=self.state_prec, optimizer=self.opt, grad_bytes=self.g, xp=xp)
@@ -126,6 +133,10 @@ class GpuTerms:
         n = p.dense + p.experts
         self.rank_n = n
         full_grads = n * self.g
+        # what the micro-batches before the last accumulate unsharded, where the engine does:
+        # in the reduction dtype where it upcasts to it (FSDP2's reduce_dtype), else as is
+        reduce_bytes = self.fw.grad_reduce_bytes or self.g
+        self.unsharded_grads = n * xp.where(eng.accumulates_in_reduce_dtype, reduce_bytes, self.g)
         wrapped = xp.not_(L.dp * L.cp == 1)
         # DDP's buckets copy every gradient but the experts' (train.parallel.expert_parallel has DDP
         # ignore them under ep); size-capped buckets never hold more than the gradients
@@ -181,12 +192,15 @@ class GpuTerms:
     @property
     def loss_saved(self):
         """What the loss kernel saves for its backward and frees or hands on there: its fp32
-        logit-sized tensors, and a fused kernel's head weight gradient."""
-        fp32 = self.loss.saved_fp32_tensors * self.tokens * self.vocab * FP32_BYTES
+        and 16-bit logit-sized tensors, and a fused kernel's head weight gradient."""
+        per_logit = (
+            self.loss.saved_fp32_tensors * FP32_BYTES + self.loss.saved_16bit_tensors * self.e
+        )
+        saved = per_logit * self.tokens * self.logit_vocab
         head_grad = loss_head_grad_bytes(
             self.vocab, self.spec.d_model, kernel=self.loss, weight_bytes=self.w
         )
-        return fp32 + head_grad
+        return saved + head_grad
 
     @property
     def linear_input_bytes(self):
@@ -255,7 +269,7 @@ class GpuTerms:
         # a stage after the first keeps its input in torch pipelining's receive buffer
         in_buffer = xp.not_(first) & self.eng.torch_pipelining & self.piped
         per = per - xp.where(in_buffer, checkpoint, 0.0)
-        logits = self.tokens * self.vocab * e
+        logits = self.tokens * self.logit_vocab * e
         head_input = self.tokens * spec.d_model * e
         # the final norm's input (the residual stream), the head's input (whole under
         # DTensor's SP: the column-parallel head gathers it; a fused loss keeps its gradient
@@ -277,7 +291,7 @@ class GpuTerms:
         output = xp.where(last, logits, checkpoint)
         loss = loss_backward_bytes(
             self.tokens,
-            self.vocab,
+            self.logit_vocab,
             kernel=self.loss,
             activation_bytes=e,
             extra=xp.where(self.dtensor_loss, LOSS_PARALLEL_TEMPORARIES, 0),
@@ -296,7 +310,8 @@ class GpuTerms:
         L, xp, spec, eng, g, w = self.L, self.xp, self.spec, self.eng, self.g, self.w
         units = eng.unit_backward & xp.not_(L.dp * L.cp == 1) & xp.not_(self.piped)
         p = count_params(spec)
-        root = (p.embedding_token + p.head) / L.tp + p.embedding_position + p.final_norm
+        embedding = p.embedding_token / (L.tp if self.fw.tp_splits_embedding else 1)
+        root = embedding + p.head / L.tp + p.embedding_position + p.final_norm
         experts = xp.where(L.ep > 1, p.moe_experts / (L.ep * L.tp), 0.0)
         block = (self.rank_n - experts - root) / spec.n_layers
         one_expert = p.moe_experts / max(1, spec.n_moe_layers * spec.n_experts) / L.tp

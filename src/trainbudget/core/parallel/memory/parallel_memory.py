@@ -99,12 +99,21 @@ def stage_params(
 
 
 def rank_params(
-    spec: ModelSpec, L: PlanNumbers, *, layers: Any, first: Any, last: Any, xp: Ops = SCALAR
+    spec: ModelSpec,
+    L: PlanNumbers,
+    *,
+    layers: Any,
+    first: Any,
+    last: Any,
+    xp: Ops = SCALAR,
+    split_embedding: bool = True,
 ) -> StageParams:
     """Parameters one GPU of a pipeline stage of `layers` layers holds before ZeRO: the first
     stage the embeddings, the last the final norm and head (and, when tied and pp > 1, a copy
     of the word embedding, as Megatron keeps one on the last stage); matrices split by TP
-    (vocabulary-parallel embedding and head), experts by EP and TP, norms and routers whole."""
+    (vocabulary-parallel embedding and head), experts by EP and TP, norms and routers whole.
+    `split_embedding` False: the token embedding replicated on every TP rank
+    (`Framework.tp_splits_embedding`)."""
     p = count_params(spec)
     n = spec.n_layers
     norms_per_layer = (p.attention_norm + p.mlp_norm) / n  # replicated across TP
@@ -114,7 +123,8 @@ def rank_params(
     dense = layers * layer_dense
     experts = layers * (p.moe_experts / n) / (L.ep * L.tp)
     vocab_rows = spec.vocab_size * spec.d_model / L.tp  # vocab-parallel embedding / head
-    dense = dense + xp.where(first, vocab_rows + p.embedding_position, 0)
+    embedding_rows = vocab_rows if split_embedding else spec.vocab_size * spec.d_model
+    dense = dense + xp.where(first, embedding_rows + p.embedding_position, 0)
     dense = dense + xp.where(last, p.final_norm, 0)
     untied_or_split = (not spec.tied_embeddings) | (L.pp > 1)
     dense = dense + xp.where(last & untied_or_split, vocab_rows, 0)

@@ -189,6 +189,7 @@ def _on_product(keep, combo, group, groups, rows, axes, global_batch, policy) ->
         ),
         at=at,
         shape=shape,
+        row=row,
     )
 
 

@@ -36,8 +36,9 @@ class Policy:
     max_micro_batch: int = 16
     flash_attention: bool = DEFAULT_FLASH_ATTENTION
     """Plans use FlashAttention (every modern stack does); False searches the unfused kernel."""
-    memory_headroom: float = DEFAULT_MEMORY_HEADROOM
-    """Fraction of GPU memory a plan may use (the rest: CUDA context, fragmentation)."""
+    memory_headroom: float | None = DEFAULT_MEMORY_HEADROOM
+    """Fraction of the device's memory a plan's allocated peak may use (the flat fits rule,
+    --memory-headroom); None, the default, decides by the device rule (core.parallel.fits)."""
     hsdp: bool = True
     """Also try ZeRO over shard groups smaller than dp (HSDP), `hsdp_shards` sizes."""
 

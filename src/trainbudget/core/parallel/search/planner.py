@@ -10,7 +10,7 @@ plan_space <- planner <- planner_fast.
 from __future__ import annotations
 
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.fits import FitsRule, fits, n_communicators
+from trainbudget.core.parallel.fits import fits, n_communicators, rule_for
 from trainbudget.core.parallel.memory.gpu_memory import stage_memories
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.search.plan_space import (
@@ -35,7 +35,7 @@ def evaluate(
     seq_len: int,
     precision: Precision,
     optimizer: Optimizer,
-    headroom: float = DEFAULT_MEMORY_HEADROOM,
+    headroom: float | None = DEFAULT_MEMORY_HEADROOM,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
     causal: bool = True,
     count_causal: bool = False,
@@ -64,8 +64,8 @@ def evaluate(
         fits=bool(
             fits(
                 mem.total_bytes,
-                cluster.hardware.memory_bytes,
-                FitsRule(headroom=headroom),
+                cluster.hardware.usable_memory_bytes,
+                rule_for(headroom, framework.name),
                 n_communicators(plan.dp, plan.tp, plan.pp, plan.cp),
             )
         ),

@@ -14,7 +14,7 @@ import numpy as np
 from trainbudget.core.errors import SpecError
 from trainbudget.core.ops import numpy_ops
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.fits import FitsRule, fits, n_communicators
+from trainbudget.core.parallel.fits import fits, n_communicators, rule_for
 from trainbudget.core.parallel.layout import PlanNumbers, in_chunks
 from trainbudget.core.parallel.memory.gpu_memory import peak_bytes
 from trainbudget.core.parallel.plan import validate_plan
@@ -201,10 +201,10 @@ def search_fast(
             )
     kw = dict(seq_len=seq_len, precision=precision, optimizer=optimizer, framework=framework)
     memory = memory_arrays(spec, None, grid=grid, **kw)
-    rule = FitsRule(headroom=policy.memory_headroom)
+    rule = rule_for(policy.memory_headroom, framework.name)
     L = grid.numbers
     comms = grid.gather(n_communicators(L.dp, L.tp, L.pp, L.cp))  # a field of the rows
-    fitting = np.flatnonzero(fits(memory, cluster.hardware.memory_bytes, rule, comms))
+    fitting = np.flatnonzero(fits(memory, cluster.hardware.usable_memory_bytes, rule, comms))
     if len(fitting):  # only the plans that fit are ranked by time: only theirs is evaluated
         fit = grid.subset(fitting)
         step = step_arrays(

@@ -53,6 +53,10 @@ class ProductGrid:
     at: np.ndarray
     """Plan i of the set is cell at[i] of the product (flattened, C order)."""
     shape: tuple[int, ...]
+    row: np.ndarray
+    """Plan i's row (at[i] % rows), kept: a remainder per plan is dearer than most terms (numpy
+    divides by a number with a multiply, but takes each remainder by a hardware division: a
+    quarter of a millisecond for 50,000 plans, measured)."""
 
     def __len__(self) -> int:
         return len(self.at)
@@ -68,7 +72,11 @@ class ProductGrid:
         trailing = next((k for k, s in enumerate(shape) if s != 1), len(shape))
         if shape[trailing:] == self.shape[lead + trailing :]:
             inner = math.prod(shape[trailing:])
-            return np.ravel(values)[self.at % inner if inner > 1 else np.zeros_like(self.at)]
+            if inner == 1:
+                return np.ravel(values)[np.zeros_like(self.at)]
+            if inner == self.shape[-1]:  # over the rows alone
+                return np.ravel(values)[self.row]
+            return np.ravel(values)[self.at - (self.at // inner) * inner]  # at % inner, faster
         return np.ravel(np.broadcast_to(values, self.shape))[self.at]
 
     def take(self, index: np.ndarray) -> PlanNumbers:
@@ -88,14 +96,17 @@ class ProductGrid:
 
     def subset(self, index: np.ndarray) -> ProductGrid:
         """The product grid of plans `index` of the set: the rows that hold any of them."""
-        cell, row = np.divmod(self.at[index], self.shape[-1])
+        row = self.row[index]
+        cell = (self.at[index] - row) // self.shape[-1]  # exact
         held = np.zeros(self.shape[-1], dtype=bool)
         held[row] = True
         n_rows = int(held.sum())
+        row = (np.cumsum(held) - 1)[row]
         return ProductGrid(
             numbers=self.numbers.take_rows(np.flatnonzero(held)),
-            at=cell * n_rows + (np.cumsum(held) - 1)[row],
+            at=cell * n_rows + row,
             shape=(*self.shape[:-1], n_rows),
+            row=row,
         )
 
 
@@ -176,7 +187,7 @@ def product_grid(plans: PlanNumbers) -> ProductGrid | None:
             return None
         fields["grad_accum"] = accum
     shared = {f: v for f, v in vars(plans).items() if f not in varying}
-    return ProductGrid(numbers=PlanNumbers(**shared, **fields), at=at, shape=shape)
+    return ProductGrid(numbers=PlanNumbers(**shared, **fields), at=at, shape=shape, row=row)
 
 
 def per_distinct_rows(fn, numbers: PlanNumbers, fields: tuple[str, ...]):

@@ -32,6 +32,10 @@ LOSS_FP32_BYTES_PER_LOGIT: Mapping[str, float] = MappingProxyType(
         # torchtune's chunked loss runs F.cross_entropy(logits.float()) chunk by chunk: the
         # same traffic, in smaller pieces
         "chunked-cross-entropy": UNFUSED_FP32_BYTES_PER_LOGIT,
+        # KempnerForge's F.cross_entropy on the bf16 logits, uncast: its 16-bit
+        # log-probabilities written and read, nll_loss's 16-bit gradient written and read
+        # (16-bit passes, not fp32: 4 x 2 bytes)
+        "gathered-16bit-cross-entropy": 4 * 2.0,
         # Liger's fused linear cross-entropy: one Triton kernel reads a chunk's 16-bit logits
         # and writes their gradient over them in place (fused_linear_cross_entropy_forward)
         "fused-linear-cross-entropy": 0.0,
@@ -41,8 +45,9 @@ LOSS_FP32_BYTES_PER_LOGIT: Mapping[str, float] = MappingProxyType(
         "in-place-fused-classifier": 0.0,
     }
 )
-"""Loss kernel -> fp32 bytes it moves per logit beyond the 16-bit logits read and gradient
-written, forward and backward together."""
+"""Loss kernel -> bytes it moves per logit beyond the 16-bit logits read and gradient written,
+forward and backward together: the unfused kernels' fp32 passes (the name's 'FP32'), or the
+16-bit passes of a loss that never casts."""
 
 
 COMPILED_LOSS_KERNEL = "torch-cross-entropy"
@@ -56,7 +61,8 @@ backward kernel that recomputes the softmax from the 16-bit logits and those row
 
 
 def loss_fp32_bytes_per_logit(loss_kernel: str) -> float:
-    """The fp32 traffic per logit of `loss_kernel`; an unknown name lists the known ones."""
+    """The extra traffic per logit of `loss_kernel` (`LOSS_FP32_BYTES_PER_LOGIT`); an unknown
+    name lists the known ones."""
     if loss_kernel not in LOSS_FP32_BYTES_PER_LOGIT:
         raise unknown_key("loss kernel", loss_kernel, list(LOSS_FP32_BYTES_PER_LOGIT))
     return LOSS_FP32_BYTES_PER_LOGIT[loss_kernel]
