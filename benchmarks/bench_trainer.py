@@ -68,7 +68,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from trainbudget.core.single.params import count_params  # noqa: E402
-from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
+from trainbudget.core.spec.model_source.model_arg import resolve_model  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.train.loop import train  # noqa: E402
 from trainbudget.train.spec.config import TrainConfig  # noqa: E402

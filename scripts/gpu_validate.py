@@ -49,7 +49,7 @@ from trainbudget.core.parallel.timing.step_time import step_time
 from trainbudget.core.single.flops import training_flops
 from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.hardware import HARDWARE, Hardware
-from trainbudget.core.spec.model_arg import apply_overrides
+from trainbudget.core.spec.model_source.model_arg import apply_overrides
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.profile.matrix import Case, matrix
 

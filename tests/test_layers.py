@@ -18,7 +18,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "trainbudget"
 
-CORE = frozenset({"core", "core.spec", "core.single", "core.parallel"})
+CORE = frozenset({"core", "core.spec", "core.spec.model_source", "core.single", "core.parallel"})
 CORE |= {"core.parallel.memory", "core.parallel.timing", "core.parallel.search"}
 
 # part -> the other parts its modules may import (imports inside a part are free)
@@ -27,6 +27,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "trainbudget": frozenset({"api"}),
     "core": frozenset(),  # core/__init__.py, errors.py, units.py: the base of everything
     "core.spec": frozenset({"core"}),
+    # --model read into the one ModelSpec: a preset, dense:N or a config.json
+    "core.spec.model_source": frozenset({"core", "core.spec"}),
     "core.single": frozenset({"core", "core.spec"}),
     "core.parallel": frozenset({"core", "core.spec", "core.single"}),  # cluster, plan, layout
     # memory per GPU reads the plan's layout

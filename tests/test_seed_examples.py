@@ -27,7 +27,7 @@ from trainbudget.core.single.params import count_params
 from trainbudget.core.single.training_time import mfu_from_measurement, training_time
 from trainbudget.core.spec.dtypes import get_format, tensor_bytes
 from trainbudget.core.spec.hardware import get_hardware
-from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_source.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import BareModel
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.core.units import GB, TB, GiB

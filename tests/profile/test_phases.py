@@ -12,7 +12,7 @@ pytestmark = pytest.mark.torch
 
 from clirun import cli, cli_json  # noqa: E402
 from trainbudget.core.errors import SpecError  # noqa: E402
-from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
+from trainbudget.core.spec.model_source.model_arg import resolve_model  # noqa: E402
 from trainbudget.profile.phases import (  # noqa: E402
     PHASES,
     PhaseTimes,

@@ -63,7 +63,7 @@ def test_every_precision_matches_measurement_within_a_thousandth(
     precision, n_layers, micro_batch, seq_len, recompute
 ):
     # amp-*: the profiler runs the forward and loss under the trainer's torch.autocast
-    from trainbudget.core.spec.model_arg import resolve_model
+    from trainbudget.core.spec.model_source.model_arg import resolve_model
 
     spec = resolve_model("gpt2", [f"n_layers={n_layers}"])
     step = {"micro_batch": micro_batch, "seq_len": seq_len, "recompute": recompute}
@@ -77,7 +77,7 @@ def test_autocast_keeps_weight_copies_and_a_wider_residual():
     bf16 copies of the weights the matmuls read (a GPT-2 layer's qkv, proj, up and down:
     12 d^2; the tied head's V x d) and keeps the residual stream in fp32 (the 2 L + 1 norm
     inputs at 4 bytes, not 2); nothing else changes."""
-    from trainbudget.core.spec.model_arg import resolve_model
+    from trainbudget.core.spec.model_source.model_arg import resolve_model
 
     n_layers, b, t = 2, 4, 1024
     spec = resolve_model("gpt2", [f"n_layers={n_layers}"])
@@ -129,7 +129,7 @@ MOE += ["n_experts=4", "experts_per_token=2", "capacity_factor=0"]
     ("precision", "mlp"), [("fp32", "gelu"), ("fp32", "swiglu"), ("amp-bf16", "swiglu")]
 )
 def test_a_moe_step_on_cpu_matches_the_reference_moe_layer(precision, mlp):
-    from trainbudget.core.spec.model_arg import resolve_model
+    from trainbudget.core.spec.model_source.model_arg import resolve_model
 
     # amp-bf16 (measured 2026-11: activations +0.35 %, fp32's +0.26 %): each expert's gate and
     # up cast their fp32 rows, and the gated rows are fp32 (activations.moe_layer_bytes)

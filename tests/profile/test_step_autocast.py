@@ -16,7 +16,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Full backward hook is firing"),
 ]
 
-from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
+from trainbudget.core.spec.model_source.model_arg import resolve_model  # noqa: E402
 from trainbudget.profile.flops import measure_flops  # noqa: E402
 from trainbudget.profile.memory import (  # noqa: E402
     measure_step_memory,

@@ -14,7 +14,7 @@ pytest.importorskip("matplotlib")
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.spec.hardware import get_hardware
-from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_source.model_arg import resolve_model
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.report.figures import Chart
 from trainbudget.report.page import default_png_dir, table, write_report

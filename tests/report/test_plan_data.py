@@ -18,7 +18,7 @@ from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.reliability import ASSUMPTIONS as RELIABILITY_ASSUMPTIONS
 from trainbudget.core.spec.hardware import get_hardware
-from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_source.model_arg import resolve_model
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.report.plan_assumptions import overlap_rules
 from trainbudget.report.plan_data import MEMORY_PARTS, PlanQuestion, as_json, plan_report

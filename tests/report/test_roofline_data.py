@@ -9,7 +9,7 @@ from trainbudget.core.parallel.timing.compute_time import gemm_shape_efficiency
 from trainbudget.core.parallel.timing.step_time import DEFAULT_EFFICIENCY as EFF
 from trainbudget.core.single.intensity import matmul_intensity, ridge_intensity
 from trainbudget.core.spec.hardware import get_hardware
-from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_source.model_arg import resolve_model
 from trainbudget.core.spec.precision import get_precision
 from trainbudget.report.roofline_data import MeasuredRoofline, roofline
 

@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import trainrun  # noqa: E402
-from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
+from trainbudget.core.spec.model_source.model_arg import resolve_model  # noqa: E402
 from trainbudget.model.optim import make_optimizer  # noqa: E402
 from trainbudget.model.transformer import build_model  # noqa: E402
 from trainbudget.train.checkpointing.checkpoint import (  # noqa: E402

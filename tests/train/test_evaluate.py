@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
+from trainbudget.core.spec.model_source.model_arg import resolve_model  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.model.transformer import build_model  # noqa: E402
 from trainbudget.train.data import RunData  # noqa: E402

@@ -193,7 +193,7 @@ EVAL_CONFIG = {"eval_batches": 2, "micro_batch": 4, "seq_len": 32}
 def save_model(root: Path, step: int, data: Path):
     """A checkpoint as the trainer writes it (its files, a randomly initialised model);
     returns the model."""
-    from trainbudget.core.spec.model_arg import resolve_model
+    from trainbudget.core.spec.model_source.model_arg import resolve_model
     from trainbudget.model.transformer import build_model
     from trainbudget.train.rng import capture_rng_state
 

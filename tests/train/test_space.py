@@ -161,7 +161,7 @@ TINY = ("n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=257", "m
 def test_the_predicted_size_is_what_a_checkpoint_holds(tmp_path: Path, precision: str) -> None:
     """The analytic size (the core's checkpoint_bytes, plus the 16-bit weights under mixed
     precision) against the files torch.save writes after one AdamW step."""
-    from trainbudget.core.spec.model_arg import resolve_model
+    from trainbudget.core.spec.model_source.model_arg import resolve_model
 
     spec = resolve_model("gpt2", TINY)
     model = build_model(spec, device="cpu", seed=0, dtype=weight_dtype(precision))

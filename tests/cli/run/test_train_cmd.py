@@ -116,7 +116,7 @@ def test_train_refuses_a_model_larger_than_memory(tmp_path, machine_of_23_gb, mo
 
 
 def test_train_memory_check_suggests_a_micro_batch_that_fits(tmp_path, monkeypatch):
-    from trainbudget.core.spec.model_arg import resolve_model
+    from trainbudget.core.spec.model_source.model_arg import resolve_model
     from trainbudget.train.observe.accounting import run_plan
     from trainbudget.train.spec.config import TrainConfig
 

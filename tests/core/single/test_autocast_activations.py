@@ -8,7 +8,7 @@ import pytest
 from trainbudget.core.ops import numpy_ops
 from trainbudget.core.single.activations import activation_memory, layer_activations
 from trainbudget.core.single.peak_memory import training_peak
-from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_source.model_arg import resolve_model
 from trainbudget.core.spec.presets import PRESETS
 
 S, B = 1024, 4  # tokens per micro-batch: S * B

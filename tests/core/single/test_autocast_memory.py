@@ -10,7 +10,7 @@ import pytest
 from trainbudget.core.single.activations import activation_memory
 from trainbudget.core.single.fit import fit_with_activations
 from trainbudget.core.single.memory import training_memory
-from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_source.model_arg import resolve_model
 from trainbudget.core.spec.precision import get_precision
 
 GPT2 = resolve_model("gpt2", [])

@@ -19,7 +19,7 @@ from trainbudget.core.single.params import count_params
 from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.frameworks import TRAINBUDGET
 from trainbudget.core.spec.hardware import get_hardware
-from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_source.model_arg import resolve_model
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.profile.device import DeviceInfo
 from trainbudget.train.observe.accounting import make_budget, run_plan

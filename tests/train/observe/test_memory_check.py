@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_source.model_arg import resolve_model
 from trainbudget.core.units import GB, KiB
 from trainbudget.train.observe import memory_check
 from trainbudget.train.observe.accounting import run_plan

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from trainbudget.core.single.flops import forward_flops  # noqa: E402
-from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
+from trainbudget.core.spec.model_source.model_arg import resolve_model  # noqa: E402
 from trainbudget.core.spec.precision import get_precision  # noqa: E402
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.profile.device import DeviceInfo  # noqa: E402

@@ -187,7 +187,7 @@ def test_tp_inside_the_stages_is_accepted():
 
 torch = pytest.importorskip("torch")
 
-from trainbudget.core.spec.model_arg import resolve_model  # noqa: E402
+from trainbudget.core.spec.model_source.model_arg import resolve_model  # noqa: E402
 from trainbudget.model.transformer import build_model  # noqa: E402
 from trainbudget.train.parallel.pipeline import (  # noqa: E402
     PipelineOptimizer,

@@ -29,7 +29,7 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_source.model_arg import resolve_model
 from trainbudget.train.spec.config import TrainConfig
 from trainbudget.train.spec.preflight import apply_plan, preflight
 from trainbudget.train.spec.strategy import (

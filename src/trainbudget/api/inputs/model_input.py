@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.spec.model_arg import apply_overrides, resolve_model
+from trainbudget.core.spec.model_source.model_arg import apply_overrides, resolve_model
 from trainbudget.core.spec.model_spec import BareModel, ModelSpec
 
 CONFIG_NAME = "config"
@@ -20,7 +20,7 @@ def model_input(model: object) -> str | ModelSpec:
     if isinstance(model, ModelSpec | str):
         return model
     if isinstance(model, Mapping):
-        from trainbudget.core.spec.hf_config import spec_from_hf_config
+        from trainbudget.core.spec.model_source.hf_config import spec_from_hf_config
 
         name = str(model.get("_name_or_path") or CONFIG_NAME).rstrip("/").rsplit("/", 1)[-1]
         return spec_from_hf_config(model, name or CONFIG_NAME, origin="config")

@@ -144,7 +144,7 @@ def _failure_inputs(args: argparse.Namespace) -> tuple[float, float, list[str]]:
 
 def _question(args: argparse.Namespace):
     from trainbudget.core.spec.hardware import get_hardware
-    from trainbudget.core.spec.model_arg import resolve_model
+    from trainbudget.core.spec.model_source.model_arg import resolve_model
     from trainbudget.core.spec.model_spec import ModelSpec
     from trainbudget.core.spec.precision import get_optimizer, get_precision
     from trainbudget.report.plan_data import PlanQuestion

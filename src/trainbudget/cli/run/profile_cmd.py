@@ -10,7 +10,7 @@ import sys
 from trainbudget.cli.args import add_model_args, add_optimizer_arg, dumps_json, positive_int
 from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.defaults import DEFAULT_PRECISION
-from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_source.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.units import format_bytes
 from trainbudget.profile.device import check_device_name

@@ -17,7 +17,7 @@ from trainbudget.core.single.flops import training_flops
 from trainbudget.core.single.training_time import mfu_from_measurement
 from trainbudget.core.spec.defaults import DEFAULT_GPU, default_seq_len
 from trainbudget.core.spec.hardware import get_hardware
-from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_source.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.units import format_flops_rate
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.plan import Plan, layout_problems
 from trainbudget.core.parallel.reliability import mtbf_seconds
-from trainbudget.core.spec.model_arg import resolve_model
+from trainbudget.core.spec.model_source.model_arg import resolve_model
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.data.files import SPLITS, read_meta, split_file
 from trainbudget.data.tokenizers import BYTE_VOCAB_SIZE

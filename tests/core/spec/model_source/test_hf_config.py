@@ -10,10 +10,10 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.params import count_params
-from trainbudget.core.spec.hf_config import load_hf_config, spec_from_hf_config
+from trainbudget.core.spec.model_source.hf_config import load_hf_config, spec_from_hf_config
 from trainbudget.core.spec.presets import PRESETS
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "hf"
+DATA = Path(__file__).resolve().parents[3] / "data" / "hf"
 
 
 def _config(name: str) -> dict:

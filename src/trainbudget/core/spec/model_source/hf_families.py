@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.spec.hf_keys import (
+from trainbudget.core.spec.model_source.hf_keys import (
     GELU_NAMES,
     SILU_NAMES,
     ConfigKeys,

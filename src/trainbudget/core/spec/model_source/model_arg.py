@@ -35,7 +35,8 @@ def resolve_model(arg: str, overrides: Sequence[str] = ()) -> ModelSpec | BareMo
     elif text in PRESETS:
         model = PRESETS[text]
     elif _is_path(text):
-        from trainbudget.core.spec.hf_config import load_hf_config  # only for a file: start-up
+        # only for a file: start-up
+        from trainbudget.core.spec.model_source.hf_config import load_hf_config
 
         _require_regular_file(text)
         model = load_hf_config(text)

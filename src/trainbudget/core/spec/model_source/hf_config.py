@@ -24,8 +24,8 @@ import os
 from collections.abc import Mapping
 
 from trainbudget.core.errors import SpecError, unknown_key
-from trainbudget.core.spec import hf_families as fam
-from trainbudget.core.spec.hf_keys import ConfigKeys
+from trainbudget.core.spec.model_source import hf_families as fam
+from trainbudget.core.spec.model_source.hf_keys import ConfigKeys
 from trainbudget.core.spec.model_spec import ModelSpec
 
 SUPPORTED_MODEL_TYPES = (

@@ -10,11 +10,11 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.params import count_params
-from trainbudget.core.spec.model_arg import parse_overrides, resolve_model
+from trainbudget.core.spec.model_source.model_arg import parse_overrides, resolve_model
 from trainbudget.core.spec.model_spec import BareModel, ModelSpec
 from trainbudget.core.spec.presets import PRESETS
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "hf"
+DATA = Path(__file__).resolve().parents[3] / "data" / "hf"
 
 
 def test_preset():
