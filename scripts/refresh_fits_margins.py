@@ -5,7 +5,8 @@ to the memory model, the framework rows or the published memory rows;
 tests/core/parallel/test_fits_margins.py fails until then.
 
 For each framework row with at least uncertainty.MIN_RUNS memory rows, the margin is the
-fits.MARGIN_PERCENTILE of measured / predicted peak over them; every other framework takes that
+fits.MARGIN_PERCENTILE of measured / predicted peak over them (never below 1:
+fits.credited_margin); every other framework takes that
 percentile over all memory rows ('all'). It is the selection `uncertainty.device_rule` makes for
 a run in `validate` (there with the run's own source left out; a plan has none to leave out).
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from trainbudget.core.parallel.fits import MARGIN_PERCENTILE, MARGINS_FILE
+from trainbudget.core.parallel.fits import MARGIN_PERCENTILE, MARGINS_FILE, credited_margin
 from trainbudget.uncertainty import MIN_RUNS, MemoryRatio, computed_memory_ratios, percentile
 
 REFRESH_COMMAND = "python scripts/refresh_fits_margins.py"
@@ -33,7 +34,8 @@ def margin_table(rows: list[MemoryRatio] | tuple[MemoryRatio, ...]) -> dict:
 
     def entry(chosen: list[MemoryRatio]) -> dict:
         ratios = [r.ratio for r in chosen]
-        return {"margin": round(percentile(ratios, MARGIN_PERCENTILE), 6), "n_runs": len(ratios)}
+        margin = credited_margin(percentile(ratios, MARGIN_PERCENTILE))
+        return {"margin": round(margin, 6), "n_runs": len(ratios)}
 
     names = sorted({r.framework_row for r in rows})
     by_row = {n: [r for r in rows if r.framework_row == n] for n in names}
@@ -49,7 +51,8 @@ def table_json(table: dict) -> str:
         "generated_by": REFRESH_COMMAND,
         "what": f"the {MARGIN_PERCENTILE:g}th percentile of measured / predicted peak memory "
         "over the published memory rows of each framework row with enough of them, and over "
-        "all rows ('all', for every other framework): the device fits rule's margin; "
+        "all rows ('all', for every other framework), never below 1: the device fits rule's "
+        "margin; "
         "regenerate, do not edit",
     }
     return json.dumps({**head, **table}, indent=1) + "\n"

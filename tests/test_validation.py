@@ -151,6 +151,7 @@ def test_memory_is_compared_where_a_source_reports_it():
     assert {c.source_key for c in memory} == {
         "qi-2024-zero-bubble", "huggingface-nanotron-bench",
         "karpathy-nanochat", "bekman-ml-engineering", "baai-flagperf",  # issue 23 item 6
+        "kempner-forge-mfu",
     }  # fmt: skip
     # Table 4, 1F1B, 1.5B: "Memory (GB) 30 30 30"
     (first,) = [c for c in memory if c.run_id == "zero-bubble-1f1b-1.5b-m24"]

@@ -31,7 +31,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
-from trainbudget.core.parallel.fits import FitsRule
+from trainbudget.core.parallel.fits import FitsRule, credited_margin
 from trainbudget.core.parallel.plan import Plan
 
 MIN_RUNS = 5
@@ -191,7 +191,8 @@ def device_rule(
     chosen = same if len(same) >= MIN_RUNS else pool
     if not chosen:
         raise ValueError("no published runs with a measured peak to take the memory error from")
-    return FitsRule(headroom=None, error_margin=percentile([r.ratio for r in chosen], quantile))
+    margin = credited_margin(percentile([r.ratio for r in chosen], quantile))
+    return FitsRule(headroom=None, error_margin=margin)
 
 
 def predicted_not_to_fit_with_measured_error(

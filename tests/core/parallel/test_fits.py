@@ -140,3 +140,15 @@ def test_the_module_imports_no_torch() -> None:
     code = "import sys, trainbudget.core.parallel.fits; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_margin_never_credits_the_models_over_prediction():
+    """fits.credited_margin: a median under 1 (the model over-predicts a framework's rows) is
+    not taken, so no plan whose own predicted device peak exceeds the device total fits."""
+    assert f.credited_margin(0.951) == 1.0
+    assert f.credited_margin(1.059) == 1.059
+    for row in ("megatron", "deepspeed", "kempnerforge", "no-such-row"):
+        assert f.framework_margin(row) >= 1.0
+    rule = f.FitsRule(headroom=None, error_margin=f.credited_margin(0.9))
+    device = 84.9e9
+    assert not f.fits(device, device, rule)  # a peak at the device total never fits

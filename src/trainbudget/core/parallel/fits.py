@@ -118,6 +118,16 @@ the best estimate of the true peak is under the device total; a higher percentil
 published set has no runs that went out of memory) cannot say which X is right, so choosing it
 by how many of them pass would tune the rule to the set. Stated before counting."""
 
+
+def credited_margin(ratio_percentile: float) -> float:
+    """The margin from the MARGIN_PERCENTILE of measured / predicted peak, never below 1: where
+    the model over-predicts a framework's published rows (a median under 1), crediting that
+    would call a plan fitting whose own predicted device peak exceeds the device total. A
+    verdict stays on the cautious side of the model's own figure; above 1 the correction is
+    taken. (On validate's runs this costs no completed run its "fits".)"""
+    return max(1.0, ratio_percentile)
+
+
 MARGINS_FILE = Path(__file__).with_name("fits_margins.json")
 """The margin table by framework row (scripts/refresh_fits_margins.py writes it from the
 published runs' memory rows; tests/core/parallel/test_fits_margins.py checks it is current), so

@@ -11,7 +11,12 @@ from typing import Any
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.layout import NONE, SELECTIVE, SELECTIVE_OP, PlanNumbers
 from trainbudget.core.parallel.timing.attention_time import AttentionKernel
-from trainbudget.core.parallel.timing.loss_time import UNFUSED_FP32_BYTES_PER_LOGIT, loss_seconds
+from trainbudget.core.parallel.timing.loss_time import (
+    UNFUSED_FP32_BYTES_PER_LOGIT,
+    gathered_logits_copy_seconds,
+    loss_logits,
+    loss_seconds,
+)
 from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.flops import forward_flops, matmul_flops
 from trainbudget.core.single.params import attention_matrices
@@ -324,6 +329,10 @@ class KernelModel:
     kernels_per_layer: int = KERNELS_PER_LAYER_FORWARD
     attention: AttentionKernel | None = None
     loss_extra_bytes: float = LOSS_FP32_TRAFFIC_BYTES
+    loss_whole_vocabulary: bool = False
+    """The head's logits gathered whole to every TP rank before the loss
+    (`loss_kernels.LossKernel.whole_vocabulary`): the loss runs over tokens x V on each rank
+    and DTensor's copies around the gather are timed (`loss_time`)."""
 
 
 ROOFLINE_ONLY = KernelModel()
@@ -653,11 +662,16 @@ def micro_batch_compute(
     recompute = _recompute_per_layer(L, layers, layer, xp, recompute_from_first)
     recompute_largest = _recompute_per_layer(L, largest, layer, xp, recompute_from_first)
     tokens = L.micro_batch * seq_len / L.cp
-    logits = tokens * spec.vocab_size / L.tp  # elements on this GPU (vocab-parallel)
+    whole = kernels.loss_whole_vocabulary
+    logits = loss_logits(tokens, spec.vocab_size, L.tp, whole)  # elements on this GPU
     r = _Roofline(e=e, peak=peak, hbm=hbm, eff=eff, xp=xp, sms=sms, k=kernels)
     head_gemm = r.gemm(tokens, spec.vocab_size / L.tp, spec.d_model)  # vocab-parallel logits
     # the logits read, their gradient written, the loss kernel's fp32 traffic: both passes
     loss = loss_seconds(logits, e, kernels.loss_extra_bytes, hbm * eff.hbm)
+    if whole:  # the gather's copies (the gather itself: comm_time's TP collectives)
+        loss = loss + gathered_logits_copy_seconds(
+            tokens, spec.vocab_size, L.tp, e, hbm * eff.hbm, xp
+        )
     head = (1 + BACKWARD_PER_FORWARD) * head_gemm + loss
     forward = layers * fwd
     backward = layers * (layer_backward + recompute)

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from trainbudget.core.errors import unknown_key
+from trainbudget.core.ops import Ops
 from trainbudget.core.single.activations import FP32_BYTES
 
 UNFUSED_FP32_BYTES_PER_LOGIT = 4 * FP32_BYTES
@@ -82,3 +83,25 @@ def loss_seconds(logits: Any, e: int, extra_bytes_per_logit: float, hbm_rate: fl
     read and their gradient written (e bytes each), and the kernel's extra traffic
     (`loss_extra_bytes_per_logit`), at the achievable HBM rate `hbm_rate` (numbers or arrays)."""
     return logits * (2 * e + extra_bytes_per_logit) / hbm_rate
+
+
+def loss_logits(tokens: Any, vocab: int, tp: Any, whole_vocabulary: bool) -> Any:
+    """Logit elements the loss runs over on one GPU: tokens x V / tp where the loss runs on the
+    vocabulary-parallel logits, tokens x V where the head gathers them whole to every TP rank
+    (`LossKernel.whole_vocabulary`: every rank then runs the same loss over all of them)."""
+    return tokens * vocab / (1 if whole_vocabulary else tp)
+
+
+def gathered_logits_copy_seconds(
+    tokens: Any, vocab: int, tp: Any, e: int, hbm_rate: float, xp: Ops
+) -> Any:
+    """Seconds of the copies DTensor adds around the gather of the head's vocabulary-split
+    logits (ColwiseParallel(output_layouts=Replicate()), torch 2.13): forward, Shard(-1) ->
+    Replicate runs `funcol.all_gather_single(gather_dim=-1)`, whose NCCL all-gather stacks the
+    shards along dim 0, so `_maybe_view_chunk_cat` re-lays them along the vocabulary with a
+    torch.cat (tokens x V read and written; the view shortcut needs a leading dim of tp and
+    nothing between it and the vocabulary); backward, the Replicate gradient goes back to
+    Shard(-1) by `Shard._replicate_to_shard`, a local chunk cloned (tokens x V / tp read and
+    written), no collective. None with one TP rank (nothing is redistributed)."""
+    moved = 2 * tokens * vocab * e * (1 + 1 / tp)  # cat forward, cloned slice backward
+    return xp.where(tp > 1, moved / hbm_rate, 0.0)

@@ -57,6 +57,7 @@ from trainbudget.core.spec.kernel_costs import (
     fp8_matmul_fraction,
     get_fp8_recipe,
 )
+from trainbudget.core.spec.loss_kernels import get_loss_kernel
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision
 
@@ -313,6 +314,7 @@ def _kernel_model(
         loss_extra_bytes=loss_extra_bytes_per_logit(
             framework.loss_kernel, framework.compiled, precision.activation_bytes
         ),
+        loss_whole_vocabulary=get_loss_kernel(framework.loss_kernel).whole_vocabulary,
     )
 
 
