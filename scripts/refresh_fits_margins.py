@@ -68,14 +68,15 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="compare only, write nothing")
     check = parser.parse_args().check
     fresh = computed_json()
-    current = MARGINS_FILE.read_text(encoding="utf-8") if MARGINS_FILE.exists() else ""
+    path = Path(MARGINS_FILE)
+    current = path.read_text(encoding="utf-8") if path.exists() else ""
     if check:
         if fresh != current:
             print(f"{MARGINS_FILE} is out of date: run {REFRESH_COMMAND}")
             return 1
         print(f"{MARGINS_FILE} is up to date")
         return 0
-    MARGINS_FILE.write_text(fresh, encoding="utf-8")
+    Path(MARGINS_FILE).write_text(fresh, encoding="utf-8")
     print(f"wrote {MARGINS_FILE}")
     return 0
 

@@ -27,6 +27,7 @@ def _modules_after(code: str) -> set[str]:
 NUMPY_MODULES = {
     "trainbudget.core.parallel.search.planner_fast",
     "trainbudget.core.parallel.search.product_grid",
+    "trainbudget.core.parallel.search.plan_grid",
 }
 
 

@@ -10,6 +10,7 @@ channel's connection, and the CUDA context pytorch/pytorch PR #86509 measured.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,7 +69,7 @@ def test_the_default_is_the_device_rule_with_the_frameworks_margin() -> None:
     """No --memory-headroom: the device rule, its margin the framework row's stored median;
     a framework without enough memory rows of its own takes every row's."""
     assert f.FitsRule().headroom is None  # core.spec.defaults.DEFAULT_MEMORY_HEADROOM
-    table = json.loads(f.MARGINS_FILE.read_text(encoding="utf-8"))
+    table = json.loads(Path(f.MARGINS_FILE).read_text(encoding="utf-8"))
     for name, row in table["frameworks"].items():
         assert f.rule_for(None, name) == f.FitsRule(headroom=None, error_margin=row["margin"])
     assert f.rule_for(None, "no-such-framework").error_margin == table["all"]["margin"]

@@ -19,7 +19,7 @@ _spec.loader.exec_module(fits_margins)
 
 def test_the_stored_table_is_the_computed_one() -> None:
     stale = f"fits_margins.json is stale: run {fits_margins.REFRESH_COMMAND}"
-    assert MARGINS_FILE.read_text(encoding="utf-8") == fits_margins.computed_json(), stale
+    assert Path(MARGINS_FILE).read_text(encoding="utf-8") == fits_margins.computed_json(), stale
 
 
 def test_a_framework_gets_its_own_margin_only_with_enough_rows() -> None:

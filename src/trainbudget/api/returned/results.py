@@ -13,16 +13,10 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.parallel.fits import (
-    FitsRule,
-    allocated_limit_bytes,
-    fits,
-    n_communicators,
-    verdict_text,
-)
 
 if TYPE_CHECKING:  # annotations only: a one-GPU answer loads no step-time or planner module
     from trainbudget.core.parallel.cluster import Cluster
+    from trainbudget.core.parallel.fits import FitsRule
     from trainbudget.core.parallel.plan import Plan
     from trainbudget.core.parallel.search.plan_space import RankedPlan
     from trainbudget.core.parallel.timing.step_time import StepTime
@@ -59,9 +53,13 @@ class Memory:
 
     @property
     def usable_bytes(self) -> float:
+        from trainbudget.core.parallel.fits import allocated_limit_bytes  # answers only
+
         return allocated_limit_bytes(self.capacity_bytes, self.rule, self.communicators)
 
     def verdict_text(self) -> str:
+        from trainbudget.core.parallel.fits import verdict_text  # answers only
+
         return verdict_text(self.fits, self.capacity_bytes, self.rule, self.communicators)
 
 
@@ -275,6 +273,8 @@ class Quotes:
 
 def plan_memory(r: RankedPlan, cluster: Cluster, rule: FitsRule) -> Memory:
     """A plan's memory: its most loaded GPU at its peak phase (core PlanMemory)."""
+    from trainbudget.core.parallel.fits import n_communicators
+
     m, p = r.memory, r.plan
     return Memory(
         peak_bytes=m.total_bytes,
@@ -304,6 +304,8 @@ state are the optimizer's two halves)."""
 def single_memory(e: SingleEstimate, rule: FitsRule, memory_json: dict) -> Memory:
     """Memory without a plan: one device holding the whole model, or, for dense:N under a
     layout, the model state per GPU (`memory_json`: the answer's memory_bytes)."""
+    from trainbudget.core.parallel.fits import fits
+
     capacity = e.request.hardware.usable_memory_bytes
     peak = memory_json["total"]
     return Memory(

@@ -25,9 +25,9 @@ function takes plain numbers or numpy arrays (the planner's grid).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from trainbudget.core.errors import SpecError
@@ -128,7 +128,7 @@ def credited_margin(ratio_percentile: float) -> float:
     return max(1.0, ratio_percentile)
 
 
-MARGINS_FILE = Path(__file__).with_name("fits_margins.json")
+MARGINS_FILE = os.path.join(os.path.dirname(__file__), "fits_margins.json")
 """The margin table by framework row (scripts/refresh_fits_margins.py writes it from the
 published runs' memory rows; tests/core/parallel/test_fits_margins.py checks it is current), so
 that a plan's verdict costs no prediction of the published runs."""

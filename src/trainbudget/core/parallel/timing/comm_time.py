@@ -21,6 +21,7 @@ from trainbudget.core.parallel.timing.compute_time import (
 )
 from trainbudget.core.single.params import parameter_tensors
 from trainbudget.core.spec.frameworks import GENERIC, Framework
+from trainbudget.core.spec.loss_kernels import get_loss_kernel
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Precision
 
@@ -120,6 +121,7 @@ def communication(
     tokens = L.micro_batch * seq_len / L.cp
     act_msg = tokens * spec.d_model * e  # one layer's activations for one micro-batch
     t_tp = _tensor_parallel(L, span, act_msg, layers, framework, micro_batch, run, xp)
+    t_tp = t_tp + _gathered_logits(spec, L, span, tokens * e, framework, run)
     t_pp = _pipeline(L, span, act_msg, framework, run, xp)
     # CP: K and V around the ring (cp - 1 hops per pass), overlapped with the attention, at
     # their own widths (a KV head shared by several TP ranks is sent whole). MLA exchanges
@@ -180,6 +182,21 @@ def _tensor_parallel(L, span, act_msg, layers, framework, micro_batch, run, xp: 
     # the GEMMs beside the collectives, forward, backward (2 x) and recomputed
     gemms = m * (layers * 3 + recomputed) * micro_batch.linear_seconds
     return tp_exposed_when_pipelined(t_tp, gemms, L.tp, xp)
+
+
+def _gathered_logits(spec, L, span, token_bytes, framework: Framework, run) -> Any:
+    """The head's vocabulary-split logits gathered whole to every TP rank before the loss,
+    where the framework's loss kernel runs on them (`LossKernel.whole_vocabulary`):
+    KempnerForge's TP plan (kempnerforge/distributed/tensor_parallel.py, read at 0c4eba1)
+    parallelizes the head as ColwiseParallel(input_layouts=Shard(1), output_layouts=
+    Replicate()), and DTensor (torch 2.13, placement_types.Shard._to_replicate_tensor)
+    all-gathers the tokens x V x e output once per micro-batch forward. Its backward sends
+    nothing: Replicate -> Shard is a local slice (`Shard._replicate_to_shard`; the copies are
+    timed with the loss, `loss_time.gathered_logits_copy_seconds`). Exposed: it sits between
+    the head's GEMM and the loss."""
+    whole = get_loss_kernel(framework.loss_kernel).whole_vocabulary
+    count = L.grad_accum if whole else 0  # the head runs once per micro-batch (last stage)
+    return run("tp", "all_gather", token_bytes * spec.vocab_size, L.tp, span["tp"], count)
 
 
 def _pipeline(L: PlanNumbers, span: dict, act_msg: Any, framework: Framework, run, xp: Ops):

@@ -32,7 +32,7 @@ from typing import Any
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.layout import ON_GPU, TO_CPU, PlanNumbers, as_numbers
-from trainbudget.core.parallel.memory.parallel_memory import stage_params
+from trainbudget.core.parallel.memory.parallel_memory import rank_params, stage_params
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.timing.attention_time import AttentionKernel
 from trainbudget.core.parallel.timing.comm_time import Communication, communication
@@ -194,7 +194,7 @@ def step_terms(
     mb = micro_batch or micro_batch_terms(spec, L, cluster, framework=framework, xp=xp, **kw)
     stage_mb = mb.stage_seconds
     compute = L.grad_accum * stage_mb
-    stage = stage_params(spec, L, "last", xp)  # the head's stage (the only one when pp = 1)
+    stage = _last_stage_params(spec, L, framework, xp)
     comm = communication(
         spec,
         L,
@@ -234,6 +234,19 @@ def step_terms(
         optimizer_seconds=xp.where(on_gpu, update, cpu_update),
         offload_seconds=offload,
     )
+
+
+def _last_stage_params(spec: ModelSpec, L: PlanNumbers, framework: Framework, xp: Ops):
+    """The head's stage's parameters (the only stage when pp = 1), whose gradients the step
+    reduces, whose weights ZeRO-3 gathers and whose update this GPU runs: `stage_params`'
+    'last', with the token embedding whole on each TP rank where the framework does not split
+    it (`Framework.tp_splits_embedding`: KempnerForge's TP plan leaves it replicated, so FSDP2
+    shards and gathers all V x d of it over the data-parallel group)."""
+    if framework.tp_splits_embedding:
+        return stage_params(spec, L, "last", xp)
+    layers = L.stage_layers(spec.n_layers, "last")
+    one = L.pp == 1  # the last stage holds the embedding only when it is the only one
+    return rank_params(spec, L, layers=layers, first=one, last=True, xp=xp, split_embedding=False)
 
 
 def micro_batch_terms(
