@@ -21,4 +21,3 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if item.get_closest_marker("torch") is not None:
             item.add_marker(skip)
-

@@ -14,7 +14,7 @@ import pytest
 from page_check import assert_self_contained, parse_page
 
 from clirun import cli, cli_json
-from trainbudget.core.parallel.timing.compute_time import DEFAULT_EFFICIENCY
+from trainbudget.core.parallel.timing.efficiency import DEFAULT_EFFICIENCY
 
 pytest.importorskip("matplotlib")
 

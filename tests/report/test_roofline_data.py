@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.timing.compute_time import gemm_shape_efficiency
+from trainbudget.core.parallel.timing.gemm_time import gemm_shape_efficiency
 from trainbudget.core.parallel.timing.step_time import DEFAULT_EFFICIENCY as EFF
 from trainbudget.core.single.intensity import matmul_intensity, ridge_intensity
 from trainbudget.core.spec.hardware import get_hardware

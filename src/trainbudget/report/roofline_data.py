@@ -20,8 +20,8 @@ from trainbudget.core.parallel.plan import Plan
 
 # the step-time model's roofline of one GEMM; private there, used here so that the points sit
 # exactly where the step time puts them rather than on a second copy of the formula
-from trainbudget.core.parallel.timing.compute_time import (
-    Efficiency,
+from trainbudget.core.parallel.timing.efficiency import Efficiency
+from trainbudget.core.parallel.timing.gemm_time import (
     gemm_shape_efficiency,
     matmul_rate_fraction,
     matmul_seconds,

@@ -17,7 +17,7 @@ from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.precision import get_precision
 
 if TYPE_CHECKING:  # the step-time models load with the first plan (a one-GPU estimate has none)
-    from trainbudget.core.parallel.timing.compute_time import Efficiency
+    from trainbudget.core.parallel.timing.efficiency import Efficiency
 
 LAYOUT_FLAGS = (
     "dp",
@@ -66,7 +66,7 @@ def cluster_from_args(args: argparse.Namespace, hardware: Hardware, n_gpus: int)
 def efficiency_from_args(args: argparse.Namespace, hardware: Hardware) -> Efficiency:
     """The step-time efficiencies: measured ones from --calibration, else the defaults."""
     if args.calibration is None:
-        from trainbudget.core.parallel.timing.compute_time import DEFAULT_EFFICIENCY
+        from trainbudget.core.parallel.timing.efficiency import DEFAULT_EFFICIENCY
 
         return DEFAULT_EFFICIENCY
     from trainbudget.core.parallel.timing.calibration import (

@@ -62,11 +62,11 @@ class Hardware:
     """A row built from a benchmark of this machine (no datasheet, so no source URL)."""
     sm_count: int = 0
     """Streaming multiprocessors (AMD: compute units), the slots a GEMM's output tiles fill
-    wave by wave (`compute_time.gemm_shape_efficiency`); 0 = not stated, no wave model."""
+    wave by wave (`gemm_time.gemm_shape_efficiency`); 0 = not stated, no wave model."""
     matmul_fraction: float | None = None
     """Maximum achievable matmul FLOP/s (MAMF: the best of a sweep of large bf16 GEMM shapes,
     clock throttling under sustained load included) over the dense bf16 peak, measured; None
-    where no measurement is cited (`compute_time.DEFAULT_MATMUL_FRACTION` is used)."""
+    where no measurement is cited (`efficiency.DEFAULT_MATMUL_FRACTION` is used)."""
     device_memory_bytes: float | None = None
     """The memory the device gives a process: `torch.cuda.get_device_properties(i).total_memory`,
     cudaMemGetInfo's total (HIP's on AMD), which PyTorch's out-of-memory message prints as "GPU 0
@@ -79,7 +79,7 @@ class Hardware:
     attention_fraction: Mapping[str, float] = field(default_factory=dict, hash=False)
     """Fraction of the dense peak a fused attention kernel sustains, forward and backward
     together, by kernel ('flash2', 'flash3'); a kernel without an entry runs at the 'flash2'
-    figure, or `compute_time.DEFAULT_ATTENTION_FRACTION` without one."""
+    figure, or `efficiency.DEFAULT_ATTENTION_FRACTION` without one."""
 
     def __post_init__(self) -> None:
         for attr in ("dense_flops_per_second", "sparse_flops_per_second"):

@@ -10,22 +10,23 @@ from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.layout import PlanNumbers
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.timing.compute_time import (
-    DEFAULT_EFFICIENCY,
-    DEFAULT_MATMUL_FRACTION,
     FLASH_BLOCK_TOKENS,
     HIDDEN_DROPOUTS,
     LOSS_FP32_TRAFFIC_BYTES,
-    Efficiency,
     attention_projection_seconds,
     causal_tile_fraction,
     dropout_bytes,
     flash_tile_fraction,
-    gemm_shape_efficiency,
     layer_compute,
-    matmul_seconds,
     micro_batch_compute,
     stage_mix,
 )
+from trainbudget.core.parallel.timing.efficiency import (
+    DEFAULT_EFFICIENCY,
+    DEFAULT_MATMUL_FRACTION,
+    Efficiency,
+)
+from trainbudget.core.parallel.timing.gemm_time import gemm_shape_efficiency, matmul_seconds
 from trainbudget.core.parallel.timing.step_time import step_time
 from trainbudget.core.single.flops import forward_flops, matmul_flops
 from trainbudget.core.spec.hardware import get_hardware

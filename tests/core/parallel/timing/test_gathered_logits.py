@@ -14,7 +14,7 @@ from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.layout import PlanNumbers
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.timing.comm import collective_total
-from trainbudget.core.parallel.timing.compute_time import DEFAULT_EFFICIENCY
+from trainbudget.core.parallel.timing.efficiency import DEFAULT_EFFICIENCY
 from trainbudget.core.parallel.timing.loss_time import (
     gathered_logits_copy_seconds,
     loss_extra_bytes_per_logit,

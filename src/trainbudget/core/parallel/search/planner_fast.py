@@ -32,7 +32,7 @@ from trainbudget.core.parallel.search.product_grid import (
     per_distinct_rows,
     product_grid,
 )
-from trainbudget.core.parallel.timing.compute_time import DEFAULT_EFFICIENCY, Efficiency
+from trainbudget.core.parallel.timing.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from trainbudget.core.parallel.timing.step_time import (
     COMPUTE_FIELDS,
     micro_batch_terms,

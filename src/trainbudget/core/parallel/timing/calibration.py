@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.parallel.timing.compute_time import Efficiency
+from trainbudget.core.parallel.timing.efficiency import Efficiency
 from trainbudget.core.spec.hardware import HARDWARE
 
 CALIBRATION_FORMAT = "trainbudget-calibration"

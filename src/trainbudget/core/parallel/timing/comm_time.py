@@ -14,11 +14,8 @@ from trainbudget.core.parallel.memory.gpu_terms import engine_columns
 from trainbudget.core.parallel.memory.parallel_memory import StageParams
 from trainbudget.core.parallel.plan import members_per_node
 from trainbudget.core.parallel.timing.comm import CollectiveTotal, collective_total
-from trainbudget.core.parallel.timing.compute_time import (
-    DEFAULT_EFFICIENCY,
-    MicroBatchCompute,
-    stage_mix,
-)
+from trainbudget.core.parallel.timing.compute_time import MicroBatchCompute, stage_mix
+from trainbudget.core.parallel.timing.efficiency import DEFAULT_EFFICIENCY
 from trainbudget.core.single.params import parameter_tensors
 from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.loss_kernels import get_loss_kernel

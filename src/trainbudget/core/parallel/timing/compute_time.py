@@ -5,12 +5,14 @@ Every function takes numbers for one plan or arrays for the planner's grid (`xp`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.layout import NONE, SELECTIVE, SELECTIVE_OP, PlanNumbers
 from trainbudget.core.parallel.timing.attention_time import AttentionKernel
+from trainbudget.core.parallel.timing.efficiency import Efficiency
+from trainbudget.core.parallel.timing.gemm_time import matmul_seconds
 from trainbudget.core.parallel.timing.loss_time import (
     UNFUSED_FP32_BYTES_PER_LOGIT,
     gathered_logits_copy_seconds,
@@ -20,54 +22,7 @@ from trainbudget.core.parallel.timing.loss_time import (
 from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.flops import forward_flops, matmul_flops
 from trainbudget.core.single.params import attention_matrices
-from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.model_spec import ModelSpec
-
-DEFAULT_MATMUL_FRACTION = 0.80
-"""Large-GEMM fraction of the dense peak for a GPU whose row cites no MAMF measurement: the
-H100 SXM's measured 80 % (hardware.py), the lowest of the NVIDIA parts measured."""
-DEFAULT_ATTENTION_FRACTION = 0.5
-"""Fused-attention fraction of the peak for a GPU whose row cites none: the A100's figure."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Efficiency:
-    """Achievable fractions of the datasheet peaks. One set for every plan and model: they
-    are properties of the GPU and its kernels, not tuned per case (docs/validation.md shows
-    the errors). None: the hardware row's measured figure (`resolved`)."""
-
-    matmul: float | None = None
-    """Fraction of the dense peak that large, well-shaped GEMMs reach on this GPU: a
-    calibration's measured figure (`trainbudget bench`), or None for the row's MAMF
-    (`Hardware.matmul_fraction`). Each GEMM then loses its tile and wave quantization
-    (`gemm_shape_efficiency`)."""
-    in_training: float = 0.85
-    """Share of that rate a training step's GEMMs keep: the epilogues (bias, casts) fused
-    into them and clocks that drop further when memory-bound kernels interleave (the output
-    writes, launch gaps and the CPU's dispatch are timed apart: `EPILOGUE`,
-    KERNELS_PER_LAYER_FORWARD). The one fitted constant: the value of IN_TRAINING_GRID
-    (validation.py) with the smallest mean absolute error over the published runs;
-    docs/validation.md reports the leave-one-source-out error of that choice."""
-    attention: float | None = None
-    """Fraction of the dense peak fused attention sustains, forward and backward; None: the
-    row's figure for the framework's kernel (`Hardware.attention_fraction`)."""
-    hbm: float = 0.85
-    """Fraction of HBM bandwidth memory-bound kernels achieve (STREAM-like copy rates)."""
-
-    def resolved(self, hw: Hardware, kernel: str = "flash2") -> Efficiency:
-        """Every fraction a number: the given ones, else `hw`'s measured ones for `kernel`
-        (a GPU without a figure for it runs the 'flash2' kernel), else the defaults."""
-        matmul = self.matmul
-        if matmul is None:
-            matmul = hw.matmul_fraction or DEFAULT_MATMUL_FRACTION
-        attention = self.attention
-        if attention is None:
-            table = hw.attention_fraction
-            attention = table.get(kernel, table.get("flash2", DEFAULT_ATTENTION_FRACTION))
-        return replace(self, matmul=matmul, attention=attention)
-
-
-DEFAULT_EFFICIENCY = Efficiency()
 
 BACKWARD_PER_FORWARD = 2
 """Backward = 2 x forward FLOPs: the gradients of inputs and of weights (seed 001)."""
@@ -129,90 +84,6 @@ def causal_tile_fraction(seq_len: int) -> float:
     per side, the n (n + 1) / 2 on or below the diagonal of n^2, i.e. (n + 1) / (2 n)."""
     n = math.ceil(seq_len / FLASH_BLOCK_TOKENS)
     return (n + 1) / (2 * n)
-
-
-GEMM_TILE_ROWS, GEMM_TILE_COLS = 256, 128
-"""Output tile of one thread block of a large GEMM: NVIDIA's 'Matrix Multiplication
-Background User's Guide' (docs.nvidia.com/deeplearning/performance/dl-performance-matrix-
-multiplication, 'Tile quantization' and 'Wave quantization') works its A100 example with
-256 x 128 tiles, the largest cuBLAS uses; Hopper's CUTLASS kernels use 128 x 256 (the same
-area, so the same model)."""
-
-
-SPLIT_K_MIN_DEPTH = 512
-"""Shortest slice of the contraction a split-K GEMM gives one thread block (8 iterations of a
-64-deep K tile). A GEMM with fewer output tiles than SMs and a long K -- a weight gradient,
-(in, out) contracted over every token -- is split over K (CUTLASS 'Efficient GEMM in CUDA',
-'Parallelized Reductions': split-K partitions the reduction across thread blocks when M and N
-are small and K large; cuBLAS's heuristics choose it for such shapes), so its slices fill the
-SMs a wave of output tiles alone would leave idle."""
-
-
-def gemm_shape_efficiency(
-    m: Any, n: Any, sms: int, batch: Any = 1, xp: Ops = SCALAR, k: Any = 0
-) -> Any:
-    """Share of the GPU's tile slots a `batch` of (m, n) outputs fills: the tiles they need,
-    batch x ceil(m / 256) x ceil(n / 128), run in waves of one tile per SM; the useful
-    batch x m x n elements over the waves x SMs x tile area the GPU spends (tile quantization:
-    partial tiles at the edges; wave quantization: a last wave that leaves SMs idle). Fewer
-    tiles than SMs over a contraction `k` (0: not given) are split over K into up to
-    sms // tiles slices of at least SPLIT_K_MIN_DEPTH. 1 when `sms` is 0 (not stated)."""
-    if not sms:
-        return 1.0
-    tiles = batch * xp.ceil(m / GEMM_TILE_ROWS) * xp.ceil(n / GEMM_TILE_COLS)
-    # sms // tiles and k // 512 as -ceil(-q), the floor of q = sms / tiles (a quotient of
-    # integers, never rounded across an integer) and q = k / 512 (exact): numpy's floor
-    # division of floats is some 50 times slower than its ceil
-    splits = xp.maximum(1, xp.minimum(-xp.ceil(-(sms / tiles)), -xp.ceil(-(k / SPLIT_K_MIN_DEPTH))))
-    waves = xp.ceil(tiles * splits / sms) / splits
-    return batch * m * n / (waves * sms * GEMM_TILE_ROWS * GEMM_TILE_COLS)
-
-
-def matmul_seconds(
-    flops: Any,
-    m: Any,
-    n: Any,
-    k: Any,
-    e: int,
-    peak: float,
-    hbm: float,
-    eff: Efficiency,
-    xp: Ops = SCALAR,
-    sms: int = 0,
-    batch: Any = 1,
-    fraction: float | None = None,
-    serial_epilogue: bool = False,
-) -> Any:
-    """Roofline of one GEMM shape (m, k) @ (k, n), or a batch of them (attention's per-head
-    GEMMs; `flops` covers the batch): compute at the achievable peak (`eff` resolved, or the
-    large-GEMM `fraction` of this dtype's peak where given) less the shape's tile and wave
-    quantization on `sms` SMs, or the bytes of both operands and the result at the achievable
-    HBM bandwidth, whichever is slower. `serial_epilogue`: the output written after the
-    K loop, not beside it (`EPILOGUE`), adds its bytes at the HBM rate."""
-    bytes_moved = e * (m * k + k * n + m * n)
-    share = matmul_rate_fraction(eff) if fraction is None else fraction * eff.in_training
-    rate = peak * share * gemm_shape_efficiency(m, n, sms, batch, xp, k)
-    compute = flops / rate
-    if serial_epilogue:
-        compute = compute + flops / (2 * m * n * k) * e * m * n / hbm
-    return xp.maximum(compute, flops / (2 * m * n * k) * bytes_moved / (hbm * eff.hbm))
-
-
-EPILOGUE = (
-    "a Hopper or Ampere GEMM tile writes its output only after its K loop: a GEMM of "
-    "contraction k then keeps k / (k + K_half) of the large-GEMM rate, K_half = e_out x "
-    "fraction x peak / (2 x HBM bytes/s) (237 for bf16, 419 for FP8 on H100 SXM) -- the "
-    "same as adding the output's bytes at the HBM rate; no fitted parameter, it reproduces "
-    "DeepGEMM's FP8 K sweep on H800 within -4.1 to +4.8 % (core.spec.kernel_costs, "
-    "DEEPGEMM_K_SWEEP); Blackwell overlaps it (kernel_costs.EPILOGUE_OVERLAPPED)"
-)
-
-
-def matmul_rate_fraction(eff: Efficiency) -> float:
-    """The fraction of the dense peak a well-shaped GEMM runs at inside a training step."""
-    if eff.matmul is None:
-        raise ValueError("Efficiency.matmul is None: resolve it against the hardware first")
-    return eff.matmul * eff.in_training
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -38,12 +38,11 @@ from trainbudget.core.parallel.timing.attention_time import AttentionKernel
 from trainbudget.core.parallel.timing.comm_time import Communication, communication
 from trainbudget.core.parallel.timing.compute_time import (
     BACKWARD_PER_FORWARD,
-    DEFAULT_EFFICIENCY,
-    Efficiency,
     KernelModel,
     MicroBatchCompute,
     micro_batch_compute,
 )
+from trainbudget.core.parallel.timing.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from trainbudget.core.parallel.timing.loss_time import loss_extra_bytes_per_logit
 from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.flops import forward_flops
