@@ -124,6 +124,9 @@ class Comparison:
     measured_seconds: float
     predicted_seconds: float
     predicted_memory_bytes: float
+    """The allocated peak: the step's (plan_memory), or all the weights where the run's code
+    puts the unsharded model on every GPU at start-up and that is more
+    (PublishedRun.whole_model_on_gpu_at_init)."""
     gpu_memory_bytes: float
     """The memory the GPU gives the process (Hardware.usable_memory_bytes): the fits capacity."""
     measured_memory_bytes: float | None = None
@@ -229,6 +232,9 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
     # default, as the CLI does (tests/test_validation.py holds the two equal)
     t = step_time(spec, plan, cluster, efficiency=efficiency, **kw)
     mem = plan_memory(spec, plan, **kw)
+    peak = mem.total_bytes
+    if run.whole_model_on_gpu_at_init:  # start-up's high-water mark: every weight, unsharded
+        peak = max(peak, count_params(spec).total * prec.weight_bytes)
     return Comparison(
         run_id=run.id,
         source_key=run.source_key,
@@ -239,7 +245,7 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
         layout=plan.describe(),
         measured_seconds=measured,
         predicted_seconds=t.step_seconds,
-        predicted_memory_bytes=mem.total_bytes,
+        predicted_memory_bytes=peak,
         gpu_memory_bytes=hw.usable_memory_bytes,
         measured_memory_bytes=run.measured.memory_bytes_per_gpu,
         memory_measure=run.measured.memory_measure,

@@ -211,6 +211,13 @@ class PublishedRun:
     (Megatron's --tp-comm-overlap, NeMo's ub_tp_comm_overlap): `Framework.tp_comm_overlap`."""
     compiled: bool = False
     """The run's script wraps the model, loss included, in torch.compile: `Framework.compiled`."""
+    whole_model_on_gpu_at_init: bool = False
+    """The run's code builds the whole model off the GPU and hands it to an engine that moves it
+    onto every GPU before sharding it (DeepSpeed's `deepspeed.initialize` without
+    `deepspeed.zero.Init`: the engine's `_configure_distributed_model` calls `module.to(device)`
+    on the unsharded module), so every GPU holds all the weights once, at start-up. A peak
+    figure that is a high-water mark since start-up (`max_memory_reserved` never reset) cannot
+    be below them: `validation.compare` takes the larger of that and the step's peak."""
     attention_kernel: str = ""
     """The fused attention kernel the run used (hardware.ATTENTION_KERNELS) where its code pins
     one the framework row does not: the first FlashAttention of flash-attn before 2.0; ''
