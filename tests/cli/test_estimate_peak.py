@@ -10,6 +10,7 @@ import pytest
 
 from clirun import cli_json
 from trainbudget.cli.plan.estimate_cmd import to_json
+from trainbudget.core.parallel.fits import rule_for
 from trainbudget.core.single.estimate import EstimateRequest, estimate
 from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.hardware import get_hardware
@@ -37,7 +38,9 @@ def test_estimate_json_peak_is_training_peak(case) -> None:
     req = EstimateRequest(
         model=case.spec, hardware=get_hardware("h100-sxm"), flash_attention=True, **_step(case)
     )
-    out = to_json(estimate(req))
+    out = to_json(
+        estimate(req), rule_for(None, "generic")
+    )  # the default rule: no --memory-headroom
     peak = training_peak(case.spec, **_step(case))
     mem = out["memory_bytes"]
     assert mem["total"] == pytest.approx(peak.total_bytes, rel=1e-9)

@@ -144,12 +144,14 @@ def test_an_engine_that_cannot_carry_the_plan_says_why_on_the_page(page, base_ur
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    page.get(f"{base_url}/?model=llama-3-8b&tokens=1T&gpus=8")
-    page.wait(lambda: shows(page, cli_json("estimate", *QUESTION, "--gpus", "8")))
+    # at 16K tokens a sequence the best plan on 8 GPUs uses context parallelism (dp4 cp2)
+    page.get(f"{base_url}/?model=llama-3-8b&tokens=1T&gpus=8&seq_len=16384")
+    long_question = (*QUESTION, "--gpus", "8", "--seq-len", "16384")
+    page.wait(lambda: shows(page, cli_json("estimate", *long_question)))
     row = page.find_element(By.CSS_SELECTOR, '#plans tr[data-rank="0"]')
     Select(row.find_element(By.CSS_SELECTOR, "select.engine")).select_by_value("deepspeed")
     row.find_element(By.CSS_SELECTOR, "button.emit").click()
-    code, _, err = cli("plan", *QUESTION, "--gpus", "8", "--emit", "deepspeed")
+    code, _, err = cli("plan", *long_question, "--emit", "deepspeed")
     assert code == 2  # the best plan uses context parallelism, which DeepSpeed has not
     page.wait(lambda: "trainbudget plan: error: " + text(page, "#top-error") == err.strip())
     assert page.execute_script("return document.body.dataset.state") == "ready"  # not stale
