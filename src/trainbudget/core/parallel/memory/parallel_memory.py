@@ -84,10 +84,15 @@ STAGES = ("first", "middle", "last", "only")
 
 
 def stage_params(
-    spec: ModelSpec, plan: Plan | PlanNumbers, stage: str, xp: Ops = SCALAR
+    spec: ModelSpec,
+    plan: Plan | PlanNumbers,
+    stage: str,
+    xp: Ops = SCALAR,
+    split_embedding: bool = True,
 ) -> StageParams:
     """`rank_params` of a named stage: 'first' holds the embeddings, 'last' the final norm and
-    head, 'middle' neither; with pp = 1 the one stage ('only', or any name) holds both."""
+    head, 'middle' neither; with pp = 1 the one stage ('only', or any name) holds both.
+    `split_embedding`: as `rank_params` (Framework.tp_splits_embedding)."""
     if stage not in STAGES:
         raise unknown_key("stage", stage, STAGES)
     L = as_numbers(plan)
@@ -95,7 +100,9 @@ def stage_params(
     one = L.pp == 1
     first = (stage in ("first", "only")) | one
     last = (stage in ("last", "only")) | one
-    return rank_params(spec, L, layers=layers, first=first, last=last, xp=xp)
+    return rank_params(
+        spec, L, layers=layers, first=first, last=last, xp=xp, split_embedding=split_embedding
+    )
 
 
 def rank_params(

@@ -32,7 +32,7 @@ from typing import Any
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.layout import ON_GPU, TO_CPU, PlanNumbers, as_numbers
-from trainbudget.core.parallel.memory.parallel_memory import rank_params, stage_params
+from trainbudget.core.parallel.memory.parallel_memory import stage_params
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.timing.attention_time import AttentionKernel
 from trainbudget.core.parallel.timing.comm_time import Communication, communication
@@ -241,11 +241,7 @@ def _last_stage_params(spec: ModelSpec, L: PlanNumbers, framework: Framework, xp
     'last', with the token embedding whole on each TP rank where the framework does not split
     it (`Framework.tp_splits_embedding`: KempnerForge's TP plan leaves it replicated, so FSDP2
     shards and gathers all V x d of it over the data-parallel group)."""
-    if framework.tp_splits_embedding:
-        return stage_params(spec, L, "last", xp)
-    layers = L.stage_layers(spec.n_layers, "last")
-    one = L.pp == 1  # the last stage holds the embedding only when it is the only one
-    return rank_params(spec, L, layers=layers, first=one, last=True, xp=xp, split_embedding=False)
+    return stage_params(spec, L, "last", xp, split_embedding=framework.tp_splits_embedding)
 
 
 def micro_batch_terms(
