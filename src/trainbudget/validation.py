@@ -192,6 +192,7 @@ RUN_FRAMEWORK_ROWS = {
     "pytorch-fsdp": "pytorch-fsdp1",
     "pytorch-fsdp2": "torchtitan",
     "kempnerforge": "kempnerforge",
+    "nanotron": "nanotron",
 }
 
 

@@ -28,7 +28,7 @@ def test_table_names():
     assert set(FRAMEWORKS) == {
         "generic", "megatron", "torchtitan", "deepspeed", "pytorch-fsdp1",
         "megatron-legacy", "deepspeed-2021", "trainbudget", "nemo-1", "nemo-1-bf16-grads",
-        "nemo-1-bf16-adam", "nemo-2", "megatron-bridge-perf", "kempnerforge",
+        "nemo-1-bf16-adam", "nemo-2", "megatron-bridge-perf", "kempnerforge", "nanotron",
     }  # fmt: skip
     for name, fw in FRAMEWORKS.items():
         assert fw.name == name and fw.description and fw.sources
@@ -53,6 +53,10 @@ def test_megatron():
     # distributed_data_parallel.py: bucket_size = max(40000000, 1000000 * dp) parameters, fp32
     assert fw.bucket_bytes == 40_000_000 * 4
     assert fw.runtime_overhead_bytes == 0  # not sourced
+    # arguments.py --no-overlap-p2p-communication (store_false): overlap_p2p_comm on under the
+    # interleaved schedule; NeMo's rows inherit it (megatron_comm_overlap.py: vp_size > 1)
+    assert fw.overlaps_p2p_interleaved
+    assert all(get_framework(n).overlaps_p2p_interleaved for n in ("nemo-1", "nemo-2"))
 
 
 def test_torchtitan():
@@ -81,6 +85,8 @@ def test_deepspeed():
     assert fw.runtime_overhead_bytes == 0  # not sourced
     # parameter_offload.py: the recomputed forward runs the sub-module fetch hooks again
     assert fw.regathers_for_recompute and not fw.gather_copy_out
+    # zero/stage_1_and_2.py step(): all_gather_dp_groups after the update, in the same call
+    assert fw.param_gather_after_step and fw.param_gather_bytes is None
 
 
 def test_pytorch_fsdp1():
@@ -217,3 +223,62 @@ def test_per_tensor_zero3_pays_every_collective_and_its_latency():
     tensors = 12 * 96 + 4  # token and position embeddings, the final norm's weight and bias
     added = old.comm_seconds["zero3_gather"] - new.comm_seconds["zero3_gather"]
     assert added == pytest.approx(3 * (tensors - 96) * latency, rel=1e-6)
+
+
+def test_nanotron():
+    fw = get_framework("nanotron")
+    # nanotron c2528430 examples/config_tiny_llama.yaml: accumulate_grad_in_fp32: true; the
+    # FP32GradientAccumulator's buffer is fp32 and is what DP reduces
+    assert fw.grad_reduce_bytes == 4 and fw.main_grad_bytes == 4
+    # gradient_accumulator.py _accumulate_grad: fp32_grad.add_(half_param.grad) after each
+    # backward: the bf16 gradient read (2), the fp32 buffer read and written (4 + 4)
+    assert fw.grad_accumulation_bytes == 2 + 4 + 4
+    # trainer.py: no DDP under ZeRO with fp32 accumulation, one all-reduce after the backward;
+    # zero.py: the optimizer's fp32 parameters gathered inside step()
+    assert fw.sharded_grads_all_reduced_after_backward
+    assert fw.param_gather_after_step and fw.param_gather_bytes == 4
+    assert not fw.overlaps_p2p_interleaved
+
+
+def test_fp32_accumulation_adds_its_bytes_to_every_micro_batch():
+    """The nanotron row's accumulation: 10 bytes per parameter of the stage per micro-batch,
+    at the HBM rate the step's memory-bound kernels get, on top of the generic row's compute
+    (the memory- and compute-bound terms both read the same hardware row)."""
+    from trainbudget.core.parallel.timing.efficiency import DEFAULT_EFFICIENCY
+
+    hw = get_hardware("h100-sxm")
+    cluster = Cluster(hardware=hw, n_gpus=8, gpus_per_node=8)
+    plan = Plan(dp=8, grad_accum=4)
+    fw = dataclasses.replace(GENERIC, grad_accumulation_bytes=10)
+    base = step_time(GPT, plan, cluster, framework=GENERIC, **KW).compute_seconds
+    more = step_time(GPT, plan, cluster, framework=fw, **KW).compute_seconds
+    rate = hw.hbm_bytes_per_second * DEFAULT_EFFICIENCY.resolved(hw, "flash2").hbm
+    assert more - base == pytest.approx(4 * count_params(GPT).total * 10 / rate, rel=1e-6)
+
+
+def test_a_gather_inside_the_step_is_exposed_whole():
+    """ZeRO-1: the generic row hides the gather of the updated weights behind the next
+    forward; a row that gathers inside the optimizer step (DeepSpeed's all_gather_dp_groups)
+    pays all of it, and one that all-reduces the gradients after the backward (nanotron) pays
+    that too."""
+    cluster = Cluster(hardware=A100, n_gpus=64, gpus_per_node=8)
+    plan = Plan(dp=64, zero=1, grad_accum=2)
+    hidden = step_time(GPT, plan, cluster, framework=GENERIC, **KW)
+    late = dataclasses.replace(GENERIC, param_gather_after_step=True)
+    t = step_time(GPT, plan, cluster, framework=late, **KW)
+    gather = t.comm_seconds["dp_param_gather"]
+    assert gather == pytest.approx(hidden.comm_seconds["dp_param_gather"])
+    assert t.breakdown_seconds["dp_comm"] > gather > hidden.breakdown_seconds["dp_comm"]
+    both = dataclasses.replace(late, sharded_grads_all_reduced_after_backward=True)
+    t2 = step_time(GPT, plan, cluster, framework=both, **KW)
+    # one all-reduce of the whole gradient, exposed with the gather
+    assert t2.comm_bytes["dp_grad_reduce"] == pytest.approx(2 * t.comm_bytes["dp_grad_reduce"])
+    exposed = t2.comm_seconds["dp_grad_reduce"] + t2.comm_seconds["dp_param_gather"]
+    assert t2.breakdown_seconds["dp_comm"] == pytest.approx(exposed)
+
+
+def test_bad_gather_bytes_is_one_line_error():
+    with pytest.raises(SpecError, match="param_gather_bytes"):
+        dataclasses.replace(GENERIC, param_gather_bytes=3)
+    with pytest.raises(SpecError, match="grad_accumulation_bytes"):
+        dataclasses.replace(GENERIC, grad_accumulation_bytes=-1)

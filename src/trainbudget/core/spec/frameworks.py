@@ -62,6 +62,29 @@ class Framework:
     --tp-comm-overlap with Transformer Engine's userbuffers, NeMo's ub_tp_comm_overlap; off by
     default in both), timed by `comm_time.tp_exposed_when_pipelined`; `--tp-comm-overlap`
     turns it on for any row."""
+    param_gather_after_step: bool = False
+    """ZeRO-1/2: the gather of the updated weights runs inside the optimizer step, after the
+    update, with nothing to hide behind (DeepSpeed's stage_1_and_2 step: all_gather_dp_groups;
+    nanotron's ZeroDistributedOptimizer.step: _all_gather_params). False: it overlaps the next
+    step's first forward (Megatron-Core's overlap_param_gather, on in NeMo)."""
+    param_gather_bytes: int | None = None
+    """Bytes per element of that gather; None: the precision's weight bytes (nanotron gathers
+    its fp32 master weights: 4)."""
+    sharded_grads_all_reduced_after_backward: bool = False
+    """ZeRO-1/2: the gradients are all-reduced whole once the last backward has ended, not
+    reduce-scattered in buckets during it (nanotron with fp32 accumulation under ZeRO: no DDP
+    wrapper, FP32GradientAccumulator.sync_gradients_across_dp(reduce_scatter=False) after the
+    pipeline): exposed in full."""
+    grad_accumulation_bytes: float = 0.0
+    """HBM bytes per parameter each micro-batch's backward moves to accumulate its gradients
+    outside the GEMMs, in series with the compute (nanotron's FP32GradientAccumulator: after
+    each backward, per parameter, fp32_grad.add_(bf16 grad): 2 + 4 + 4 = 10). 0: the GEMM
+    accumulates in place (Megatron's gradient_accumulation_fusion) or nothing is counted."""
+    overlaps_p2p_interleaved: bool = False
+    """Under the interleaved schedule (vpp > 1) the pipeline's sends and receives of the 1F1B
+    steady state run beside the compute of other chunks; those of the warm-up and the
+    cool-down stay exposed (Megatron-Core's overlap_p2p_comm, `comm_time.p2p_exposed_share`).
+    Off: every send waits."""
     recompute_every_from_first: bool = True
     """How `--recompute-every K` counts the layers it recomputes: from the first (layers 1,
     K + 1, ...: ceil(L / K) of a stage's L, the convention of trainbudget's own plans), or, as
@@ -140,7 +163,10 @@ class Framework:
         check_engines(self.name, self.engines)
         get_fp8_recipe(self.fp8_recipe)
         get_loss_kernel(self.loss_kernel)
-        for field in ("bucket_bytes", "runtime_overhead_bytes"):
+        if self.param_gather_bytes not in (None, 1, 2, 4):
+            rule = "must be 1, 2, 4 or None"
+            raise SpecError(f"{self.name}.param_gather_bytes", self.param_gather_bytes, rule)
+        for field in ("bucket_bytes", "runtime_overhead_bytes", "grad_accumulation_bytes"):
             if not getattr(self, field) >= 0:
                 raise SpecError(f"{self.name}.{field}", getattr(self, field), "must be >= 0")
 
@@ -188,6 +214,7 @@ MEGATRON = Framework(
     attention_kernel="cudnn",
     kernels_per_layer_forward=MEGATRON_TE_LAYER_KERNELS,
     fp8_weight_cache_bytes=2,
+    overlaps_p2p_interleaved=True,
     description="Megatron-LM / Megatron-Core (NeMo on it): bf16 runs keep an fp32 main_grad "
     "buffer, accumulate micro-batches into it and reduce it in fp32 once per step, in buckets of "
     "40M parameters; Transformer Engine's fused attention (cuDNN on Hopper); runtime overhead "
@@ -220,6 +247,15 @@ MEGATRON = Framework(
         "default); Transformer Engine v1.8 module/linear.py then casts the weight with "
         "get_fp8_workspace(cache_name='weight', with_transpose=...), a uint8 Float8Tensor and "
         "its cached transpose kept in module._fp8_workspaces (module/base.py) for the run",
+        "overlaps_p2p_interleaved: megatron/training/arguments.py --no-overlap-p2p-"
+        "communication (store_false: overlap_p2p_comm on unless turned off), forced off when "
+        "the schedule is not interleaved; NeMo 2 nemo/lightning/pytorch/callbacks/"
+        "megatron_comm_overlap.py sets overlap_p2p_comm=True, batch_p2p_comm=False when "
+        "virtual_pipeline_model_parallel_size > 1; NeMo-Framework-Launcher's yaml with a "
+        "virtual pipeline (gpt3 175b, 40b_16k-64k, llama2 13b/70b, llama3 70b, llama3.1 "
+        "70b/405b, nemotron 22b/340b, mixtral 8x7b) all set overlap_p2p_comm: True; NeMo docs "
+        "features/optimizations/communication_overlap.rst: 'The PP communications in pipeline "
+        "fill and flush are still exposed'",
     ),
 )
 
@@ -262,6 +298,7 @@ DEEPSPEED = Framework(
     reduce_every_micro_batch=True,
     regathers_for_recompute=True,
     bucket_bytes=DEEPSPEED_BUCKET_ELEMENTS * 2,
+    param_gather_after_step=True,
     description="DeepSpeed ZeRO (Megatron-DeepSpeed, GPT-NeoX on it): bf16 gradients "
     "accumulated and reduced in the model dtype by default; ZeRO-2/3 reduce every micro-batch, "
     "ZeRO 0-1 at the accumulation boundary; 5e8-element (1 GB in bf16) reduce buckets; runtime "
@@ -278,6 +315,10 @@ DEEPSPEED = Framework(
         "pre_sub_module_forward_function on every sub-module; the recomputed forward of an "
         "activation checkpoint runs it again (under no_grad), which fetches the partitioned "
         "parameters (DeepSpeed issue #4784 traces this path with ZeRO++)",
+        "param_gather_after_step: deepspeed/runtime/zero/stage_1_and_2.py step(): each "
+        "group's _optimizer_step, the fp32 partition copied into the bit16 one, then "
+        "all_gather_dp_groups of the bit16 groups inside the same call (its "
+        "OPTIMIZER_ALLGATHER_TIMER)",
     ),
 )
 
@@ -303,6 +344,7 @@ MEGATRON_LEGACY = replace(
     MEGATRON,
     name="megatron-legacy",
     pipeline_scatter_gather=True,
+    overlaps_p2p_interleaved=False,
     historical=True,
     description="Megatron-LM from February 2021 until its pipeline code moved into "
     "Megatron-Core (March 2023), the code of Narayanan et al. 2021 and Korthikanti et al. 2022: "
@@ -319,6 +361,9 @@ MEGATRON_LEGACY = replace(
         "megatron/core/pipeline_parallel, without the scatter/gather",
         "Narayanan et al. 2021 (arXiv 2104.04473) Sec. 4.1 and Sec. 5.1: 'we use the "
         "interleaved pipeline schedule with the scatter/gather optimization enabled'",
+        "overlaps_p2p_interleaved off: overlap_p2p_comm is Megatron-Core's option (ModelParallel"
+        "Config); whether the 2021-22 code overlapped its sends was not read, so these rows "
+        "keep every send exposed, as they were validated",
     ),
 )
 
@@ -479,6 +524,37 @@ KEMPNERFORGE = Framework(
     ),
 )
 
+NANOTRON = Framework(
+    name="nanotron",
+    engines=NEUTRAL_ENGINES,
+    grad_reduce_bytes=4,
+    main_grad_bytes=4,
+    param_gather_after_step=True,
+    param_gather_bytes=4,
+    sharded_grads_all_reduced_after_backward=True,
+    grad_accumulation_bytes=10,
+    description="Hugging Face nanotron with accumulate_grad_in_fp32 (its example configs' "
+    "setting): bf16 weights, an fp32 gradient buffer every micro-batch's bf16 gradients are "
+    "added to after its backward, reduced in fp32 (overlapped through DDP's hook under ZeRO 0, "
+    "all-reduced whole after the backward under ZeRO-1), the fp32 master weights gathered "
+    "after the update; runtime overhead not sourced (0)",
+    sources=(
+        "nanotron c2528430 (2025-03-10, the benchmark's commit) examples/config_tiny_llama.yaml "
+        "and the sweep's base config examples/config_tiny_llama_bench.yaml (67c5ebb6): "
+        "accumulate_grad_in_fp32: true, dtype bfloat16, ddp_bucket_cap_mb 25",
+        "src/nanotron/trainer.py: make_ddp = dp > 1 and not (accumulate_grad_in_fp32 and "
+        "zero_stage > 0); without DDP, training_step calls sync_gradients_across_dp(..., "
+        "reduce_scatter=False) after train_batch_iter: FP32GradientAccumulator."
+        "sync_gradients_across_dp all-reduces the contiguous fp32 gradient buffer",
+        "src/nanotron/optim/gradient_accumulator.py: backward() runs loss.backward(), then "
+        "_accumulate_grad for every parameter: fp32_grad.add_(half_param.grad); under DDP "
+        "get_fp32_accum_hook adds each bucket and all-reduces it in fp32 during the backward",
+        "src/nanotron/optim/zero.py ZeroDistributedOptimizer.step: super().step(), then "
+        "_all_gather_params over the optimizer's (fp32, from OptimizerFromGradientAccumulator) "
+        "parameters",
+    ),
+)
+
 TRAINBUDGET = Framework(
     name="trainbudget",
     engines=("single", "ddp", "ddp+zero-redundancy", "fsdp2-no-reshard", "fsdp2"),
@@ -498,7 +574,7 @@ FRAMEWORKS = MappingProxyType(
         for f in (
             GENERIC, MEGATRON, TORCHTITAN, DEEPSPEED, PYTORCH_FSDP1, MEGATRON_LEGACY,
             DEEPSPEED_2021, NEMO_1, NEMO_1_BF16_GRADS, NEMO_1_BF16_ADAM,
-            NEMO_2, MEGATRON_BRIDGE_PERF, KEMPNERFORGE, TRAINBUDGET,
+            NEMO_2, MEGATRON_BRIDGE_PERF, KEMPNERFORGE, NANOTRON, TRAINBUDGET,
         )
     }
 )  # fmt: skip

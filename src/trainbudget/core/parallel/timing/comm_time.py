@@ -205,7 +205,26 @@ def _pipeline(L: PlanNumbers, span: dict, act_msg: Any, framework: Framework, ru
     p2p = act_msg / xp.where(L.sp | scatter, L.tp, 1)
     t_pp = run("pp", "send_recv", p2p, L.pp, span["pp"], crossings)
     regather = xp.where(scatter & (L.pp > 1), crossings, 0)
-    return t_pp + run("pp", "all_gather", act_msg, L.tp, span["tp"], regather)
+    t_pp = t_pp + run("pp", "all_gather", act_msg, L.tp, span["tp"], regather)
+    if not framework.overlaps_p2p_interleaved:
+        return t_pp
+    exposed = t_pp * p2p_exposed_share(L.pp, L.vpp, L.grad_accum, xp)
+    return exposed + overlap_cost(t_pp - exposed)  # the hidden sends slow the compute beside
+
+
+def p2p_exposed_share(pp: Any, vpp: Any, micro_batches: Any, xp: Ops = SCALAR) -> Any:
+    """Share of the pipeline's sends that stay exposed when the interleaved schedule overlaps
+    them (`Framework.overlaps_p2p_interleaved`): those of the warm-up forwards and the
+    cool-down backwards, the rest run beside the 1F1B steady state's compute. The first stage
+    (the longest warm-up) sets it: Megatron-Core's interleaved schedule warms up
+    2 (pp - 1) + (vpp - 1) pp of its vpp x m chunk passes (megatron/core/pipeline_parallel/
+    schedules.py, get_pp_rank_microbatches: (pp - rank - 1) x 2 + (num_model_chunks - 1) x
+    microbatch_group_size_per_vp_stage, the group size pp by default), all of them when
+    m == pp. Without interleaving (vpp 1) every send is exposed, as Megatron turns the
+    overlap off there."""
+    warmup = 2 * (pp - 1) + (vpp - 1) * pp
+    share = xp.minimum(1.0, warmup / (vpp * micro_batches))
+    return xp.where((vpp > 1) & (micro_batches != pp), share, 1.0)
 
 
 def _data_parallel(
@@ -234,6 +253,10 @@ def _data_parallel(
         )
         groups.append((stage.experts, dp_group // L.ep, e_pn, e_shard, e_shard_pn, e_shard))
     sharded = z > 0
+    # ZeRO-1/2 gradients all-reduced whole after the backward (`Framework.
+    # sharded_grads_all_reduced_after_backward`), not reduce-scattered during it
+    late_grads = sharded & (z < 3) & framework.sharded_grads_all_reduced_after_backward
+    scattered = sharded & xp.not_(late_grads)
     # an engine that keeps the stage's parameters unsharded under torch's pipelining (FSDP2:
     # pipelining/stage.py turns resharding and gradient sync off for every micro-batch)
     # gathers them once and reduce-scatters the gradients once per step
@@ -249,11 +272,13 @@ def _data_parallel(
     # collectives per pass under ZeRO-3: one per layer, or one per parameter tensor
     per_layer = parameter_tensors(spec) / spec.n_layers if framework.zero3_serial_per_tensor else 1
     units = xp.where(z == 3, layers * per_layer, 1)
-    rs_count = sharded * reductions * units
+    rs_count = scattered * reductions * units
+    gather_bytes = framework.param_gather_bytes or wb
     t_grad = t_gather = 0.0
     for n, size, pn, s, s_pn, part in groups:
         grads = n * gb
-        t_grad = t_grad + run("dp_grad_reduce", "all_reduce", grads, size, pn, xp.not_(sharded) * 1)
+        whole = xp.not_(scattered) * 1
+        t_grad = t_grad + run("dp_grad_reduce", "all_reduce", grads, size, pn, whole)
         per_unit = grads / units
         t_grad = t_grad + run("dp_grad_reduce", "reduce_scatter", per_unit, s, s_pn, rs_count)
         t_grad = t_grad + run(
@@ -261,11 +286,19 @@ def _data_parallel(
             rs_count,
         )  # fmt: skip
         t_gather = t_gather + run(
-            "dp_param_gather", "all_gather", per_unit * (wb / gb), s, s_pn, gathers * units
-        )
+            "dp_param_gather", "all_gather", per_unit * (gather_bytes / gb), s, s_pn,
+            gathers * units,
+        )  # fmt: skip
     params = stage.dense + stage.experts
-    step = _step_exposed(t_grad, t_gather, reductions, framework.bucket_bytes / (params * gb),
-                         sharded, every, micro_batch, compute_seconds, xp)  # fmt: skip
+    # what waits for the backward's end or runs inside the optimizer step: exposed whole
+    late_gather = sharded & (z < 3) & framework.param_gather_after_step
+    late = xp.where(late_grads, t_grad, 0.0) + xp.where(late_gather, t_gather, 0.0)
+    early_grad = xp.where(late_grads, 0.0, t_grad)
+    early_gather = xp.where(late_gather, 0.0, t_gather)
+    step = late + _step_exposed(
+        early_grad, early_gather, reductions, framework.bucket_bytes / (params * gb),
+        sharded & xp.not_(late_gather), every, micro_batch, compute_seconds, xp,
+    )  # fmt: skip
     layer = _layer_exposed(t_grad, t_gather, per_mb, reductions, m, layers, micro_batch, xp)
     total = t_grad + t_gather
     # never less than what the whole step's compute cannot cover; all of it where the

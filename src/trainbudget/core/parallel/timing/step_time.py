@@ -192,8 +192,11 @@ def step_terms(
     kw = dict(seq_len=seq_len, precision=precision, efficiency=efficiency, causal=causal)
     mb = micro_batch or micro_batch_terms(spec, L, cluster, framework=framework, xp=xp, **kw)
     stage_mb = mb.stage_seconds
-    compute = L.grad_accum * stage_mb
     stage = _last_stage_params(spec, L, framework, xp)
+    # gradients accumulated outside the GEMMs after every micro-batch's backward
+    # (`Framework.grad_accumulation_bytes`): the stage's parameters, unsharded
+    accumulate = (stage.dense + stage.experts) * framework.grad_accumulation_bytes
+    compute = L.grad_accum * (stage_mb + accumulate / (hbm * eff.hbm))
     comm = communication(
         spec,
         L,
