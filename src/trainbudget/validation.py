@@ -189,10 +189,12 @@ RUN_FRAMEWORK_ROWS = {
     "megatron-deepspeed": "deepspeed",
     "megatron-deepspeed-2021": "deepspeed-2021",
     "deepspeed": "deepspeed",
+    "deepspeed-0.19.2": "deepspeed-0.19.2",
     "pytorch-fsdp": "pytorch-fsdp1",
     "pytorch-fsdp2": "torchtitan",
     "kempnerforge": "kempnerforge",
     "nanotron": "nanotron",
+    "internlm-2023": "internlm-2023",
 }
 
 

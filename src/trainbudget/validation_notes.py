@@ -85,26 +85,32 @@ _COMPILED_SMALL = (
 _INTERNLM_FEW_MICRO_BATCHES = (
     "InternLM's data-parallel traffic at 512-1024 GPUs on few micro-batches: two rows that "
     "differ only in the micro-batch count (1024 GPUs, mb2x1 and mb2x2, no checkpointing) put a "
-    "fixed 0.58 s on every step, where the model exposes 0.05 s of its 0.29 s of gradient "
-    "reduce-scatter, replica all-reduce and parameter gather (the rest hidden behind the "
-    "backward). The cluster's 4 x 100 Gb/s RoCE a node (6.25 GB/s a GPU, a quarter of the "
-    "catalog's a100-80gb row) moves these rows 2-5 points (tests/published/test_internlm.py); "
-    "what else keeps the reduction exposed is not identified"
+    "fixed 0.58 s on every step. Timed from the trainer's code (framework row internlm-2023): "
+    "the unfused optimizer step (0.07 s), the shard broadcast after it and the gradient "
+    "reduction, 0.09 s exposed of 0.29 s of collectives (the rest hidden behind the last "
+    "backward). Its hooks synchronize the device before every bucket's all-reduce, which the "
+    "model does not time; the cluster's 4 x 100 Gb/s RoCE a node (6.25 GB/s a GPU, a quarter "
+    "of the catalog's a100-80gb row) moves these rows 3-15 points, leaving them 10-24 % fast "
+    "(tests/published/test_internlm.py); the rest is not identified"
 )
 _OFFLOAD_AT_SHORT_CONTEXT = (
     "DeepSpeed's CPU-offloaded AdamW where there is little compute to hide it: the "
     "long-context configuration (ZeRO-3, checkpointing, offload) at 8K-32K on one sequence a "
     "GPU, which the page calls 'pure overhead with no compute to hide behind' (14 % MFU on "
-    "H200, 7 % on B200 at 8K). The model times the host's Adam over each rank's 1/8 shard and "
-    "the PCIe copies as 0.78 s; the measured steps hold 1.2-1.3 s more at 8K on both GPUs "
-    "(the host's Adam rate is not in the catalog), and the gap fades from 64K on"
+    "H200, 7 % on B200 at 8K). Timed from DeepSpeed 0.19.2's code (framework row "
+    "deepspeed-0.19.2): the gradients' blocking trips to the host (8 bytes a parameter), the "
+    "host's Adam over each rank's 1/8 shard, then the weights converted on the host and "
+    "copied up, 1.3 s in all at 8K; the measured steps hold 0.7-0.8 s more on both GPUs. The "
+    "page states neither the host CPU nor its core binding (DeepSpeed's launcher pins cores "
+    "only with --bind_cores_to_rank), so the host's Adam rate is the catalog's default"
 )
 _H200_LONG_ATTENTION = (
     "unexplained in part: H200 runs the H100 SXM's FlashAttention-3 curves (the same GH100 "
-    "compute, attention_time.CURVES_OF), measured to 16K and held flat beyond, at the "
-    "in-training share of the GEMMs (0.85); at 128K-256K FlashAttention 3 is 70-82 % of "
-    "these steps (the page's 'full attn share' column), so the step follows those two "
-    "readings; the same rows on B200, at the default fraction of its peak, land within +9 %"
+    "compute, attention_time.CURVES_OF), measured to 16K (beyond it the causal shortfall "
+    "keeps shrinking by the curve's last factor per doubling, the unmasked rate held flat), "
+    "at the in-training share of the GEMMs (0.85); at 128K-256K FlashAttention 3 is 70-82 % "
+    "of these steps (the page's 'full attn share' column), so the step follows those two "
+    "readings; the same rows on B200, at the default fraction of its peak, land within +10 %"
 )
 _DENSE_8K_MB1 = (
     "unexplained: the right-sized 8K step (ZeRO-2, one 8K sequence a GPU, no checkpointing) "
@@ -129,7 +135,8 @@ OUTLIERS.update(
             [f"flagperf-llama3-8b-h100-{n}gpu-{p}" for n in (8, 16) for p in ("bf16", "fp8")],
             "FlagPerf's Llama 3 8B rows rest on the assumed recomputation: the README lists "
             "'recompute-activations' (Megatron's flag for selective recomputation), which the "
-            "run's script does not show; recorded selective they come out 15-18 % fast, with "
+            "run's script does not show; recorded selective (Megatron-Core reruns the fused "
+            "attention's forward: checkpoint_core_attention) they come out 10-14 % fast, with "
             "full recomputation +8 to +12 % (tests/published/test_flagperf.py)",
         ),
         "mleng-llama31-8b-h200-8k-zero2": _DENSE_8K_MB1,

@@ -48,6 +48,11 @@ QUESTIONS = {
         {"gpus": 8, "zero": 1, "compiled": True},
         "--model gpt2 --gpus 8 --zero 1 --compiled",
     ),
+    "FP8 weights gathered in FP8 under FSDP": (
+        ("llama-3-8b",),
+        {"gpus": 16, "zero": 3, "precision": "fp8", "fp8_param_gather": True},
+        "--model llama-3-8b --gpus 16 --zero 3 --precision fp8 --fp8-param-gather",
+    ),
     "dense:N under a layout": (
         ("dense:70e9",),
         {"gpus": 64, "zero": 3},

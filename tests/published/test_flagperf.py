@@ -47,6 +47,7 @@ def test_layout_fills_the_scripts_global_batch(run) -> None:
 )
 def test_the_8b_error_rests_on_the_assumed_recomputation(run_id, full) -> None:
     run = get_run(run_id)
-    assert -0.19 < compare(run).error < -0.15
+    # selective: Megatron-Core runs the fused attention's forward again (checkpoint_core_attention)
+    assert -0.15 < compare(run).error < -0.10
     as_full = dataclasses.replace(run, layout=dataclasses.replace(run.layout, recompute="full"))
     assert compare(as_full).error == pytest.approx(full, abs=0.01)

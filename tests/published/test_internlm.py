@@ -72,20 +72,23 @@ def _error_on_roce(run_id: str) -> float:
 
 def test_the_clusters_roce_network_moves_the_outliers_a_few_points() -> None:
     """validation.OUTLIERS quotes this: at the page's 4 x 100 Gb/s RoCE a node the rows beyond
-    the limit move 2-5 points, far from closing the gap, so the network rate alone is not it."""
+    the limit move 3-15 points and stay 10-24 % fast, so the network rate alone is not it."""
     listed = [r.id for r in INTERNLM if r.id in OUTLIERS]
     assert len(listed) == 6
     for run_id in listed:
         catalog = compare(get_run(run_id)).error
         assert abs(catalog) > OUTLIER_LIMIT
-        assert 0.015 < _error_on_roce(run_id) - catalog < 0.06, run_id
+        roce = _error_on_roce(run_id)
+        assert 0.025 < roce - catalog < 0.16, run_id
+        assert roce < -0.09, run_id
 
 
 def test_the_fixed_step_cost_the_outliers_quote() -> None:
     """Two 1024-GPU rows that differ only in the micro-batch count: the measured step has
-    0.58 s that does not scale with the batch, the model 0.06 s."""
+    0.58 s that does not scale with the batch, the model 0.14 s (the internlm-2023 row's
+    optimizer step, the broadcast after it and the exposed gradient reduction)."""
     one, two = (get_run(f"internlm-7b-nockpt-1024gpu-mb2x{k}") for k in (1, 2))
     measured_fixed = 2 * measured_step_seconds(one) - measured_step_seconds(two)
     predicted_fixed = 2 * compare(one).predicted_seconds - compare(two).predicted_seconds
     assert measured_fixed == pytest.approx(0.58, abs=0.01)
-    assert predicted_fixed == pytest.approx(0.06, abs=0.01)
+    assert predicted_fixed == pytest.approx(0.14, abs=0.01)

@@ -163,6 +163,13 @@ def add_framework_arg(p) -> None:
         "fused cross-entropy (default: the framework's eager kernels)",
     )
     p.add_argument(
+        "--fp8-param-gather",
+        action="store_true",
+        help="with --precision fp8, the data-parallel weight gathers move the FP8 linear "
+        "weights at one byte (Megatron-Core's fp8_param_gather, on in the nemo-2 and "
+        "megatron-bridge-perf rows; torchao's FSDP2 float8 all-gather)",
+    )
+    p.add_argument(
         "--loss-kernel",
         default=None,
         metavar="NAME",

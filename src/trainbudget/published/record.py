@@ -62,6 +62,8 @@ FRAMEWORKS = {
     "megatron-deepspeed-2021": "Megatron's model code with DeepSpeed 0.3.13-0.5.0 (March-August "
     "2021), whose ZeRO-3 gathered tensor by tensor",
     "deepspeed": "DeepSpeed without Megatron's model code",
+    "deepspeed-0.19.2": "DeepSpeed 0.19.2-0.19.4 without Megatron's model code, whose ZeRO-3 "
+    "optimizer offload copied the gradients to the host blocking the backward",
     "pytorch-fsdp": "PyTorch FullyShardedDataParallel (or FairScale's FSDP it grew from)",
     "pytorch-fsdp2": "PyTorch's per-parameter sharding fully_shard (FSDP2) in a torch-native "
     "trainer (NeMo AutoModel and the like)",
@@ -79,6 +81,8 @@ FRAMEWORKS = {
     "grad_sync_dtype bf16 (the launcher's Nemotron-4 340B yaml)",
     "megatron-bridge-perf": "NVIDIA Megatron-Bridge's performance recipes (NeMo 25.11 and "
     "later, on Megatron-Core): bf16 gradient buffer and reduction",
+    "internlm-2023": "InternLM's own trainer of mid-2023 (later InternEvo): HybridZeroOptimizer, "
+    "flash-attention and its fused kernels",
     "pytorch-native": "a PyTorch trainer of its own, neither Megatron, DeepSpeed nor FSDP: "
     "InternLM/InternEvo (flash-attention, apex kernels, its hybrid ZeRO-1), nanochat "
     "(torch.compile, optimizers sharding their state ZeRO-2 style)",

@@ -29,6 +29,7 @@ def test_table_names():
         "generic", "megatron", "torchtitan", "deepspeed", "pytorch-fsdp1",
         "megatron-legacy", "deepspeed-2021", "trainbudget", "nemo-1", "nemo-1-bf16-grads",
         "nemo-1-bf16-adam", "nemo-2", "megatron-bridge-perf", "kempnerforge", "nanotron",
+        "internlm-2023", "deepspeed-0.19.2",
     }  # fmt: skip
     for name, fw in FRAMEWORKS.items():
         assert fw.name == name and fw.description and fw.sources
@@ -282,3 +283,50 @@ def test_bad_gather_bytes_is_one_line_error():
         dataclasses.replace(GENERIC, param_gather_bytes=3)
     with pytest.raises(SpecError, match="grad_accumulation_bytes"):
         dataclasses.replace(GENERIC, grad_accumulation_bytes=-1)
+
+
+def test_internlm_2023():
+    fw = get_framework("internlm-2023")
+    # InternLM 20fe5ac2 hybrid_zero_optim.py: .grad accumulated by AccumulateGrad in bf16
+    # (2 + 2 read, 2 written), the first micro-batch's assigned
+    assert fw.grad_accumulation_bytes == 6 and fw.grad_accumulation_first_free
+    # step(): inf check 10, norm 10, flatten + cast + unscale 18, torch 1.13's for-loop AdamW
+    # 88, the copy back 6; broadcast_params(overlap=False) inside step()
+    assert fw.optimizer_bytes_per_param == 132
+    assert fw.param_gather_after_step and fw.historical
+
+
+def test_deepspeed_0_19_2_offload_trips():
+    """DeepSpeed 0.19.2 stage3.py partition_grads: bf16 down, back up, fp32 down at the
+    boundary: 8 bytes a parameter over the link, exposed; the current row moves 2."""
+    old, new = get_framework("deepspeed-0.19.2"), get_framework("deepspeed")
+    assert old.offload_grad_bytes == 8 and new.offload_grad_bytes is None
+    assert old.offload_update_then_copy and new.offload_update_then_copy
+    cluster = Cluster(hardware=get_hardware("h100-sxm"), n_gpus=8, gpus_per_node=8)
+    plan = Plan(dp=8, zero=3, offload_optimizer="cpu", recompute="full")
+    llama = get_preset("llama-3-8b")
+    t_old = step_time(llama, plan, cluster, framework=old, **KW)
+    t_new = step_time(llama, plan, cluster, framework=new, **KW)
+    shard = count_params(llama).total / 8
+    link = cluster.pcie_bytes_per_second
+    added = t_old.breakdown_seconds["offload"] - t_new.breakdown_seconds["offload"]
+    assert added == pytest.approx(shard * (8 - 2) / link, rel=1e-6)
+
+
+def test_weights_go_up_after_the_host_update_when_the_row_says_so():
+    """offload_update_then_copy: the 16-bit weights converted on the host (the fp32 master read,
+    the copy written: 6 bytes at the host's memory rate) and sent over the link after the
+    update, not hidden beside it."""
+    cluster = Cluster(hardware=get_hardware("h100-sxm"), n_gpus=8, gpus_per_node=8)
+    plan = Plan(dp=8, zero=2, offload_optimizer="cpu")
+    llama = get_preset("llama-3-8b")
+    beside = step_time(llama, plan, cluster, framework=GENERIC, **KW)
+    after = dataclasses.replace(GENERIC, offload_update_then_copy=True)
+    t = step_time(llama, plan, cluster, framework=after, **KW)
+    shard = count_params(llama).total / 8
+    up = (
+        shard * 2 / cluster.pcie_bytes_per_second + shard * 6 / cluster.host_memory_bytes_per_second
+    )
+    down = shard * 2 / cluster.pcie_bytes_per_second
+    assert t.breakdown_seconds["offload"] == pytest.approx(down + up, rel=1e-6)
+    assert beside.breakdown_seconds["offload"] < t.breakdown_seconds["offload"]

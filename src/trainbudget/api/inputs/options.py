@@ -25,6 +25,7 @@ SHARED_DEFAULTS: dict[str, object] = {
     "framework": None,
     "tp_comm_overlap": False,
     "compiled": False,
+    "fp8_param_gather": False,
     "loss_kernel": None,
     "causal": True,
     "count_causal": False,

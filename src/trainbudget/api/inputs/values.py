@@ -105,13 +105,15 @@ def parse_probability(field: str, text: str) -> float:
 
 
 def framework_from_args(args: argparse.Namespace) -> Framework:
-    """The named row (with --tp-comm-overlap, --compiled and --loss-kernel where given); an
-    unknown name is a one-line error listing the known ones."""
+    """The named row (with --tp-comm-overlap, --compiled, --fp8-param-gather and --loss-kernel
+    where given); an unknown name is a one-line error listing the known ones."""
     row = get_framework(args.framework)
     if getattr(args, "tp_comm_overlap", False):
         row = replace(row, tp_comm_overlap=True)
     if getattr(args, "compiled", False):
         row = replace(row, compiled=True)
+    if getattr(args, "fp8_param_gather", False):
+        row = replace(row, fp8_param_gather=True)
     loss_kernel = getattr(args, "loss_kernel", None)
     if loss_kernel:
         row = replace(row, loss_kernel=get_loss_kernel(loss_kernel).name)

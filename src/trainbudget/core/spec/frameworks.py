@@ -70,6 +70,20 @@ class Framework:
     param_gather_bytes: int | None = None
     """Bytes per element of that gather; None: the precision's weight bytes (nanotron gathers
     its fp32 master weights: 4)."""
+    offload_update_then_copy: bool = False
+    """Under optimizer offload, the updated weights are converted to 16-bit on the host and
+    copied to the GPU after the host update ends (DeepSpeed's ZeRO step), not tile by tile
+    beside it; `step_time._weights_up_seconds` times both."""
+    offload_grad_bytes: int | None = None
+    """Bytes per parameter the gradients' trip to the host moves over the link, exposed; None:
+    the precision's gradient bytes (one copy down)."""
+    fp8_param_gather: bool = False
+    """Under `--precision fp8`, the data-parallel gathers of the FP8-recipe linear weights
+    (ZeRO-1/2's gather of the updated weights, ZeRO-3 / FSDP's per-layer gathers) move one
+    byte per element, the weights' FP8 copies, not their 16-bit values: Megatron-Core's
+    fp8_param_gather ('reducing the all-gather overhead by half', NeMo's communication-overlap
+    docs), torchao's float8 all-gather under FSDP2 (torchtitan's enable_fsdp_float8_all_gather,
+    off by default); `--fp8-param-gather` turns it on for any row."""
     sharded_grads_all_reduced_after_backward: bool = False
     """ZeRO-1/2: the gradients are all-reduced whole once the last backward has ended, not
     reduce-scattered in buckets during it (nanotron with fp32 accumulation under ZeRO: no DDP
@@ -80,6 +94,18 @@ class Framework:
     outside the GEMMs, in series with the compute (nanotron's FP32GradientAccumulator: after
     each backward, per parameter, fp32_grad.add_(bf16 grad): 2 + 4 + 4 = 10). 0: the GEMM
     accumulates in place (Megatron's gradient_accumulation_fusion) or nothing is counted."""
+    selective_reruns_fused_attention: bool = False
+    """`--recompute selective` wraps the fused attention kernel in an activation checkpoint,
+    so its forward runs again in the backward even where it keeps no scores (Megatron-Core's
+    checkpoint_core_attention); False: selective recomputation costs nothing under a fused
+    kernel, whose backward recomputes the scores anyway."""
+    grad_accumulation_first_free: bool = False
+    """The first micro-batch's gradients are assigned, not added (PyTorch's AccumulateGrad
+    keeps the first .grad it is given): `grad_accumulation_bytes` counts the m - 1 others."""
+    optimizer_bytes_per_param: float | None = None
+    """HBM bytes per owned parameter of the whole optimizer step where the framework's own
+    passes are known (the update, the gradient checks and casts, the copy back); None: the
+    fused update's (`step_time.update_bytes_per_param`)."""
     overlaps_p2p_interleaved: bool = False
     """Under the interleaved schedule (vpp > 1) the pipeline's sends and receives of the 1F1B
     steady state run beside the compute of other chunks; those of the warm-up and the
@@ -163,9 +189,17 @@ class Framework:
         check_engines(self.name, self.engines)
         get_fp8_recipe(self.fp8_recipe)
         get_loss_kernel(self.loss_kernel)
+        if self.offload_grad_bytes is not None and not self.offload_grad_bytes > 0:
+            rule = "must be a positive number of bytes or None"
+            raise SpecError(f"{self.name}.offload_grad_bytes", self.offload_grad_bytes, rule)
         if self.param_gather_bytes not in (None, 1, 2, 4):
             rule = "must be 1, 2, 4 or None"
             raise SpecError(f"{self.name}.param_gather_bytes", self.param_gather_bytes, rule)
+        if self.optimizer_bytes_per_param is not None and not self.optimizer_bytes_per_param > 0:
+            rule = "must be a positive number of bytes or None"
+            raise SpecError(
+                f"{self.name}.optimizer_bytes_per_param", self.optimizer_bytes_per_param, rule
+            )
         for field in ("bucket_bytes", "runtime_overhead_bytes", "grad_accumulation_bytes"):
             if not getattr(self, field) >= 0:
                 raise SpecError(f"{self.name}.{field}", getattr(self, field), "must be >= 0")
@@ -215,6 +249,7 @@ MEGATRON = Framework(
     kernels_per_layer_forward=MEGATRON_TE_LAYER_KERNELS,
     fp8_weight_cache_bytes=2,
     overlaps_p2p_interleaved=True,
+    selective_reruns_fused_attention=True,
     description="Megatron-LM / Megatron-Core (NeMo on it): bf16 runs keep an fp32 main_grad "
     "buffer, accumulate micro-batches into it and reduce it in fp32 once per step, in buckets of "
     "40M parameters; Transformer Engine's fused attention (cuDNN on Hopper); runtime overhead "
@@ -256,6 +291,11 @@ MEGATRON = Framework(
         "70b/405b, nemotron 22b/340b, mixtral 8x7b) all set overlap_p2p_comm: True; NeMo docs "
         "features/optimizations/communication_overlap.rst: 'The PP communications in pipeline "
         "fill and flush are still exposed'",
+        "selective_reruns_fused_attention: megatron/core/transformer/attention.py "
+        "checkpoint_core_attention = recompute_granularity == 'selective' and 'core_attn' in "
+        "recompute_modules (the default list), then _checkpointed_attention_forward runs the "
+        "core attention (Transformer Engine's fused kernel) under tensor_parallel.checkpoint; "
+        "--recompute-activations sets recompute_granularity selective",
     ),
 )
 
@@ -299,6 +339,7 @@ DEEPSPEED = Framework(
     regathers_for_recompute=True,
     bucket_bytes=DEEPSPEED_BUCKET_ELEMENTS * 2,
     param_gather_after_step=True,
+    offload_update_then_copy=True,
     description="DeepSpeed ZeRO (Megatron-DeepSpeed, GPT-NeoX on it): bf16 gradients "
     "accumulated and reduced in the model dtype by default; ZeRO-2/3 reduce every micro-batch, "
     "ZeRO 0-1 at the accumulation boundary; 5e8-element (1 GB in bf16) reduce buckets; runtime "
@@ -319,6 +360,29 @@ DEEPSPEED = Framework(
         "group's _optimizer_step, the fp32 partition copied into the bit16 one, then "
         "all_gather_dp_groups of the bit16 groups inside the same call (its "
         "OPTIMIZER_ALLGATHER_TIMER)",
+        "offload_update_then_copy: stage_1_and_2.py step() under cpu_offload: _optimizer_step, "
+        "then bit16_partition_buffer.copy_(fp32_partition) on the host and the copy to the "
+        "GPU; stage3.py step(): _optimizer_step, then _reassign_or_swap_out_partitioned_"
+        "parameters (fp16_partitioned_groups_flat.copy_(fp32_partitioned_groups_flat), a "
+        "blocking host-to-device copy with the dtype conversion)",
+    ),
+)
+
+DEEPSPEED_0_19_2 = replace(
+    DEEPSPEED,
+    name="deepspeed-0.19.2",
+    offload_grad_bytes=2 + 2 + 4,
+    historical=True,
+    description="DeepSpeed up to 0.19.4: the deepspeed row, and under ZeRO-3 with optimizer "
+    "offload each gradient partition copied to the host in bf16, back to the GPU, and again "
+    "to the host in fp32 at the accumulation boundary, blocking the backward",
+    sources=(
+        *DEEPSPEED.sources,
+        "DeepSpeed v0.19.2 (b919284) deepspeed/runtime/zero/stage3.py partition_grads: the bf16 "
+        "partition copied into the pinned grad_partitions_flat_buffer, grad_buffer.to(device) "
+        "back, and at the boundary fp32_grad_tensor.copy_(grad_buffer.to(fp32)) without "
+        "non_blocking: 2 + 2 + 4 bytes a parameter; DeepSpeed 7dfa67a (#8207, first in "
+        "v0.19.5): the copy was blocking 'with no overlap against backward compute'",
     ),
 )
 
@@ -461,13 +525,16 @@ NEMO_2 = replace(
     MEGATRON,
     name="nemo-2",
     fp8_weight_cache_bytes=0,
+    fp8_param_gather=True,
     description="NeMo 2 (on Megatron-Core's DDP and distributed optimizer): the megatron row, "
     "and under FP8 its recipe's FP8 primary weights (no 16-bit weight beside the FP8 copy)",
     sources=(
         *MEGATRON.sources,
-        "fp8_weight_cache_bytes 0: NeMo v2.2.0 nemo/collections/llm/recipes/precision/"
-        "mixed_precision.py bf16_with_fp8_mixed: cfg.fp8_params = True (v2.3.0: "
-        "fp8_param_gather = True)",
+        "fp8_weight_cache_bytes 0 and fp8_param_gather: NeMo v2.2.0 nemo/collections/llm/"
+        "recipes/precision/mixed_precision.py bf16_with_fp8_mixed: cfg.fp8_params = True "
+        "(v2.3.0: fp8_param_gather = True); NeMo docs features/optimizations/"
+        "communication_overlap.rst: 'setting fp8_param_gather=True conducts the parameter "
+        "all-gather in fp8'",
     ),
 )
 
@@ -477,6 +544,7 @@ MEGATRON_BRIDGE_PERF = replace(
     grad_reduce_bytes=2,
     main_grad_bytes=2,
     fp8_weight_cache_bytes=0,
+    fp8_param_gather=True,
     description="Megatron-Bridge's performance recipes (NeMo 25.11 and later): Megatron-Core's "
     "distributed optimizer with the gradient buffer and its reduction in bf16, not the fp32 "
     "main_grad of the megatron row; FP8 runs keep FP8 primary weights",
@@ -487,8 +555,9 @@ MEGATRON_BRIDGE_PERF = replace(
         "cfg.ddp.grad_reduce_in_fp32 = False (the yaml configs it replaced: "
         "grad_reduce_in_fp32: false); 4ab94dfad src/megatron/bridge/perf_recipes/_common.py "
         "_perf_precision: 'Always sets grad_reduce_in_fp32=False'",
-        "fp8_weight_cache_bytes 0: src/megatron/bridge/training/mixed_precision.py "
-        "bf16_with_fp8_current_scaling_mixed sets fp8_param_gather (FP8 primary weights: the "
+        "fp8_weight_cache_bytes 0 and fp8_param_gather: src/megatron/bridge/training/"
+        "mixed_precision.py bf16_with_fp8_current_scaling_mixed sets fp8_param_gather (FP8 "
+        "primary weights, gathered in FP8: the "
         "FP8 weight and its transpose are the parameter, no 16-bit copy beside them)",
     ),
 )
@@ -555,6 +624,36 @@ NANOTRON = Framework(
     ),
 )
 
+INTERNLM_2023 = Framework(
+    name="internlm-2023",
+    engines=NEUTRAL_ENGINES,
+    grad_accumulation_bytes=2 + 2 + 2,
+    grad_accumulation_first_free=True,
+    param_gather_after_step=True,
+    optimizer_bytes_per_param=10 + 10 + 18 + 88 + 6,
+    loss_kernel="in-place-fused-classifier",
+    historical=True,
+    description="InternLM's own trainer of July 2023 (HybridZeroOptimizer, ZeRO-1): gradients "
+    "accumulated in bf16 by separate adds and all-reduced in bf16 during the last backward, "
+    "an unfused fp32 optimizer step on the rank's shard (overflow check, norm, casts, AdamW's "
+    "for-loop kernels, the copy back), then each shard broadcast to its group; flash-attn's "
+    "in-place cross-entropy on the bf16 logits",
+    sources=(
+        "InternLM 20fe5ac2 (2023-07-31, the FLOPS tables' trainer) internlm/solver/optimizer/"
+        "hybrid_zero_optim.py: reduction hooks skipped before the last micro-batch, so .grad "
+        "accumulates through AccumulateGrad (bf16 read + bf16 read + bf16 write, the first "
+        "assigned); step(): the inf check float(tensor.float().sum()) per owned gradient (10 "
+        "bytes), the norm over fp32 copies (10), flatten, cast to fp32 and the unscale-and-clip "
+        "mul_ (18), torch.optim.AdamW on one flat fp32 tensor, torch 1.13's single-tensor "
+        "loop (param.mul_, exp_avg.mul_ and add_, exp_avg_sq.mul_ and addcmul_, sqrt, "
+        "division, add_(eps), addcdiv_: 88), the copy back to bf16 (6); broadcast_params("
+        "overlap=False): one broadcast per owner, waited before step() returns",
+        "configs/7B_sft.py: hybrid_zero_optimizer zero_overlap_communication True, "
+        "reduce_bucket_size 512M elements; internlm/model/loss.py FlashGPTLMLoss: flash-attn's "
+        "CrossEntropyLoss(inplace_backward=True) on the bf16 logits",
+    ),
+)
+
 TRAINBUDGET = Framework(
     name="trainbudget",
     engines=("single", "ddp", "ddp+zero-redundancy", "fsdp2-no-reshard", "fsdp2"),
@@ -573,8 +672,8 @@ FRAMEWORKS = MappingProxyType(
         f.name: f
         for f in (
             GENERIC, MEGATRON, TORCHTITAN, DEEPSPEED, PYTORCH_FSDP1, MEGATRON_LEGACY,
-            DEEPSPEED_2021, NEMO_1, NEMO_1_BF16_GRADS, NEMO_1_BF16_ADAM,
-            NEMO_2, MEGATRON_BRIDGE_PERF, KEMPNERFORGE, NANOTRON, TRAINBUDGET,
+            DEEPSPEED_2021, DEEPSPEED_0_19_2, NEMO_1, NEMO_1_BF16_GRADS, NEMO_1_BF16_ADAM,
+            NEMO_2, MEGATRON_BRIDGE_PERF, KEMPNERFORGE, NANOTRON, INTERNLM_2023, TRAINBUDGET,
         )
     }
 )  # fmt: skip

@@ -80,7 +80,7 @@ def _run(recompute: str, n_gpus: int, micro: int, accum: int, tgs: int) -> Publi
         id=f"internlm-7b-{ckpt}-{n_gpus}gpu-mb{micro}x{accum}",
         source=_SOURCE.format(table=_TABLE[recompute], n_gpus=n_gpus, micro=micro, accum=accum),
         source_key="internlm-train-performance",
-        framework="pytorch-native",
+        framework="internlm-2023",
         framework_source=_FRAMEWORK,
         model=preset("llama-2-7b", vocab_size=103168),
         seq_len=SEQ_LEN,

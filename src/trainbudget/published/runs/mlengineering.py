@@ -100,7 +100,7 @@ def _long_context(gpu: str, index: int) -> PublishedRun:
         f"{gpu.upper()} TFLOPS) and the peak-memory table under 'Does the bigger GPU unlock "
         "configs the old one can't run?'.",
         source_key="bekman-ml-engineering",
-        framework="deepspeed",
+        framework="deepspeed-0.19.2",
         framework_source=_FRAMEWORK,
         model=model,
         seq_len=k * _K, gpu=gpu, n_gpus=8, gpus_per_node=8,
@@ -133,7 +133,7 @@ def _decomposition(gpu: str) -> PublishedRun:
         source=f"{_PAGE}, section 'Where the dense-path deficit comes from', table 'Step "
         f"decomposition @ 8k', row 'total' ({gpu.upper()} TFLOPS).",
         source_key="bekman-ml-engineering",
-        framework="deepspeed",
+        framework="deepspeed-0.19.2",
         framework_source=_FRAMEWORK,
         model=model,
         seq_len=8 * _K, gpu=gpu, n_gpus=8, gpus_per_node=8,

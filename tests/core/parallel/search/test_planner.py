@@ -216,7 +216,7 @@ def test_ties_on_time_go_to_the_simpler_layout():
     """Issue 13, point 13: Llama 3 8B on 8 H100s at seq 8192 ranked dp1 cp8 first, a tie on
     time broken by memory; among plans within TIE_TOLERANCE the one with the fewest parallel
     axes and the smallest model-parallel group wins, and why_best says so. (That case has no
-    tie since CP's hidden ring slows the attention beside it, comm_time.overlap_cost; Llama 3
+    tie since CP's hidden ring slows the attention beside it, dp_time.overlap_cost; Llama 3
     8B at seq 32768 and a global batch of 32 ties dp1 cp8 with dp1 tp2+sp cp4: at 16 the
     ring's unmasked blocks, attention_time.AttentionKernel.ring_seconds_per_flop, part them.)"""
     r = run(get_preset("llama-3-8b"), gb=32, seq=32768, top=10, memory_headroom=0.85)

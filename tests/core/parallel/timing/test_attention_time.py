@@ -190,3 +190,26 @@ def test_megatron_times_cudnn_fused_attention_on_hopper():
     assert get_framework("megatron").attention_kernel == "cudnn"
     assert measured_rates("cudnn", "h200", 128, True, 16384)[0] == pytest.approx(539e12)
     assert measured_rates("flash3", "h200", 128, True, 16384)[0] == pytest.approx(616e12)
+
+
+def test_beyond_the_chart_a_causal_pass_closes_on_the_unmasked_one():
+    """Past 16k the causal / unmasked shortfall keeps shrinking by the curve's last factor per
+    doubling: FlashAttention-3 d128 forward (Shah et al. 2024, Fig. 5) 602/646 at 8k, 616/648
+    at 16k, so at 64k (two doublings) the ratio is 1 - (1 - r16) f^2, f = (1 - r16) / (1 - r8);
+    unmasked rates stay flat, and within the chart nothing changes."""
+    r8, r16 = 602 / 646, 616 / 648
+    f = (1 - r16) / (1 - r8)
+    at16 = measured_rates("flash3", "h100-sxm", 128, True, 16384)
+    at64 = measured_rates("flash3", "h100-sxm", 128, True, 65536)
+    gain = (1 - (1 - r16) * f**2) / r16
+    assert at64[0] == pytest.approx(at16[0] * gain, rel=1e-9)
+    assert at64[1] == pytest.approx(at16[1] * gain, rel=1e-9)
+    assert 1 < gain < 648 / 616  # closer to the unmasked rate, never past it
+    full16 = measured_rates("flash3", "h100-sxm", 128, False, 16384)
+    assert measured_rates("flash3", "h100-sxm", 128, False, 65536) == full16
+    # A100 (forward+backward charted only): the same rule on that chart's ratio
+    a16 = measured_rates("flash2", "a100-80gb", 128, True, 16384)
+    a32 = measured_rates("flash2", "a100-80gb", 128, True, 32768)
+    ra8, ra16 = 182 / 201, 189 / 203  # Dao 2023, Fig. 4, d128 causal / non-causal
+    fa = (1 - ra16) / (1 - ra8)
+    assert a32[0] == pytest.approx(a16[0] * (1 - (1 - ra16) * fa) / ra16, rel=1e-9)

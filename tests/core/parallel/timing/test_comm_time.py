@@ -9,10 +9,8 @@ import pytest
 
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.timing.comm_time import (
-    OVERLAP_COMPUTE_SLOWDOWN,
-    p2p_exposed_share,
-)
+from trainbudget.core.parallel.timing.comm_time import p2p_exposed_share
+from trainbudget.core.parallel.timing.dp_time import OVERLAP_COMPUTE_SLOWDOWN
 from trainbudget.core.parallel.timing.step_time import step_time
 from trainbudget.core.spec.frameworks import get_framework
 from trainbudget.core.spec.hardware import get_hardware

@@ -4,6 +4,8 @@ arXiv 2307.08691, Sec. 3.1.1), and nothing skipped by the unfused kernel; the sp
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from trainbudget.core.parallel.cluster import Cluster
@@ -27,8 +29,9 @@ from trainbudget.core.parallel.timing.efficiency import (
     Efficiency,
 )
 from trainbudget.core.parallel.timing.gemm_time import gemm_shape_efficiency, matmul_seconds
-from trainbudget.core.parallel.timing.step_time import step_time
+from trainbudget.core.parallel.timing.step_time import _kernel_model, micro_batch_terms, step_time
 from trainbudget.core.single.flops import forward_flops, matmul_flops
+from trainbudget.core.spec.frameworks import GENERIC, get_framework
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.core.spec.presets import get_preset
@@ -288,3 +291,32 @@ def test_the_first_flashattention_runs_at_half_the_second_on_a100():
     assert DEFAULT_EFFICIENCY.resolved(a100, "flash2").attention == 0.5
     h100_flash2 = DEFAULT_EFFICIENCY.resolved(H100, "flash2").attention
     assert DEFAULT_EFFICIENCY.resolved(H100, "flash1").attention == h100_flash2
+
+
+def test_megatron_selective_recomputation_reruns_the_fused_attention_forward():
+    """Megatron-Core wraps the core attention in a checkpoint under --recompute-activations
+    (attention.py: checkpoint_core_attention), so with a fused kernel the selective policy
+    still costs one attention forward a layer and micro-batch; a framework without that
+    checkpoint pays nothing (the kernel keeps no scores)."""
+
+    llama = get_preset("llama-3-8b")
+    hw = get_hardware("h100-sxm")
+    cluster = Cluster(hardware=hw, n_gpus=2)
+    plan = Plan(tp=2, sp=True, recompute="selective", grad_accum=1)
+    kw = dict(seq_len=8192, precision=get_precision("bf16-mixed"))
+    megatron = get_framework("megatron")
+    assert megatron.selective_reruns_fused_attention
+    rerun = micro_batch_terms(llama, PlanNumbers.of(plan), cluster, framework=megatron, **kw)
+    kept = micro_batch_terms(
+        llama, PlanNumbers.of(plan), cluster,
+        framework=replace(megatron, selective_reruns_fused_attention=False), **kw,
+    )  # fmt: skip
+    eff = DEFAULT_EFFICIENCY.resolved(hw, megatron.attention_kernel)
+    layer = layer_compute(
+        llama, PlanNumbers.of(plan), seq_len=8192, e=2, peak=hw.peak_flops_per_second("bf16"),
+        hbm=hw.hbm_bytes_per_second, eff=eff, sms=hw.sm_count,
+        kernels=_kernel_model(DEFAULT_EFFICIENCY, eff, hw, megatron, get_precision("bf16-mixed")),
+    )  # fmt: skip
+    added = rerun.backward_seconds - kept.backward_seconds
+    assert added == pytest.approx(llama.n_layers * layer.attention_seconds, rel=1e-9)
+    assert not GENERIC.selective_reruns_fused_attention

@@ -18,7 +18,7 @@ from trainbudget.core.parallel.cluster import (
 )
 from trainbudget.core.parallel.memory.gpu_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan, validate_plan
-from trainbudget.core.parallel.timing.comm_time import OVERLAP_COMPUTE_SLOWDOWN
+from trainbudget.core.parallel.timing.dp_time import OVERLAP_COMPUTE_SLOWDOWN
 from trainbudget.core.parallel.timing.step_time import (
     DEFAULT_EFFICIENCY,
     Efficiency,

@@ -18,6 +18,7 @@ from trainbudget.core.parallel.layout import (
 from trainbudget.core.parallel.memory.engine_columns import engine_columns, state_precision
 from trainbudget.core.parallel.memory.parallel_memory import (
     ModelState,
+    fp8_recipe_weights_per_layer,
     rank_params,
     zero_model_state,
 )
@@ -161,11 +162,7 @@ class GpuTerms:
         (`Framework.fp8_weight_cache_bytes`: Transformer Engine's FP8 cast and transpose)."""
         if self.prec.compute_dtype != "fp8" or not self.fw.fp8_weight_cache_bytes:
             return 0.0
-        L, spec = self.L, self.spec
-        p = count_params(spec)
-        split = (p.attention_qkv + p.attention_proj + p.mlp + p.moe_shared_experts) / L.tp
-        experts = p.moe_experts / (L.ep * L.tp)
-        per_layer = (split + experts) / spec.n_layers
+        per_layer = fp8_recipe_weights_per_layer(self.spec, self.L)
         return layers * per_layer * self.fw.fp8_weight_cache_bytes
 
     def reduced_grad_shard(self):

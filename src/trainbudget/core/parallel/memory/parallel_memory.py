@@ -156,3 +156,14 @@ def in_flight_micro_batches(
     return xp.where(
         L.schedule == GPIPE, m, xp.where(L.schedule == INTERLEAVED, interleaved, one_f_one_b)
     )
+
+
+def fp8_recipe_weights_per_layer(spec: ModelSpec, L: PlanNumbers) -> Any:
+    """Elements of one layer's FP8-recipe linear weights on a GPU (the projections, the MLP,
+    the shared and the routed experts, split by TP and EP; not the embeddings, the head or the
+    norms): what Transformer Engine caches in FP8 and what an FP8 parameter gather moves at one
+    byte, averaged over the layers (MoE and dense layers mixed)."""
+    p = count_params(spec)
+    split = (p.attention_qkv + p.attention_proj + p.mlp + p.moe_shared_experts) / L.tp
+    experts = p.moe_experts / (L.ep * L.tp)
+    return (split + experts) / spec.n_layers

@@ -11,7 +11,14 @@ from the tables themselves:
 - a pass charted without a mask only (H100's backward: Shah et al. 2024, Fig. 6) takes the
   same kernel's forward causal / non-causal ratio of rates (on H100 flash2, the one kernel
   charted both ways, the forward's and the forward+backward's time ratios agree within
-  1 % from 2k to 8k: 0.607 and 0.604 at 2k, 0.556 and 0.544 at 8k).
+  1 % from 2k to 8k: 0.607 and 0.604 at 2k, 0.556 and 0.544 at 8k);
+- beyond the longest charted sequence (16k) a causal pass closes on the unmasked one: what a
+  causal kernel loses is mostly its diagonal tiles, computed whole, whose share falls as the
+  sequence grows. The charts show the causal / unmasked shortfall shrinking by a steady
+  factor per doubling (FlashAttention-3 d128 forward 0.093, 0.068, 0.049 at 4k, 8k, 16k; cuDNN
+  0.149, 0.118, 0.094), so past 16k it keeps shrinking by the curve's own last factor (8k to
+  16k) per doubling, never growing (`causal_ratio_beyond_the_chart`); both passes scale by the
+  forward's ratio, as above. Unmasked rates stay flat beyond the chart.
 
 Every rate is then taken at the in-training share of the GEMMs (`Efficiency.in_training`):
 the same launch gaps and clocks under sustained load slow the attention kernels beside them.
@@ -20,6 +27,7 @@ the same launch gaps and clocks under sustained load slow the attention kernels 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +35,7 @@ from trainbudget.core.ops import Ops
 from trainbudget.core.spec.attention_kernels import (
     CAUSAL_FLOPS_PER_FULL,
     PASS_FLOPS_PER_FORWARD,
+    SEQ_LENS,
     attention_tflops_per_second,
 )
 from trainbudget.core.spec.hardware import HARDWARE
@@ -140,10 +149,36 @@ def measured_rates(
     forward = rate(causal, "forward") or both
     backward = rate(causal, "backward") or both
     if causal and backward is None:
-        full_backward = rate(False, "backward")
-        full_forward = rate(False, "forward")
+        full_backward, full_forward = rate(False, "backward"), rate(False, "forward")
         if full_backward is not None and forward is not None and full_forward is not None:
             backward = full_backward * forward / full_forward
     if forward is None or backward is None:
         return None
+    if causal and seq_len > SEQ_LENS[-1]:
+        gain = causal_ratio_beyond_the_chart(kernel, charted, head_dim, seq_len)
+        forward, backward = forward * gain, backward * gain
     return forward, backward
+
+
+def causal_ratio_beyond_the_chart(kernel: str, gpu: str, head_dim: int, seq_len: int) -> float:
+    """How much faster a causal pass runs at `seq_len` (past the chart's end) than at the
+    chart's end, from the curve's causal / unmasked ratio r at its last two lengths: the
+    shortfall 1 - r shrinks by f = (1 - r_16k) / (1 - r_8k) per doubling (f <= 1), so
+    r(s) = 1 - (1 - r_16k) f^log2(s / 16k); the forward's curves, or the forward+backward's
+    where only those are charted. 1 where the kernel has no unmasked curve."""
+    end, before = SEQ_LENS[-1], SEQ_LENS[-2]
+
+    def ratio(seq: int) -> float | None:
+        for pass_ in ("forward", "forward_backward"):
+            kw = dict(head_dim=head_dim, pass_=pass_, seq_len=seq)
+            masked = attention_tflops_per_second(kernel, gpu, causal=True, **kw)
+            full = attention_tflops_per_second(kernel, gpu, causal=False, **kw)
+            if masked is not None and full is not None:
+                return masked / full
+        return None
+
+    r_end, r_before = ratio(end), ratio(before)
+    if r_end is None or r_before is None or r_end >= 1:
+        return 1.0
+    factor = min(1.0, (1 - r_end) / (1 - r_before)) if r_before < 1 else 1.0
+    return (1 - (1 - r_end) * factor ** math.log2(seq_len / end)) / r_end

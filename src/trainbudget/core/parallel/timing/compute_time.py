@@ -508,11 +508,14 @@ def micro_batch_compute(
     sms: int = 0,
     kernels: KernelModel = ROOFLINE_ONLY,
     recompute_from_first: bool = True,
+    selective_reruns_attention: bool = False,
 ) -> MicroBatchCompute:
     """`eff` resolved against the GPU (`Efficiency.resolved`), whose SM count is `sms`;
     `peak` the rate of the matmuls outside a low-precision recipe; `kernels` what the GPU's
     kernels do beyond the roofline (`KernelModel`); `recompute_from_first` how every-K-th
-    recomputation counts its layers (`PlanNumbers.recomputed_layers`)."""
+    recomputation counts its layers (`PlanNumbers.recomputed_layers`);
+    `selective_reruns_attention` whether selective recomputation runs a fused attention's
+    forward again (`Framework.selective_reruns_fused_attention`)."""
     layer = layer_compute(
         spec,
         L,
@@ -530,8 +533,9 @@ def micro_batch_compute(
     layer_backward = layer.backward_seconds
     layers = L.stage_layers(spec.n_layers, "last")
     largest = L.stage_layers(spec.n_layers, "max")
-    recompute = _recompute_per_layer(L, layers, layer, xp, recompute_from_first)
-    recompute_largest = _recompute_per_layer(L, largest, layer, xp, recompute_from_first)
+    rerun = selective_reruns_attention
+    recompute = _recompute_per_layer(L, layers, layer, xp, recompute_from_first, rerun)
+    recompute_largest = _recompute_per_layer(L, largest, layer, xp, recompute_from_first, rerun)
     tokens = L.micro_batch * seq_len / L.cp
     whole = kernels.loss_whole_vocabulary
     logits = loss_logits(tokens, spec.vocab_size, L.tp, whole)  # elements on this GPU
@@ -563,16 +567,24 @@ def micro_batch_compute(
 
 
 def _recompute_per_layer(
-    L: PlanNumbers, layers: Any, layer: LayerCompute, xp: Ops, from_first: bool = True
+    L: PlanNumbers,
+    layers: Any,
+    layer: LayerCompute,
+    xp: Ops,
+    from_first: bool = True,
+    rerun_fused: bool = False,
 ) -> Any:
     """Backward seconds per layer that recomputation adds on a stage of `layers`: the attention
-    core's forward (selective; nothing under FlashAttention, which keeps no scores and whose
-    backward recomputes them itself, in `attention_backward_seconds`), the memory-bound ops
+    core's forward (selective; under FlashAttention nothing, as it keeps no scores and its
+    backward recomputes them itself, in `attention_backward_seconds` -- unless the framework
+    checkpoints the fused kernel anyway and runs its forward again, `rerun_fused`), the
+    memory-bound ops
     and the unsaved matmuls (selective-op) or the whole layer's forward (full; of every K-th
     layer, ceil(layers / K) of them, spread over the stage's layers)."""
     fwd, attn = layer.forward_seconds, layer.attention_seconds
     full = L.recomputed_layers(layers, from_first) * fwd / layers
     by_op = layer.memory_bound_seconds + layer.op_recomputed_matmul_seconds
     recompute = xp.where(L.recompute == SELECTIVE_OP, by_op, full)
-    recompute = xp.where(L.recompute == SELECTIVE, xp.where(L.flash, 0.0, attn), recompute)
+    skipped = L.flash & (not rerun_fused)
+    recompute = xp.where(L.recompute == SELECTIVE, xp.where(skipped, 0.0, attn), recompute)
     return xp.where(L.recompute == NONE, 0.0, recompute)

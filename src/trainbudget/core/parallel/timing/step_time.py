@@ -196,7 +196,8 @@ def step_terms(
     # gradients accumulated outside the GEMMs after every micro-batch's backward
     # (`Framework.grad_accumulation_bytes`): the stage's parameters, unsharded
     accumulate = (stage.dense + stage.experts) * framework.grad_accumulation_bytes
-    compute = L.grad_accum * (stage_mb + accumulate / (hbm * eff.hbm))
+    adds = L.grad_accum - framework.grad_accumulation_first_free  # the first may assign
+    compute = L.grad_accum * stage_mb + adds * accumulate / (hbm * eff.hbm)
     comm = communication(
         spec,
         L,
@@ -215,14 +216,15 @@ def step_terms(
     sharded = stage.dense / shard + stage.experts / xp.maximum(1, shard // L.ep)
     local = xp.where(L.zero >= 1, sharded, stage.dense + stage.experts)
     on_gpu = L.offload_optimizer == ON_GPU
-    update = local * update_bytes_per_param(precision, optimizer) / (hbm * eff.hbm)
+    per_param = framework.optimizer_bytes_per_param or update_bytes_per_param(precision, optimizer)
+    update = local * per_param / (hbm * eff.hbm)
     pcie, nvme = cluster.pcie_bytes_per_second, cluster.nvme_bytes_per_second
     # offloaded optimizer: gradients down, then the host update with its weights going up
     link = xp.where(L.offload_optimizer == TO_CPU, pcie, min(pcie, nvme))
     cpu_update = cpu_update_seconds(local, precision, optimizer, cluster)
-    # the weights go up while the host updates (the optimizer term): what is left of them
-    weights_up = xp.maximum(0.0, local * precision.weight_bytes / link - cpu_update)
-    offload = xp.where(on_gpu, 0.0, local * precision.grad_bytes / link + weights_up)
+    weights_up = _weights_up_seconds(local, precision, framework, cluster, link, cpu_update, xp)
+    grads_down = local * (framework.offload_grad_bytes or precision.grad_bytes) / link
+    offload = xp.where(on_gpu, 0.0, grads_down + weights_up)
     link = xp.where(L.offload_params == TO_CPU, pcie, min(pcie, nvme))
     fetched = PARAMETER_FETCHES_PER_MICRO_BATCH * L.grad_accum * (stage.dense + stage.experts)
     offload = offload + xp.where(
@@ -236,6 +238,18 @@ def step_terms(
         optimizer_seconds=xp.where(on_gpu, update, cpu_update),
         offload_seconds=offload,
     )
+
+
+def _weights_up_seconds(local, precision, framework, cluster, link, cpu_update, xp) -> Any:
+    """The updated 16-bit weights going back to the GPU under optimizer offload: while the host
+    updates (tile by tile, the part the update does not cover), or after it, converted from
+    the fp32 master on the host first (`Framework.offload_update_then_copy`: the master read
+    and the 16-bit copy written at the host's memory rate, then the copy over the link)."""
+    up = local * precision.weight_bytes / link
+    if not framework.offload_update_then_copy:
+        return xp.maximum(0.0, up - cpu_update)
+    converted = local * (precision.master_bytes + precision.weight_bytes)
+    return up + converted / cluster.host_memory_bytes_per_second
 
 
 def _last_stage_params(spec: ModelSpec, L: PlanNumbers, framework: Framework, xp: Ops):
@@ -278,6 +292,7 @@ def micro_batch_terms(
         sms=hw.sm_count,
         kernels=_kernel_model(efficiency, eff, hw, framework, precision),
         recompute_from_first=framework.recompute_every_from_first,
+        selective_reruns_attention=framework.selective_reruns_fused_attention,
     )
 
 
