@@ -219,7 +219,10 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
     spec, plan, seq_len = run.model, plan_of(run), run.seq_len
     validate_plan(plan, spec, n_gpus=run.n_gpus, seq_len=seq_len)
     hw = get_hardware(run.gpu)
-    cluster = Cluster(hardware=hw, n_gpus=run.n_gpus, gpus_per_node=run.gpus_per_node)
+    network = hw  # the source's own network where it states one (PublishedRun.nic_bytes...)
+    if run.nic_bytes_per_second is not None:
+        network = replace(hw, inter_node_bytes_per_second=run.nic_bytes_per_second)
+    cluster = Cluster(hardware=network, n_gpus=run.n_gpus, gpus_per_node=run.gpus_per_node)
     prec, opt = get_precision(run.precision), get_optimizer("adam")
     kw = dict(
         seq_len=seq_len,

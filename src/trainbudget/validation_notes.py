@@ -41,10 +41,10 @@ OUTLIERS = {
     ),
     "narayanan-7.5b-128gpu": _TABLE1_MICRO_BATCH,
     "narayanan-18b-256gpu": _TABLE1_MICRO_BATCH,
-    "bloom-176b-384gpu": "the network: Jean Zay's nodes have 4 Omni-Path links of 100 Gb/s "
-    "(the record's notes), 6.25 GB/s a GPU, where the catalog's a100-80gb row times 25 GB/s "
-    "(one HDR NIC a GPU); at the Omni-Path rate the model predicts -9 % (not -14 %) "
-    "(tests/test_validation.py). The rest is DeepSpeed's pipeline engine, as for MT-NLG",
+    "bloom-176b-384gpu": "DeepSpeed's pipeline engine, as for MT-NLG: timed on Jean Zay's own "
+    "network (4 Omni-Path links of 100 Gb/s a node, 6.25 GB/s a GPU: PublishedRun."
+    "nic_bytes_per_second) it is -9 %, within the limit (-14 % on the catalog row's one HDR "
+    "port a GPU; tests/test_validation.py)",
     "llama1-65b-2048gpu": "every layout field is assumed (llama_reports.py): the error rests on "
     "the assumption, not on a published layout",
 }
@@ -85,13 +85,12 @@ _COMPILED_SMALL = (
 _INTERNLM_FEW_MICRO_BATCHES = (
     "InternLM's data-parallel traffic at 512-1024 GPUs on few micro-batches: two rows that "
     "differ only in the micro-batch count (1024 GPUs, mb2x1 and mb2x2, no checkpointing) put a "
-    "fixed 0.58 s on every step. Timed from the trainer's code (framework row internlm-2023): "
-    "the unfused optimizer step (0.07 s), the shard broadcast after it and the gradient "
-    "reduction, 0.09 s exposed of 0.29 s of collectives (the rest hidden behind the last "
-    "backward). Its hooks synchronize the device before every bucket's all-reduce, which the "
-    "model does not time; the cluster's 4 x 100 Gb/s RoCE a node (6.25 GB/s a GPU, a quarter "
-    "of the catalog's a100-80gb row) moves these rows 3-15 points, leaving them 10-24 % fast "
-    "(tests/published/test_internlm.py); the rest is not identified"
+    "fixed 0.58 s on every step; the model puts 0.40 s, timed from the trainer's code "
+    "(framework row internlm-2023: the unfused optimizer step, the shard broadcast after it) "
+    "and the page's 4 x 100 Gb/s RoCE a node (PublishedRun.nic_bytes_per_second, 6.25 GB/s a "
+    "GPU), over which 0.36 s of the 0.84 s of gradient reduction and gathers stays exposed "
+    "behind one micro-batch's backward. Its hooks also synchronize the device before every "
+    "bucket's all-reduce, which the model does not time; the rest is not identified"
 )
 _OFFLOAD_AT_SHORT_CONTEXT = (
     "DeepSpeed's CPU-offloaded AdamW where there is little compute to hide it: the "

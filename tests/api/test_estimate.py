@@ -53,6 +53,11 @@ QUESTIONS = {
         {"gpus": 16, "zero": 3, "precision": "fp8", "fp8_param_gather": True},
         "--model llama-3-8b --gpus 16 --zero 3 --precision fp8 --fp8-param-gather",
     ),
+    "a cluster's own network": (
+        ("llama-2-7b",),
+        {"gpus": 64, "gpu": "a100-80gb", "dp": 64, "zero": 1, "nic_bandwidth": "50Gb/s"},
+        "--model llama-2-7b --gpus 64 --gpu a100-80gb --dp 64 --zero 1 --nic-bandwidth 50Gb/s",
+    ),
     "dense:N under a layout": (
         ("dense:70e9",),
         {"gpus": 64, "zero": 3},

@@ -80,10 +80,16 @@ def test_parse_flops_rate(text: str, expected: float) -> None:
         ("3.35TB/s", 3.35e12),  # H100 SXM HBM3 bandwidth, TB = 1e12
         ("900GiB/s", 900 * 2**30),  # binary units work in rates too
         ("819e9", 819e9),  # a bare number is bytes/s (TPU v5e HBM)
+        ("400Gb/s", 50e9),  # a lower-case b is a bit: one NDR InfiniBand port (IEC 80000-13)
+        ("400Gbps", 50e9),
+        ("100 Gbit/s", 12.5e9),
+        ("1.6Tb/s", 200e9),
+        ("100 GBps", 100e9),  # an upper-case B is a byte, with /s or ps
     ],
 )
 def test_parse_bandwidth(text: str, expected: float) -> None:
-    """Bandwidths are bytes per second with decimal or binary units."""
+    """Bandwidths are bytes per second with decimal or binary units; bits where the unit is a
+    lower-case b, as network links are rated."""
     assert parse_bandwidth(text) == expected
 
 

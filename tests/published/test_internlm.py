@@ -7,10 +7,6 @@ import dataclasses
 
 import pytest
 
-from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.timing.step_time import step_time
-from trainbudget.core.spec.hardware import get_hardware
-from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.published import get_run
 from trainbudget.published.runs.internlm import (
     GLOBAL_BATCH_MTOKENS_STATED,
@@ -19,13 +15,10 @@ from trainbudget.published.runs.internlm import (
     TFLOPS_STATED,
 )
 from trainbudget.validation import (
-    OUTLIER_LIMIT,
     OUTLIERS,
     compare,
-    framework_row,
     measured_step_seconds,
     megatron_flops,
-    plan_of,
 )
 
 MEBI_TOKENS = 2**20  # the page's "0.125M" global batch is 131072 = 2^17 tokens
@@ -60,35 +53,30 @@ def test_tflops_column_is_megatrons_formula_over_tgs() -> None:
     assert sum(abs(d) < 0.015 for d in deviations) == 19
 
 
-def _error_on_roce(run_id: str) -> float:
-    run = get_run(run_id)
-    roce = dataclasses.replace(get_hardware(run.gpu), inter_node_bytes_per_second=4 * 100e9 / 8 / 8)
-    cluster = Cluster(hardware=roce, n_gpus=run.n_gpus, gpus_per_node=run.gpus_per_node)
-    t = step_time(run.model, plan_of(run), cluster, seq_len=run.seq_len,
-                  precision=get_precision(run.precision), optimizer=get_optimizer("adam"),
-                  framework=framework_row(run.framework), causal=True)  # fmt: skip
-    return t.step_seconds / measured_step_seconds(run) - 1
-
-
-def test_the_clusters_roce_network_moves_the_outliers_a_few_points() -> None:
-    """validation.OUTLIERS quotes this: at the page's 4 x 100 Gb/s RoCE a node the rows beyond
-    the limit move 3-15 points and stay 10-24 % fast, so the network rate alone is not it."""
+def test_the_rows_are_timed_on_the_pages_roce_network() -> None:
+    """The page's hardware table: 4 x 100 Gb/s RoCE a node of 8 GPUs (6.25 GB/s each), a
+    quarter of the catalog a100-80gb row's one 200 Gb/s HDR port a GPU. compare() times the rows
+    on it (PublishedRun.nic_bytes_per_second); on the catalog's network the rows beyond the
+    limit would come out 3-15 points faster still."""
     listed = [r.id for r in INTERNLM if r.id in OUTLIERS]
     assert len(listed) == 6
+    for run in INTERNLM:
+        assert run.nic_bytes_per_second == 4 * 100e9 / 8 / 8
     for run_id in listed:
-        catalog = compare(get_run(run_id)).error
-        assert abs(catalog) > OUTLIER_LIMIT
-        roce = _error_on_roce(run_id)
-        assert 0.025 < roce - catalog < 0.16, run_id
-        assert roce < -0.09, run_id
+        run = get_run(run_id)
+        stated = compare(run).error
+        catalog = compare(dataclasses.replace(run, nic_bytes_per_second=None)).error
+        assert 0.025 < stated - catalog < 0.16, run_id
+        assert stated < -0.09, run_id
 
 
 def test_the_fixed_step_cost_the_outliers_quote() -> None:
     """Two 1024-GPU rows that differ only in the micro-batch count: the measured step has
-    0.58 s that does not scale with the batch, the model 0.14 s (the internlm-2023 row's
-    optimizer step, the broadcast after it and the exposed gradient reduction)."""
+    0.58 s that does not scale with the batch, the model 0.40 s (the internlm-2023 row's
+    optimizer step, the broadcast after it, and the gradient reduction over the page's RoCE
+    network, most of it exposed behind one micro-batch's backward)."""
     one, two = (get_run(f"internlm-7b-nockpt-1024gpu-mb2x{k}") for k in (1, 2))
     measured_fixed = 2 * measured_step_seconds(one) - measured_step_seconds(two)
     predicted_fixed = 2 * compare(one).predicted_seconds - compare(two).predicted_seconds
     assert measured_fixed == pytest.approx(0.58, abs=0.01)
-    assert predicted_fixed == pytest.approx(0.14, abs=0.01)
+    assert predicted_fixed == pytest.approx(0.40, abs=0.01)

@@ -52,6 +52,14 @@ _BYTE_UNIT = {
     "GIB": GiB,
     "TIB": TiB,
 }
+_BIT_RATE_PREFIX = {  # bytes per second in one <prefix>bit/s, exactly (1 bit = 1/8 byte)
+    "": "0.125",
+    "K": "125",
+    "M": "125000",
+    "G": "125000000",
+    "T": "125000000000",
+    "P": "125000000000000",
+}
 _RATE_PREFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
 SECONDS_PER_MINUTE = 60
@@ -81,7 +89,8 @@ _NUMBER = r"([0-9][0-9_,]*\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9
 _COUNT_RE = rf"^{_NUMBER}\s*([kKMBGTPEZ]?)$"
 _BYTES_RE = rf"(?i)^{_NUMBER}\s*([KMGTP]?I?B)$"
 _FLOPS_RE = rf"(?i)^{_NUMBER}\s*([KMGTPE]?)\s*FLOP(?:S|/S)?$"
-_BW_RE = rf"(?i)^{_NUMBER}\s*([KMGTP]?I?B)\s*/\s*S$"
+_BW_RE = rf"(?i)^{_NUMBER}\s*([KMGTP]?I?B)\s*(?:/\s*S|PS)$"
+_BIT_RATE_RE = rf"^{_NUMBER}\s*([KMGTPkmgtp]?)(?:b|bit|Bit)\s*(?:/\s*[sS]|ps)$"
 _MONEY_RE = rf"^\$?\s*{_NUMBER}()$"
 _DURATION_RE = rf"(?i)^{_NUMBER}\s*([A-Z]*)$"
 
@@ -173,8 +182,16 @@ def parse_flops_rate(text: str | float | int, field: str = "flops_per_second") -
 
 
 def parse_bandwidth(text: str | float | int, field: str = "bytes_per_second") -> float:
-    """'3.35TB/s' -> 3.35e12 bytes/s; '900GiB/s' uses binary units. A bare number is bytes/s."""
-    return _parse(text, field, _BW_RE, _BYTE_UNIT, "a bandwidth such as 3.35TB/s or 900GB/s")
+    """'3.35TB/s' -> 3.35e12 bytes/s; '900GiB/s' uses binary units; a lower-case b is a bit,
+    as network links are rated: '400Gb/s' and '400Gbps' -> 5e10 bytes/s. A bare number is
+    bytes/s."""
+    if isinstance(text, str):
+        m = re.match(_BIT_RATE_RE, text.strip())
+        if m is not None:
+            scale = _BIT_RATE_PREFIX[m.group(2).upper()]
+            return _finite_nonnegative(field, text.strip(), _number(m.group(1), field, scale))
+    expected = "a bandwidth such as 3.35TB/s, 900GB/s or 400Gb/s (bits)"
+    return _parse(text, field, _BW_RE, _BYTE_UNIT, expected)
 
 
 def parse_money(text: str | float | int, field: str = "price") -> float:

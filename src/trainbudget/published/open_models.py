@@ -35,6 +35,7 @@ BLOOM: tuple[PublishedRun, ...] = (
             tied_embeddings=True, bias=True, dropout=False,
         ),
         seq_len=2048, gpu="a100-80gb", n_gpus=384, gpus_per_node=8,
+        nic_bytes_per_second=4 * 100e9 / 8 / 8,  # 4 Omni-Path 100 Gb/s links a node of 8
         layout=Layout(
             tp=4, pp=12, pp_layers=(5, *(6,) * 10, 5), dp=8, sp=False, recompute="full", zero=1,
             micro_batch=2, global_batch=2048, flash_attention=False,

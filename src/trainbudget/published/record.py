@@ -206,6 +206,11 @@ class PublishedRun:
     """GPUs per server (NVLink domain)."""
     layout: Layout
     measured: Measurement
+    nic_bytes_per_second: float | None = None
+    """Each GPU's share of the inter-node network where the source states its cluster's and it
+    is not the catalog row's platform (the InternLM page's 4 x 100 Gb/s RoCE a node of 8:
+    6.25e9); `validation.compare` times the run on it, as `--nic-bandwidth` does. None: the
+    catalog row's."""
     precision: str = "bf16-mixed"
     """Key of core.spec.precision.PRECISIONS the run trained in: 'bf16-mixed' (the default,
     every 2021-2024 run here), 'fp8' where the source says its linear layers ran in FP8
@@ -313,6 +318,8 @@ def _validate(run: PublishedRun) -> None:
     if run.attention_kernel and run.attention_kernel not in ATTENTION_KERNELS:
         rule = "must be '' or one of " + ", ".join(ATTENTION_KERNELS)
         fail("attention_kernel", run.attention_kernel, rule)
+    if run.nic_bytes_per_second is not None and not run.nic_bytes_per_second > 0:
+        fail("nic_bytes_per_second", run.nic_bytes_per_second, "must be above zero or None")
     if run.loss_kernel is not None and run.loss_kernel not in LOSS_KERNELS:
         fail("loss_kernel", run.loss_kernel, "must be None or one of " + ", ".join(LOSS_KERNELS))
     for name, cls in (("model", ModelSpec), ("layout", Layout), ("measured", Measurement)):

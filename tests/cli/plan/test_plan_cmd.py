@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -152,6 +153,25 @@ def test_plan_seq_len_and_cluster_flags():
     )
     best = out["plans"][0]
     assert best["tokens_per_step"] == 16 * 512
+
+
+def test_nic_bandwidth_sets_the_network_each_gpu_gets():
+    """--nic-bandwidth 50Gb/s (4 x 100 Gb/s shared by 8 GPUs: 6.25 GB/s each) times the same
+    plan's collectives across nodes on that rate, where the a100-80gb row has one 200 Gb/s HDR
+    port a GPU: the exposed data-parallel time grows, and matches the core's on that cluster."""
+    args = ("estimate", "--model", "llama-2-7b", "--gpus", "64", "--gpu", "a100-80gb",
+            "--dp", "64", "--zero", "1", "--global-batch", "128", "--json")  # fmt: skip
+    slow = cli_json(*args, "--nic-bandwidth", "50Gb/s")
+    fast = cli_json(*args)
+    dp = [d["step_breakdown_seconds"]["dp_comm"] for d in (slow, fast)]
+    assert dp[0] > 2 * dp[1]
+    hw = dataclasses.replace(get_hardware("a100-80gb"), inter_node_bytes_per_second=6.25e9)
+    t = step_time(
+        get_preset("llama-2-7b"), Plan(dp=64, zero=1, grad_accum=2),
+        Cluster(hardware=hw, n_gpus=64), seq_len=4096, precision=get_precision("bf16-mixed"),
+        optimizer=get_optimizer("adamw"),
+    )  # fmt: skip
+    assert slow["step_seconds"] == pytest.approx(t.step_seconds, rel=1e-9)
 
 
 # ---- plan text -------------------------------------------------------------------------------
@@ -392,6 +412,8 @@ BAD = [
     (("plan", "--model", "llama-2-7b", "--gpus", "12", "--global-batch", "16"), "gpus"),
     (("plan", "--model", "llama-2-7b", "--gpus", "0", "--global-batch", "16"), "gpus"),
     ((*PLAN, "--link-efficiency", "0"), "link_efficiency"),
+    ((*PLAN, "--nic-bandwidth", "fast"), "nic_bandwidth = 'fast'"),
+    ((*EST, "--dp", "8", "--nic-bandwidth", "0Gb/s"), "nic_bandwidth = '0Gb/s': must be above"),
     ((*PLAN, "--gpus-per-node", "3"), "gpus_per_node (3)"),
     # gpt2 on 8 GPUs, tp 1, no cp: dp in {8, 4, 2}; 7 is prime -> no layout
     ((*GPT2_BATCH_7, "--max-tp", "1", "--no-cp"), "no valid layout"),

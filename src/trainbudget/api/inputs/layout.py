@@ -60,7 +60,25 @@ def cluster_from_args(args: argparse.Namespace, hardware: Hardware, n_gpus: int)
             raise SpecError(
                 "link_efficiency", args.link_efficiency, "must be a number in (0, 1]"
             ) from None
+    nic = getattr(args, "nic_bandwidth", None)
+    if nic is not None:
+        hardware = with_nic_bandwidth(hardware, nic)
     return Cluster(hardware=hardware, n_gpus=n_gpus, **extra)
+
+
+def with_nic_bandwidth(hardware: Hardware, text: str | float) -> Hardware:
+    """The GPU row with its per-GPU inter-node bandwidth replaced (--nic-bandwidth): a rate
+    such as 400Gb/s or 50GB/s, above zero."""
+    from dataclasses import replace
+
+    from trainbudget.core.units import parse_bandwidth
+
+    rate = parse_bandwidth(text, "nic_bandwidth")
+    if not rate > 0:
+        raise SpecError("nic_bandwidth", text, "must be above zero, e.g. 400Gb/s")
+    return replace(
+        hardware, inter_node_bytes_per_second=rate, inter_node_link=f"--nic-bandwidth {text}"
+    )
 
 
 def efficiency_from_args(args: argparse.Namespace, hardware: Hardware) -> Efficiency:

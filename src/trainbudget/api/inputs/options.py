@@ -31,6 +31,7 @@ SHARED_DEFAULTS: dict[str, object] = {
     "count_causal": False,
     "gpus_per_node": None,
     "link_efficiency": None,
+    "nic_bandwidth": None,
     "calibration": None,
     "gpu_failure_rate_per_day": None,
     "checkpoint_write_bytes_per_second": None,

@@ -20,6 +20,13 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus-per-node", help="GPUs per node (default: the hardware's platform)")
     p.add_argument("--link-efficiency", help="achieved / nominal link bandwidth (default 0.8)")
     p.add_argument(
+        "--nic-bandwidth",
+        metavar="RATE",
+        help="each GPU's network bandwidth to other nodes, one direction, e.g. 400Gb/s (bits: "
+        "one NDR port a GPU) or 6.25GB/s (4 x 100Gb/s shared by a node of 8); default: the "
+        "GPU row's platform (`trainbudget catalog`)",
+    )
+    p.add_argument(
         "--calibration",
         metavar="PATH",
         type=calibration_path,

@@ -30,6 +30,8 @@ _TABLE = {
     "full": "the table 'When Activation Ckpt is enabled'",
     "none": "the table 'When Activation Ckpt is turned off'",
 }
+ROCE_BYTES_PER_SECOND_PER_GPU = 4 * 100e9 / 8 / 8
+"""The page's hardware table: 4 x 100 Gb/s RoCE a node of 8 GPUs, 6.25 GB/s each."""
 _FRAMEWORK = (
     "the page: 'InternLM deeply integrates Flash-Attention, Apex ... building the Hybrid Zero "
     "technique' (InternLM's own PyTorch trainer; 'Zero1 8': optimizer states sharded within "
@@ -89,6 +91,7 @@ def _run(recompute: str, n_gpus: int, micro: int, accum: int, tgs: int) -> Publi
         gpus_per_node=8,
         layout=_layout(recompute, n_gpus, micro, accum),
         measured=Measurement(tokens_per_second_per_gpu=tgs),
+        nic_bytes_per_second=ROCE_BYTES_PER_SECOND_PER_GPU,
         assumed=frozenset({"precision", "model.bias"}),
         notes=(
             "GPU 'nvidia_a100-sxm4-80gb', 8 a node, 4 x 100Gb RoCE between nodes (the page's "
