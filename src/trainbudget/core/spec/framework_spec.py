@@ -161,6 +161,8 @@ class Framework:
             engines += "; TP collectives pipelined with their GEMMs (--tp-comm-overlap)"
         if self.compiled:
             engines += "; the step compiled by torch.compile (--compiled)"
+        if self.fp8_param_gather:
+            engines += "; under FP8 the weights gathered in FP8 (--fp8-param-gather)"
         if self.name == GENERIC_NAME:
             return f"framework: {self.name} (none named; {self.description}{engines})"
         return f"framework: {self.name} ({self.description}{engines})"
