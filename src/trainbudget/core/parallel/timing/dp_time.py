@@ -45,17 +45,7 @@ def data_parallel_seconds(
     call pays the ring's latency)."""
     gb = framework.grad_reduce_bytes or precision.grad_bytes
     z, m = L.zero, L.grad_accum
-    dp_group, shard = L.dp * L.cp, L.shard_dp * L.cp
-    replicas = L.dp // L.shard_dp
-    # (parameters, dp group, its per-node span, shard group, its span, shard of the params)
-    groups = [(stage.dense, dp_group, span["dp_cp"], shard, span["shard_cp"], shard)]
-    if spec.is_moe:
-        e_shard = xp.maximum(1, shard // L.ep)
-        e_pn, e_shard_pn = (
-            xp.maximum(1, span["dp_cp"] // L.ep),
-            xp.maximum(1, span["shard_cp"] // L.ep),
-        )
-        groups.append((stage.experts, dp_group // L.ep, e_pn, e_shard, e_shard_pn, e_shard))
+    dp_group = L.dp * L.cp
     sharded = z > 0
     # ZeRO-1/2 gradients all-reduced whole after the backward (`Framework.
     # sharded_grads_all_reduced_after_backward`), not reduce-scattered during it
@@ -76,23 +66,11 @@ def data_parallel_seconds(
     # collectives per pass under ZeRO-3: one per layer, or one per parameter tensor
     per_layer = parameter_tensors(spec) / spec.n_layers if framework.zero3_serial_per_tensor else 1
     units = xp.where(z == 3, layers * per_layer, 1)
-    rs_count = scattered * reductions * units
-    gather_bytes = gather_bytes_per_element(spec, L, precision, framework, stage, layers, xp)
-    t_grad = t_gather = 0.0
-    for (n, size, pn, s, s_pn, part), element_bytes in zip(groups, gather_bytes, strict=False):
-        grads = n * gb
-        whole = xp.not_(scattered) * 1
-        t_grad = t_grad + run("dp_grad_reduce", "all_reduce", grads, size, pn, whole)
-        per_unit = grads / units
-        t_grad = t_grad + run("dp_grad_reduce", "reduce_scatter", per_unit, s, s_pn, rs_count)
-        t_grad = t_grad + run(
-            "dp_replica_all_reduce", "all_reduce", per_unit / part, replicas, span["replica"],
-            rs_count,
-        )  # fmt: skip
-        t_gather = t_gather + run(
-            "dp_param_gather", "all_gather", per_unit * (element_bytes / gb), s, s_pn,
-            gathers * units,
-        )  # fmt: skip
+    element_bytes = gather_bytes_per_element(spec, L, precision, framework, stage, layers, xp)
+    counts = (xp.not_(scattered) * 1, scattered * reductions * units, gathers * units)
+    t_grad, t_gather = _collectives(
+        spec, L, span, stage, gb, element_bytes, units, counts, run, xp
+    )  # fmt: skip
     params = stage.dense + stage.experts
     # what waits for the backward's end or runs inside the optimizer step: exposed whole
     late_gather = sharded & (z < 3) & framework.param_gather_after_step
@@ -113,6 +91,40 @@ def data_parallel_seconds(
     exposed = xp.where((z == 3) & xp.not_(piped), zero3, step)
     hidden = xp.maximum(0.0, total - exposed)
     return xp.where(dp_group > 1, exposed + overlap_cost(hidden), 0.0)
+
+
+def _collectives(spec, L, span, stage, gb, element_bytes, units, counts, run, xp: Ops):
+    """(gradient, gather) seconds of the data-parallel collectives: dense weights over the
+    whole dp * cp group, routed experts over the expert-data-parallel group of dp * cp / ep
+    ranks; `counts` the calls of the whole-gradient all-reduce, of each unit's reduce-scatter
+    (and replica all-reduce) and of each unit's gather; `element_bytes` the gathers' bytes per
+    element, (dense, experts)."""
+    whole, scatters, gathers = counts
+    dp_group, shard = L.dp * L.cp, L.shard_dp * L.cp
+    replicas = L.dp // L.shard_dp
+    # (parameters, dp group, its per-node span, shard group, its span, shard of the params)
+    groups = [(stage.dense, dp_group, span["dp_cp"], shard, span["shard_cp"], shard)]
+    if spec.is_moe:
+        e_shard = xp.maximum(1, shard // L.ep)
+        e_pn, e_shard_pn = (
+            xp.maximum(1, span["dp_cp"] // L.ep),
+            xp.maximum(1, span["shard_cp"] // L.ep),
+        )
+        groups.append((stage.experts, dp_group // L.ep, e_pn, e_shard, e_shard_pn, e_shard))
+    t_grad = t_gather = 0.0
+    for (n, size, pn, s, s_pn, part), e in zip(groups, element_bytes, strict=False):
+        grads = n * gb
+        t_grad = t_grad + run("dp_grad_reduce", "all_reduce", grads, size, pn, whole)
+        per_unit = grads / units
+        t_grad = t_grad + run("dp_grad_reduce", "reduce_scatter", per_unit, s, s_pn, scatters)
+        t_grad = t_grad + run(
+            "dp_replica_all_reduce", "all_reduce", per_unit / part, replicas, span["replica"],
+            scatters,
+        )  # fmt: skip
+        t_gather = t_gather + run(
+            "dp_param_gather", "all_gather", per_unit * (e / gb), s, s_pn, gathers
+        )
+    return t_grad, t_gather
 
 
 FP8_GATHER_BYTES = 1
