@@ -30,9 +30,12 @@ FP8 recipes (`FP8_RECIPES`) list which GEMMs run in FP8 and the HBM bytes their 
 element of input, weight and output gradient, read off Transformer Engine's docs and torchao's
 float8 code; `fp8_linear_extra_bytes` sums them for one linear layer.
 
-Not found (so not here): a bf16 cuBLAS table by K on H100/A100 (NVIDIA's matmul guide and the
-co-design paper, arXiv 2401.14489, give figures only); per-kernel launch gaps measured on
-Hopper or Blackwell; MI300X FP8 MAMF (the table's row is blank).
+Checked for bf16 on Hopper against OpenXLA's measured GEMM table (matmul_interpolator_data.h,
+key sm_90): at m = n = 4096, K = 256 keeps 0.50 of the K = 4096 rate, the derived K_half 237
+gives 0.55 (tests/core/spec/test_kernel_costs.py). Not found (so not here): a bf16 K sweep
+on A100 with numbers (NVIDIA's matmul guide and the co-design paper, arXiv 2401.14489, give
+figures only); per-kernel launch gaps measured on Hopper or Blackwell; MI300X FP8 MAMF (the
+table's row is blank).
 """
 
 from __future__ import annotations
