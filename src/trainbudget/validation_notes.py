@@ -177,7 +177,7 @@ OUTLIERS.update(
             "unexplained: llm.c's GPT-2 steps on A100 come out 14-17 % slow with its in-place "
             "fused classifier timed (no fp32 logits, loss_time; 21-24 % without): llm.c is "
             "hand-written fused CUDA, where the model times a layer's eager kernels "
-            "(compute_time.KERNELS_PER_LAYER_FORWARD) and unfused element-wise passes; the "
+            "(layer_traffic.KERNELS_PER_LAYER_FORWARD) and unfused element-wise passes; the "
             "scripts' step times are round figures ('~300ms', '~820ms')",
         ),
         "nanochat-d24-bf16-8gpu": "unexplained: nanochat's d24 (0.8B, the whole model under "

@@ -105,6 +105,7 @@ def test_the_one_gpu_estimate_imports_no_plan_model():
         "search.planner_fast",
         "timing.step_time",
         "timing.compute_time",
+        "timing.layer_time",
         "timing.comm_time",
         "memory.gpu_memory",
         "memory.gpu_peak",

@@ -117,8 +117,8 @@ class Framework:
     Megatron has no every-K-th policy: its --recompute-method block recomputes the first N
     layers of each stage (emit.megatron translates)."""
     kernels_per_layer_forward: int = 48
-    """Kernels one decoder layer launches forward (compute_time's launch gaps and CPU
-    dispatch): 48, Hugging Face's eager Llama layer (`compute_time.KERNELS_PER_LAYER_FORWARD`),
+    """Kernels one decoder layer launches forward (layer_time's launch gaps and CPU
+    dispatch): 48, Hugging Face's eager Llama layer (`layer_traffic.KERNELS_PER_LAYER_FORWARD`),
     unless the row's fused layer says otherwise."""
     compiled: bool = False
     """The model's step runs under torch.compile (Inductor): a layer launches

@@ -40,8 +40,9 @@ import torch.nn.functional as F
 
 from trainbudget.core.parallel.layout import as_numbers
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.timing.compute_time import BACKWARD_PER_FORWARD, layer_compute
 from trainbudget.core.parallel.timing.efficiency import Efficiency
+from trainbudget.core.parallel.timing.layer_time import layer_compute
+from trainbudget.core.parallel.timing.layer_traffic import BACKWARD_PER_FORWARD
 from trainbudget.core.single.params import matrix_shapes
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Precision

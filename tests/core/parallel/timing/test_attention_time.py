@@ -11,8 +11,8 @@ from trainbudget.core.ops import SCALAR, numpy_ops
 from trainbudget.core.parallel.layout import PlanNumbers
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.timing.attention_time import AttentionKernel, measured_rates
-from trainbudget.core.parallel.timing.compute_time import KernelModel, layer_compute
 from trainbudget.core.parallel.timing.efficiency import DEFAULT_EFFICIENCY
+from trainbudget.core.parallel.timing.layer_time import KernelModel, layer_compute
 from trainbudget.core.spec.attention_kernels import attention_tflops_per_second
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.presets import get_preset

@@ -1,6 +1,6 @@
-"""Compute time of a micro-batch: the causal mask's skipped tiles (FlashAttention-2, Dao 2023,
-arXiv 2307.08691, Sec. 3.1.1), and nothing skipped by the unfused kernel; the spec's shapes
-(sliding windows, MLA's projections, dense layers before the MoE ones) in the layer's time."""
+"""Compute time of a micro-batch: the causal mask's saving over a whole step, the step times the
+model is pinned to, GEMM shapes' tile and wave quantization, the rows' measured fractions, the
+head and loss, and what recomputation repeats."""
 
 from __future__ import annotations
 
@@ -11,26 +11,17 @@ import pytest
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.layout import PlanNumbers
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.timing.compute_time import (
-    FLASH_BLOCK_TOKENS,
-    HIDDEN_DROPOUTS,
-    LOSS_FP32_TRAFFIC_BYTES,
-    attention_projection_seconds,
-    causal_tile_fraction,
-    dropout_bytes,
-    flash_tile_fraction,
-    layer_compute,
-    micro_batch_compute,
-    stage_mix,
-)
+from trainbudget.core.parallel.timing.compute_time import micro_batch_compute
 from trainbudget.core.parallel.timing.efficiency import (
     DEFAULT_EFFICIENCY,
     DEFAULT_MATMUL_FRACTION,
     Efficiency,
 )
 from trainbudget.core.parallel.timing.gemm_time import gemm_shape_efficiency, matmul_seconds
+from trainbudget.core.parallel.timing.layer_time import layer_compute
+from trainbudget.core.parallel.timing.layer_traffic import LOSS_FP32_TRAFFIC_BYTES
 from trainbudget.core.parallel.timing.step_time import _kernel_model, micro_batch_terms, step_time
-from trainbudget.core.single.flops import forward_flops, matmul_flops
+from trainbudget.core.single.flops import matmul_flops
 from trainbudget.core.spec.frameworks import GENERIC, get_framework
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision
@@ -41,36 +32,10 @@ L3_8B = get_preset("llama-3-8b")
 BF16 = get_precision("bf16-mixed")
 
 
-def test_causal_tile_fraction():
-    assert FLASH_BLOCK_TOKENS == 128
-    assert causal_tile_fraction(128) == 1.0  # one tile: the diagonal, computed whole
-    assert causal_tile_fraction(8192) == pytest.approx(65 / 128)  # 64 tiles a side
-    assert causal_tile_fraction(131072) == pytest.approx(1025 / 2048)
-    assert causal_tile_fraction(200) == 3 / 4  # 2 tiles a side: 3 of 4
-
-
 def _on(hw=H100) -> dict:
     """The device arguments of layer_compute and micro_batch_compute: bf16 on `hw`."""
     eff = DEFAULT_EFFICIENCY.resolved(hw)
     return dict(e=2, peak=hw.peak_flops_per_second("bf16"), hbm=hw.hbm_bytes_per_second, eff=eff)
-
-
-def _layer(plan: Plan, seq_len: int, causal: bool = False, spec=L3_8B):
-    return layer_compute(spec, PlanNumbers.of(plan), seq_len=seq_len, causal=causal, **_on())
-
-
-@pytest.mark.parametrize("seq_len", [4096, 32768])
-def test_flash_attention_computes_only_the_causal_tiles(seq_len):
-    full, causal = _layer(Plan(), seq_len, False), _layer(Plan(), seq_len, True)
-    frac = causal_tile_fraction(seq_len)
-    assert causal.attention_seconds == pytest.approx(frac * full.attention_seconds, rel=1e-12)
-    saved = full.forward_seconds - causal.forward_seconds
-    assert saved == pytest.approx((1 - frac) * full.attention_seconds, rel=1e-12)
-
-
-def test_the_unfused_kernel_masks_but_computes_every_score():
-    plan = Plan(flash_attention=False)
-    assert _layer(plan, 4096, True) == _layer(plan, 4096, False)
 
 
 def test_causal_lowers_the_step_most_at_long_sequences():
@@ -89,25 +54,6 @@ def test_causal_lowers_the_step_most_at_long_sequences():
     long = step(32768, True) / step(32768, False)
     assert long < short < 1
     assert long < 0.75  # at 32K attention is most of the step and half of it is skipped
-
-
-# ---- the spec's shapes: windows, MLA, dense-then-MoE stacks -----------------------------
-
-MISTRAL = get_preset("mistral-7b")  # every layer slides over 4096 keys
-DEEPSEEK = get_preset("deepseek-v3")  # MLA; 3 dense layers, then 58 MoE ones
-
-
-def _layer_of(spec, plan: Plan, seq_len: int, causal: bool = False):
-    return layer_compute(
-        spec,
-        PlanNumbers.of(plan),
-        seq_len=seq_len,
-        e=2,
-        peak=H100.peak_flops_per_second("bf16"),
-        hbm=H100.hbm_bytes_per_second,
-        eff=DEFAULT_EFFICIENCY.resolved(H100),
-        causal=causal,
-    )
 
 
 # step seconds once GEMMs were timed by shape (tile and wave quantization over the SMs, the
@@ -140,57 +86,6 @@ def test_models_without_the_new_shapes_keep_their_step_time(model, plan, seq_len
         causal=True,
     )
     assert t.step_seconds == pytest.approx(seconds, rel=1e-12)
-
-
-def test_a_sliding_layer_attends_over_its_window():
-    global_ = MISTRAL.replace(sliding_window=0)
-    for plan in (Plan(), Plan(tp=2, cp=2, micro_batch=2)):
-        sliding, full = _layer_of(MISTRAL, plan, 32768), _layer_of(global_, plan, 32768)
-        assert sliding.attention_seconds == pytest.approx(
-            4096 / 32768 * full.attention_seconds, rel=1e-12
-        )
-    # causal: the band's tiles (33 of each block row past the first 32) against the triangle's
-    sliding, full = _layer_of(MISTRAL, Plan(), 32768, True), _layer_of(global_, Plan(), 32768, True)
-    assert flash_tile_fraction(32768, 4096) == (528 + 224 * 33) / (256 * 32)
-    ratio = 4096 * flash_tile_fraction(32768, 4096) / (32768 * causal_tile_fraction(32768))
-    assert sliding.attention_seconds == pytest.approx(ratio * full.attention_seconds, rel=1e-12)
-    # a window at least as long as the sequence changes nothing
-    assert _layer_of(MISTRAL, Plan(), 4096) == _layer_of(global_, Plan(), 4096)
-
-
-def test_gemma_mixes_global_and_sliding_layers_by_the_stage():
-    gemma = get_preset("gemma-2-9b")  # 42 layers, every 2nd global
-    mixed = _layer_of(gemma, Plan(), 32768).attention_seconds
-    glob = _layer_of(gemma.replace(sliding_window=0, global_every=0), Plan(), 32768)
-    slide = _layer_of(gemma.replace(global_every=0), Plan(), 32768)
-    assert mixed == pytest.approx((glob.attention_seconds + slide.attention_seconds) / 2)
-    last = stage_mix(gemma, PlanNumbers.of(Plan(pp=3)))  # layers 28..41: 7 global
-    assert (last.layers, last.sliding) == (14, 7)
-    last = stage_mix(get_preset("gemma-3-1b"), PlanNumbers.of(Plan(pp=2)))  # 13..25
-    assert (last.layers, last.sliding) == (13, 11)  # layers 17 and 23 are global
-
-
-def test_mla_projections_take_their_real_flops():
-    def flops(m, n, k):  # a gemm that returns its FLOPs instead of its seconds
-        return matmul_flops(m, k, n)
-
-    fwd = forward_flops(DEEPSEEK, 4096)
-    per_layer = (fwd.qkv + fwd.attn_proj) / DEEPSEEK.n_layers
-    assert attention_projection_seconds(DEEPSEEK, 4096, 1, flops) == pytest.approx(per_layer)
-    # under TP the up-projections split, the two down-projections are duplicated
-    d, q_lora, kv_down = DEEPSEEK.d_model, DEEPSEEK.q_lora_rank, 512 + 64
-    down = matmul_flops(4096, d, q_lora) + matmul_flops(4096, d, kv_down)
-    assert attention_projection_seconds(DEEPSEEK, 4096, 8, flops) == pytest.approx(
-        down + (per_layer - down) / 8
-    )
-
-
-def test_dense_layers_of_an_moe_stack_run_the_dense_mlp():
-    assert stage_mix(DEEPSEEK, PlanNumbers.of(Plan())).moe == 58
-    all_moe = DEEPSEEK.replace(n_dense_layers=0)
-    mixed, moe = _layer_of(DEEPSEEK, Plan(), 4096), _layer_of(all_moe, Plan(), 4096)
-    assert mixed.attention_seconds == moe.attention_seconds
-    assert mixed.forward_seconds != moe.forward_seconds
 
 
 # ---- GEMM shapes: tile and wave quantization (NVIDIA, "Matrix Multiplication Background") ----
@@ -246,40 +141,6 @@ def test_the_loss_traffic_is_counted_once():
         DEFAULT_EFFICIENCY.resolved(H100), sms=H100.sm_count,
     )  # fmt: skip
     assert mb.head_seconds == pytest.approx(3 * gemm + loss)
-
-
-def test_dropout_bytes():
-    # the mask written and read (1 byte each), the gradient read and written (2 x 2 bytes);
-    # a dropout that is its own kernel also reads its input and writes its output
-    assert dropout_bytes(2, standalone=False) == 6
-    assert dropout_bytes(2, standalone=True) == 10
-
-
-def test_hidden_dropouts_add_their_bytes_to_the_layer():
-    """GPT-2 with and without dropout, FlashAttention (no attention-dropout traffic: it runs
-    inside the kernel): the two hidden dropouts' 6 bytes an element of the hidden vector, as
-    forward-pass bytes (a third: the backward is timed as twice the forward)."""
-    gpt = get_preset("gpt2")
-    plan, rows = Plan(micro_batch=4), 4 * 1024
-    with_dropout = _layer(plan, 1024, spec=gpt.replace(dropout=True))
-    without = _layer(plan, 1024, spec=gpt.replace(dropout=False))
-    rate = H100.hbm_bytes_per_second * DEFAULT_EFFICIENCY.hbm
-    added = rows * HIDDEN_DROPOUTS * gpt.d_model * 6 / 3 / rate
-    assert with_dropout.memory_bound_seconds - without.memory_bound_seconds == pytest.approx(added)
-    assert with_dropout.attention_seconds == without.attention_seconds
-
-
-def test_unfused_attention_times_its_dropout_on_the_probabilities():
-    """Without FlashAttention the attention dropout is its own kernel over the s x s
-    probabilities of every head: 10 bytes a score forward and backward, a third as forward."""
-    gpt = get_preset("gpt2")
-    plan = Plan(micro_batch=4, flash_attention=False)
-    with_dropout = _layer(plan, 1024, spec=gpt.replace(dropout=True))
-    without = _layer(plan, 1024, spec=gpt.replace(dropout=False))
-    rate = H100.hbm_bytes_per_second * DEFAULT_EFFICIENCY.hbm
-    scores = 4 * gpt.n_heads * 1024 * 1024
-    added = scores * 10 / 3 / rate
-    assert with_dropout.attention_seconds - without.attention_seconds == pytest.approx(added)
 
 
 def test_the_first_flashattention_runs_at_half_the_second_on_a100():

@@ -9,7 +9,7 @@ import pytest
 from trainbudget.core.errors import SpecError
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.timing.compute_time import LOSS_FP32_TRAFFIC_BYTES
+from trainbudget.core.parallel.timing.layer_traffic import LOSS_FP32_TRAFFIC_BYTES
 from trainbudget.core.parallel.timing.loss_time import (
     LOSS_FP32_BYTES_PER_LOGIT,
     loss_fp32_bytes_per_logit,

@@ -76,7 +76,7 @@ class AttentionKernel:
         self, head_dim: int, causal: bool, seq_len: Any, xp: Ops
     ) -> tuple[Any, Any] | None:
         """(forward, backward) seconds per FLOP of the forward pass counted without a mask
-        (`compute_time`'s attention FLOPs), at queries of `seq_len` (numbers, or an array of
+        (`layer_time`'s attention FLOPs), at queries of `seq_len` (numbers, or an array of
         a few distinct values); None where the tables have no curve for this kernel and GPU."""
         if not xp.is_array:
             return self._per_flop(head_dim, causal, int(seq_len))

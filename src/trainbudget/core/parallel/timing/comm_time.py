@@ -13,13 +13,14 @@ from trainbudget.core.parallel.layout import FULL, SELECTIVE_OP, PlanNumbers
 from trainbudget.core.parallel.memory.parallel_memory import StageParams
 from trainbudget.core.parallel.plan import members_per_node
 from trainbudget.core.parallel.timing.comm import CollectiveTotal, collective_total
-from trainbudget.core.parallel.timing.compute_time import MicroBatchCompute, stage_mix
+from trainbudget.core.parallel.timing.compute_time import MicroBatchCompute
 from trainbudget.core.parallel.timing.dp_time import (
     data_parallel_seconds,
     gather_copy_out_seconds,
     overlap_cost,
 )
 from trainbudget.core.parallel.timing.efficiency import DEFAULT_EFFICIENCY
+from trainbudget.core.parallel.timing.layer_traffic import stage_mix
 from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.loss_kernels import get_loss_kernel
 from trainbudget.core.spec.model_spec import ModelSpec

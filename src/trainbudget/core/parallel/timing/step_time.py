@@ -36,13 +36,10 @@ from trainbudget.core.parallel.memory.parallel_memory import stage_params
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.parallel.timing.attention_time import AttentionKernel
 from trainbudget.core.parallel.timing.comm_time import Communication, communication
-from trainbudget.core.parallel.timing.compute_time import (
-    BACKWARD_PER_FORWARD,
-    KernelModel,
-    MicroBatchCompute,
-    micro_batch_compute,
-)
+from trainbudget.core.parallel.timing.compute_time import MicroBatchCompute, micro_batch_compute
 from trainbudget.core.parallel.timing.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from trainbudget.core.parallel.timing.layer_time import KernelModel
+from trainbudget.core.parallel.timing.layer_traffic import BACKWARD_PER_FORWARD
 from trainbudget.core.parallel.timing.loss_time import loss_extra_bytes_per_logit
 from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.flops import forward_flops
@@ -325,7 +322,7 @@ def _kernel_model(
     given: Efficiency, eff: Efficiency, hw: Hardware, framework: Framework, precision: Precision
 ) -> KernelModel:
     """What this GPU's kernels do beyond the roofline under this framework and precision
-    (`compute_time.KernelModel`)."""
+    (`layer_time.KernelModel`)."""
     return KernelModel(
         linear_peak=hw.peak_flops_per_second(precision.compute_dtype),
         linear_fraction=_linear_fraction(given, eff, hw, precision),
@@ -396,7 +393,7 @@ def step_time(
     framework: Framework = GENERIC,
 ) -> StepTime:
     """Predicted seconds of one optimizer step of `plan` on `cluster` (dropout's own kernels
-    are inside the fitted in-training share: compute_time's `_memory_bound_seconds`). `causal`:
+    are inside the fitted in-training share: layer_time's `_memory_bound_seconds`). `causal`:
     the mask the attention kernel runs (a decoder trains causal: the default; False times a
     full mask). `count_causal`: the FLOP convention of `model_flops_per_step` and so of MFU,
     a separate choice -- the seeds' and PaLM's non-causal count by default, the unmasked
