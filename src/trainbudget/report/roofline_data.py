@@ -1,10 +1,10 @@
 """The chosen GPU's roofline with the model's main matmuls placed on it. Pure.
 
 Each op is one GEMM of one micro-batch on one GPU of the chosen plan, in the shape
-`step_time._layer_compute_seconds` times it: (rows, k) @ (k, n) with rows = micro-batch x
+`layer_time.layer_compute` times it: (rows, k) @ (k, n) with rows = micro-batch x
 seq_len / cp tokens and the weight split by TP. Its arithmetic intensity is
 `intensity.matmul_intensity`; its achieved FLOP/s is its FLOPs over the time
-`step_time.matmul_seconds` predicts (compute-bound at the matmul efficiency x peak less the
+`gemm_time.matmul_seconds` predicts (compute-bound at the matmul efficiency x peak less the
 shape's tile and wave quantization, or memory-bound at the achievable HBM bandwidth), so the
 points are where the step-time model puts them. The attention core (FlashAttention, timed at its
 own efficiency) and the element-wise ops (norms, residuals, activations: bytes without counted

@@ -19,7 +19,7 @@ from trainbudget.core.parallel.search.plan_grid import enumerate_plan_arrays
 from trainbudget.core.parallel.search.plan_space import Policy
 from trainbudget.core.parallel.search.planner_fast import memory_arrays, step_arrays
 from trainbudget.core.parallel.search.product_grid import per_distinct_rows, product_grid
-from trainbudget.core.parallel.timing.step_time import COMPUTE_FIELDS, micro_batch_terms
+from trainbudget.core.parallel.timing.compute_time import COMPUTE_FIELDS, micro_batch_terms
 from trainbudget.core.spec.frameworks import FRAMEWORKS
 from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision

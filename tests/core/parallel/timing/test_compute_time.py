@@ -11,7 +11,11 @@ import pytest
 from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.layout import PlanNumbers
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.timing.compute_time import micro_batch_compute
+from trainbudget.core.parallel.timing.compute_time import (
+    kernel_model_for,
+    micro_batch_compute,
+    micro_batch_terms,
+)
 from trainbudget.core.parallel.timing.efficiency import (
     DEFAULT_EFFICIENCY,
     DEFAULT_MATMUL_FRACTION,
@@ -20,7 +24,7 @@ from trainbudget.core.parallel.timing.efficiency import (
 from trainbudget.core.parallel.timing.gemm_time import gemm_shape_efficiency, matmul_seconds
 from trainbudget.core.parallel.timing.layer_time import layer_compute
 from trainbudget.core.parallel.timing.layer_traffic import LOSS_FP32_TRAFFIC_BYTES
-from trainbudget.core.parallel.timing.step_time import _kernel_model, micro_batch_terms, step_time
+from trainbudget.core.parallel.timing.step_time import step_time
 from trainbudget.core.single.flops import matmul_flops
 from trainbudget.core.spec.frameworks import GENERIC, get_framework
 from trainbudget.core.spec.hardware import get_hardware
@@ -176,7 +180,9 @@ def test_megatron_selective_recomputation_reruns_the_fused_attention_forward():
     layer = layer_compute(
         llama, PlanNumbers.of(plan), seq_len=8192, e=2, peak=hw.peak_flops_per_second("bf16"),
         hbm=hw.hbm_bytes_per_second, eff=eff, sms=hw.sm_count,
-        kernels=_kernel_model(DEFAULT_EFFICIENCY, eff, hw, megatron, get_precision("bf16-mixed")),
+        kernels=kernel_model_for(
+            DEFAULT_EFFICIENCY, eff, hw, megatron, get_precision("bf16-mixed")
+        ),
     )  # fmt: skip
     added = rerun.backward_seconds - kept.backward_seconds
     assert added == pytest.approx(llama.n_layers * layer.attention_seconds, rel=1e-9)

@@ -75,7 +75,7 @@ def test_a_compiled_step_launches_inductor_s_kernels_and_fuses_its_loss():
     layer's forward loses (48 - 11) kernel gaps and the loss its fp32 traffic less one re-read
     of the 16-bit logits; nothing else moves."""
     from trainbudget.core.parallel.layout import PlanNumbers
-    from trainbudget.core.parallel.timing.step_time import KERNEL_GAP_SECONDS, micro_batch_terms
+    from trainbudget.core.parallel.timing.compute_time import KERNEL_GAP_SECONDS, micro_batch_terms
     from trainbudget.core.spec.frameworks import INDUCTOR_LAYER_KERNELS
 
     spec = get_preset("gpt2").replace(vocab_size=50304)

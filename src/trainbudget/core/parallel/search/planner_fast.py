@@ -32,12 +32,9 @@ from trainbudget.core.parallel.search.product_grid import (
     per_distinct_rows,
     product_grid,
 )
+from trainbudget.core.parallel.timing.compute_time import COMPUTE_FIELDS, micro_batch_terms
 from trainbudget.core.parallel.timing.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from trainbudget.core.parallel.timing.step_time import (
-    COMPUTE_FIELDS,
-    micro_batch_terms,
-    step_terms,
-)
+from trainbudget.core.parallel.timing.step_time import step_terms
 from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision

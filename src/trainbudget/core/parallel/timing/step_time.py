@@ -34,26 +34,13 @@ from trainbudget.core.parallel.cluster import Cluster
 from trainbudget.core.parallel.layout import ON_GPU, TO_CPU, PlanNumbers, as_numbers
 from trainbudget.core.parallel.memory.parallel_memory import stage_params
 from trainbudget.core.parallel.plan import Plan
-from trainbudget.core.parallel.timing.attention_time import AttentionKernel
 from trainbudget.core.parallel.timing.comm_time import Communication, communication
-from trainbudget.core.parallel.timing.compute_time import MicroBatchCompute, micro_batch_compute
+from trainbudget.core.parallel.timing.compute_time import MicroBatchCompute, micro_batch_terms
 from trainbudget.core.parallel.timing.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from trainbudget.core.parallel.timing.layer_time import KernelModel
 from trainbudget.core.parallel.timing.layer_traffic import BACKWARD_PER_FORWARD
-from trainbudget.core.parallel.timing.loss_time import loss_extra_bytes_per_logit
 from trainbudget.core.single import op_checkpoint
 from trainbudget.core.single.flops import forward_flops
-from trainbudget.core.spec.frameworks import GENERIC, INDUCTOR_LAYER_KERNELS, Framework
-from trainbudget.core.spec.hardware import HARDWARE, Hardware
-from trainbudget.core.spec.kernel_costs import (
-    CUDA_GRAPHS_BLOG,
-    EPILOGUE_OVERLAPPED,
-    FP8_OVER_BF16_FALLBACK,
-    eager_dispatch_seconds_per_op,
-    fp8_matmul_fraction,
-    get_fp8_recipe,
-)
-from trainbudget.core.spec.loss_kernels import get_loss_kernel
+from trainbudget.core.spec.frameworks import GENERIC, Framework
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import Optimizer, Precision
 
@@ -256,127 +243,6 @@ def _last_stage_params(spec: ModelSpec, L: PlanNumbers, framework: Framework, xp
     it (`Framework.tp_splits_embedding`: KempnerForge's TP plan leaves it replicated, so FSDP2
     shards and gathers all V x d of it over the data-parallel group)."""
     return stage_params(spec, L, "last", xp, split_embedding=framework.tp_splits_embedding)
-
-
-def micro_batch_terms(
-    spec: ModelSpec,
-    L: PlanNumbers,
-    cluster: Cluster,
-    *,
-    seq_len: int,
-    precision: Precision,
-    efficiency: Efficiency = DEFAULT_EFFICIENCY,
-    causal: bool = True,
-    framework: Framework = GENERIC,
-    xp: Ops = SCALAR,
-) -> MicroBatchCompute:
-    """One micro-batch's compute on the plan's last and largest stages (`micro_batch_compute`
-    on this cluster's GPU, under this framework and precision). It reads the model-parallel
-    layout, the micro-batch and the recompute policy (`COMPUTE_FIELDS`), nothing of data
-    parallelism."""
-    hw = cluster.hardware
-    eff = efficiency.resolved(hw, framework.attention_kernel)
-    return micro_batch_compute(
-        spec,
-        L,
-        seq_len=seq_len,
-        e=precision.activation_bytes,
-        peak=hw.peak_flops_per_second(precision.other_matmul_dtype),
-        hbm=hw.hbm_bytes_per_second,
-        eff=eff,
-        causal=causal,
-        xp=xp,
-        sms=hw.sm_count,
-        kernels=_kernel_model(efficiency, eff, hw, framework, precision),
-        recompute_from_first=framework.recompute_every_from_first,
-        selective_reruns_attention=framework.selective_reruns_fused_attention,
-    )
-
-
-COMPUTE_FIELDS = (
-    "tp",
-    "pp",
-    "cp",
-    "sp",
-    "micro_batch",
-    "recompute",
-    "recompute_every",
-    "flash",
-    "first_layers",
-    "middle_layers",
-    "last_layers",
-    "max_layers",
-    "embedding_slot",
-    "loss_slot",
-)
-"""The plan fields `micro_batch_terms` reads (the planner's grid computes it once per distinct
-combination of them: `search.product_grid.per_distinct_rows`, which hides the others)."""
-
-
-KERNEL_GAP_SECONDS = CUDA_GRAPHS_BLOG.stream_seconds - CUDA_GRAPHS_BLOG.kernel_seconds
-"""GPU time a kernel adds queued behind another in a stream, for every GPU (one measurement:
-`kernel_costs.kernel_floor_seconds`)."""
-
-
-def _kernel_model(
-    given: Efficiency, eff: Efficiency, hw: Hardware, framework: Framework, precision: Precision
-) -> KernelModel:
-    """What this GPU's kernels do beyond the roofline under this framework and precision
-    (`layer_time.KernelModel`)."""
-    return KernelModel(
-        linear_peak=hw.peak_flops_per_second(precision.compute_dtype),
-        linear_fraction=_linear_fraction(given, eff, hw, precision),
-        cast=_fp8_casts(framework, precision),
-        serial_epilogue=hw.name not in EPILOGUE_OVERLAPPED,
-        kernel_gap=KERNEL_GAP_SECONDS,
-        dispatch=eager_dispatch_seconds_per_op(),
-        kernels_per_layer=(
-            INDUCTOR_LAYER_KERNELS if framework.compiled else framework.kernels_per_layer_forward
-        ),
-        attention=_attention_kernel(given, eff, hw, framework, precision),
-        loss_extra_bytes=loss_extra_bytes_per_logit(
-            framework.loss_kernel, framework.compiled, precision.activation_bytes
-        ),
-        loss_whole_vocabulary=get_loss_kernel(framework.loss_kernel).whole_vocabulary,
-    )
-
-
-def _linear_fraction(
-    given: Efficiency, eff: Efficiency, hw: Hardware, precision: Precision
-) -> float | None:
-    """The large-GEMM fraction of the linear layers' peak: under FP8 the GPU's measured FP8
-    one (`kernel_costs.fp8_matmul_fraction`: MAMF's FP8 rows, lower than bf16's on Hopper);
-    None (`eff.matmul`) otherwise or where a calibration gave the matmul fraction."""
-    if precision.compute_dtype != "fp8" or given.matmul is not None:
-        return None
-    if hw.name not in HARDWARE:
-        return eff.matmul * FP8_OVER_BF16_FALLBACK
-    return fp8_matmul_fraction(hw.name, eff.matmul)
-
-
-def _fp8_casts(framework: Framework, precision: Precision) -> tuple[float, float, float]:
-    """Bytes per element the framework's FP8 recipe moves casting a linear layer's input,
-    weight and output gradient (`kernel_costs.FP8_RECIPES`); none outside FP8."""
-    if precision.compute_dtype != "fp8":
-        return (0.0, 0.0, 0.0)
-    r = get_fp8_recipe(framework.fp8_recipe)
-    return (
-        r.input_bytes_per_element,
-        r.weight_bytes_per_element,
-        r.grad_output_bytes_per_element,
-    )
-
-
-def _attention_kernel(
-    given: Efficiency, eff: Efficiency, hw: Hardware, framework: Framework, precision: Precision
-) -> AttentionKernel | None:
-    """The framework's fused attention kernel timed from the measured tables
-    (`attention_time`), unless an attention fraction was given (a calibration's measured one,
-    which then times it)."""
-    if given.attention is not None:
-        return None
-    peak = hw.peak_flops_per_second(precision.other_matmul_dtype)
-    return AttentionKernel(framework.attention_kernel, hw.name, peak, eff.in_training)
 
 
 def step_time(
