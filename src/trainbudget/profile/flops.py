@@ -42,11 +42,8 @@ each op: the nodes a module's forward created are tagged with its path, and
 from __future__ import annotations
 
 import contextlib
-import re
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -57,152 +54,22 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import set_checkpoint_early_stop
 from torch.utils.flop_counter import FlopCounterMode
 
-from trainbudget.core.single.flops import (
-    ForwardFlops,
-    forward_flops,
-    recompute_flops,
-    training_flops,
-)
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.model.transformer import build_model
-
-PARTS = (
-    "qkv",
-    "scores",
-    "attn_values",
-    "attn_proj",
-    "mlp_up",
-    "mlp_gate",
-    "mlp_down",
-    "router",
-    "logits",
+from trainbudget.profile.flop_parts import (
+    ATTENTION_CORE,
+    FUSED_KERNELS,
+    SDPA_MODES,
+    MeasuredFlops,
+    frozen,
+    part_of_module,
+    parts_from_exclusive,
+    parts_from_module_counts,
 )
-"""The core's forward parts (`ForwardFlops.as_dict()`), in its order."""
-
-OTHER = "other"
-"""FLOPs outside every part (none for the reference model: only its matmuls count)."""
-
-ATTENTION_CORE = "attention"
-"""Ops inside the attention module but outside qkv and proj: Q @ K^T and softmax @ V."""
-
-SDPA_MODES = ("auto", "math", "flash")
-FUSED_KERNELS = ("flash", "efficient", "cudnn")
-"""Fused attention kernels whose backward FlopCounterMode counts as 5 T x T matmuls."""
+from trainbudget.profile.flops_compare import FlopComparison, comparison_of
 
 _TAG = "trainbudget_module"
 _ROOT = "Transformer"  # FlopCounterMode's ModuleTracker names the root module by its class
-
-_PART_PATTERNS = (
-    (re.compile(r"\.attn\.qkv$"), "qkv"),
-    (re.compile(r"\.attn\.proj$"), "attn_proj"),
-    (re.compile(r"\.attn$"), ATTENTION_CORE),
-    (re.compile(r"\.mlp\.router$"), "router"),
-    # dense MLP (mlp.up), routed experts (mlp.experts.3.up), shared experts (mlp.shared.0.up)
-    (re.compile(r"\.mlp(\.(experts|shared)\.\d+)?\.up$"), "mlp_up"),
-    (re.compile(r"\.mlp(\.(experts|shared)\.\d+)?\.gate$"), "mlp_gate"),
-    (re.compile(r"\.mlp(\.(experts|shared)\.\d+)?\.down$"), "mlp_down"),
-    (re.compile(r"^Transformer\.head$"), "logits"),
-)
-
-
-def part_of_module(fqn: str) -> str:
-    """The part a module path belongs to: one of PARTS, ATTENTION_CORE (split later into
-    scores and attn_values), or OTHER."""
-    for pattern, part in _PART_PATTERNS:
-        if pattern.search(fqn):
-            return part
-    return OTHER
-
-
-def _empty_parts() -> dict[str, int]:
-    return dict.fromkeys((*PARTS, OTHER), 0)
-
-
-def _split_attention(parts: dict[str, int], core: int) -> None:
-    """Q @ K^T and softmax @ V have the same size (T x T x d_head per head, d_v = d_head), so
-    the attention core is split evenly between scores and attn_values."""
-    half, odd = divmod(core, 2)
-    parts["scores"] += half + odd
-    parts["attn_values"] += half
-
-
-def parts_from_module_counts(module_flops: Mapping[str, int]) -> dict[str, int]:
-    """Per-part FLOPs from inclusive per-module totals (FlopCounterMode's `get_flop_counts()`
-    summed over ops, "Global" holding everything): each module keeps what the nearest modules
-    below it did not count (a ModuleList is never called, so blocks.0's parent is the root),
-    then is mapped by `part_of_module`."""
-    own = dict(module_flops)
-    for fqn, flops in module_flops.items():
-        if fqn == "Global":
-            continue
-        parent, prefix = "Global", fqn
-        while "." in prefix:
-            prefix = prefix.rsplit(".", 1)[0]
-            if prefix in module_flops:
-                parent = prefix
-                break
-        if parent in own:
-            own[parent] -= flops
-    return _parts_from_exclusive(own)
-
-
-def _parts_from_exclusive(module_flops: Mapping[str, int]) -> dict[str, int]:
-    """Per-part FLOPs from exclusive per-module counts (the innermost module of each op)."""
-    parts = _empty_parts()
-    core = 0
-    for fqn, flops in module_flops.items():
-        part = part_of_module(fqn)
-        if part == ATTENTION_CORE:
-            core += flops
-        else:
-            parts[part] += flops
-    _split_attention(parts, core)
-    return parts
-
-
-def _frozen(d: Mapping[str, Any]) -> Mapping[str, Any]:
-    return MappingProxyType(dict(d))
-
-
-@dataclass(frozen=True, kw_only=True)
-class MeasuredFlops:
-    """Raw FlopCounterMode counts of one training step (forward, loss, backward) of
-    `micro_batch` sequences of `seq_len` tokens."""
-
-    model: str
-    micro_batch: int
-    seq_len: int
-    recompute: str
-    device: str
-    dtype: str
-    sdpa_kernel: str
-    """Attention kernel that ran: "math" (bmm's) or a fused one ("flash", "efficient", "cudnn")."""
-    checkpoint_early_stop: bool
-    forward: int
-    """Counted during forward and loss."""
-    backward: int
-    """Counted during `loss.backward()`, checkpoint recomputation included."""
-    forward_parts: Mapping[str, int]
-    """From FlopCounterMode's per-module counts after the forward pass."""
-    backward_parts: Mapping[str, int]
-    """Backward ops by the autograd node that ran them (recomputation excluded)."""
-    recompute_parts: Mapping[str, int]
-    """Forward ops re-run inside backward by torch.utils.checkpoint, by module."""
-    backward_parts_by_module: Mapping[str, int]
-    """FlopCounterMode's own per-module attribution of everything after the forward pass, kept
-    to show why it is not used: it double counts modules whose inputs are shared."""
-
-    @property
-    def total(self) -> int:
-        return self.forward + self.backward
-
-    @property
-    def recompute_total(self) -> int:
-        return sum(self.recompute_parts.values())
-
-    @property
-    def fused_attention(self) -> bool:
-        return self.sdpa_kernel in FUSED_KERNELS
 
 
 class _PartTracker:
@@ -466,10 +333,10 @@ def measure_flops(
         checkpoint_early_stop=checkpoint_early_stop,
         forward=forward,
         backward=total - forward,
-        forward_parts=_frozen(forward_parts),
-        backward_parts=_frozen(backward_parts),
-        recompute_parts=_frozen(recompute_parts),
-        backward_parts_by_module=_frozen(parts_from_module_counts(after)),
+        forward_parts=frozen(forward_parts),
+        backward_parts=frozen(backward_parts),
+        recompute_parts=frozen(recompute_parts),
+        backward_parts_by_module=frozen(parts_from_module_counts(after)),
     )
 
 
@@ -489,173 +356,14 @@ def _checked_attribution(
     """(backward parts, recompute parts) from the node-tagging attribution, after checking it
     against FlopCounterMode's module counts: the two attributions of the forward pass agree,
     and backward and recomputation add up to the total after the forward."""
-    ours = _parts_from_exclusive(attribution.flops["forward"])
+    ours = parts_from_exclusive(attribution.flops["forward"])
     if ours != forward_parts or sum(ours.values()) != forward:
         raise RuntimeError(f"forward attribution differs: {ours} vs {forward_parts}")
-    backward_parts = _parts_from_exclusive(attribution.flops["backward"])
-    recompute_parts = _parts_from_exclusive(attribution.flops["recompute"])
+    backward_parts = parts_from_exclusive(attribution.flops["backward"])
+    recompute_parts = parts_from_exclusive(attribution.flops["recompute"])
     if sum(backward_parts.values()) + sum(recompute_parts.values()) != total - forward:
         raise RuntimeError("backward attribution does not add up to FlopCounterMode's total")
     return backward_parts, recompute_parts
-
-
-@dataclass(frozen=True, kw_only=True)
-class NormalisedFlops:
-    """Measured FLOPs of one step in the core's convention, per part: forward (one pass),
-    backward (model FLOPs: 2 x forward per matmul), recompute (hardware FLOPs only)."""
-
-    causal: bool
-    flash_attention: bool
-    forward: Mapping[str, float]
-    backward: Mapping[str, float]
-    recompute: Mapping[str, float]
-
-    def step(self) -> dict[str, float]:
-        """Hardware FLOPs of the step per part: forward + backward + recompute."""
-        return {p: self.forward[p] + self.backward[p] + self.recompute[p] for p in self.forward}
-
-    @property
-    def forward_total(self) -> float:
-        return sum(self.forward.values())
-
-    @property
-    def backward_total(self) -> float:
-        return sum(self.backward.values())
-
-    @property
-    def recompute_total(self) -> float:
-        return sum(self.recompute.values())
-
-    @property
-    def total(self) -> float:
-        return self.forward_total + self.backward_total + self.recompute_total
-
-
-def _exact(numerator: int, denominator: int) -> float:
-    """numerator / denominator, as an int when it divides exactly."""
-    q, r = divmod(numerator, denominator)
-    return q if r == 0 else numerator / denominator
-
-
-def normalise_flops(measured: MeasuredFlops, *, causal: bool = False) -> NormalisedFlops:
-    """Put FlopCounterMode's counts in the core's convention (`trainbudget.core.single.flops`).
-
-    Term by term (sources: torch/utils/flop_counter.py; trainbudget/core/single/flops.py):
-
-    - matmuls: both count (M, K) @ (K, N) as 2*M*N*K and nothing else (norms, softmax,
-      activations, bias adds are not counted by either): factor 1 for every linear part.
-    - attention, causal: FlopCounterMode counts all T x T query-key pairs whatever `is_causal`
-      says, which is the core's `causal=False`. With `causal=True` the attention core (scores,
-      attn_values, in every phase) is scaled by the pairs a causal mask keeps,
-      (T*(T+1)/2) / (T*T) = (T+1)/(2T), to compare with the core's `causal=True`.
-    - attention backward: for the math fallback (bmm's) it is already 2 x forward. For a fused
-      kernel (flash, memory-efficient, cuDNN) FlopCounterMode counts 5 T x T matmuls, 2.5 x
-      forward: the 4 gradient matmuls (dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q) are
-      the core's backward, 2 x forward, split evenly between scores and attn_values; the fifth
-      is the recomputed S = Q K^T, which the core counts as hardware FLOPs
-      (`recompute_flops(..., flash_attention=True)` adds `scores`): it goes to recompute.
-    - checkpointing: the forward ops torch.utils.checkpoint re-runs inside backward are
-      recompute, the core's `recompute_flops(..., "full")` (one more forward of every layer).
-    - batch: all counts are for the step's `micro_batch` sequences; the core's are per
-      sequence, multiplied by `micro_batch` on the predicted side.
-    """
-    t = measured.seq_len
-
-    def attention_scale(flops: int) -> float:
-        return _exact(flops * (t + 1), 2 * t) if causal else flops
-
-    def scaled(parts: Mapping[str, int]) -> dict[str, float]:
-        out: dict[str, float] = dict(parts)
-        for p in ("scores", "attn_values"):
-            out[p] = attention_scale(parts[p])
-        return out
-
-    forward = scaled(measured.forward_parts)
-    backward = scaled(measured.backward_parts)
-    recompute = scaled(measured.recompute_parts)
-    if measured.fused_attention:
-        core = measured.backward_parts["scores"] + measured.backward_parts["attn_values"]
-        unit = attention_scale(core) / 5  # one T x T matmul of the fused backward
-        backward["scores"] = backward["attn_values"] = 2 * unit
-        recompute["scores"] += unit
-    return NormalisedFlops(
-        causal=causal,
-        flash_attention=measured.fused_attention,
-        forward=_frozen(forward),
-        backward=_frozen(backward),
-        recompute=_frozen(recompute),
-    )
-
-
-def predicted_step_parts(
-    spec: ModelSpec,
-    *,
-    micro_batch: int,
-    seq_len: int,
-    recompute: str = "none",
-    causal: bool = False,
-    flash_attention: bool = False,
-) -> dict[str, int]:
-    """The core's hardware FLOPs of one step per part: micro_batch x (3 x forward + recompute),
-    the recompute split as `recompute_flops` defines it (full: every part but the head once
-    more; flash attention: Q @ K^T once more) and checked against it."""
-    fwd: ForwardFlops = forward_flops(spec, seq_len, causal=causal)
-    parts = fwd.as_dict()
-    extra = dict.fromkeys(parts, 0)
-    if recompute == "full":
-        extra.update({p: v for p, v in parts.items() if p != "logits"})
-    elif recompute == "selective" and not flash_attention:
-        extra.update(scores=fwd.scores, attn_values=fwd.attn_values)
-    if flash_attention:
-        extra["scores"] += fwd.scores
-    if sum(extra.values()) != recompute_flops(fwd, recompute, flash_attention):
-        raise AssertionError("predicted_step_parts disagrees with core.flops.recompute_flops")
-    return {p: micro_batch * (3 * parts[p] + extra[p]) for p in parts}
-
-
-def _relative(measured: float, predicted: float) -> float:
-    if predicted == 0:
-        return 0.0 if measured == 0 else float("inf")
-    return (measured - predicted) / predicted
-
-
-@dataclass(frozen=True, kw_only=True)
-class FlopComparison:
-    """The core's prediction against the normalised measurement, for one step."""
-
-    measured: MeasuredFlops
-    normalised: NormalisedFlops
-    predicted_parts: Mapping[str, int]
-    """Hardware FLOPs per part (3 x forward + recompute), micro_batch sequences."""
-    measured_parts: Mapping[str, float]
-    predicted_forward: int
-    predicted_total: float
-    """`training_flops(...).hardware_flops_per_token` x seq_len x micro_batch."""
-
-    @property
-    def measured_total(self) -> float:
-        return self.normalised.total
-
-    @property
-    def total_error(self) -> float:
-        """(measured - predicted) / predicted, FLOPs per step."""
-        return _relative(self.measured_total, self.predicted_total)
-
-    @property
-    def forward_error(self) -> float:
-        return _relative(self.normalised.forward_total, self.predicted_forward)
-
-    @property
-    def part_errors(self) -> dict[str, float]:
-        return {
-            p: _relative(self.measured_parts[p], self.predicted_parts[p])
-            for p in self.predicted_parts
-        }
-
-    @property
-    def max_error(self) -> float:
-        """Largest |relative error| over the total and every part."""
-        return max(abs(e) for e in (self.total_error, *self.part_errors.values()))
 
 
 def compare_flops(
@@ -670,9 +378,8 @@ def compare_flops(
     sdpa: str = "auto",
     checkpoint_early_stop: bool = False,
 ) -> FlopComparison:
-    """Measure one step (`measure_flops`), normalise it (`normalise_flops`) and set it against
-    the core's hardware FLOPs: `training_flops(spec, seq_len, causal=causal,
-    recompute=recompute, flash_attention=<a fused kernel ran>)`, per part and in total.
+    """Measure one step (`measure_flops`) and compare it with the core's prediction
+    (`flops_compare.comparison_of`: normalised, per part and in total).
 
     checkpoint_early_stop defaults to False here: the core's `recompute="full"` re-runs every
     layer's forward, which torch does only without early stop (with it, the MLP's last matmul
@@ -687,23 +394,4 @@ def compare_flops(
         sdpa=sdpa,
         checkpoint_early_stop=checkpoint_early_stop,
     )
-    normalised = normalise_flops(measured, causal=causal)
-    flash = measured.fused_attention
-    predicted = predicted_step_parts(
-        spec,
-        micro_batch=micro_batch,
-        seq_len=seq_len,
-        recompute=recompute,
-        causal=causal,
-        flash_attention=flash,
-    )
-    tf = training_flops(spec, seq_len, causal=causal, recompute=recompute, flash_attention=flash)
-    predicted_total = tf.hardware_flops_per_token * seq_len * micro_batch
-    return FlopComparison(
-        measured=measured,
-        normalised=normalised,
-        predicted_parts=_frozen(predicted),
-        measured_parts=_frozen(normalised.step()),
-        predicted_forward=micro_batch * forward_flops(spec, seq_len, causal=causal).total,
-        predicted_total=predicted_total,
-    )
+    return comparison_of(measured, spec, causal=causal)

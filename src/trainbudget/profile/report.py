@@ -11,7 +11,8 @@ from trainbudget.core.single.peak_memory import training_peak
 from trainbudget.core.spec.hardware import HARDWARE
 from trainbudget.core.spec.model_spec import ModelSpec
 from trainbudget.core.spec.precision import get_precision
-from trainbudget.profile.flops import FlopComparison, compare_flops
+from trainbudget.profile.flops import compare_flops
+from trainbudget.profile.flops_compare import FlopComparison
 from trainbudget.profile.memory import FAKE_DEVICES, measure_step_memory, time_steps
 from trainbudget.profile.phases import time_phases
 
