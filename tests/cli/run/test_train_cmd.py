@@ -103,7 +103,7 @@ def test_train_refuses_a_model_larger_than_memory(tmp_path, machine_of_23_gb, mo
     def no_model(*_args, **_kw):
         raise AssertionError("the model was built")
 
-    monkeypatch.setattr("trainbudget.train.loop.build_model", no_model)
+    monkeypatch.setattr("trainbudget.train.start.build_model", no_model)
     out = tmp_path / "run"
     code, _, err = cli("train", "--model", "llama-3-8b", "--steps", "1", "--out", str(out))
     assert code == 2
