@@ -11,7 +11,13 @@ from typing import Any
 
 from trainbudget.core.ops import SCALAR, Ops
 from trainbudget.core.parallel.cluster import Cluster
-from trainbudget.core.parallel.layout import NONE, SELECTIVE, SELECTIVE_OP, PlanNumbers
+from trainbudget.core.parallel.layout import (
+    NONE,
+    SELECTIVE,
+    SELECTIVE_OP,
+    STAGE_LAYER_FIELDS,
+    PlanNumbers,
+)
 from trainbudget.core.parallel.timing.attention_time import AttentionKernel
 from trainbudget.core.parallel.timing.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from trainbudget.core.parallel.timing.layer_time import (
@@ -208,12 +214,7 @@ COMPUTE_FIELDS = (
     "recompute",
     "recompute_every",
     "flash",
-    "first_layers",
-    "middle_layers",
-    "last_layers",
-    "max_layers",
-    "embedding_slot",
-    "loss_slot",
+    *STAGE_LAYER_FIELDS,
 )
 """The plan fields `micro_batch_terms` reads (the planner's grid computes it once per distinct
 combination of them: `search.product_grid.per_distinct_rows`, which hides the others)."""
