@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 from trainbudget.data.prepare import prepare  # noqa: E402
 from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa: E402
 from trainbudget.train.loop import train  # noqa: E402
-from trainbudget.train.spec.config import make_config  # noqa: E402
+from trainbudget.train.spec.config_files import make_config  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 

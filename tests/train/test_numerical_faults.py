@@ -18,7 +18,7 @@ from trainbudget.train.checkpointing.checkpoint import list_checkpoints  # noqa:
 from trainbudget.train.checkpointing.recovery import TrainingHalted  # noqa: E402
 from trainbudget.train.launch.faults import Faults  # noqa: E402
 from trainbudget.train.loop import train  # noqa: E402
-from trainbudget.train.spec.config import make_config  # noqa: E402
+from trainbudget.train.spec.config_files import make_config  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

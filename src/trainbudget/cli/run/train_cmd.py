@@ -99,7 +99,8 @@ _PARSE_RULES = {
 
 def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     # the config module is pure and cheap (no torch): the help text is the fields' docstrings
-    from trainbudget.train.spec.config import CHOICES, config_fields, field_docs
+    from trainbudget.train.spec.config import config_fields, field_docs
+    from trainbudget.train.spec.config_checks import CHOICES
 
     fields, docs = config_fields(), field_docs()
     p.add_argument(
@@ -174,7 +175,7 @@ def _given(args: argparse.Namespace) -> dict:
 
 def config_and_given(args: argparse.Namespace):
     """(TrainConfig, the names of the fields the file or the flags set)."""
-    from trainbudget.train.spec.config import load_config_file, make_config
+    from trainbudget.train.spec.config_files import load_config_file, make_config
     from trainbudget.train.spec.preflight import check_pipeline_processes
 
     file_values = load_config_file(args.config) if args.config else {}

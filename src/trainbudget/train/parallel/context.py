@@ -40,7 +40,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.device_mesh import DeviceMesh
 
-from trainbudget.train.spec.config import CP_CHUNKS_PER_RANK, check_context_parallel
+from trainbudget.train.spec.config_checks import CP_CHUNKS_PER_RANK, check_context_parallel
 
 
 def chunk_positions(seq_len: int, cp: int, rank: int, device=None) -> torch.Tensor:

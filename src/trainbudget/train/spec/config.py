@@ -1,6 +1,6 @@
 """What a training run is: one frozen dataclass, from a settings file (TOML or JSON, read as data,
-never executed) and/or command-line flags, validated in one place. Defaults train a small model
-on the embedded corpus on a CPU in a few minutes.
+never executed: `config_files`) and/or command-line flags, validated in one place when it is made
+(`config_checks`). Defaults train a small model on the embedded corpus on a CPU in a few minutes.
 
 Rules that need a file (the model, the data folder, a plan, probes) are `preflight.preflight`'s."""
 
@@ -8,43 +8,14 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import functools
 import itertools
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainbudget.core.errors import SpecError
-from trainbudget.core.spec.precision import (
-    OPTIMIZERS,
-    TRAINABLE_OPTIMIZERS,
-    get_trainable_optimizer,
-)
-from trainbudget.train.spec.pipeline_split import PP_SCHEDULES, check_schedule, parse_pp_layers
-from trainbudget.train.spec.strategy import STRATEGIES
-
-SCHEDULES = ("cosine", "linear", "constant", "wsd")
-PRECISIONS = ("fp32", "bf16-mixed", "bf16", "amp-bf16", "amp-fp16")
-DEVICES = ("auto", "cpu", "cuda")
-CHOICES = {
-    "optimizer": TRAINABLE_OPTIMIZERS,  # the core's table: the rows the trainer has a factory for
-    "schedule": SCHEDULES,
-    "precision": PRECISIONS,
-    "device": DEVICES,
-    "strategy": STRATEGIES,
-    "recompute": ("none", "full"),
-    "on_nonfinite": ("skip", "halt"),
-    "pp_schedule": PP_SCHEDULES,
-}
-MOE_WEIGHTS = ("moe_capacity_factor", "moe_balance_loss_coef", "moe_z_loss_coef")
-EP_REFUSED = {
-    "zero1": "ZeroRedundancyOptimizer would shard the experts as if every rank held them all",
-    "hsdp": "the expert groups are laid out on the one data-parallel axis, not HSDP's two",
-}
-SEED_LIMIT = 2**32  # numpy's generators take seeds in [0, 2**32)
-CONFIG_SUFFIXES = (".toml", ".json")
+from trainbudget.train.spec.config_checks import check_ranges, check_together
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,181 +179,12 @@ class TrainConfig:
             object.__setattr__(self, f.name, checked_value(f.name, getattr(self, f.name)))
         if self.warmup_steps == -1:
             object.__setattr__(self, "warmup_steps", self.steps // 10)
-        _check_ranges(self)
-        _check_together(self)
+        check_ranges(self)
+        check_together(self)
 
     @property
     def run_dir(self) -> Path:
         return Path(self.out)
-
-
-def _check_ranges(cfg: TrainConfig) -> None:
-    """One field at a time: signs, bounds, choices."""
-    for name in (
-        "steps",
-        "micro_batch",
-        "grad_accum",
-        "seq_len",
-        "log_interval",
-        "eval_interval",
-        "eval_batches",
-        "max_consecutive_skips",
-    ):
-        if getattr(cfg, name) <= 0:
-            raise SpecError(name, getattr(cfg, name), "must be a positive integer")
-    for name in ("pp", "vpp"):
-        if getattr(cfg, name) <= 0:
-            raise SpecError(name, getattr(cfg, name), "must be a positive integer")
-    for name in ("checkpoint_every", "spike_window", "max_rollbacks", "zero_shard"):
-        if getattr(cfg, name) < 0:
-            raise SpecError(name, getattr(cfg, name), "must be an integer >= 0")
-    if cfg.ep < 1:
-        raise SpecError("ep", cfg.ep, "must be a positive integer (1: no expert parallelism)")
-    if cfg.keep < 2:
-        raise SpecError(
-            "keep", cfg.keep, "must be >= 2 (the newest valid checkpoint and one to fall back to)"
-        )
-    if 0 < cfg.spike_window < 8:
-        raise SpecError(
-            "spike_window", cfg.spike_window, "must be 0 (off) or >= 8 (a median needs samples)"
-        )
-    if not 0 <= cfg.seed < SEED_LIMIT:
-        raise SpecError("seed", cfg.seed, "must be in [0, 2**32) (numpy's seed range)")
-    for name in ("lr", "spike_sigmas", "collective_timeout_seconds"):
-        if getattr(cfg, name) <= 0:
-            raise SpecError(name, getattr(cfg, name), "must be a positive number")
-    for name in ("weight_decay", "spike_min_excess", *MOE_WEIGHTS):
-        if getattr(cfg, name) < 0:
-            raise SpecError(name, getattr(cfg, name), "must not be negative")
-    if cfg.grad_clip < 0:
-        raise SpecError("grad_clip", cfg.grad_clip, "must be >= 0 (0 turns clipping off)")
-    if not 0 <= cfg.min_lr_ratio <= 1:
-        raise SpecError("min_lr_ratio", cfg.min_lr_ratio, "must be in [0, 1]")
-    if not 0 < cfg.gpu_failure_rate_per_day < 1:
-        raise SpecError(
-            "gpu_failure_rate_per_day",
-            cfg.gpu_failure_rate_per_day,
-            "must be a probability in (0, 1)",
-        )
-    if cfg.checkpoint_minutes != "auto" and cfg.checkpoint_minutes < 0:
-        raise SpecError(
-            "checkpoint_minutes", cfg.checkpoint_minutes, 'must be minutes >= 0 or "auto"'
-        )
-    if not cfg.out.strip():
-        raise SpecError("out", cfg.out, "must name a folder for the run")
-    if cfg.optimizer in OPTIMIZERS:
-        get_trainable_optimizer(cfg.optimizer)  # an estimate-only row says why it is refused
-    for name, allowed in CHOICES.items():
-        if getattr(cfg, name) not in allowed:
-            raise SpecError(name, getattr(cfg, name), "must be one of " + ", ".join(allowed))
-
-
-def _check_together(cfg: TrainConfig) -> None:
-    """Rules across fields."""
-    if not 0 <= cfg.warmup_steps <= cfg.steps:
-        raise SpecError(
-            "warmup_steps",
-            cfg.warmup_steps,
-            f"must be between 0 and steps ({cfg.steps}); -1 means a tenth of the steps",
-        )
-    if cfg.resume and cfg.overwrite:
-        raise SpecError(
-            "overwrite", True, "cannot be combined with resume (continue the run or start afresh)"
-        )
-    if cfg.tp < 1:
-        raise SpecError("tp", cfg.tp, "must be a positive integer (1: no tensor parallelism)")
-    if cfg.sequence_parallel and cfg.tp == 1:
-        raise SpecError(
-            "sequence_parallel", True, "needs tp > 1 (it splits activations over the tp ranks)"
-        )
-    _check_context(cfg)
-    if (cfg.strategy == "hsdp") != (cfg.zero_shard > 0):
-        raise SpecError(
-            "zero_shard",
-            cfg.zero_shard,
-            f"must be >= 1 with strategy hsdp and 0 otherwise (strategy {cfg.strategy})",
-        )
-    if cfg.ep > 1 and cfg.strategy in EP_REFUSED:
-        raise SpecError(
-            "ep",
-            cfg.ep,
-            f"runs with strategies ddp, zero2 and fsdp, not {cfg.strategy}: "
-            + EP_REFUSED[cfg.strategy],
-        )
-    if cfg.ep > 1 and cfg.precision == "amp-fp16":
-        raise SpecError(
-            "ep",
-            cfg.ep,
-            "does not run with amp-fp16: each rank holds other experts, so GradScaler's "
-            "per-rank overflow check could skip the step on one rank and not another",
-        )
-    _check_pipeline(cfg)
-    # the loop evaluates only on logged steps (and the last): an eval_interval that is not a
-    # multiple of log_interval would evaluate only every lcm of the two, silently
-    if cfg.eval_interval % cfg.log_interval and cfg.eval_interval < cfg.steps:
-        raise SpecError(
-            "eval_interval",
-            cfg.eval_interval,
-            f"must be a multiple of log_interval ({cfg.log_interval}): evaluation runs on "
-            "logged steps only",
-        )
-
-
-CP_CHUNKS_PER_RANK = 2
-"""Chunks of each sequence per context-parallel rank: an early and a late one, so that under a
-causal mask every rank holds as many query-key pairs (train.parallel.context)."""
-
-
-def check_context_parallel(seq_len: int, cp: int) -> None:
-    """The sequence must cut into 2 cp equal chunks (the core's rule, core.parallel.plan)."""
-    if cp > 1 and seq_len % (CP_CHUNKS_PER_RANK * cp):
-        raise SpecError(
-            "seq_len",
-            seq_len,
-            f"must be divisible by 2 * cp ({CP_CHUNKS_PER_RANK * cp}): context parallelism "
-            "gives each rank 2 equal chunks of the sequence (an early and a late one)",
-        )
-
-
-def _check_context(cfg: TrainConfig) -> None:
-    """cp > 1: a sequence that cuts into 2 cp chunks, and none of what context parallelism does
-    not run yet."""
-    if cfg.cp < 1:
-        raise SpecError("cp", cfg.cp, "must be a positive integer (1: no context parallelism)")
-    if cfg.cp == 1:
-        return
-    check_context_parallel(cfg.seq_len, cfg.cp)
-    refused = {
-        "ep": (cfg.ep > 1, "ep > 1 with cp > 1 (experts over the dp ranks only)"),
-        "compile": (cfg.compile, "with cp > 1 (the cp attention runs uncompiled)"),
-    }
-    for name, (bad, what) in refused.items():
-        if bad:
-            raise SpecError(name, getattr(cfg, name), f"is not supported: {what}")
-
-
-def _check_pipeline(cfg: TrainConfig) -> None:
-    """pp > 1: a schedule torch runs with grad_accum micro-batches, a well-formed split, and
-    none of what the pipeline does not run (train.parallel.pipeline's docstring says why)."""
-    check_schedule(cfg.pp_schedule, pp=cfg.pp, vpp=cfg.vpp, n_microbatches=cfg.grad_accum)
-    parse_pp_layers(cfg.pp_layers)
-    if cfg.pp == 1:
-        for name, idle in (("vpp", 1), ("pp_layers", "")):
-            if getattr(cfg, name) != idle:
-                raise SpecError(name, getattr(cfg, name), "needs pp > 1 (a pipeline to split)")
-        return
-    refused = {
-        "strategy": (cfg.strategy == "zero1", "zero1 with pp > 1 (use ddp, zero2, fsdp or hsdp)"),
-        "precision": (
-            cfg.precision in ("bf16-mixed", "amp-fp16"),
-            "bf16-mixed and amp-fp16 with pp > 1 (use fp32, bf16 or amp-bf16)",
-        ),
-        "compile": (cfg.compile, "with pp > 1 (the pipeline's stages run uncompiled)"),
-        "probes": (bool(cfg.probes), "with pp > 1 (no stage holds the whole model)"),
-    }
-    for name, (bad, what) in refused.items():
-        if bad:
-            raise SpecError(name, getattr(cfg, name), f"is not supported: {what}")
 
 
 # ---- types ----------------------------------------------------------------------------------
@@ -449,114 +251,3 @@ def field_docs() -> dict[str, str]:
         ):
             docs[node.target.id] = " ".join(after.value.value.split())
     return docs
-
-
-# ---- files and flags ------------------------------------------------------------------------
-
-
-def load_config_file(path: str) -> dict:
-    """A settings file's keys and values: TOML or JSON (by suffix), parsed as data only.
-
-    Unknown keys and wrong types are errors naming `FILE:key`; ranges are TrainConfig's."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in CONFIG_SUFFIXES:
-        raise SpecError("--config", path, "must be a .toml or .json file")
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise SpecError("--config", path, f"cannot be read ({err.strerror})") from None
-    doc = _parse_toml(path, raw) if suffix == ".toml" else _parse_json(path, raw)
-    known = config_fields()
-    values = {}
-    for key, value in doc.items():
-        if key not in known:
-            raise SpecError(f"{path}:{key}", value, unknown_key_rule(key, list(known)))
-        try:
-            values[key] = checked_value(key, value)
-        except SpecError as err:
-            raise SpecError(f"{path}:{key}", value, err.rule) from None
-    return values
-
-
-def _parse_toml(path: str, raw: bytes) -> dict:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        raise SpecError("--config", path, "TOML needs Python 3.11+ (tomllib)") from None
-    try:
-        return tomllib.loads(raw.decode("utf-8"))
-    except ValueError as err:  # TOMLDecodeError and UnicodeDecodeError
-        raise SpecError("--config", path, f"is not valid TOML ({err})") from None
-    except RecursionError:  # tomllib recurses once per nested array or table
-        raise SpecError("--config", path, "is nested too deeply (settings are flat)") from None
-
-
-def _parse_json(path: str, raw: bytes) -> dict:
-    def no_duplicates(pairs: list[tuple[str, object]]) -> dict:
-        seen: dict = {}
-        for key, value in pairs:
-            if key in seen:
-                raise SpecError(f"{path}:{key}", value, "is given twice")
-            seen[key] = value
-        return seen
-
-    try:
-        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
-    except SpecError:
-        raise
-    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
-        raise SpecError("--config", path, f"is not valid JSON ({err})") from None
-    except RecursionError:  # json's decoder recurses once per nested array or object
-        raise SpecError("--config", path, "is nested too deeply (settings are flat)") from None
-    if not isinstance(doc, dict):
-        raise SpecError(
-            "--config", path, f"must hold a JSON object of settings, not a {type(doc).__name__}"
-        )
-    return doc
-
-
-def unknown_key_rule(key: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(key.replace("-", "_"), known, n=1)
-    if close:
-        return f"unknown key; did you mean {close[0]!r}?"
-    return "unknown key; known: " + ", ".join(known)
-
-
-def make_config(file_values: dict, flag_values: dict, *, source: str = "") -> TrainConfig:
-    """Defaults, then the settings file's values, then command-line flags (None: not given).
-
-    The flags' overrides (`--set`) change the file's or the default's field by field
-    (`merge_overrides`); a settings file's overrides replace the default's.
-
-    An error about a value that came from the file (`source`) names `FILE:key`."""
-    flags = {k: v for k, v in flag_values.items() if v is not None}
-    for name in flags:
-        if name not in config_fields():
-            raise SpecError(name, flags[name], unknown_key_rule(name, list(config_fields())))
-    values = {**file_values, **flags}
-    if "overrides" in flags:
-        # --set changes fields of the model the run would otherwise train (the tiny default,
-        # the file's, or --model's as it is), one by one: `--set n_layers=2` keeps the
-        # default's width and its byte vocabulary
-        named_alone = "model" in values and "overrides" not in file_values
-        base = file_values.get("overrides", config_fields()["overrides"].default)
-        values["overrides"] = merge_overrides(() if named_alone else base, flags["overrides"])
-    elif "model" in values and "overrides" not in values:
-        values["overrides"] = ()  # a model named alone is trained as it is, not shrunk
-    try:
-        return TrainConfig(**values)
-    except SpecError as err:
-        if source and err.field in file_values and err.field not in flags:
-            raise SpecError(f"{source}:{err.field}", err.value, err.rule) from None
-        raise
-
-
-def merge_overrides(base: tuple[str, ...], changes: tuple[str, ...]) -> tuple[str, ...]:
-    """`base` with `changes` applied field by field: a field set in both keeps its place in
-    `base` and takes the value from `changes`; new fields follow in order. An item without
-    "=" is kept as it is, for `resolve_model` to refuse with its own message."""
-    merged: dict[str, str] = {}
-    for item in (*base, *changes):
-        key = item.split("=", 1)[0].strip() if "=" in item else item
-        merged[key] = item
-    return tuple(merged.values())
