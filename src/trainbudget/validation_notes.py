@@ -63,17 +63,18 @@ _NANOTRON_AT_SCALE = (
 )
 _LONG_CONTEXT_FP8 = (
     "unexplained: NeMo's long-context FP8 rows (context parallelism to 1M tokens) come out "
-    "12-23 % fast, more so on H100 and the longer the sequence, with Transformer Engine's "
+    "11-23 % fast, more so on H100 and the longer the sequence, with Transformer Engine's "
     "cuDNN attention at its measured curves and the ring's causal and unmasked blocks timed "
-    "as the ring runs them (attention_time.ring_seconds_per_flop); the measured attention "
-    "tables stop at 16k (longer blocks read the 16k rate) and B200 has none (its attention "
-    "is timed at the default fraction); the page states TFLOP/s by NeMo's non-causal count "
-    "only, so the step time rests on that reading (published.nemo_perf)"
+    "as the ring runs them (attention_time.ring_seconds_per_flop); H100's measured attention "
+    "tables stop at 16k (longer blocks close on the 16k unmasked rate); B200's cuDNN table "
+    "(NVIDIA's cudnn-frontend benchmark, to 128k) is causal only, its unmasked blocks read at "
+    "the causal rate of twice their length; the page states TFLOP/s by NeMo's non-causal "
+    "count only, so the step time rests on that reading (published.nemo_perf)"
 )
 _B200 = (
-    "unexplained: B200 has no measured attention curve of its own in the catalog (its "
-    "attention runs at the default fraction of the peak; its MAMF and 148 SMs are in the "
-    "hardware row); -12 %"
+    "unexplained in part: B200's FP8 GEMMs at its MAMF FP8 row (76 % of the FP8 peak), its "
+    "cuDNN attention at NVIDIA's cudnn-frontend table (cuDNN 9.13.1, causal); the recipe's "
+    "CUDA graphs are not modelled; the rest of its -8 % is not identified"
 )
 _COMPILED_SMALL = (
     "a 124M model whose step is compiled (llm.c's CUDA, torch.compile in modded-nanogpt) "
@@ -115,7 +116,7 @@ _DENSE_8K_MB1 = (
     "unexplained: the right-sized 8K step (ZeRO-2, one 8K sequence a GPU, no checkpointing) "
     "comes out 15 % (H200) and 38 % (B200) fast; the page finds this step's dense path "
     "'bandwidth-/overhead-bound (norm/RoPE/SwiGLU/CE elementwise + NCCL comms + skinny "
-    "GEMMs)' at mbs=1, and B200 has no measured attention curve of its own"
+    "GEMMs)' at mbs=1, and B200's FlashAttention 4 has no measured curve in the catalog"
 )
 OUTLIERS.update(
     {

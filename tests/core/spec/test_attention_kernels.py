@@ -8,6 +8,7 @@ FLOPs, backward = 2.5 x forward)."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -22,11 +23,13 @@ from trainbudget.core.spec.attention_kernels import (
     attention_time_ratios,
     backward_per_forward_seconds,
     causal_per_noncausal_seconds,
+    charted_seq_lens,
     paper_attention_flops,
 )
 from trainbudget.core.spec.hardware import ATTENTION_KERNELS, HARDWARE
 
 H100, A100 = "h100-sxm", "a100-80gb"
+PINNED_CSV = re.compile(r"https://github\.com/[\w-]+/[\w-]+/blob/[0-9a-f]{40}/\S+\.csv")
 
 
 def tflops(kernel, gpu, head_dim, causal, pass_, seq_len):
@@ -74,9 +77,36 @@ def test_labels_hidden_under_a_legend_are_left_out_not_guessed():
     assert 1024 not in fa3.seq_lens and len(fa3.seq_lens) == len(SEQ_LENS) - 1
 
 
-def test_every_curve_is_cited_to_a_paper_figure():
+def test_every_curve_is_cited_to_a_paper_figure_or_a_benchmark_file_at_a_commit():
     for c in KERNEL_CURVES:
-        assert "https://arxiv.org/abs/" in c.source and "Fig. " in c.source, c.source
+        paper = "https://arxiv.org/abs/" in c.source and "Fig. " in c.source
+        pinned = PINNED_CSV.search(c.source)
+        assert paper or pinned, c.source
+
+
+@pytest.mark.parametrize(
+    ("pass_", "seq_len", "printed"),
+    [
+        ("forward", 512, 244.143),
+        ("forward", 8192, 1384.231),
+        ("backward", 8192, 994.850),
+        ("forward", 131072, 1421.873),
+        ("backward", 131072, 1127.667),
+    ],
+)
+def test_b200_cudnn_values_match_the_benchmark_file(pass_, seq_len, printed):
+    """NVIDIA cudnn-frontend 0b1577c, benchmark/sdpa_benchmark_training/artifacts/
+    sdpa_fp8_benchmark_results_NVIDIA_B200.csv, the bf16 rows (fwd_tflops_per_sec,
+    bwd_tflops_per_sec): cuDNN 9.13.1, causal, 128 / 8 heads of dim 128."""
+    assert tflops("cudnn", "b200", 128, True, pass_, seq_len) == printed
+
+
+def test_charted_lengths_end_where_each_benchmark_stopped():
+    kw = dict(head_dim=128, causal=True, pass_="forward")
+    assert charted_seq_lens("cudnn", "b200", **kw)[-1] == 131072
+    assert charted_seq_lens("flash3", H100, **kw) == SEQ_LENS
+    assert charted_seq_lens("flash3", H100, **{**kw, "head_dim": 200}) == SEQ_LENS  # d256's
+    assert charted_seq_lens("cudnn", "b200", **{**kw, "causal": False}) == ()  # causal only
 
 
 def test_kernel_keys_extend_the_hardware_catalog_and_gpus_are_catalog_keys():

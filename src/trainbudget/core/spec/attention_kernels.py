@@ -27,10 +27,18 @@ Not here, and why:
 - FP8 forward on H100 (Shah et al. 2024, Fig. 7 and App. C.2): the panels could not be read
   here with their causal / non-causal captions, so they are left out.
 - Causal backward on H100: FlashAttention-3's paper charts the backward without a mask only.
-- H200, B200, MI300X: no chart with per-point values was found. A GPU or kernel without a
-  curve makes the lookup return None; the caller keeps its own estimate
+- H200, MI300X: no chart with per-point values was found. A GPU or kernel without a curve
+  makes the lookup return None; the caller keeps its own estimate
   (`Hardware.attention_fraction`). Whether H200 or H800 may borrow the H100 SXM curves (same
   GH100 compute) is the caller's choice; the table does not guess it.
+- B200 without a mask, and FlashAttention on B200: B200's one table (cuDNN, NVIDIA's
+  cudnn-frontend training benchmark, below) is causal only; FlashAttention-4's paper prints
+  its B200 bars in figures no copy of which could be read here.
+
+B200's cuDNN curves come from another benchmark, in the same FLOP convention (its `flops()`:
+4 b s^2 h d, halved under a causal mask, backward 2.5 x): one sequence of 128 query and 8
+key-value heads of dim 128 (Llama 3.1 405B's layer), each pass timed alone with CUDA events,
+the median of 10 with sleeps between them against throttling, clocks not locked, to 128k.
 """
 
 from __future__ import annotations
@@ -208,12 +216,42 @@ _H100_FA3_BWD = _curves("flash3", "h100-sxm", "backward", _FA3_BWD, {
     (64, False):  (272, 363, 422, 453, 472, 474),
     (128, False): (316, 424, 501, 542, 559, 561),
 })
+# NVIDIA cudnn-frontend, benchmark/sdpa_benchmark_training (commit 0b1577c, v1.15, Oct 2025):
+# artifacts/sdpa_fp8_benchmark_results_NVIDIA_B200.csv, its bf16 rows (cuDNN 9.13.1 through
+# the frontend's graph API, NGC PyTorch 25.09, CUDA 13.0; README 'Software versions').
+_CUDNN_FRONTEND_B200 = (
+    "NVIDIA cudnn-frontend, benchmark/sdpa_benchmark_training/artifacts/"
+    "sdpa_fp8_benchmark_results_NVIDIA_B200.csv, precision 'bf16' rows (cuDNN 9.13.1, batch 1, "
+    "128 query / 8 key-value heads, head dim 128, causal), https://github.com/NVIDIA/"
+    "cudnn-frontend/blob/0b1577c8c83401237d601d0d0db5210506705396/benchmark/"
+    "sdpa_benchmark_training/artifacts/sdpa_fp8_benchmark_results_NVIDIA_B200.csv"
+)
+_B200_SEQ_LENS = (*SEQ_LENS, 32768, 65536, 131072)
+
+
+def _b200_cudnn(pass_: str, values: tuple[float, ...]) -> KernelCurve:
+    return KernelCurve(
+        kernel="cudnn", gpu="b200", dtype="bf16", head_dim=128, causal=True, pass_=pass_,
+        seq_lens=_B200_SEQ_LENS, tflops_per_second=values,
+        source=_CUDNN_FRONTEND_B200 + f" (column {pass_[:3]}_tflops_per_sec)",
+    )  # fmt: skip
+
+
+_B200_CUDNN = (
+    _b200_cudnn("forward",
+                (244.143, 561.287, 907.547, 1141.140, 1384.231, 1475.253, 1514.764,
+                 1493.798, 1421.873)),
+    _b200_cudnn("backward",
+                (200.594, 376.937, 545.088, 832.907, 994.850, 1151.690, 1180.250,
+                 1235.860, 1127.667)),
+)
 # fmt: on
 
 KERNEL_CURVES: tuple[KernelCurve, ...] = (
     *_A100_FA2_FWD_BWD, *_H100_FA2_FWD_BWD,
     *_H100_FA2_FWD, *_H100_CUDNN_FWD, *_H100_FA3_FWD,
     *_H100_FA2_BWD, *_H100_CUDNN_BWD, *_H100_FA3_BWD,
+    *_B200_CUDNN,
 )  # fmt: skip
 
 
@@ -261,11 +299,12 @@ def attention_tflops_per_second(
     (causal = half the FLOPs; backward = 2.5 x forward): see the module docstring.
 
     Between measured sequence lengths: linear in log2(seq_len); outside them: the nearest
-    end's value (512 and 16k for every curve here). Between measured head dims: linear in
-    log2(head_dim); outside them: the nearest measured head dim's value (so head dim 256 in
-    the backward reads the 128 curve). None when no curve exists for (kernel, gpu, dtype,
-    causal, pass_): an unmeasured GPU or kernel, A100's separate passes, H100's causal
-    backward, FP8; the caller then keeps its own estimate. An unknown kernel, GPU key or pass
+    end's value (512, and 16k for every curve but B200's, which ends at 128k). Between
+    measured head dims: linear in log2(head_dim); outside them: the nearest measured head
+    dim's value (so head dim 256 in the backward reads the 128 curve). None when no curve
+    exists for (kernel, gpu, dtype, causal, pass_): an unmeasured GPU or kernel, A100's
+    separate passes, H100's causal backward, B200 without a mask, FP8; the caller then keeps
+    its own estimate. An unknown kernel, GPU key or pass
     is an error that lists the known ones.
     """
     _check_arguments(kernel, gpu, pass_, head_dim, seq_len, dtype)
@@ -277,6 +316,20 @@ def attention_tflops_per_second(
         _log2_interp(seq_len, by_dim[d].seq_lens, by_dim[d].tflops_per_second) for d in dims
     )
     return _log2_interp(head_dim, dims, at_seq)
+
+
+def charted_seq_lens(
+    kernel: str, gpu: str, *, head_dim: int, causal: bool, pass_: str, dtype: str = "bf16"
+) -> tuple[int, ...]:
+    """The sequence lengths the curve of (kernel, gpu, mask, pass) was measured at, for the
+    charted head dim nearest `head_dim` in log2 (the one `attention_tflops_per_second` reads
+    past the measured dims); () without a curve."""
+    _check_arguments(kernel, gpu, pass_, head_dim, 1, dtype)
+    by_dim = _BY_KEY.get((kernel, gpu, "bf16" if dtype == "fp16" else dtype, causal, pass_))
+    if by_dim is None:
+        return ()
+    nearest = min(by_dim, key=lambda d: abs(math.log2(d) - math.log2(head_dim)))
+    return by_dim[nearest].seq_lens
 
 
 def _check_arguments(

@@ -213,3 +213,45 @@ def test_beyond_the_chart_a_causal_pass_closes_on_the_unmasked_one():
     ra8, ra16 = 182 / 201, 189 / 203  # Dao 2023, Fig. 4, d128 causal / non-causal
     fa = (1 - ra16) / (1 - ra8)
     assert a32[0] == pytest.approx(a16[0] * (1 - (1 - ra16) * fa) / ra16, rel=1e-9)
+
+
+def test_b200_cudnn_runs_unmasked_at_its_causal_rate_of_twice_the_length():
+    """B200's cuDNN table (NVIDIA cudnn-frontend 0b1577c) is causal only: an unmasked pass over
+    8k reads the causal rates at 16k, both passes."""
+    assert measured_rates("cudnn", "b200", 128, False, 8192) == measured_rates(
+        "cudnn", "b200", 128, True, 16384
+    )
+
+
+@pytest.mark.parametrize(("kernel", "ratio"), [("cudnn", 0.898), ("flash3", 0.954)])
+def test_the_twice_the_length_rule_reads_unmasked_a_little_slow_where_both_are_charted(
+    kernel, ratio
+):
+    """Shah et al. 2024, Fig. 5, d128 forward on H100: cuDNN causal 16k 539 over unmasked 8k
+    600; FlashAttention-3 616 over 646. The rule's reading (causal at 2 s) against the
+    measured unmasked rate, where both are charted."""
+    causal_twice, _ = measured_rates(kernel, "h100-sxm", 128, True, 16384)
+    unmasked, _ = measured_rates(kernel, "h100-sxm", 128, False, 8192)
+    assert causal_twice / unmasked == pytest.approx(ratio, abs=1e-3)
+
+
+def test_b200_causal_passes_follow_the_table_to_128k_then_hold():
+    """Charted to 128k, B200's causal rates are read, not extrapolated: 64k is the table's
+    value (forward 1493.798, backward 1235.860 TFLOP/s), and past 128k there is no unmasked
+    curve to close on, so the 128k value holds."""
+    assert measured_rates("cudnn", "b200", 128, True, 65536) == pytest.approx(
+        (1493.798e12, 1235.860e12), rel=1e-12
+    )
+    assert measured_rates("cudnn", "b200", 128, True, 524288) == measured_rates(
+        "cudnn", "b200", 128, True, 131072
+    )
+
+
+def test_b200_cudnn_is_timed_from_its_table_and_flash_attention_keeps_the_fraction():
+    cudnn = _kernel("b200", "cudnn").pass_seconds_per_flop(128, True, 8192, SCALAR)
+    assert cudnn is not None
+    forward, backward = measured_rates("cudnn", "b200", 128, True, 8192)
+    # half the unmasked FLOPs, at the measured rates (in-training share 1 here)
+    assert cudnn[0] == pytest.approx(0.5 / forward, rel=1e-12)
+    assert cudnn[1] == pytest.approx(0.5 * 2.5 / backward, rel=1e-12)
+    assert _kernel("b200", "flash2").pass_seconds_per_flop(128, True, 8192, SCALAR) is None

@@ -1,7 +1,7 @@
 """Fused attention's rate per pass from the measured kernel tables (core.spec.attention_kernels),
 for the step model: forward and backward apart, causal and not, by sequence length and head dim.
 
-The tables hold published micro-benchmarks. Three gaps are filled by rules stated here, each
+The tables hold published micro-benchmarks. Five gaps are filled by rules stated here, each
 from the tables themselves:
 
 - a GPU without curves borrows those of the GPU with its compute die, scaled by the two dense
@@ -12,7 +12,10 @@ from the tables themselves:
   same kernel's forward causal / non-causal ratio of rates (on H100 flash2, the one kernel
   charted both ways, the forward's and the forward+backward's time ratios agree within
   1 % from 2k to 8k: 0.607 and 0.604 at 2k, 0.556 and 0.544 at 8k);
-- beyond the longest charted sequence (16k) a causal pass closes on the unmasked one: what a
+- a kernel charted with a causal mask only (B200's cuDNN: NVIDIA's cudnn-frontend benchmark)
+  runs an unmasked pass at its causal rate over twice the length (`_unmasked_from_causal`);
+- beyond the longest charted sequence (16k; B200's cuDNN: 128k) a causal pass closes on the
+  unmasked one, where an unmasked curve is charted: what a
   causal kernel loses is mostly its diagonal tiles, computed whole, whose share falls as the
   sequence grows. The charts show the causal / unmasked shortfall shrinking by a steady
   factor per doubling (FlashAttention-3 d128 forward 0.093, 0.068, 0.049 at 4k, 8k, 16k; cuDNN
@@ -37,6 +40,7 @@ from trainbudget.core.spec.attention_kernels import (
     PASS_FLOPS_PER_FORWARD,
     SEQ_LENS,
     attention_tflops_per_second,
+    charted_seq_lens,
 )
 from trainbudget.core.spec.hardware import HARDWARE
 
@@ -152,21 +156,51 @@ def measured_rates(
         full_backward, full_forward = rate(False, "backward"), rate(False, "forward")
         if full_backward is not None and forward is not None and full_forward is not None:
             backward = full_backward * forward / full_forward
+    if not causal and forward is None and backward is None:
+        return _unmasked_from_causal(kernel, gpu, head_dim, seq_len)
     if forward is None or backward is None:
         return None
-    if causal and seq_len > SEQ_LENS[-1]:
-        gain = causal_ratio_beyond_the_chart(kernel, charted, head_dim, seq_len)
+    end = chart_end(kernel, charted, head_dim)
+    if causal and seq_len > end:
+        gain = causal_ratio_beyond_the_chart(kernel, charted, head_dim, seq_len, end)
         forward, backward = forward * gain, backward * gain
     return forward, backward
 
 
-def causal_ratio_beyond_the_chart(kernel: str, gpu: str, head_dim: int, seq_len: int) -> float:
-    """How much faster a causal pass runs at `seq_len` (past the chart's end) than at the
+def _unmasked_from_causal(
+    kernel: str, gpu: str, head_dim: int, seq_len: int
+) -> tuple[float, float] | None:
+    """A kernel charted under a causal mask only (B200's cuDNN) runs an unmasked pass over
+    `seq_len` queries and keys at its causal rate over twice as many: a causal pass over 2 s
+    holds the same query-key pairs per query row on average, plus its diagonal tiles. Read on
+    the kernels charted both ways, causal at 16k over unmasked at 8k: H100 forward cuDNN 0.90,
+    FlashAttention-3 0.95, FlashAttention-2 0.91 (Shah et al. 2024, Fig. 5; tests); cuDNN 9.22
+    on GB200 (NVIDIA cudnn-frontend 3929da2, benchmark/sdpa_benchmark_training/results/
+    llama3.1/gb200/llama3.1_20260424_100750.csv, causal 32k over unmasked 16k) forward 0.96,
+    backward 0.89. So the unmasked pass is read 4-11 % slow; nothing is fitted to close it."""
+    return measured_rates(kernel, gpu, head_dim, True, 2 * seq_len)
+
+
+def chart_end(kernel: str, gpu: str, head_dim: int) -> int:
+    """The longest sequence `kernel`'s causal forward (or forward+backward) curve on `gpu`
+    reaches, at the charted head dim nearest `head_dim`: 16k for the papers' charts, 128k
+    for B200's cuDNN table."""
+    for pass_ in ("forward", "forward_backward"):
+        lens = charted_seq_lens(kernel, gpu, head_dim=head_dim, causal=True, pass_=pass_)
+        if lens:
+            return lens[-1]
+    return SEQ_LENS[-1]
+
+
+def causal_ratio_beyond_the_chart(
+    kernel: str, gpu: str, head_dim: int, seq_len: int, end: int = SEQ_LENS[-1]
+) -> float:
+    """How much faster a causal pass runs at `seq_len` (past the chart's `end`) than at the
     chart's end, from the curve's causal / unmasked ratio r at its last two lengths: the
-    shortfall 1 - r shrinks by f = (1 - r_16k) / (1 - r_8k) per doubling (f <= 1), so
-    r(s) = 1 - (1 - r_16k) f^log2(s / 16k); the forward's curves, or the forward+backward's
+    shortfall 1 - r shrinks by f = (1 - r_end) / (1 - r_end/2) per doubling (f <= 1), so
+    r(s) = 1 - (1 - r_end) f^log2(s / end); the forward's curves, or the forward+backward's
     where only those are charted. 1 where the kernel has no unmasked curve."""
-    end, before = SEQ_LENS[-1], SEQ_LENS[-2]
+    before = end // 2
 
     def ratio(seq: int) -> float | None:
         for pass_ in ("forward", "forward_backward"):
