@@ -70,6 +70,9 @@ POSITION_NORM_NEW = {
 _L2_7B = (32, 4096, 32, 32, 11008, 32000, "swiglu", False, False)
 _L3_8B = (32, 4096, 32, 8, 14336, 128256, "swiglu", False, False)
 _L3_70B = (80, 8192, 64, 8, 28672, 128256, "swiglu", False, False)
+# meta-llama/Llama-3.1-405B config.json: 126 layers, hidden 16384, 128 heads, 8 kv heads,
+# intermediate 53248
+_L31_405B = (126, 16384, 128, 8, 53248, 128256, "swiglu", False, False)
 SOURCE_DIMS_NEW = {
     # gpt3_175b.yaml; GPT-2 BPE padded to a multiple of 128 * TP 4
     "nemo2407-gpt3-175b-128gpu": (96, 12288, 96, 96, 49152, 50688, "gelu", True, True),
@@ -86,6 +89,9 @@ SOURCE_DIMS_NEW = {
     "mbridge-2511-llama3-70b-h100-64gpu": _L3_70B,
     "mbridge-2511-llama3-8b-b200-8gpu": _L3_8B,
     "mbridge-2604-llama3-70b-h100-64gpu": _L3_70B,
+    "mbridge-2511-llama31-405b-h100-1024gpu": _L31_405B,
+    "mbridge-2511-llama31-405b-b200-128gpu": _L31_405B,
+    "mbridge-2606-llama31-405b-h100-1024gpu": _L31_405B,
     "automodel-llama31-70b-h100-64gpu": _L3_70B,
     # llm.c pads GPT-2's 50257 to 50304
     "speedrun-llmc-gpt2-124m-8gpu": (12, 768, 12, 12, 3072, 50304, "gelu", True, True),

@@ -359,6 +359,8 @@ def _cli_args(run) -> list[str]:
     argv += ["--flash-attention" if lay.flash_attention else "--no-flash-attention"]
     if lay.pp_layers:
         argv += ["--pp-layers", ",".join(map(str, lay.pp_layers))]
+    argv += ["--account-for-embedding"] if lay.embedding_in_pp_split else []
+    argv += ["--account-for-loss"] if lay.loss_in_pp_split else []
     argv += ["--framework", framework_row(run.framework).name, "--precision", run.precision]
     argv += ["--tp-comm-overlap"] if run.tp_comm_overlap else []
     argv += ["--loss-kernel", run.loss_kernel] if run.loss_kernel else []

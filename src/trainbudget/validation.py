@@ -54,6 +54,8 @@ def plan_of(run: PublishedRun) -> Plan:
         sp=lay.sp,
         vpp=lay.vpp,
         pp_layers=lay.pp_layers,
+        embedding_in_pp_split=lay.embedding_in_pp_split,
+        loss_in_pp_split=lay.loss_in_pp_split,
         schedule="interleaved" if lay.vpp > 1 else "1f1b",
         micro_batch=lay.micro_batch,
         grad_accum=lay.grad_accum,

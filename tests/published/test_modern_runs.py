@@ -58,7 +58,7 @@ def _starts(run_id: str, table: dict) -> list:
 
 def test_new_rows_are_registered_once() -> None:
     ids = [r.id for r in PUBLISHED_RUNS]
-    assert len(NEW) == 62
+    assert len(NEW) == 65
     for run in NEW:
         assert ids.count(run.id) == 1, run.id
         assert get_run(run.id) is run
@@ -105,10 +105,10 @@ def test_new_framework_and_flop_convention_keys_are_described() -> None:
 
 
 def test_category_counts() -> None:
-    assert Counter(r.gpu for r in NEW) == {"h100-sxm": 53, "b200": 9}
-    assert sum(r.gpu in H100_CLASS for r in NEW) == 62
+    assert Counter(r.gpu for r in NEW) == {"h100-sxm": 55, "b200": 10}
+    assert sum(r.gpu in H100_CLASS for r in NEW) == 65
     assert sum(r.framework in TORCH_NATIVE for r in NEW) == 29
-    assert sum(r.precision == "fp8" for r in NEW) == 32
+    assert sum(r.precision == "fp8" for r in NEW) == 35
     assert sum(r.seq_len >= 32 * 1024 for r in NEW) == 12
     assert [r.id for r in NEW if count_params(r.model).total < 1e9] == [
         "speedrun-llmc-gpt2-124m-8gpu",

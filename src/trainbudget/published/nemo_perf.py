@@ -52,12 +52,16 @@ def _layout(
     batch: int,
     recompute: str = "none",
     zero: int = 1,
+    embedding_and_loss_in_split: bool = False,
 ) -> Layout:
     """A NeMo layout: sequence parallelism exactly when TP > 1 (every recipe here), fused
-    attention (Transformer Engine), the distributed optimizer (zero=1) unless stated."""
+    attention (Transformer Engine), the distributed optimizer (zero=1) unless stated; the
+    embedding and the loss counted as layers of the pipeline split where the recipe says so."""
     return Layout(
         tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, sp=tp > 1, recompute=recompute, zero=zero,
         micro_batch=micro, global_batch=batch, flash_attention=True,
+        embedding_in_pp_split=embedding_and_loss_in_split,
+        loss_in_pp_split=embedding_and_loss_in_split,
     )  # fmt: skip
 
 
@@ -388,11 +392,12 @@ NEMO_LONG_CONTEXT: tuple[PublishedRun, ...] = (
 # | DGX-H100 | 64 | FP8 | 256 | 1 | 8192 | 0 | 4 | 8 | 1 | 5 | n/a | 1633 | 734 |
 # (the 26.04.01 section's row, 1664 tokens/s with 731 TFLOP/s, is 2.3 % inconsistent under the
 #  page's own FLOP formula, where every other row agrees to 0.1 %: the 26.04 row is used)
-# Left out: the LLAMA3.1_405B rows (H100 25.11: 1024 GPUs, TP 8, PP 8, CP 2, VP 8, 292 tokens/s;
-# B200 25.11: 128 GPUs, TP 4, PP 8, CP 2, VP 8, 661; H100 26.06: GBS 1536, 326). Their recipe
-# (src/megatron/bridge/recipes/llama/llama3.py llama31_405b_pretrain_config) splits 126 layers
-# over 8 x 8 virtual stages with account_for_embedding/loss_in_pipeline_split (1 layer in the
-# first and last chunk, 2 elsewhere): an uneven interleaved split the record cannot express.
+# "26.06 NeMo Container", Model: LLAMA3.1_405B:
+# | DGX-H100 | 1024 | FP8 | 1536 | 1 | 8192 | 8 | 8 | 2 | 8 | n/a | 326 | 822 |
+# (columns: System | #-GPUs | Precision | GBS | MBS | Sequence Length | TP | PP | CP | VP | EP |
+#  Tokens / sec / GPU | Model TFLOP / sec / GPU). The LLAMA3.1_405B rows split 126 layers over
+# 8 x 8 virtual stages with the embedding and the loss counted as layers (Layout's
+# embedding_in_pp_split and loss_in_pp_split).
 # ==============================================================================================
 _MB_SRC = (
     "NVIDIA Megatron-Bridge 'Performance' summary, github.com/NVIDIA-NeMo/Megatron-Bridge "
@@ -449,6 +454,13 @@ def _bridge(
 
 
 _S2511 = "25.11 NeMo Container / Pre-Training Performance"
+_SPLIT_405B = (
+    "126 layers over 8 x 8 virtual stages with the embedding and the loss counted as layers "
+    "(src/megatron/bridge/recipes/llama/llama3.py llama31_405b_pretrain_config at 1804c076f: "
+    "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split True; "
+    "the h100 recipes at 4ab94dfad keep both, 'required for 405B'): 2 slots a chunk, the "
+    "first chunk the embedding and one layer, the last one layer and the loss."
+)
 
 # fmt: off
 BRIDGE_PERF: tuple[PublishedRun, ...] = (
@@ -469,6 +481,23 @@ BRIDGE_PERF: tuple[PublishedRun, ...] = (
             "b200", preset("llama-3-8b"), _layout(1, 1, 8, micro=2, batch=128), 30624, 1576,
             "The FP8-CS figures; the bracketed MXFP8 ones (29521 tokens/s) are not recorded. "
             "CUDA graphs (full iteration) in the recipe.", frozenset({"layout.zero"})),
+    _bridge("mbridge-2511-llama31-405b-h100-1024gpu", _S2511, "System: DGX-H100",
+            "LLAMA3.1_405B", "h100-sxm", preset("llama-3-405b"),
+            _layout(8, 8, 8, cp=2, vpp=8, batch=512, embedding_and_loss_in_split=True), 292, 737,
+            _SPLIT_405B + " The recipe (LLAMA31_405B_PRETRAIN_CONFIG_H100_FP8_CS_BASE_CONFIG "
+            "at 1804c076f) sets no recomputation.", frozenset({"layout.zero"})),
+    _bridge("mbridge-2511-llama31-405b-b200-128gpu", _S2511, "System: DGX-B200",
+            "LLAMA3.1_405B", "b200", preset("llama-3-405b"),
+            _layout(4, 8, 2, cp=2, vpp=8, batch=64, embedding_and_loss_in_split=True), 661, 1667,
+            _SPLIT_405B + " The FP8-CS figures; the bracketed MXFP8 ones (624 tokens/s) are not "
+            "recorded. The recipe (LLAMA31_405B_PRETRAIN_CONFIG_B200_FP8_CS_BASE_CONFIG at "
+            "1804c076f) sets no recomputation.", frozenset({"layout.zero"})),
+    _bridge("mbridge-2606-llama31-405b-h100-1024gpu", "26.06 NeMo Container",
+            "Model: LLAMA3.1_405B", "DGX-H100 / FP8", "h100-sxm", preset("llama-3-405b"),
+            _layout(8, 8, 8, cp=2, vpp=8, batch=1536, embedding_and_loss_in_split=True), 326,
+            822, _SPLIT_405B + " The 25.11 row's layout with three times the batch (GA 192); "
+            "the 26.04.01 section repeats it as 328 tokens/s and 827 TFLOP/s (not recorded: "
+            "the same run).", frozenset({"layout.zero"})),
     _bridge("mbridge-2604-llama3-70b-h100-64gpu", "26.04 NeMo Container",
             "Model: LLAMA3_70B", "DGX-H100 / FP8", "h100-sxm", preset("llama-3-70b"),
             _layout(4, 8, 2, vpp=5, batch=256), 1633, 734,

@@ -119,6 +119,12 @@ class Layout:
     pp_layers: tuple[int, ...] = ()
     """Transformer layers of each pipeline stage, first to last, where the source states an
     uneven split (first and last stages a layer short); () = n_layers / pp on every stage."""
+    embedding_in_pp_split: bool = False
+    """Megatron-Core's --account-for-embedding-in-pipeline-split: the embedding counts as one
+    layer of the first (virtual) stage when the layers are split (core Plan's field)."""
+    loss_in_pp_split: bool = False
+    """--account-for-loss-in-pipeline-split: the output layer and loss count as one layer of
+    the last (virtual) stage."""
     sp: bool
     """Megatron sequence parallelism (norms and dropouts split over the TP group)."""
     recompute: str
