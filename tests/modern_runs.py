@@ -1,11 +1,13 @@
-"""The newer sources' rows (published/nemo_perf.py, automodel.py, nanotron.py, speedrun.py, and
-for item 6 internlm.py, nanochat.py, mlengineering.py, llmc.py, accelerate_fp8.py and
-flagperf.py) and the per-row tables that tests/published/test_published_runs.py checks every
-row against."""
+"""The newer sources' rows (published/nemo_perf.py, nemo_long_context.py, megatron_bridge.py,
+automodel.py, nanotron.py, speedrun.py, and for item 6 internlm.py, nanochat.py,
+mlengineering.py, llmc.py, accelerate_fp8.py and flagperf.py) and the per-row tables that
+tests/published/test_published_runs.py checks every row against."""
 
 from trainbudget.published.automodel import AUTOMODEL
 from trainbudget.published.nanotron import NANOTRON
-from trainbudget.published.nemo_perf import BRIDGE_PERF, NEMO_LONG_CONTEXT, NEMO_PERF_2407
+from trainbudget.published.nvidia.megatron_bridge import BRIDGE_PERF
+from trainbudget.published.nvidia.nemo_long_context import NEMO_LONG_CONTEXT
+from trainbudget.published.nvidia.nemo_perf import NEMO_PERF_2407
 from trainbudget.published.runs.accelerate_fp8 import ACCELERATE_FP8
 from trainbudget.published.runs.flagperf import FLAGPERF
 from trainbudget.published.runs.internlm import INTERNLM

@@ -59,14 +59,16 @@ ALLOWED: dict[str, frozenset[str]] = {
     # of train (the loop's level): only NARROW's modules, the run's state that resume restores
     "train.checkpointing": CORE
     | {"model", "train", "train.spec", "train.launch", "train.parallel", "train.observe"},
-    "published": CORE | {"published.runs"},
+    "published": CORE | {"published.runs", "published.nvidia"},
     # issue 23 item 6's sources, one module each; of published only the record (NARROW)
     "published.runs": CORE | {"published"},
+    # NVIDIA's NeMo performance pages, one module each; of published only the record (NARROW)
+    "published.nvidia": CORE | {"published"},
     # the keys validation groups runs by, apart: a plan's range reads them without validation
     "validation_keys": CORE,
     # why each run beyond the outlier limit is off: text only
     "validation_notes": frozenset(),
-    "validation": CORE | {"published", "validation_keys", "validation_notes"},
+    "validation": CORE | {"published", "published.nvidia", "validation_keys", "validation_notes"},
     "uncertainty": CORE | {"validation", "validation_keys"},
     "report": CORE | {"train.spec"},  # of train: only its reader of run folders, see NARROW
     "emit": CORE,
@@ -120,6 +122,7 @@ NARROW: dict[tuple[str, str], frozenset[str]] = {
     ),
     # a source's rows are records; published/__init__.py registers them
     ("published.runs", "published"): frozenset({"trainbudget.published.record"}),
+    ("published.nvidia", "published"): frozenset({"trainbudget.published.record"}),
 }
 
 

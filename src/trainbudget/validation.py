@@ -101,7 +101,7 @@ def measured_step_seconds(run: PublishedRun) -> float | None:
         return batch / (meas.samples_per_second_per_gpu * n)
     if meas.tflops_per_second_per_gpu is not None and meas.flops_convention in _NEMO_CONVENTIONS:
         # NeMo's performance pages: model TFLOP/s by its own per-token formula
-        from trainbudget.published.nemo_perf import nemo_flops_per_token
+        from trainbudget.published.nvidia.nemo_perf import nemo_flops_per_token
 
         causal = _NEMO_CONVENTIONS[meas.flops_convention]
         flops = nemo_flops_per_token(run.model, run.seq_len, causal=causal) * batch * run.seq_len

@@ -69,7 +69,7 @@ _LONG_CONTEXT_FP8 = (
     "tables stop at 16k (longer blocks close on the 16k unmasked rate); B200's cuDNN table "
     "(NVIDIA's cudnn-frontend benchmark, to 128k) is causal only, its unmasked blocks read at "
     "the causal rate of twice their length; the page states TFLOP/s by NeMo's non-causal "
-    "count only, so the step time rests on that reading (published.nemo_perf)"
+    "count only, so the step time rests on that reading (published.nemo_long_context)"
 )
 _B200 = (
     "unexplained in part: B200's FP8 GEMMs at its MAMF FP8 row (76 % of the FP8 peak), its "

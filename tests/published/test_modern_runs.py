@@ -1,14 +1,12 @@
 """The runs that bring the validation set up to today's training (H100/B200, FP8, PyTorch-native
-stacks, long sequences, peak memory): published/nemo_perf.py, automodel.py, nanotron.py and
-speedrun.py. Checks the counts claimed for them, that each cites its table, figure or section and
-no held-out source, and the cross-checks their sources allow (a FLOP formula reproducing the
-stated TFLOP/s from the stated tokens/s, batches and token counts agreeing with step times,
-parameter counts matching the figure's labels).
-
-The dictionaries below (source key, position/norm, preset dimensions and overrides per run) are
-the entries tests/published/test_published_runs.py needs for these rows; they are checked here
-against the rows so they can be merged as they are.
-"""
+stacks, long sequences, peak memory): published/nemo_perf.py, nemo_long_context.py,
+megatron_bridge.py, automodel.py, nanotron.py and speedrun.py. Checks the counts claimed for
+them, that each cites its table, figure or section and no held-out source, and the cross-checks
+their sources allow (a FLOP formula reproducing the stated TFLOP/s from the stated tokens/s,
+batches and token counts agreeing with step times, parameter counts matching the figure's
+labels). The dictionaries below (source key, position/norm, preset dimensions and overrides per
+run) are the entries tests/published/test_published_runs.py needs for these rows; they are
+checked here against the rows so they can be merged as they are."""
 
 from __future__ import annotations
 
@@ -29,10 +27,10 @@ from trainbudget.core.spec.presets import PRESETS, get_preset
 from trainbudget.published import FLOP_CONVENTIONS, FRAMEWORKS, PUBLISHED_RUNS, get_run
 from trainbudget.published.automodel import AUTOMODEL
 from trainbudget.published.nanotron import MODEL_SHAPES, NANOTRON, SUMMARY, nanotron_pp_split
-from trainbudget.published.nemo_perf import (
-    BRIDGE_PERF,
+from trainbudget.published.nvidia.megatron_bridge import BRIDGE_PERF
+from trainbudget.published.nvidia.nemo_long_context import NEMO_LONG_CONTEXT
+from trainbudget.published.nvidia.nemo_perf import (
     NEMO_FLOPS_VOCAB,
-    NEMO_LONG_CONTEXT,
     NEMO_PERF_2407,
     nemo_flops_per_token,
 )

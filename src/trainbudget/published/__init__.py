@@ -16,9 +16,11 @@ are validated when this package is imported. One module per family of sources:
   (FlashAttention-1 era; one source with FlashAttention-2's rows)
 - llama_reports.py: Llama 1 (§2.4, Table 15), Llama 2 and Llama 3 model cards (GPU-hours)
 - open_community.py: TinyLlama, Pythia-1B, StarCoderBase
-- nemo_perf.py: NVIDIA's NeMo performance pages on DGX H100 / B200 in FP8: the NeMo 24.07
-  pre-training table, the NeMo long-sequence (context parallel, 32K-1024K) table and the
-  Megatron-Bridge performance summary (NeMo 25.11-26.06)
+- nvidia/: NVIDIA's NeMo performance pages in FP8, one module each: nemo_perf.py (the NeMo
+  24.07 pre-training table on DGX H100, and the NeMo FLOP count and layout helper the pages
+  share), nemo_long_context.py (the NeMo long-sequence table, context parallel, 4K-1024K, H100
+  and B200) and megatron_bridge.py (the Megatron-Bridge performance summary, NeMo 25.11-26.06,
+  Llama 3 8B-70B and 3.1 405B)
 - automodel.py: NVIDIA NeMo AutoModel's FSDP2 pre-training benchmark (Llama 3.1 70B, H100)
 - nanotron.py: Hugging Face nanotron's scaling sweep (the Ultra-Scale Playbook): best
   configuration, MFU and peak memory of four Llama-style models on 1-64 nodes of 8 H100
@@ -34,7 +36,7 @@ fms-fsdp's README (and the blog posts republishing it), MLPerf Training results,
 JAX-Toolbox READMEs, torchtune's README, OLMo-core's README, Colossal-AI's README and examples,
 and the Hugging Face blog's FSDP-vs-DeepSpeed post. A reviewer's held-out runs are drawn from
 them, so no record may take a number from them (tests/published/test_published_runs.py and
-test_modern_runs.py check every `source`; nemo_perf.py leaves out the NeMo 24.07 row whose
+test_modern_runs.py check every `source`; nvidia/nemo_perf.py leaves out the NeMo 24.07 row whose
 TFLOP/s links to MLPerf).
 """
 
@@ -48,7 +50,9 @@ from trainbudget.published.megatron import KORTHIKANTI, MTNLG
 from trainbudget.published.nanotron import NANOTRON
 from trainbudget.published.narayanan import NARAYANAN
 from trainbudget.published.nemo import DGXC, NEMOTRON4
-from trainbudget.published.nemo_perf import BRIDGE_PERF, NEMO_LONG_CONTEXT, NEMO_PERF_2407
+from trainbudget.published.nvidia.megatron_bridge import BRIDGE_PERF
+from trainbudget.published.nvidia.nemo_long_context import NEMO_LONG_CONTEXT
+from trainbudget.published.nvidia.nemo_perf import NEMO_PERF_2407
 from trainbudget.published.open_community import COMMUNITY
 from trainbudget.published.open_models import BLOOM, LLAMA3
 from trainbudget.published.record import (

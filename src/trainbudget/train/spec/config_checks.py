@@ -1,10 +1,11 @@
 """The rules a run config must meet, field by field and across fields, checked when a
 `TrainConfig` is made (its __post_init__), before anything is read or imported: the choices each
-field takes, the ranges, and what the parallel layouts do not run together."""
+field takes, the ranges, and what the parallel layouts do not run together. Each check takes the
+config as it is being made (typed Any: this module may not import `config`, which calls it)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.precision import (
@@ -14,9 +15,6 @@ from trainbudget.core.spec.precision import (
 )
 from trainbudget.train.spec.pipeline_split import PP_SCHEDULES, check_schedule, parse_pp_layers
 from trainbudget.train.spec.strategy import STRATEGIES
-
-if TYPE_CHECKING:
-    from trainbudget.train.spec.config import TrainConfig
 
 SCHEDULES = ("cosine", "linear", "constant", "wsd")
 PRECISIONS = ("fp32", "bf16-mixed", "bf16", "amp-bf16", "amp-fp16")
@@ -39,7 +37,7 @@ EP_REFUSED = {
 SEED_LIMIT = 2**32  # numpy's generators take seeds in [0, 2**32)
 
 
-def check_ranges(cfg: TrainConfig) -> None:
+def check_ranges(cfg: Any) -> None:
     """One field at a time: signs, bounds, choices."""
     for name in (
         "steps",
@@ -100,7 +98,7 @@ def check_ranges(cfg: TrainConfig) -> None:
             raise SpecError(name, getattr(cfg, name), "must be one of " + ", ".join(allowed))
 
 
-def check_together(cfg: TrainConfig) -> None:
+def check_together(cfg: Any) -> None:
     """Rules across fields."""
     if not 0 <= cfg.warmup_steps <= cfg.steps:
         raise SpecError(
@@ -167,7 +165,7 @@ def check_context_parallel(seq_len: int, cp: int) -> None:
         )
 
 
-def _check_context(cfg: TrainConfig) -> None:
+def _check_context(cfg: Any) -> None:
     """cp > 1: a sequence that cuts into 2 cp chunks, and none of what context parallelism does
     not run yet."""
     if cfg.cp < 1:
@@ -184,7 +182,7 @@ def _check_context(cfg: TrainConfig) -> None:
             raise SpecError(name, getattr(cfg, name), f"is not supported: {what}")
 
 
-def _check_pipeline(cfg: TrainConfig) -> None:
+def _check_pipeline(cfg: Any) -> None:
     """pp > 1: a schedule torch runs with grad_accum micro-batches, a well-formed split, and
     none of what the pipeline does not run (train.parallel.pipeline's docstring says why)."""
     check_schedule(cfg.pp_schedule, pp=cfg.pp, vpp=cfg.vpp, n_microbatches=cfg.grad_accum)
