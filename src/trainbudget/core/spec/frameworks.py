@@ -64,7 +64,7 @@ MEGATRON = Framework(
         "get_attention_backend, transformer_engine/pytorch/attention/dot_product_attention/"
         "utils.py: 'Disabling FlashAttention to give FusedAttention preference on Hopper+' for "
         "compute capability >= 9.0), so it is timed at cuDNN's measured curves "
-        "(core.spec.attention_kernels); a GPU without a 'cudnn' figure times it as 'flash2'",
+        "(core.spec.attention_curves); a GPU without a 'cudnn' figure times it as 'flash2'",
         "kernels_per_layer_forward: megatron/core/models/gpt/gpt_layer_specs.py "
         "get_gpt_layer_with_transformer_engine_spec: TELayerNormColumnParallelLinear (norm and "
         "GEMM), the fused rotary embedding on q and k, TEDotProductAttention, "

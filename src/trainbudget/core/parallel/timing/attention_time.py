@@ -1,4 +1,4 @@
-"""Fused attention's rate per pass from the measured kernel tables (core.spec.attention_kernels),
+"""Fused attention's rate per pass from the measured kernel tables (core.spec.attention_curves),
 for the step model: forward and backward apart, causal and not, by sequence length and head dim.
 
 The tables hold published micro-benchmarks. Five gaps are filled by rules stated here, each
@@ -35,13 +35,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainbudget.core.ops import Ops
-from trainbudget.core.spec.attention_kernels import (
+from trainbudget.core.spec.attention_curves import (
     CAUSAL_FLOPS_PER_FULL,
     PASS_FLOPS_PER_FORWARD,
     SEQ_LENS,
-    attention_tflops_per_second,
-    charted_seq_lens,
 )
+from trainbudget.core.spec.attention_kernels import attention_tflops_per_second, charted_seq_lens
 from trainbudget.core.spec.hardware import HARDWARE
 
 TFLOPS = 1e12
