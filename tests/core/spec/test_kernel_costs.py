@@ -10,6 +10,7 @@ import pytest
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.ops import numpy_ops
+from trainbudget.core.spec import fp8_recipes as fr
 from trainbudget.core.spec import kernel_costs as kc
 from trainbudget.core.spec.hardware import HARDWARE
 
@@ -245,43 +246,12 @@ def test_te_current_scaling_cast_bytes_against_the_autocast_gap():
     (m k) and weight (k n) at 6 B/element. 3.10 ms at the full 4.8 TB/s, 3.65 ms at 85 %;
     TE measured 3.50 ms."""
     b = kc.TE_H200_NVL_LAYER
-    per_element = kc.get_fp8_recipe("te-current").input_bytes_per_element
+    per_element = fr.get_fp8_recipe("te-current").input_bytes_per_element
     cast_bytes = sum(per_element * (m * k + k * n) for m, k, n in _te_layer_gemms(b))
     measured = b.fp8_current_autocast_seconds - b.fp8_current_prequantized_seconds
     at_peak = cast_bytes / b.hbm_bytes_per_second
     print(f"\ncast time: {at_peak * 1e3:.2f} ms at HBM peak, measured {measured * 1e3:.2f} ms")
     assert at_peak <= measured <= at_peak / 0.85
-
-
-def test_fp8_linear_extra_bytes():
-    m, n, k = 8192, 3 * 4096, 4096
-    assert kc.fp8_linear_extra_bytes(m, n, k, "te-current") == 6 * (m * k + k * n + m * n)
-    assert kc.fp8_linear_extra_bytes(m, n, k, "te-delayed") == 4 * (m * k + k * n + m * n)
-    hp = kc.get_fp8_recipe("torchao-rowwise-gw-hp")
-    assert hp.fp8_gemms == ("fprop", "dgrad")
-    assert kc.fp8_linear_extra_bytes(m, n, k, "torchao-rowwise-gw-hp") == (
-        5 * m * k + 10 * k * n + 5 * m * n
-    )
-    eager = kc.fp8_linear_extra_bytes(m, n, k, "torchao-tensorwise-eager")
-    assert eager > 6 * kc.fp8_linear_extra_bytes(m, n, k, "torchao-tensorwise")
-    with pytest.raises(SpecError, match="known: "):
-        kc.fp8_linear_extra_bytes(m, n, k, "te")
-
-
-def test_recipes_are_well_formed():
-    for r in kc.FP8_RECIPES.values():
-        assert set(r.fp8_gemms) <= set(kc.GEMM_ROLES)
-        assert "https://" in r.source
-        assert min(
-            r.input_bytes_per_element, r.weight_bytes_per_element,
-            r.grad_output_bytes_per_element,
-        ) >= 4 or r.fp8_gemms != kc.GEMM_ROLES  # fmt: skip
-        assert r.kernels_per_linear is None or r.kernels_per_linear > 0
-    # only tensorwise torchao weights can be all-gathered in FP8 (config.py asserts it)
-    assert {r.name for r in kc.FP8_RECIPES.values() if r.fsdp_fp8_all_gather} == {
-        "torchao-tensorwise",
-        "torchao-tensorwise-eager",
-    }
 
 
 def _pct(values):

@@ -102,7 +102,7 @@ def layer_activations(
     `activation_bytes`): bytes per element of the weights the forward reads, the residual
     stream's width (see the module docstring on autocast). `linear_input_bytes` (default
     `activation_bytes`): bytes per element a linear layer saves of its input
-    (`kernel_costs.Fp8Recipe.saved_input_bytes`: 1 under Transformer Engine's FP8): the qkv,
+    (`fp8_recipes.Fp8Recipe.saved_input_bytes`: 1 under Transformer Engine's FP8): the qkv,
     MLP-in and MLP-out inputs are saved at that width; the output projection's input, which
     the attention kernel also saves (FlashAttention's output), at the activation width plus
     the linear's narrower copy.

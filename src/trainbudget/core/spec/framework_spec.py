@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from trainbudget.core.errors import SpecError
 from trainbudget.core.spec.engines import check_engines
+from trainbudget.core.spec.fp8_recipes import get_fp8_recipe
 from trainbudget.core.spec.hardware import ATTENTION_KERNELS
-from trainbudget.core.spec.kernel_costs import get_fp8_recipe
 from trainbudget.core.spec.loss_kernels import get_loss_kernel
 from trainbudget.core.units import MB
 
@@ -127,7 +127,7 @@ class Framework:
     (`core.parallel.timing.loss_time.COMPILED_LOSS_KERNEL`); `--compiled` turns it on."""
     fp8_recipe: str = "te-delayed"
     """Under `--precision fp8`, the recipe whose cast kernels it runs
-    (`core.spec.kernel_costs.FP8_RECIPES`): Transformer Engine's delayed scaling, Megatron-Core's
+    (`core.spec.fp8_recipes.FP8_RECIPES`): Transformer Engine's delayed scaling, Megatron-Core's
     default (--fp8-recipe delayed), unless the row says otherwise."""
     bucket_bytes: float = 25 * MB
     """Gradient bucket of the overlapped data-parallel reduction."""

@@ -10,8 +10,8 @@ import pytest
 from trainbudget.core.parallel.memory.gpu_memory import plan_memory
 from trainbudget.core.parallel.plan import Plan
 from trainbudget.core.single.activations import layer_activations
+from trainbudget.core.spec.fp8_recipes import FP8_RECIPES
 from trainbudget.core.spec.frameworks import FRAMEWORKS
-from trainbudget.core.spec.kernel_costs import FP8_RECIPES
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 from trainbudget.core.spec.presets import get_preset
 

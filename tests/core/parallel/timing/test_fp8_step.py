@@ -1,6 +1,6 @@
-"""FP8 as the recipes run it (core.spec.precision FP8_RECIPE_SCOPE, core.spec.kernel_costs): the
-linear layers' GEMMs at the FP8 rate, the attention core and the head in bf16, the recipe's
-casts timed from their bytes."""
+"""FP8 as the recipes run it (core.spec.precision FP8_RECIPE_SCOPE, core.spec.kernel_costs and
+fp8_recipes): the linear layers' GEMMs at the FP8 rate, the attention core and the head in bf16,
+the recipe's casts timed from their bytes."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_only_the_linear_layers_change_rate():
 
 def test_the_torchao_recipe_casts_more_than_transformer_engine():
     """torchao's tensorwise casts move 10 bytes an element, TE's delayed scaling 4
-    (kernel_costs.FP8_RECIPES): the same plan is slower under torchtitan's recipe."""
+    (fp8_recipes.FP8_RECIPES): the same plan is slower under torchtitan's recipe."""
     model, plan = CASES[0]
     te = get_framework("megatron").fp8_recipe
     assert te == "te-delayed" and get_framework("torchtitan").fp8_recipe == "torchao-tensorwise"

@@ -39,7 +39,7 @@ from trainbudget.core.single.peak_memory import (
     loss_head_grad_bytes,
     norm_stats_bytes,
 )
-from trainbudget.core.spec.kernel_costs import get_fp8_recipe
+from trainbudget.core.spec.fp8_recipes import get_fp8_recipe
 from trainbudget.core.spec.loss_kernels import get_loss_kernel
 
 MLP_BACKWARD_GRADIENTS = 2

@@ -34,6 +34,7 @@ from trainbudget.core.parallel.timing.loss_time import (
     loss_logits,
     loss_seconds,
 )
+from trainbudget.core.spec.fp8_recipes import get_fp8_recipe
 from trainbudget.core.spec.frameworks import GENERIC, INDUCTOR_LAYER_KERNELS, Framework
 from trainbudget.core.spec.hardware import HARDWARE, Hardware
 from trainbudget.core.spec.kernel_costs import (
@@ -42,7 +43,6 @@ from trainbudget.core.spec.kernel_costs import (
     FP8_OVER_BF16_FALLBACK,
     eager_dispatch_seconds_per_op,
     fp8_matmul_fraction,
-    get_fp8_recipe,
 )
 from trainbudget.core.spec.loss_kernels import get_loss_kernel
 from trainbudget.core.spec.model_spec import ModelSpec
@@ -263,7 +263,7 @@ def _linear_fraction(
 
 def _fp8_casts(framework: Framework, precision: Precision) -> tuple[float, float, float]:
     """Bytes per element the framework's FP8 recipe moves casting a linear layer's input,
-    weight and output gradient (`kernel_costs.FP8_RECIPES`); none outside FP8."""
+    weight and output gradient (`fp8_recipes.FP8_RECIPES`); none outside FP8."""
     if precision.compute_dtype != "fp8":
         return (0.0, 0.0, 0.0)
     r = get_fp8_recipe(framework.fp8_recipe)
