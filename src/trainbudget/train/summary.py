@@ -17,7 +17,8 @@ from trainbudget.core.parallel.memory.rank_peak import expert_rows_bytes
 from trainbudget.core.spec.precision import get_precision
 from trainbudget.profile.memory import measure_step_memory
 from trainbudget.train.observe.comm_count import COUNTED_STEP, gather_tallies
-from trainbudget.train.observe.comm_report import RunFacts, comm_document
+from trainbudget.train.observe.comm_differences import RunFacts
+from trainbudget.train.observe.comm_report import comm_document
 from trainbudget.train.observe.rank_memory import gather_records, rank_record
 from trainbudget.train.observe.step_roofline import BUSY_CPU_SHARE
 from trainbudget.train.parallel import expert_parallel

@@ -7,17 +7,8 @@ from __future__ import annotations
 import pytest
 
 from trainbudget.core.parallel.timing.comm_volume import PlannedCollective
-from trainbudget.train.observe.comm_report import (
-    PADDING,
-    TRAINER,
-    ZERO1_ENGINE,
-    RunFacts,
-    comm_document,
-    comm_summary,
-    compare,
-    mesh_axis,
-    padded_ratio,
-)
+from trainbudget.train.observe.comm_differences import PADDING, ZERO1_ENGINE, RunFacts
+from trainbudget.train.observe.comm_report import TRAINER, comm_document, comm_summary, compare
 
 N = 1000 * 4  # bytes of 1,000 fp32 parameters (illustrative)
 # a 257-row embedding of width 32 and a 32-wide norm, fp32: 257 rows pad to 258 on 2 ranks
@@ -37,20 +28,6 @@ def facts(strategy, mesh, grad_accum=1, shapes=SHAPES) -> RunFacts:
 
 def rows_by_key(rows):
     return {(r.axis, r.op): r for r in rows}
-
-
-def test_mesh_axes():
-    assert mesh_axis("dp_grad_reduce", {"dp": 4}) == "dp"
-    assert mesh_axis("dp_param_gather", {"dp_replicate": 2, "dp_shard": 2}) == "dp_shard"
-    assert mesh_axis("dp_replica_all_reduce", {"dp_replicate": 2, "dp_shard": 2}) == "dp_replicate"
-    assert mesh_axis("tp", {"dp": 2, "tp": 2}) == "tp"
-
-
-def test_padded_ratio():
-    assert padded_ratio(SHAPES, 1) == 1.0
-    assert padded_ratio(SHAPES, 2) == (258 * 32 + 32) / (257 * 32 + 32)
-    assert padded_ratio(SHAPES, 4) == (260 * 32 + 32) / (257 * 32 + 32)
-    assert padded_ratio((((), 4),), 2) == 2.0  # a scalar: one row, padded to two
 
 
 def test_ddp_equal_bytes_in_buckets():

@@ -40,7 +40,8 @@ from trainbudget.core.errors import SpecError  # noqa: E402
 from trainbudget.core.parallel.timing.comm_volume import PlannedCollective  # noqa: E402
 from trainbudget.core.spec.model_spec import ModelSpec  # noqa: E402
 from trainbudget.model.transformer import attend, build_model  # noqa: E402
-from trainbudget.train.observe.comm_report import RunFacts, compare, mesh_axis  # noqa: E402
+from trainbudget.train.observe.comm_differences import RunFacts, mesh_axis  # noqa: E402
+from trainbudget.train.observe.comm_report import compare  # noqa: E402
 from trainbudget.train.parallel.context import (  # noqa: E402
     ContextShard,
     check_context_parallel,
