@@ -196,8 +196,8 @@ def causal_ratio_beyond_the_chart(
 ) -> float:
     """How much faster a causal pass runs at `seq_len` (past the chart's `end`) than at the
     chart's end, from the curve's causal / unmasked ratio r at its last two lengths: the
-    shortfall 1 - r shrinks by f = (1 - r_end) / (1 - r_end/2) per doubling (f <= 1), so
-    r(s) = 1 - (1 - r_end) f^log2(s / end); the forward's curves, or the forward+backward's
+    shortfall 1 - r shrinks by f = (1 - r(end)) / (1 - r(end / 2)) per doubling (f <= 1), so
+    r(s) = 1 - (1 - r(end)) f^log2(s / end); the forward's curves, or the forward+backward's
     where only those are charted. 1 where the kernel has no unmasked curve."""
     before = end // 2
 
