@@ -16,6 +16,8 @@ from modern_runs import ITEM6, NEW
 from trainbudget.core.parallel.fits import in_measure
 from trainbudget.core.single.params import count_params
 from trainbudget.core.spec.hardware import get_hardware
+from trainbudget.core.spec.model_spec import spec_fields
+from trainbudget.core.spec.presets import PRESETS, get_preset
 from trainbudget.published import PUBLISHED_RUNS, get_run
 from trainbudget.published.record import Layout
 from trainbudget.validation import (
@@ -336,21 +338,33 @@ def test_bloom_is_timed_on_its_own_network():
     assert compare(catalog).error == pytest.approx(-0.143, abs=0.005)
 
 
-def _preset_or_none(spec):
-    from trainbudget.core.errors import SpecError
-    from trainbudget.core.spec.presets import get_preset
+_SPEC_FIELDS = tuple(f for f in spec_fields() if f != "name")
 
-    try:
-        return spec.name if get_preset(spec.name) == spec else None
-    except SpecError:
-        return None
+
+def _differing(spec, base) -> list[str]:
+    return [f for f in _SPEC_FIELDS if getattr(spec, f) != getattr(base, f)]
+
+
+def _text(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _model_args(spec) -> list[str]:
+    """`--model` and `--set`s that state `spec` on the command line: the preset it differs
+    from least, each other field set (and the run's name), as a user states a model that is
+    no preset."""
+    base = min((get_preset(n) for n in PRESETS), key=lambda b: len(_differing(spec, b)))
+    sets = [f"{f}={_text(getattr(spec, f))}" for f in _differing(spec, base)]
+    sets += [f"name={spec.name}"] if sets else []
+    return ["--model", base.name, *(a for s in sets for a in ("--set", s))]
 
 
 def _cli_args(run) -> list[str]:
     """`estimate` flags stating the run as its source does (the reviewer's protocol): the
-    layout, batch, framework and precision, nothing about the attention mask."""
+    model, layout, batch, framework, precision and the kernels and network the source names,
+    nothing about the attention mask."""
     lay = run.layout
-    argv = ["--model", run.model.name, "--gpus", str(run.n_gpus), "--gpu", run.gpu]
+    argv = [*_model_args(run.model), "--gpus", str(run.n_gpus), "--gpu", run.gpu]
     argv += ["--gpus-per-node", str(run.gpus_per_node), "--seq-len", str(run.seq_len)]
     for axis in ("dp", "tp", "pp", "cp", "vpp", "zero", "zero_shard", "micro_batch"):
         argv += ["--" + axis.replace("_", "-"), str(getattr(lay, axis))]
@@ -363,30 +377,35 @@ def _cli_args(run) -> list[str]:
     argv += ["--account-for-loss"] if lay.loss_in_pp_split else []
     argv += ["--framework", framework_row(run.framework).name, "--precision", run.precision]
     argv += ["--tp-comm-overlap"] if run.tp_comm_overlap else []
+    argv += ["--compiled"] if run.compiled else []
     argv += ["--loss-kernel", run.loss_kernel] if run.loss_kernel else []
+    argv += ["--attention-kernel", run.attention_kernel] if run.attention_kernel else []
+    if run.nic_bytes_per_second is not None:
+        argv += ["--nic-bandwidth", f"{run.nic_bytes_per_second!r}B/s"]
     argv += ["--offload-optimizer", lay.offload_optimizer]
     return [*argv, "--optimizer", "adam", "--json"]
 
 
-_CLI_RUNS = [
-    r
-    for r in PUBLISHED_RUNS
-    if _preset_or_none(r.model) and not r.attention_kernel and not r.gpu.startswith("other:")
-]
+_CLI_RUNS = [r for r in PUBLISHED_RUNS if compare(r) is not None]
+
+
+def test_every_run_validate_times_is_stated_on_the_command_line():
+    """The protocol below covers every run `validate` compares: none is left out because the
+    CLI cannot say its model, kernels or network."""
+    assert len(_CLI_RUNS) == len(compare_all()) > 200
 
 
 @pytest.mark.parametrize("run", _CLI_RUNS, ids=lambda r: r.id)
 def test_validate_scores_the_model_the_cli_runs_by_default(run):
-    """`validate` times each run as `estimate` does with the layout, framework and precision
-    the source states and no other flag (a decoder's causal mask is both's default), so the
-    error it reports is the CLI's."""
+    """`validate` times and sizes each run as `estimate` does with what the source states and
+    no other flag (a decoder's causal mask is both's default), so the errors it reports are
+    the CLI's. The peak is the step's (start-up's high-water mark is the run's code:
+    PublishedRun.whole_model_on_gpu_at_init)."""
     out = cli_json("estimate", *_cli_args(run))
     assert out["step_seconds"] == pytest.approx(compare(run).predicted_seconds, rel=1e-12)
-    if run.loss_kernel:  # the peak too, with the run's loss kernel (--loss-kernel); the step's
-        # (start-up's high-water mark is the run's code: PublishedRun.whole_model_on_gpu_at_init)
-        step_only = dataclasses.replace(run, whole_model_on_gpu_at_init=False)
-        predicted = compare(step_only).predicted_memory_bytes
-        assert out["memory_bytes"]["total"] == pytest.approx(predicted, rel=1e-12)
+    step_only = dataclasses.replace(run, whole_model_on_gpu_at_init=False)
+    predicted = compare(step_only).predicted_memory_bytes
+    assert out["memory_bytes"]["total"] == pytest.approx(predicted, rel=1e-12)
 
 
 def test_validate_counts_the_completed_runs_predicted_not_to_fit():

@@ -53,6 +53,19 @@ QUESTIONS = {
         {"gpus": 16, "zero": 3, "precision": "fp8", "fp8_param_gather": True},
         "--model llama-3-8b --gpus 16 --zero 3 --precision fp8 --fp8-param-gather",
     ),
+    "a stated attention kernel and FP8 recipe": (
+        ("llama-3-8b",),
+        {
+            "gpus": 8,
+            "zero": 3,
+            "precision": "fp8",
+            "framework": "torchtitan",
+            "attention_kernel": "flash3",
+            "fp8_recipe": "torchao-rowwise",
+        },
+        "--model llama-3-8b --gpus 8 --zero 3 --precision fp8 --framework torchtitan "
+        "--attention-kernel flash3 --fp8-recipe torchao-rowwise",
+    ),
     "a cluster's own network": (
         ("llama-2-7b",),
         {"gpus": 64, "gpu": "a100-80gb", "dp": 64, "zero": 1, "nic_bandwidth": "50Gb/s"},

@@ -71,3 +71,62 @@ def test_unknown_framework_is_one_line_error(command):
 def test_help_lists_the_table():
     code, out, _ = cli("plan", "--help")
     assert code == 0 and "generic (default)" in out and "pytorch-fsdp1" in out
+
+
+FP8 = ("estimate", "--model", "llama-3-8b", "--gpus", "8", "--dp", "8", "--zero", "3")
+FP8 += ("--global-batch", "16", "--seq-len", "8192", "--precision", "fp8")
+
+
+def _core_step(**row_changes) -> float:
+    """The core's step time for FP8 on torchtitan's row with `row_changes`."""
+    from dataclasses import replace
+
+    from trainbudget.core.parallel.cluster import Cluster
+    from trainbudget.core.parallel.layout import Plan
+    from trainbudget.core.parallel.timing.step_time import step_time
+    from trainbudget.core.spec.frameworks import get_framework
+    from trainbudget.core.spec.hardware import get_hardware
+    from trainbudget.core.spec.precision import get_optimizer, get_precision
+
+    plan = Plan(dp=8, zero=3, micro_batch=1, grad_accum=2)
+    cluster = Cluster(hardware=get_hardware("h100-sxm"), n_gpus=8)
+    row = replace(get_framework("torchtitan"), **row_changes)
+    return step_time(
+        get_preset("llama-3-8b"), plan, cluster, seq_len=8192, precision=get_precision("fp8"),
+        optimizer=get_optimizer("adamw"), framework=row,
+    ).step_seconds  # fmt: skip
+
+
+def test_attention_kernel_and_fp8_recipe_reach_the_core():
+    """--attention-kernel and --fp8-recipe replace the framework row's, as a published run's
+    stated kernel does in `validate`; the assumption line names the kernels used."""
+    base = (*FP8, "--framework", "torchtitan")
+    default = cli_json(*base)
+    assert default["step_seconds"] == pytest.approx(_core_step(), rel=1e-12)
+    stated = cli_json(*base, "--attention-kernel", "flash3", "--fp8-recipe", "torchao-rowwise")
+    expected = _core_step(attention_kernel="flash3", fp8_recipe="torchao-rowwise")
+    assert stated["step_seconds"] == pytest.approx(expected, rel=1e-12)
+    assert stated["step_seconds"] != pytest.approx(default["step_seconds"], rel=1e-3)
+    line = stated["assumptions"][-1]
+    assert "kernels: attention flash3, cross-entropy " in line
+    assert "FP8 recipe torchao-rowwise" in line
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (("--attention-kernel", "flash4"), "attention_kernel = 'flash4': unknown (did you mean"),
+        (("--fp8-recipe", "rowwise"), "fp8 recipe = 'rowwise': unknown (did you mean"),
+        (("--fp8-recipe", "te-mxfp8"), "'te-mxfp8': runs on b200 only, not on h100-sxm"),
+    ],
+)
+def test_bad_kernel_or_recipe_is_one_line_error(flags, says):
+    code, out, err = cli(*FP8, *flags)
+    assert code != 0 and out == "" and err.count("\n") == 1
+    assert says in err
+
+
+def test_fp8_recipe_without_fp8_is_refused():
+    code, _, err = cli(*EST, "--fp8-recipe", "te-current")
+    assert code != 0 and err.count("\n") == 1
+    assert "'te-current': applies only with --precision fp8 (precision is bf16-mixed)" in err

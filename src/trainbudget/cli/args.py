@@ -25,6 +25,7 @@ from trainbudget.api.inputs.values import (  # noqa: F401
 from trainbudget.core.errors import SpecError
 from trainbudget.core.single.flops import RECOMPUTE_KINDS
 from trainbudget.core.spec.engines import LOSS_KERNELS
+from trainbudget.core.spec.fp8_recipes import FP8_RECIPES
 from trainbudget.core.spec.frameworks import FRAMEWORKS, GENERIC_NAME
 from trainbudget.core.spec.hardware import Hardware
 from trainbudget.core.spec.precision import OPTIMIZERS, PRECISIONS, TRAINABLE_OPTIMIZERS
@@ -175,6 +176,22 @@ def add_framework_arg(p) -> None:
         metavar="NAME",
         help="the cross-entropy kernel, in place of the framework row's (what it keeps of the "
         "logits sizes the head stage's peak): " + " | ".join(LOSS_KERNELS),
+    )
+    p.add_argument(
+        "--attention-kernel",
+        default=None,
+        metavar="NAME",
+        help="the fused attention kernel, in place of the framework row's, timed from its "
+        "measured tables on GPUs that have them: flash1 (FlashAttention-1) | flash2 "
+        "(FlashAttention-2, PyTorch SDPA's flash backend) | flash3 (FlashAttention-3, Hopper) "
+        "| cudnn (cuDNN fused attention, as Transformer Engine and SDPA's cuDNN backend run it)",
+    )
+    p.add_argument(
+        "--fp8-recipe",
+        default=None,
+        metavar="NAME",
+        help="with --precision fp8, the scaling recipe in place of the framework row's (which "
+        "GEMMs run in FP8, what the casts move): " + " | ".join(FP8_RECIPES),
     )
 
 

@@ -27,6 +27,8 @@ SHARED_DEFAULTS: dict[str, object] = {
     "compiled": False,
     "fp8_param_gather": False,
     "loss_kernel": None,
+    "attention_kernel": None,
+    "fp8_recipe": None,
     "causal": True,
     "count_causal": False,
     "gpus_per_node": None,

@@ -10,9 +10,11 @@ import argparse
 import json
 from dataclasses import replace
 
-from trainbudget.core.errors import SpecError
+from trainbudget.core.errors import SpecError, unknown_key
 from trainbudget.core.spec.engines import get_loss_kernel
+from trainbudget.core.spec.fp8_recipes import get_fp8_recipe
 from trainbudget.core.spec.frameworks import Framework, get_framework
+from trainbudget.core.spec.hardware import ATTENTION_KERNELS
 from trainbudget.core.units import (
     SECONDS_PER_DAY,
     parse_count,
@@ -105,8 +107,9 @@ def parse_probability(field: str, text: str) -> float:
 
 
 def framework_from_args(args: argparse.Namespace) -> Framework:
-    """The named row (with --tp-comm-overlap, --compiled, --fp8-param-gather and --loss-kernel
-    where given); an unknown name is a one-line error listing the known ones."""
+    """The named row (with --tp-comm-overlap, --compiled, --fp8-param-gather, --loss-kernel,
+    --attention-kernel and --fp8-recipe where given); an unknown name is a one-line error
+    listing the known ones."""
     row = get_framework(args.framework)
     if getattr(args, "tp_comm_overlap", False):
         row = replace(row, tp_comm_overlap=True)
@@ -117,6 +120,18 @@ def framework_from_args(args: argparse.Namespace) -> Framework:
     loss_kernel = getattr(args, "loss_kernel", None)
     if loss_kernel:
         row = replace(row, loss_kernel=get_loss_kernel(loss_kernel).name)
+    attention_kernel = getattr(args, "attention_kernel", None)
+    if attention_kernel:
+        if attention_kernel not in ATTENTION_KERNELS:
+            raise unknown_key("attention_kernel", attention_kernel, ATTENTION_KERNELS)
+        row = replace(row, attention_kernel=attention_kernel)
+    fp8_recipe = getattr(args, "fp8_recipe", None)
+    if fp8_recipe:
+        row = replace(row, fp8_recipe=get_fp8_recipe(fp8_recipe).name)
+        precision = getattr(args, "precision", None)
+        if precision != "fp8":
+            rule = f"applies only with --precision fp8 (precision is {precision})"
+            raise SpecError("fp8_recipe", fp8_recipe, rule)
     return row
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from trainbudget.core.errors import unknown_key
+from trainbudget.core.errors import SpecError, unknown_key
 
 _TE_DOCS = (
     "https://github.com/NVIDIA/TransformerEngine/blob/d0067d0/docs/features/low_precision_training/"
@@ -43,6 +43,9 @@ class Fp8Recipe:
     LayerNormLinear: `saved_inputmat = inputmat`, the FP8 tensor or its FP8 transpose, when FP8
     runs the weight-gradient GEMM), 2 where it saves the bf16 input (torchao's
     matmul_with_hp_or_float8_args saves input_hp and casts again in backward)."""
+    runs_on: frozenset[str] | None = None
+    """Catalog keys (`hardware.HARDWARE`) of the GPUs whose tensor cores run the recipe's GEMMs;
+    None: every GPU with an FP8 rate."""
     source: str
     derivation: str
 
@@ -89,12 +92,20 @@ FP8_RECIPES: Mapping[str, Fp8Recipe] = MappingProxyType({r.name: r for r in (
         "one fp8 layout copy (1 B in, 1 out) for each tensor's second GEMM in preprocess_addmm: "
         "66 + 2 = 68 B; 6 x 10 + 3 = 63 kernels."),
     Fp8Recipe(
-        name="torchao-rowwise", fp8_gemms=GEMM_ROLES, input_bytes_per_element=10,
-        weight_bytes_per_element=10, grad_output_bytes_per_element=10, kernels_per_linear=12,
+        name="torchao-rowwise", fp8_gemms=GEMM_ROLES, input_bytes_per_element=14,
+        weight_bytes_per_element=14, grad_output_bytes_per_element=10, kernels_per_linear=14,
         fsdp_fp8_all_gather=False,
-        source=_TORCHAO + "config.py (Float8LinearRecipeName.ROWWISE; FSDP float8 all-gather "
-        "asserts tensorwise weights)",
-        derivation="As torchao-tensorwise with one amax per row or column (same traffic)."),
+        source=_TORCHAO + "config.py (Float8LinearRecipeName.ROWWISE; gemm_config_output "
+        "fast-accum, the two backward GEMM configs not; FSDP float8 all-gather asserts "
+        "tensorwise weights), float8_ops.py (addmm_float8_unwrapped); pytorch/pytorch#147971 "
+        "(the rowwise CUTLASS GEMM against cuBLAS tensorwise on H100)",
+        derivation="As torchao-tensorwise with one amax per row or column (same cast traffic). "
+        "The backward GEMMs run without fast accumulation, where the rowwise CUTLASS kernel "
+        "is slow, so torchao runs cuBLAS's tensorwise kernel at unit scales and then scales "
+        "the bf16 result in place (output *= scale: 2 B read, 2 B written, one kernel): +4 B "
+        "per element of the input gradient (the input's shape) and of the weight gradient (the "
+        "weight's). The forward GEMM's rowwise kernel reaches 90-100 % of tensorwise on most "
+        "shapes, down to 50 % on a few (pytorch#147971): no table, so not charged."),
     Fp8Recipe(
         name="torchao-rowwise-gw-hp", fp8_gemms=("fprop", "dgrad"), input_bytes_per_element=5,
         weight_bytes_per_element=10, grad_output_bytes_per_element=5, kernels_per_linear=8,
@@ -103,6 +114,17 @@ FP8_RECIPES: Mapping[str, Fp8Recipe] = MappingProxyType({r.name: r for r in (
         "grad_output_hp')",
         derivation="Compiled; four casts (input once, weight twice, grad_output once), the "
         "weight gradient GEMM in bf16."),
+    Fp8Recipe(
+        name="te-mxfp8", fp8_gemms=GEMM_ROLES, input_bytes_per_element=4 + 2 / 32,
+        weight_bytes_per_element=4 + 2 / 32, grad_output_bytes_per_element=4 + 2 / 32,
+        kernels_per_linear=None, fsdp_fp8_all_gather=False, saved_input_bytes=1,
+        runs_on=frozenset({"b200"}),
+        source=_TE_DOCS + "mxfp8/mxfp8.rst",
+        derivation="One E8M0 scale per 32 consecutive elements, computed from the block "
+        "itself (no amax pass, no scale synchronisation). Rowwise (1x32) and columnwise (32x1) "
+        "blocks differ, so each tensor is quantized twice from bf16: 2 B read, two 1 B FP8 "
+        "copies and two 1/32 B scales written = 4.0625 B. Block-scaled GEMMs are native on "
+        "Blackwell (SM 10.0, 10.3) only: 'Requires SM100 (Blackwell) or later'."),
 )})
 # fmt: on
 """Which linears are converted: Transformer Engine runs 'Linear operations' in low precision,
@@ -118,6 +140,14 @@ def get_fp8_recipe(name: str) -> Fp8Recipe:
     if name not in FP8_RECIPES:
         raise unknown_key("fp8 recipe", name, FP8_RECIPES)
     return FP8_RECIPES[name]
+
+
+def check_fp8_recipe_runs_on(name: str, gpu: str) -> None:
+    """A recipe whose GEMMs the GPU cannot run (MXFP8 before Blackwell) is an error naming both."""
+    runs_on = get_fp8_recipe(name).runs_on
+    if runs_on is not None and gpu not in runs_on:
+        rule = f"runs on {', '.join(sorted(runs_on))} only, not on {gpu}"
+        raise SpecError("fp8_recipe", name, rule)
 
 
 def fp8_linear_extra_bytes(m: Any, n: Any, k: Any, recipe: str) -> Any:

@@ -163,6 +163,10 @@ class Framework:
             engines += "; the step compiled by torch.compile (--compiled)"
         if self.fp8_param_gather:
             engines += "; under FP8 the weights gathered in FP8 (--fp8-param-gather)"
+        engines += (
+            f"; kernels: attention {self.attention_kernel}, cross-entropy {self.loss_kernel}, "
+            f"FP8 recipe {self.fp8_recipe}"
+        )
         if self.name == GENERIC_NAME:
             return f"framework: {self.name} (none named; {self.description}{engines})"
         return f"framework: {self.name} ({self.description}{engines})"

@@ -34,7 +34,7 @@ from trainbudget.core.parallel.timing.loss_time import (
     loss_logits,
     loss_seconds,
 )
-from trainbudget.core.spec.fp8_recipes import get_fp8_recipe
+from trainbudget.core.spec.fp8_recipes import check_fp8_recipe_runs_on, get_fp8_recipe
 from trainbudget.core.spec.frameworks import GENERIC, INDUCTOR_LAYER_KERNELS, Framework
 from trainbudget.core.spec.hardware import HARDWARE, Hardware
 from trainbudget.core.spec.kernel_costs import (
@@ -233,7 +233,7 @@ def kernel_model_for(
     return KernelModel(
         linear_peak=hw.peak_flops_per_second(precision.compute_dtype),
         linear_fraction=_linear_fraction(given, eff, hw, precision),
-        cast=_fp8_casts(framework, precision),
+        cast=_fp8_casts(framework, precision, hw),
         serial_epilogue=hw.name not in EPILOGUE_OVERLAPPED,
         kernel_gap=KERNEL_GAP_SECONDS,
         dispatch=eager_dispatch_seconds_per_op(),
@@ -261,11 +261,16 @@ def _linear_fraction(
     return fp8_matmul_fraction(hw.name, eff.matmul)
 
 
-def _fp8_casts(framework: Framework, precision: Precision) -> tuple[float, float, float]:
+def _fp8_casts(
+    framework: Framework, precision: Precision, hw: Hardware
+) -> tuple[float, float, float]:
     """Bytes per element the framework's FP8 recipe moves casting a linear layer's input,
-    weight and output gradient (`fp8_recipes.FP8_RECIPES`); none outside FP8."""
+    weight and output gradient (`fp8_recipes.FP8_RECIPES`); none outside FP8. A catalog GPU
+    that cannot run the recipe's GEMMs is an error."""
     if precision.compute_dtype != "fp8":
         return (0.0, 0.0, 0.0)
+    if hw.name in HARDWARE:
+        check_fp8_recipe_runs_on(framework.fp8_recipe, hw.name)
     r = get_fp8_recipe(framework.fp8_recipe)
     return (
         r.input_bytes_per_element,
