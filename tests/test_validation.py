@@ -192,6 +192,16 @@ def test_breakdown_counts_and_averages_add_up(name):
     assert weighted == pytest.approx(mean_absolute_error(counted))
 
 
+def test_data_parallel_share_bands_the_step_by_what_its_data_parallel_axis_moves():
+    """A run without data parallelism moves nothing on that axis; ZeRO-3 on 1,536 A100s with one
+    micro-batch (Narayanan et al. 2021, Table 3) gathers and reduces most of its step."""
+    key = BREAKDOWN_KEYS["data-parallel communication"]
+    alone = compare(get_run("korthikanti-22b-full"))
+    zero3 = compare(get_run("narayanan-175b-zero3-1536gpu"))
+    assert alone.dp_comm_share == 0 and key(alone) == "< 3 %"
+    assert zero3.dp_comm_share > 0.3 and key(zero3) == ">= 30 %"
+
+
 def test_breakdown_groups_by_key_in_first_seen_order():
     cs = [_fake("a1", "a", 0.1), _fake("b1", "b", -0.3), _fake("a2", "a", -0.2)]
     (a, b) = breakdown(cs, lambda c: c.source_key)
@@ -406,6 +416,9 @@ def test_validate_scores_the_model_the_cli_runs_by_default(run):
     step_only = dataclasses.replace(run, whole_model_on_gpu_at_init=False)
     predicted = compare(step_only).predicted_memory_bytes
     assert out["memory_bytes"]["total"] == pytest.approx(predicted, rel=1e-12)
+    # the data-parallel share validate groups by is the CLI's collectives over its step
+    dp = sum(v for k, v in out["comm_seconds_per_step"].items() if k.startswith(("dp_", "zero3")))
+    assert compare(run).dp_comm_share == pytest.approx(dp / out["step_seconds"], rel=1e-12)
 
 
 def test_validate_counts_the_completed_runs_predicted_not_to_fit():

@@ -139,6 +139,9 @@ class Comparison:
     """What the measured peak measures (core.parallel.fits.MEMORY_MEASURES); None without one."""
     n_communicators: int = 0
     """NCCL communicators a rank of the layout holds (fits.n_communicators)."""
+    dp_comm_share: float = 0.0
+    """The predicted step's data-parallel collectives (gradient reductions, weight gathers;
+    hidden or not) over the predicted step: how much the data-parallel axis moves."""
 
     @property
     def predicted_in_measure_bytes(self) -> float | None:
@@ -241,6 +244,7 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
     t = step_time(spec, plan, cluster, efficiency=efficiency, **kw)
     mem = plan_memory(spec, plan, **kw)
     peak = mem.total_bytes
+    dp_seconds = sum(v for k, v in t.comm_seconds.items() if k.startswith(("dp_", "zero3")))
     if run.whole_model_on_gpu_at_init:  # start-up's high-water mark: every weight, unsharded
         peak = max(peak, count_params(spec).total * prec.weight_bytes)
     return Comparison(
@@ -261,6 +265,7 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
         precision=run.precision,
         seq_len=seq_len,
         n_params=count_params(spec).total,
+        dp_comm_share=dp_seconds / t.step_seconds,
     )
 
 
@@ -351,6 +356,10 @@ MODEL_SIZE_BANDS = ((1e9, "< 1B"), (10e9, "1B-10B"), (100e9, "10B-100B"))
 """(upper bound exclusive, parameters, label); beyond the last: '>= 100B'."""
 
 
+DP_COMM_BANDS = ((0.03, "< 3 %"), (0.10, "3-10 %"), (0.30, "10-30 %"))
+"""(upper bound exclusive, share of the predicted step, label); beyond the last: '>= 30 %'."""
+
+
 def _band(value: float, bands: tuple, last: str) -> str:
     return next((label for bound, label in bands if value < bound), last)
 
@@ -363,6 +372,7 @@ BREAKDOWN_KEYS: dict[str, Callable[[Comparison], str]] = {
     "sequence band": lambda c: _band(c.seq_len, SEQUENCE_BANDS, ">= 64k"),
     "model size band": lambda c: _band(c.n_params, MODEL_SIZE_BANDS, ">= 100B"),
     "layout family": lambda c: c.layout_family,
+    "data-parallel communication": lambda c: _band(c.dp_comm_share, DP_COMM_BANDS, ">= 30 %"),
 }
 """The breakdowns `trainbudget validate` prints, in order."""
 
