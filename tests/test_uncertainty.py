@@ -188,3 +188,44 @@ def test_fits_with_the_measured_memory_error_is_the_rule_written_out(quantile):
         # never below 1 (fits.credited_margin): the model's own peak is the floor
         over = device * max(1.0, percentile(ratios, quantile)) > c.gpu_memory_bytes
         assert (c.run_id in rejected_ids) == over, c.run_id
+
+
+def test_the_same_generation_set_is_narrowed_to_the_plans_data_parallel_side():
+    """`validate` finds the runs whose data-parallel collectives take 10 % of the step or more
+    some 11 % slower than predicted and the others about right, so a plan is first compared
+    with the runs on its side of DP_HEAVY_SHARE; too few there: the family on that GPU."""
+    assert uncertainty.DP_HEAVY_SHARE == 0.10
+    light = [dataclasses.replace(r, dp_comm_share=0.02) for r in runs("dp only", "A100", [1.0] * 5)]
+    heavy = [
+        dataclasses.replace(r, run_id=r.run_id + "h", dp_comm_share=0.3)
+        for r in runs("dp only", "A100", [1.2] * 5)
+    ]
+    table = light + heavy
+    r = error_range(table, "dp only", "A100", dp_share=0.25)
+    assert r.basis == "dp only on A100, data-parallel communication >= 10 % of the step"
+    assert (r.n_runs, r.low, r.high) == (5, pytest.approx(1.2), pytest.approx(1.2))
+    r = error_range(table, "dp only", "A100", dp_share=0.05)
+    assert r.basis == "dp only on A100, data-parallel communication < 10 % of the step"
+    assert r.high == pytest.approx(1.0)
+    assert error_range(table, "dp only", "A100").basis == "dp only on A100"  # share not known
+    few = error_range(table[:7], "dp only", "A100", dp_share=0.25)  # 2 heavy: too few
+    assert (few.basis, few.n_runs) == ("dp only on A100", 7)
+    assert error_range(table, "dp only", None, dp_share=0.25).basis == "dp only on any GPU"
+
+
+def test_an_estimates_range_reads_its_own_steps_data_parallel_share(fresh_cache):
+    """The range in `estimate --json` is the one for the plan's predicted data-parallel share:
+    ZeRO-3 over 512 A100s moves a large share, and gets the heavy set."""
+    from clirun import cli_json
+
+    out = cli_json(
+        "estimate", "--model", "llama-2-7b", "--gpus", "512", "--gpu", "a100-80gb",
+        "--dp", "512", "--zero", "3", "--global-batch", "512",
+    )  # fmt: skip
+    share = (
+        sum(v for k, v in out["comm_seconds_per_step"].items() if k.startswith(("dp_", "zero3")))
+        / out["step_seconds"]
+    )
+    assert share >= uncertainty.DP_HEAVY_SHARE
+    basis = out["step_seconds_range"]["basis"]
+    assert basis == "zero3/fsdp on A100, data-parallel communication >= 10 % of the step"

@@ -7,9 +7,12 @@ GEMM share (Efficiency.in_training) fitted WITHOUT the run's source
 which is the situation of a new plan. The in-sample errors (the efficiency chosen with the run's
 own source in the fit) would flatter the model.
 
-The similar runs are those of the plan's layout family and GPU generation; where fewer than
-MIN_RUNS of them are scored, those of its layout family on any GPU; where those are too few
-too, every scored run. The range is the 10th and 90th percentile of their ratios (linear
+The similar runs are those of the plan's layout family and GPU generation whose data-parallel
+collectives take as large a share of the predicted step (DP_HEAVY_SHARE or more, or less:
+`trainbudget validate` finds the runs at 10 % and more some 11 % slower than predicted, the
+others about right); where fewer than MIN_RUNS of them are scored, those of the family and
+generation whatever their share; then those of its layout family on any GPU; where those are
+too few too, every scored run. The range is the 10th and 90th percentile of their ratios (linear
 interpolation between order statistics), so about 8 in 10 similar runs fell inside it; with
 a handful of runs it is a rough band, and the basis says how many runs it rests on.
 
@@ -36,6 +39,10 @@ from trainbudget.core.parallel.plan import Plan
 
 MIN_RUNS = 5
 """Fewest scored runs a set must have to be used; a smaller set falls back to a wider one."""
+DP_HEAVY_SHARE = 0.10
+"""Share of the predicted step the data-parallel collectives take (reductions and gathers,
+hidden or not) from which a plan is compared with the published runs at that share or more;
+the edge of `validation.DP_COMM_BANDS`' 10-30 % band."""
 LOW_PERCENTILE, HIGH_PERCENTILE = 10.0, 90.0
 
 
@@ -48,6 +55,9 @@ class RunError:
     gpu_generation: str
     ratio: float
     """measured / predicted step seconds, predicted with its source left out of the fit."""
+    dp_comm_share: float = 0.0
+    """validation.Comparison.dp_comm_share: the predicted step's data-parallel collectives
+    over the predicted step."""
 
 
 @dataclass(frozen=True)
@@ -72,18 +82,34 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[below] + (ordered[above] - ordered[below]) * (pos - below)
 
 
-def error_range(runs: list[RunError], layout_family: str, gpu_generation: str | None) -> ErrorRange:
-    """The range from the most specific set of similar runs that has MIN_RUNS of them."""
+def error_range(
+    runs: list[RunError],
+    layout_family: str,
+    gpu_generation: str | None,
+    dp_share: float | None = None,
+) -> ErrorRange:
+    """The range from the most specific set of similar runs that has MIN_RUNS of them;
+    `dp_share` (the plan's data-parallel communication share, None: not known) first narrows
+    the same-generation set to the runs on its side of DP_HEAVY_SHARE."""
     family = [r for r in runs if r.layout_family == layout_family]
+    same = [r for r in family if r.gpu_generation == gpu_generation]
     tiers = [
-        (
-            f"{layout_family} on {gpu_generation}",
-            [r for r in family if r.gpu_generation == gpu_generation],
-        ),
+        (f"{layout_family} on {gpu_generation}", same),
         (f"{layout_family} on any GPU", family),
     ]
-    if gpu_generation is None:  # a GPU outside validation's table: no same-generation set
-        tiers.pop(0)
+    if dp_share is not None:
+        heavy = dp_share >= DP_HEAVY_SHARE
+        side = f"{'>=' if heavy else '<'} {100 * DP_HEAVY_SHARE:g} %"
+        tiers.insert(
+            0,
+            (
+                f"{layout_family} on {gpu_generation}, data-parallel communication {side} of "
+                "the step",
+                [r for r in same if (r.dp_comm_share >= DP_HEAVY_SHARE) == heavy],
+            ),
+        )
+    if gpu_generation is None:  # a GPU outside validation's table: no same-generation sets
+        tiers = tiers[-1:]
     basis, chosen = next(
         ((b, c) for b, c in tiers if len(c) >= MIN_RUNS), ("every scored run", runs)
     )
@@ -152,7 +178,9 @@ def computed_errors() -> tuple[RunError, ...]:
     for c in validation.scored(validation.compare_all()):
         if c.run_id in loso.errors:
             ratio = 1 / (1 + loso.errors[c.run_id])  # error = predicted / measured - 1
-            out.append(RunError(c.run_id, c.layout_family, c.gpu_generation, ratio))
+            out.append(
+                RunError(c.run_id, c.layout_family, c.gpu_generation, ratio, c.dp_comm_share)
+            )
     return tuple(out)
 
 
@@ -253,11 +281,21 @@ def published_memory_ratios() -> tuple[MemoryRatio, ...]:
     return tuple(MemoryRatio(**row) for row in rows)
 
 
-def plan_error_range(plan: Plan, hardware_name: str) -> ErrorRange:
+def plan_error_range(
+    plan: Plan,
+    hardware_name: str,
+    comm_seconds: dict[str, float] | None = None,
+    step_seconds: float | None = None,
+) -> ErrorRange:
     """The range for a plan on a catalog GPU (a GPU without a generation in validation's
-    table skips the same-generation set). Its keys come from validation_keys, not validation,
-    which would bring the published runs' models into every `estimate`."""
-    from trainbudget.validation_keys import GPU_GENERATION, layout_family
+    table skips the same-generation sets); with the predicted step's `comm_seconds` and
+    `step_seconds` (StepTime's), its data-parallel share picks the side. Its keys come from
+    validation_keys, not validation, which would bring the published runs' models into every
+    `estimate`."""
+    from trainbudget.validation_keys import GPU_GENERATION, dp_comm_share, layout_family
 
     generation = GPU_GENERATION.get(hardware_name)
-    return error_range(list(published_errors()), layout_family(plan), generation)
+    share = None
+    if comm_seconds is not None and step_seconds:
+        share = dp_comm_share(comm_seconds, step_seconds)
+    return error_range(list(published_errors()), layout_family(plan), generation, share)

@@ -26,7 +26,12 @@ from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 
 # kept apart so that a plan's error range reads them without this module (re-exported here)
-from trainbudget.validation_keys import GPU_GENERATION, gpu_generation, layout_family  # noqa: F401
+from trainbudget.validation_keys import (  # noqa: F401
+    GPU_GENERATION,
+    dp_comm_share,
+    gpu_generation,
+    layout_family,
+)
 
 # the notes on the runs beyond OUTLIER_LIMIT, apart (re-exported here)
 from trainbudget.validation_notes import OUTLIER_LIMIT, OUTLIERS
@@ -244,7 +249,6 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
     t = step_time(spec, plan, cluster, efficiency=efficiency, **kw)
     mem = plan_memory(spec, plan, **kw)
     peak = mem.total_bytes
-    dp_seconds = sum(v for k, v in t.comm_seconds.items() if k.startswith(("dp_", "zero3")))
     if run.whole_model_on_gpu_at_init:  # start-up's high-water mark: every weight, unsharded
         peak = max(peak, count_params(spec).total * prec.weight_bytes)
     return Comparison(
@@ -265,7 +269,7 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
         precision=run.precision,
         seq_len=seq_len,
         n_params=count_params(spec).total,
-        dp_comm_share=dp_seconds / t.step_seconds,
+        dp_comm_share=dp_comm_share(t.comm_seconds, t.step_seconds),
     )
 
 

@@ -21,8 +21,8 @@ def range_json(r: RankedPlan, hardware_name: str, tokens: float | None = None) -
     """step_seconds_range (and the training time's, with tokens) for a plan's predicted step."""
     from trainbudget.uncertainty import HIGH_PERCENTILE, LOW_PERCENTILE, plan_error_range
 
-    e = plan_error_range(r.plan, hardware_name)
     step = r.time.step_seconds
+    e = plan_error_range(r.plan, hardware_name, r.time.comm_seconds, step)
     out = {
         "step_seconds_range": {
             "low": step * e.low,
