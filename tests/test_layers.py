@@ -89,8 +89,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     # name, not by an import), the shared option parsers (whose values the API reads) and Ctrl-C
     "cli": CORE | {"api.inputs"},
     # catalogs and one-formula answers; validate scores the published runs (and prints the
-    # fits rule with the measured memory error, uncertainty)
-    "cli.tools": CORE | {"cli", "api.inputs", "validation", "uncertainty"},
+    # fits rule with the measured memory error, uncertainty), and a file of the user's own runs
+    # with estimate's answer to each (api.answers)
+    "cli.tools": CORE | {"cli", "api.inputs", "api.answers", "validation", "uncertainty"},
     # estimate, plan, report and serve: the API's answers printed, drawn or served; report
     # --run reads a run folder, and prints the reliability block the tools print
     "cli.plan": CORE

@@ -5,10 +5,11 @@ fitted leaving each source out."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trainbudget.cli.args import dumps_json
+from trainbudget.cli.tools.tables import pct as _pct
+from trainbudget.cli.tools.tables import table as _table
 from trainbudget.core.units import GB
 
 
@@ -16,32 +17,27 @@ def add_arguments(p: argparse.ArgumentParser, _name: str) -> None:
     form = p.add_mutually_exclusive_group()  # one output form: tables or JSON
     form.add_argument("--markdown", action="store_true", help="print the docs/validation.md tables")
     form.add_argument("--json", action="store_true", help="print JSON")
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:+.1f} %"
-
-
-def _table(head: Sequence[str], rows: list[list[str]], markdown: bool) -> list[str]:
-    """Rows under a header: a markdown table, or columns as wide as their longest entry
-    (numbers right-aligned, text left-aligned)."""
-    if markdown:
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        return lines + ["| " + " | ".join(r) + " |" for r in rows]
-    columns = list(zip(head, *rows, strict=True))
-    widths = [max(len(x) for x in col) for col in columns]
-    numeric = [all(x[:1] in "0123456789+-" for x in col[1:]) for col in columns]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            f"{c:>{w}}" if num else f"{c:<{w}}"
-            for c, w, num in zip(cells, widths, numeric, strict=True)
-        ).rstrip()
-
-    return [line(head), *(line(r) for r in rows)]
+    p.add_argument(
+        "--runs",
+        metavar="FILE",
+        help="your own measured runs instead of the published ones: a JSON list or a CSV file, "
+        "each run an `id`, its `estimate` options (model, GPUs, layout, framework, precision) "
+        "and one of `step_seconds`, `tokens_per_second_per_gpu`, `tokens_per_second`; "
+        "optionally `memory` with `memory_measure` (allocated | reserved | device) and "
+        "`completed` (default true)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.runs is not None:
+        from pathlib import Path
+
+        from trainbudget.cli.tools.validate_runs import compare_file, summary_json, summary_text
+
+        comparisons = compare_file(Path(args.runs))
+        doc = summary_json(comparisons)
+        print(dumps_json(doc) if args.json else "\n".join(summary_text(doc, args.markdown)))
+        return 0
     r = _Results.collect()
     print(dumps_json(_as_json(r)) if args.json else "\n".join(_as_text(r, args.markdown)))
     return 0
