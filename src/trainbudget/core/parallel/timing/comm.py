@@ -16,14 +16,17 @@ Conventions:
   (k ranks, intra bandwidth), then the collective over m nodes on n / k bytes per GPU (each GPU
   drives its own NIC, so the per-GPU inter-node bandwidth applies), then intra-node all-gather.
   Phases are summed (no overlap between them): a slight over-estimate. "tree" on such a group
-  is the double binary tree over the nodes, between the same intra-node ring phases.
+  is the double binary tree over the nodes, between the same intra-node ring phases; inside one
+  node NCCL's tree is a chain (2(k-1) steps, the whole buffer up and down), never faster than
+  the ring, so "auto" takes the ring there.
   All-gather / reduce-scatter use the same two ring phases (n / k across nodes, n inside),
   and NCCL's flat-ring latency (p - 1 steps, m - 1 of them across nodes);
   all-to-all sends its (k-1)/p share inside the node and its (p-k)/p share across nodes;
   broadcast goes over the nodes, then inside each; send/recv takes the slowest hop.
 - `bytes_sent_per_rank` is the numerator of the beta term: what the busiest rank pushes into
   its link(s), summed over phases. `steps` counts the alpha terms.
-- "tree" exists for all-reduce (double binary tree: 2 ceil(log2 p) steps, 2n per rank) and
+- "tree" exists for all-reduce (double binary tree over nodes: 2 ceil(log2 m) steps across
+  them, a chain of 2(k-1) steps inside each; 2n per rank) and
   broadcast (pipelined binary tree). All-gather and reduce-scatter are ring-only, all-to-all is a
   pairwise exchange, send/recv a direct message, as in NCCL; for them the algorithm argument is
   accepted and ignored, and the result's `algorithm` says what was modelled. "auto" takes the
@@ -78,8 +81,10 @@ def _all_reduce(n, k, m, ai, bi, ae, be, tree: bool, xp: Ops) -> _Phases:
     sent = xp.where(one, 0.0, 2 * (k - 1) / k * n)
     lat, bw = xp.where(one, 0.0, 2 * (k - 1) * ai), xp.where(one, 0.0, sent / bi)
     steps = xp.where(one, 0, 2 * (k - 1))
-    if tree:  # pipelined reduce up + broadcast down: the whole buffer once each way (Sanders)
-        q_steps = 2 * xp.bit_length(q - 1)  # 2 ceil(log2 q)
+    if tree:  # pipelined reduce up + broadcast down: the whole buffer once each way (Sanders);
+        # a binary tree over the nodes, a chain inside one (NCCL's model, src/graph/tuning.cc
+        # ncclTopoTuneModel: 2 ((nRanks/nNodes - 1) intraLat + log2i(nNodes) interLat))
+        q_steps = xp.where(one, 2 * (k - 1), 2 * xp.bit_length(q - 1))  # chain; 2 ceil(log2 q)
         q_sent = 2 * s
     else:  # reduce-scatter + all-gather around the ring, 2(q-1) chunks of s/q (Patarasuk & Yuan)
         q_steps = 2 * (q - 1)
