@@ -39,7 +39,7 @@ COMMANDS = {
     ),
     "validate": (
         "trainbudget.cli.tools.validate_cmd",
-        "predicted vs published step times of real training runs",
+        "predicted vs measured step times: published training runs, or your own (--runs)",
     ),
     "bench": (
         "trainbudget.cli.run.bench_cmd",

@@ -1,6 +1,7 @@
 """`trainbudget validate`: predicted vs published step times (and memory) of real training runs,
-broken down by source, framework, GPU generation and layout family, with the in-training share
-fitted leaving each source out."""
+broken down by source, framework, GPU generation, layout family and the rest of
+`validation.BREAKDOWN_KEYS`, with the in-training share fitted leaving each source out; with
+`--runs FILE`, the same comparison for the user's own measured runs (`validate_runs`)."""
 
 from __future__ import annotations
 
