@@ -22,6 +22,7 @@ Every row is checked before the first is predicted; a bad one is a one-line erro
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import shlex
@@ -184,25 +185,32 @@ def check_row(row: dict, index: int) -> UserRun:
 
 
 def check_rows(rows: Sequence[dict]) -> list[UserRun]:
+    """Every row checked, its estimate options parsed too, before any run is predicted."""
     runs = [check_row(row, i) for i, row in enumerate(rows)]
     seen: set[str] = set()
     for r in runs:
         if r.run_id in seen:
             raise SpecError("runs.id", r.run_id, "appears twice; each run needs its own name")
         seen.add(r.run_id)
+        _estimate_args(r)
     return runs
+
+
+@functools.cache
+def _estimate_parser():
+    from trainbudget.cli.main import build_parser
+
+    return build_parser("estimate")
 
 
 def _estimate_args(run: UserRun):
     """The run's options as `trainbudget estimate` parses them; a parse error names the row."""
     import contextlib
 
-    from trainbudget.cli.main import build_parser
-
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            return build_parser("estimate").parse_args(["estimate", *run.estimate_argv])
+            return _estimate_parser().parse_args(["estimate", *run.estimate_argv])
     except SystemExit:
         message = err.getvalue().strip().split("error: ", 1)[-1].removesuffix(" (see --help)")
         raise SpecError(f"runs[{run.run_id}].estimate", None, message) from None
