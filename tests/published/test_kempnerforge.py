@@ -94,3 +94,11 @@ def test_fsdp_rows_memory_follows_the_kempnerforge_row() -> None:
         assert run.framework == "kempnerforge"
         if run.layout.dp > 1:
             assert compare(run).memory_error == pytest.approx(0.0, abs=0.05), run.id
+
+
+@pytest.mark.parametrize("run", KEMPNERFORGE, ids=lambda r: r.id)
+def test_a_row_that_ran_compiled_is_timed_compiled(run) -> None:
+    """The table's torch.compile column (--train.compile_model) is the run's `compiled`: all
+    rows but the 13B on fsdp8 ran under torch.compile."""
+    assert run.compiled is ROWS_STATED[_exp(run)][6]
+    assert run.compiled is (run.id != "kforge-13b-fsdp8-8gpu")

@@ -125,6 +125,7 @@ def _run(exp: str) -> PublishedRun:
             micro_batch=mb, global_batch=gb, flash_attention=True,
         ),
         precision="bf16",
+        compiled=compiled,
         measured=Measurement(
             tokens_per_second_per_gpu=tps / gpus, memory_bytes_per_gpu=mem * GiB,
             memory_measure="allocated",
