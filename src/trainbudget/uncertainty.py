@@ -56,8 +56,7 @@ class RunError:
     ratio: float
     """measured / predicted step seconds, predicted with its source left out of the fit."""
     dp_comm_share: float = 0.0
-    """validation.Comparison.dp_comm_share: the predicted step's data-parallel collectives
-    over the predicted step."""
+    """validation.Comparison.dp_comm_share (StepTime.data_parallel_share of its prediction)."""
 
 
 @dataclass(frozen=True)
@@ -281,21 +280,12 @@ def published_memory_ratios() -> tuple[MemoryRatio, ...]:
     return tuple(MemoryRatio(**row) for row in rows)
 
 
-def plan_error_range(
-    plan: Plan,
-    hardware_name: str,
-    comm_seconds: dict[str, float] | None = None,
-    step_seconds: float | None = None,
-) -> ErrorRange:
+def plan_error_range(plan: Plan, hardware_name: str, dp_share: float | None = None) -> ErrorRange:
     """The range for a plan on a catalog GPU (a GPU without a generation in validation's
-    table skips the same-generation sets); with the predicted step's `comm_seconds` and
-    `step_seconds` (StepTime's), its data-parallel share picks the side. Its keys come from
-    validation_keys, not validation, which would bring the published runs' models into every
-    `estimate`."""
-    from trainbudget.validation_keys import GPU_GENERATION, dp_comm_share, layout_family
+    table skips the same-generation sets); `dp_share`, its predicted step's
+    (StepTime.data_parallel_share), picks the side. Its keys come from validation_keys, not
+    validation, which would bring the published runs' models into every `estimate`."""
+    from trainbudget.validation_keys import GPU_GENERATION, layout_family
 
     generation = GPU_GENERATION.get(hardware_name)
-    share = None
-    if comm_seconds is not None and step_seconds:
-        share = dp_comm_share(comm_seconds, step_seconds)
-    return error_range(list(published_errors()), layout_family(plan), generation, share)
+    return error_range(list(published_errors()), layout_family(plan), generation, dp_share)

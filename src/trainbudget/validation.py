@@ -26,12 +26,7 @@ from trainbudget.core.spec.hardware import get_hardware
 from trainbudget.core.spec.precision import get_optimizer, get_precision
 
 # kept apart so that a plan's error range reads them without this module (re-exported here)
-from trainbudget.validation_keys import (  # noqa: F401
-    GPU_GENERATION,
-    dp_comm_share,
-    gpu_generation,
-    layout_family,
-)
+from trainbudget.validation_keys import GPU_GENERATION, gpu_generation, layout_family  # noqa: F401
 
 # the notes on the runs beyond OUTLIER_LIMIT, apart (re-exported here)
 from trainbudget.validation_notes import OUTLIER_LIMIT, OUTLIERS
@@ -269,7 +264,7 @@ def compare(run: PublishedRun, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> C
         precision=run.precision,
         seq_len=seq_len,
         n_params=count_params(spec).total,
-        dp_comm_share=dp_comm_share(t.comm_seconds, t.step_seconds),
+        dp_comm_share=t.data_parallel_share,
     )
 
 

@@ -1,8 +1,7 @@
-"""The keys validation groups published runs by -- GPU generation, layout family, the step's
-data-parallel communication share -- apart from validation itself, so that a plan's error range
-(`uncertainty.plan_error_range`, which every `estimate` shows) reads them without importing the
-step-time, memory and FLOP models that validation predicts the published runs with.
-`validation` re-exports them."""
+"""The keys validation groups published runs by -- GPU generation and layout family -- apart
+from validation itself, so that a plan's error range (`uncertainty.plan_error_range`, which
+every `estimate` shows) reads them without importing the step-time, memory and FLOP models
+that validation predicts the published runs with. `validation` re-exports both."""
 
 from __future__ import annotations
 
@@ -48,10 +47,3 @@ def layout_family(lay: _Layout) -> str:
     if lay.zero == 3:
         parts.append("zero3/fsdp")
     return "+".join(parts) or "dp only"
-
-
-def dp_comm_share(comm_seconds: dict[str, float], step_seconds: float) -> float:
-    """The data-parallel collectives' seconds (gradient reductions and weight gathers, hidden
-    or not; StepTime.comm_seconds' 'dp_' and 'zero3' entries) over the step."""
-    dp = sum(v for k, v in comm_seconds.items() if k.startswith(("dp_", "zero3")))
-    return dp / step_seconds

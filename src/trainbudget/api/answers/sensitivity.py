@@ -22,7 +22,7 @@ def range_json(r: RankedPlan, hardware_name: str, tokens: float | None = None) -
     from trainbudget.uncertainty import HIGH_PERCENTILE, LOW_PERCENTILE, plan_error_range
 
     step = r.time.step_seconds
-    e = plan_error_range(r.plan, hardware_name, r.time.comm_seconds, step)
+    e = plan_error_range(r.plan, hardware_name, r.time.data_parallel_share)
     out = {
         "step_seconds_range": {
             "low": step * e.low,

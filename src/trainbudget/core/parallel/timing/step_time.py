@@ -50,6 +50,12 @@ PARAMETER_FETCHES_PER_MICRO_BATCH = 2
 """Offloaded parameters (ZeRO-Infinity) come over the link for the forward and the backward."""
 
 
+def comm_axis(category: str) -> str:
+    """The mesh axis a collective category runs on: 'dp' for the data-parallel reductions and
+    gathers (dp_grad_reduce, dp_param_gather, zero3_gather), else the category's own name."""
+    return "dp" if category.startswith(("dp_", "zero3")) else category
+
+
 @dataclass(frozen=True, kw_only=True)
 class StepTime:
     step_seconds: float
@@ -70,6 +76,12 @@ class StepTime:
     n_gpus: int
     peak_flops_per_second: float
     notes: tuple[str, ...] = field(default=())
+
+    @property
+    def data_parallel_share(self) -> float:
+        """The data-parallel collectives' seconds (hidden or not) over the step."""
+        dp = sum(v for k, v in self.comm_seconds.items() if comm_axis(k) == "dp")
+        return dp / self.step_seconds
 
     @property
     def tokens_per_second(self) -> float:
@@ -347,7 +359,7 @@ def _busiest_link(comm_seconds: dict[str, float]) -> float:
     inside a node, DP across nodes), so the busiest axis bounds the step from below."""
     by_axis: dict[str, float] = {}
     for name, seconds in comm_seconds.items():
-        axis = "dp" if name.startswith(("dp", "zero3")) else name
+        axis = comm_axis(name)
         by_axis[axis] = by_axis.get(axis, 0.0) + seconds
     return max(by_axis.values(), default=0.0)
 
